@@ -1,0 +1,127 @@
+//! `gpu.*` and `driver.*`: NVIDIA GPUs on the bus and the kernel driver serving them.
+
+use crate::derive::{self, flavor_name};
+use crate::model::{Fact, Node};
+use crate::names;
+use crate::parse;
+use crate::report::{Finding, Status};
+
+pub fn present(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gpu.present";
+    let Some(pci) = node.pci.get() else {
+        return vec![Finding::new(ID, Status::Error, "node", "cannot enumerate pci devices")
+            .evidence(node.pci.source(), node.pci.describe(|_| String::new()))];
+    };
+    let gpus: Vec<_> = pci.iter().filter(|d| d.is_nvidia_gpu()).collect();
+    if gpus.is_empty() {
+        let nv_other = pci.iter().filter(|d| d.vendor_id.get() == Some(&0x10de)).count();
+        return vec![Finding::new(ID, Status::Fail, "node", "no nvidia gpu on the pci bus")
+            .expect(
+                "/sys/bus/pci/devices/*/{vendor,class}",
+                format!("{} pci functions, none with vendor 0x10de and class 0x03xxxx ({nv_other} other nvidia functions)", pci.len()),
+                "at least one nvidia gpu",
+            )
+            .fix("check that the GPUs are seated and powered and that the BIOS enumerates them (`lspci -d 10de:`); after a GPU fell off the bus (Xid 79), reboot the node")];
+    }
+    let mut out = Vec::new();
+    for g in gpus {
+        let name = names::device_name(g);
+        let src = format!("{}/driver", g.sysfs_path);
+        let f = match &g.driver {
+            Fact::Known { value: Some(d), .. } if d == "nvidia" => {
+                Finding::new(ID, Status::Pass, &g.bdf, format!("{name} bound to nvidia")).evidence(src, "nvidia")
+            }
+            Fact::Known { value: Some(d), .. } if d.starts_with("vfio") => Finding::new(
+                ID,
+                Status::Warn,
+                &g.bdf,
+                format!("{name} is bound to {d}: it is passed through to a virtual machine, not usable on this host"),
+            )
+            .expect(src, d.clone(), "nvidia")
+            .fix(format!("if this host should use the GPU: `echo {} > /sys/bus/pci/drivers/{d}/unbind` and load nvidia; otherwise run gdrdoctor inside the guest", g.bdf)),
+            Fact::Known { value: Some(d), .. } => Finding::new(ID, Status::Fail, &g.bdf, format!("{name} is bound to {d}, not nvidia"))
+                .expect(src, d.clone(), "nvidia")
+                .fix("install and load the NVIDIA driver (nouveau must be blacklisted: `echo blacklist nouveau > /etc/modprobe.d/blacklist-nouveau.conf`, rebuild the initramfs, reboot)"),
+            Fact::Known { value: None, .. } => Finding::new(ID, Status::Fail, &g.bdf, format!("{name} has no driver bound"))
+                .expect(src, "no driver", "nvidia")
+                .fix("`modprobe nvidia`; if it fails, read `dmesg | grep -i nvrm` (a GPU the driver cannot initialise stays unbound)"),
+            Fact::Absent { reason, .. } => Finding::new(ID, Status::Error, &g.bdf, format!("{name}: cannot tell which driver is bound"))
+                .evidence(src, format!("unknown ({reason})")),
+        };
+        out.push(f);
+    }
+    out
+}
+
+pub fn driver(node: &Node) -> Vec<Finding> {
+    const ID: &str = "driver.nvidia";
+    const SRC: &str = "/proc/driver/nvidia/version";
+    let gpus = derive::gpus(node);
+    match &node.nvidia.version_file {
+        Fact::Known { value: Some(text), .. } => match parse::nvidia_version(text) {
+            Some((ver, flavor)) => {
+                let mut f = Finding::new(
+                    ID,
+                    Status::Pass,
+                    "node",
+                    format!("nvidia driver {ver}, {}", flavor_name(flavor)),
+                )
+                .evidence(SRC, text.lines().next().unwrap_or_default().trim().to_string());
+                if let Some(g) = node.nvidia.gpus.get() {
+                    f = f.evidence("/proc/driver/nvidia/gpus", format!("{} gpus initialised by the driver", g.len()));
+                    if !gpus.is_empty() && g.len() < gpus.len() {
+                        f.status = Status::Fail;
+                        f.message = format!(
+                            "nvidia driver {ver} initialised {} of {} nvidia gpus on the pci bus",
+                            g.len(),
+                            gpus.len()
+                        );
+                        f = f.fix("read `dmesg | grep -iE 'nvrm|xid'` for the GPU the driver failed to initialise; a GPU that fell off the bus needs a node reboot or reseat");
+                    }
+                }
+                vec![f]
+            }
+            None => vec![Finding::new(ID, Status::Error, "node", "nvidia driver version file has an unrecognised format")
+                .evidence(SRC, text.lines().next().unwrap_or_default().to_string())],
+        },
+        Fact::Known { value: None, .. } if gpus.is_empty() => vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "no nvidia gpu and no nvidia driver on this node",
+        )
+        .evidence(SRC, "absent")],
+        Fact::Known { value: None, .. } => vec![Finding::new(ID, Status::Fail, "node", "the nvidia kernel driver is not loaded")
+            .expect(SRC, "absent", "present")
+            .fix("`modprobe nvidia` (install the driver first if `modinfo nvidia` fails; prefer the open kernel modules, `nvidia-open` packages, which dma-buf needs)")],
+        Fact::Absent { reason, .. } => vec![Finding::new(ID, Status::Error, "node", "cannot read the nvidia driver version")
+            .evidence(SRC, format!("unknown ({reason})"))],
+    }
+}
+
+pub fn grdma_override(node: &Node) -> Vec<Finding> {
+    const ID: &str = "driver.grdma-override";
+    const SRC: &str = "/proc/driver/nvidia/params";
+    match &node.nvidia.params {
+        Fact::Known { value, .. } => {
+            let v = value.get("GrdmaPciTopoCheckOverride").and_then(|v| parse::registry_number(v));
+            match v {
+                Some(2) => vec![Finding::new(ID, Status::Fail, "node", "the nvidia driver is told to refuse every gpudirect rdma mapping (GrdmaPciTopoCheckOverride=2)")
+                    .expect(SRC, "GrdmaPciTopoCheckOverride: 2", "0 (driver decides)")
+                    .fix("remove `NVreg_GrdmaPciTopoCheckOverride=2` from /etc/modprobe.d/*.conf, rebuild the initramfs and reload the nvidia module")],
+                Some(n) => vec![Finding::new(ID, Status::Pass, "node", format!("GrdmaPciTopoCheckOverride={n} ({})", if n == 1 { "forced allow" } else { "driver decides" }))
+                    .evidence(SRC, format!("GrdmaPciTopoCheckOverride: {n}"))],
+                None => vec![Finding::new(ID, Status::Pass, "node", "no GrdmaPciTopoCheckOverride in the driver parameters (driver decides)")
+                    .evidence(SRC, "GrdmaPciTopoCheckOverride not listed")],
+            }
+        }
+        Fact::Absent { reason, .. } => {
+            if matches!(node.nvidia.version_file, Fact::Known { value: None, .. }) {
+                vec![Finding::new(ID, Status::Skip, "node", "nvidia driver not loaded")]
+            } else {
+                vec![Finding::new(ID, Status::Error, "node", "cannot read the nvidia driver parameters")
+                    .evidence(SRC, format!("unknown ({reason})"))]
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! `kmod.*`: the two ways GPU memory reaches the NIC: a peer-memory client (nvidia_peermem,
+//! legacy nv_peer_mem) or dma-buf. Rules from gdr-ground-truth §1 and §2.1 (K01, K04, K07).
+
+use crate::derive::{self, PathAnswer};
+use crate::model::{Fact, Node};
+use crate::report::{Finding, Status};
+
+fn with_evidence(mut f: Finding, a: &PathAnswer) -> Finding {
+    f.evidence.extend(a.evidence.iter().cloned());
+    f
+}
+
+pub fn nvidia_peermem(node: &Node) -> Vec<Finding> {
+    const ID: &str = "kmod.nvidia-peermem";
+    let pm = derive::peermem_path(node);
+    let db = derive::dmabuf_path(node);
+    let f = match (pm.available, db.available) {
+        (Some(true), _) => {
+            let via = match &node.peermem.nvidia_peermem_version {
+                Fact::Known { value: Some(_), .. } => "nvidia_peermem loaded",
+                _ => "peer-memory client registered in /sys/kernel/mm/memory_peers",
+            };
+            Finding::new(ID, Status::Pass, "node", format!("{via}: ibv_reg_mr on gpu memory works (NCCL_PTR_CUDA)"))
+        }
+        (Some(false), Some(true)) => Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "nvidia_peermem not loaded; not needed: the dma-buf path is possible on this node",
+        ),
+        (Some(false), _) => Finding::new(
+            ID,
+            Status::Fail,
+            "node",
+            if db.available == Some(false) {
+                "no peer-memory client and no dma-buf path: gpudirect rdma is impossible on this node"
+            } else {
+                "no peer-memory client (nvidia_peermem not loaded), and whether dma-buf can replace it is unknown"
+            },
+        )
+        .fix("`modprobe nvidia-peermem` (persist with `echo nvidia-peermem > /etc/modules-load.d/nvidia-peermem.conf`); if modprobe says `Invalid argument` or `Unknown symbol ib_register_peer_memory_client`, the running ib_core has no peer-memory API: install MOFED/DOCA-OFED before the NVIDIA driver and reinstall the driver, or switch to dma-buf (open kernel modules, kernel >= 5.12)"),
+        (None, _) => {
+            let mut f = Finding::new(ID, Status::Error, "node", "cannot tell whether a peer-memory client is registered");
+            for r in &pm.reasons {
+                f = f.evidence("peer-memory", r.clone());
+            }
+            return vec![f];
+        }
+    };
+    let mut f = with_evidence(f, &pm);
+    if f.status != Status::Pass {
+        for r in &db.reasons {
+            f = f.evidence("dma-buf path", r.clone());
+        }
+    }
+    vec![f]
+}
+
+pub fn nv_peer_mem(node: &Node) -> Vec<Finding> {
+    const ID: &str = "kmod.nv-peer-mem";
+    const SRC: &str = "/sys/module/nv_peer_mem";
+    match &node.peermem.nv_peer_mem {
+        Fact::Known { value: true, .. } => vec![Finding::new(ID, Status::Warn, "node", "the deprecated nv_peer_mem module is loaded")
+            .expect(SRC, "present", "absent")
+            .fix("`systemctl disable --now nv_peer_mem` (or `rmmod nv_peer_mem`), uninstall the nvidia-peer-memory package, then `modprobe nvidia-peermem`; NCCL's GPU-initiated (GIN/GDAKI) paths accept only nvidia_peermem or dma-buf")],
+        Fact::Known { value: false, .. } => {
+            vec![Finding::new(ID, Status::Pass, "node", "nv_peer_mem is not loaded").evidence(SRC, "absent")]
+        }
+        Fact::Absent { reason, .. } => vec![Finding::new(ID, Status::Error, "node", "cannot tell whether nv_peer_mem is loaded")
+            .evidence(SRC, format!("unknown ({reason})"))],
+    }
+}
+
+pub fn dmabuf(node: &Node) -> Vec<Finding> {
+    const ID: &str = "kmod.dmabuf";
+    let db = derive::dmabuf_path(node);
+    let pm = derive::peermem_path(node);
+    let f = match (db.available, pm.available) {
+        (Some(true), _) => Finding::new(
+            ID,
+            Status::Pass,
+            "node",
+            "the dma-buf path is possible: open nvidia kernel modules and a kernel with dma-buf memory registration",
+        ),
+        (Some(false), Some(true)) => Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            format!("dma-buf path not possible ({}); not needed: a peer-memory client is registered", db.reasons.join("; ")),
+        ),
+        (Some(false), _) => {
+            let mut f = Finding::new(
+                ID,
+                Status::Fail,
+                "node",
+                format!("dma-buf path not possible: {}", db.reasons.join("; ")),
+            );
+            if pm.available == Some(false) {
+                f.message.push_str("; and no peer-memory client either");
+            }
+            f.fix("install the NVIDIA open kernel modules (driver >= 515; the default from 560: `nvidia-open` / `nvidia-driver-<ver>-open` packages) on a kernel >= 5.12, or load nvidia-peermem instead")
+        }
+        (None, _) => {
+            let mut f = Finding::new(ID, Status::Error, "node", "cannot tell whether the dma-buf path is possible");
+            for r in &db.reasons {
+                f = f.evidence("dma-buf path", r.clone());
+            }
+            return vec![f];
+        }
+    };
+    vec![with_evidence(f, &db)]
+}

@@ -1,0 +1,149 @@
+//! `rdma.*`: the RDMA devices NCCL and NVSHMEM would use, as `ibv_devinfo` shows them.
+//! Ground truth §2.7 (N01-N03): NCCL skips ports that are not ACTIVE.
+
+use crate::model::{Fact, Node, RdmaDevice};
+use crate::report::{Finding, Status};
+use std::collections::BTreeMap;
+
+pub fn devices(node: &Node) -> Vec<Finding> {
+    const ID: &str = "rdma.devices";
+    match &node.rdma {
+        Fact::Known { value, .. } if value.is_empty() => vec![Finding::new(ID, Status::Fail, "node", "no rdma device: gpudirect rdma needs an infiniband or roce nic")
+            .expect("/sys/class/infiniband", "empty", "at least one device (mlx5_0, ...)")
+            .fix("check that the NIC is on the PCI bus (`lspci -d 15b3:`), that its RDMA driver is loaded (`modprobe mlx5_ib`), and that rdma-core / MOFED is installed")],
+        Fact::Known { value, .. } => {
+            let names: Vec<String> = value
+                .iter()
+                .map(|d| match d.pci_bdf.get() {
+                    Some(Some(b)) => format!("{} ({b})", d.name),
+                    _ => d.name.clone(),
+                })
+                .collect();
+            vec![Finding::new(ID, Status::Pass, "node", format!("{} rdma device(s): {}", value.len(), names.join(", ")))
+                .evidence("/sys/class/infiniband", names.join(" "))]
+        }
+        Fact::Absent { source, reason } => vec![Finding::new(ID, Status::Error, "node", "cannot list rdma devices")
+            .evidence(source.clone(), format!("unknown ({reason})"))],
+    }
+}
+
+fn port_fix(link_layer: Option<&str>, state: &str, phys: Option<&str>) -> String {
+    let ib = link_layer != Some("Ethernet");
+    match (state, phys) {
+        ("INIT", Some("LinkUp")) if ib => "the physical link is up but no subnet manager configured the port: start opensm on a node of this fabric (or check the managed switch's SM), then `ibstat` should show State: Active".into(),
+        (_, Some("Disabled")) => "the port is administratively disabled: enable it (`mlxlink -d <dev> -p <port> -a UP`, or on the switch side)".into(),
+        (_, Some("Polling")) => "the port is polling for a peer: check the cable and the switch port (`mlxlink -d <dev> -m` shows cable and signal info)".into(),
+        _ if !ib => "bring the netdev up (`ip link set <netdev> up`; `ibdev2netdev` maps it) and check the cable and switch port".into(),
+        _ => "check the cable, the switch port and the subnet manager (`ibstat`, `mlxlink -d <dev> -m`)".into(),
+    }
+}
+
+pub fn ports(node: &Node) -> Vec<Finding> {
+    const ID: &str = "rdma.ports";
+    let Some(devs) = node.rdma.get() else {
+        return vec![Finding::new(ID, Status::Error, "node", "cannot list rdma devices")
+            .evidence(node.rdma.source(), node.rdma.describe(|_| String::new()))];
+    };
+    if devs.is_empty() {
+        return vec![Finding::new(ID, Status::Skip, "node", "no rdma device")];
+    }
+    let mut out = Vec::new();
+    for d in devs {
+        let base = format!("/sys/class/infiniband/{}/ports", d.name);
+        let ports = match &d.ports {
+            Fact::Known { value, .. } => value,
+            Fact::Absent { reason, .. } => {
+                out.push(Finding::new(ID, Status::Error, &d.name, "cannot read the ports").evidence(base, format!("unknown ({reason})")));
+                continue;
+            }
+        };
+        let any_active = ports.iter().any(|p| p.state_name() == Some("ACTIVE"));
+        if ports.is_empty() {
+            out.push(Finding::new(ID, Status::Fail, &d.name, "device has no ports").evidence(base, "empty"));
+            continue;
+        }
+        for p in ports {
+            let subject = format!("{}/{}", d.name, p.port);
+            let src = format!("{base}/{}", p.port);
+            let ll = p.link_layer.get().map(String::as_str);
+            let rate = p.rate.get().map(String::as_str).unwrap_or("?");
+            let (Some(state), phys) = (p.state_name(), p.phys_state_name()) else {
+                out.push(Finding::new(ID, Status::Error, &subject, "cannot read the port state")
+                    .evidence(format!("{src}/state"), p.state.describe(|s| s.clone())));
+                continue;
+            };
+            let observed = format!("state {state}, phys_state {}, link_layer {}, rate {rate}", phys.unwrap_or("?"), ll.unwrap_or("?"));
+            if state == "ACTIVE" && matches!(phys, Some("LinkUp")) {
+                out.push(Finding::new(ID, Status::Pass, &subject, format!("active, {}, {rate}", ll.unwrap_or("?"))).evidence(src, observed));
+            } else if state == "ACTIVE" {
+                out.push(Finding::new(ID, Status::Warn, &subject, format!("port active but physical state is {}", phys.unwrap_or("unknown")))
+                    .expect(src, observed, "phys_state LinkUp"));
+            } else {
+                let status = if any_active { Status::Warn } else { Status::Fail };
+                let msg = if any_active {
+                    format!("port is {state} (another port of {} is active; NCCL skips this one)", d.name)
+                } else {
+                    format!("port is {state} and no port of {} is active: NCCL cannot use this device", d.name)
+                };
+                out.push(Finding::new(ID, status, &subject, msg)
+                    .expect(src, observed, "state ACTIVE, phys_state LinkUp")
+                    .fix(port_fix(ll, state, phys)));
+            }
+        }
+    }
+    out
+}
+
+/// The model key for grouping: `hca_type` (`MT4129`), else the name prefix.
+fn model(d: &RdmaDevice) -> String {
+    d.hca_type.get().cloned().unwrap_or_else(|| d.name.trim_end_matches(|c: char| c.is_ascii_digit()).to_string())
+}
+
+pub fn firmware(node: &Node) -> Vec<Finding> {
+    const ID: &str = "rdma.firmware";
+    let Some(devs) = node.rdma.get() else {
+        return vec![Finding::new(ID, Status::Error, "node", "cannot list rdma devices")
+            .evidence(node.rdma.source(), node.rdma.describe(|_| String::new()))];
+    };
+    let mut by_model: BTreeMap<String, Vec<&RdmaDevice>> = BTreeMap::new();
+    for d in devs {
+        by_model.entry(model(d)).or_default().push(d);
+    }
+    if by_model.is_empty() {
+        return vec![Finding::new(ID, Status::Skip, "node", "no rdma device")];
+    }
+    let mut out = Vec::new();
+    for (model, ds) in by_model {
+        let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for d in &ds {
+            match d.fw_ver.get() {
+                Some(v) => versions.entry(v.clone()).or_default().push(d.name.clone()),
+                None => unknown.push(d.name.clone()),
+            }
+        }
+        let subject = format!("model {model}");
+        let listing = versions.iter().map(|(v, n)| format!("{v}: {}", n.join(" "))).collect::<Vec<_>>().join("; ");
+        if !unknown.is_empty() {
+            out.push(Finding::new(ID, Status::Error, &subject, format!("cannot read fw_ver of {}", unknown.join(", "))));
+        } else if versions.len() > 1 {
+            let newest = versions.keys().max_by(|a, b| fw_cmp(a, b)).cloned().unwrap_or_default();
+            out.push(Finding::new(ID, Status::Warn, &subject, format!("{} {model} hcas run {} different firmware versions", ds.len(), versions.len()))
+                .expect("/sys/class/infiniband/*/fw_ver", listing, "one version per model")
+                .fix(format!("update every {model} to the same firmware (newest here: {newest}) with `mlxfwmanager --online -u` or `mlxup`, then reset the devices (`mlxfwreset -d <dev> reset`) or reboot")));
+        } else if ds.len() == 1 {
+            out.push(Finding::new(ID, Status::Pass, &subject, format!("one {model} hca, firmware {}", versions.keys().next().cloned().unwrap_or_default()))
+                .evidence("/sys/class/infiniband/*/fw_ver", listing));
+        } else {
+            out.push(Finding::new(ID, Status::Pass, &subject, format!("all {} {model} hcas run firmware {}", ds.len(), versions.keys().next().cloned().unwrap_or_default()))
+                .evidence("/sys/class/infiniband/*/fw_ver", listing));
+        }
+    }
+    out
+}
+
+/// Compare dotted firmware versions numerically (`28.39.1002` < `28.42.1000`).
+fn fw_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let n = |s: &str| -> Vec<u64> { s.split('.').map(|p| p.trim().parse().unwrap_or(0)).collect() };
+    n(a).cmp(&n(b))
+}

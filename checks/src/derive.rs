@@ -1,0 +1,289 @@
+//! Conclusions several checks share, derived from the Node: the IOMMU mode, whether the
+//! peer-memory and dma-buf paths exist, the NVIDIA driver version. Pure functions.
+
+use crate::model::{Fact, Flavor, Node, PciDevice};
+use crate::parse;
+use crate::report::Evidence;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IommuMode {
+    Off,
+    Passthrough,
+    Translated,
+    Unknown,
+}
+
+impl IommuMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IommuMode::Off => "off",
+            IommuMode::Passthrough => "passthrough",
+            IommuMode::Translated => "translated",
+            IommuMode::Unknown => "unknown",
+        }
+    }
+}
+
+/// What the kernel command line says about the IOMMU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmdlineIommu {
+    Off,
+    Passthrough,
+    Translated,
+    Silent,
+}
+
+pub fn cmdline_iommu(args: &[String], arm: bool) -> (CmdlineIommu, Vec<String>) {
+    let mut ev = Vec::new();
+    let mut verdict = CmdlineIommu::Silent;
+    for key in ["intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict"] {
+        if let Some(v) = parse::cmdline_value(args, key) {
+            ev.push(format!("{key}={v}"));
+        }
+    }
+    let v = |k| parse::cmdline_value(args, k);
+    if matches!(v("intel_iommu"), Some(x) if x.split(',').any(|p| p == "off"))
+        || matches!(v("amd_iommu"), Some(x) if x.split(',').any(|p| p == "off"))
+    {
+        verdict = CmdlineIommu::Off;
+    }
+    match v("iommu.passthrough") {
+        Some("1") | Some("y") | Some("on") => verdict = CmdlineIommu::Passthrough,
+        Some("0") | Some("n") | Some("off") => verdict = CmdlineIommu::Translated,
+        _ => {}
+    }
+    // `iommu=pt` is parsed only by x86 (arch/x86/kernel/pci-dma.c); arm64 ignores it.
+    if !arm && matches!(v("iommu"), Some(x) if x.split(',').any(|p| p == "pt")) {
+        verdict = CmdlineIommu::Passthrough;
+    }
+    if verdict == CmdlineIommu::Silent
+        && (matches!(v("intel_iommu"), Some(x) if x.split(',').any(|p| p == "on"))
+            || matches!(v("amd_iommu"), Some(x) if x.split(',').any(|p| p == "on")))
+    {
+        verdict = CmdlineIommu::Translated;
+    }
+    (verdict, ev)
+}
+
+pub fn is_arm(node: &Node) -> bool {
+    matches!(node.arch.get().map(String::as_str), Some("aarch64") | Some("arm64"))
+        || node.cpu_vendor.get() == Some(&crate::model::CpuVendor::Arm)
+}
+
+/// Resolve the IOMMU into off / passthrough / translated / unknown, with the evidence.
+///
+/// Order: registered IOMMU units (`/sys/class/iommu`), then the default-domain type of the groups
+/// holding GPUs and NICs (`/sys/kernel/iommu_groups/*/type`), then the kernel command line.
+pub fn iommu_mode(node: &Node) -> (IommuMode, Vec<String>) {
+    let arm = is_arm(node);
+    let (cmd, mut ev) = match node.cmdline.get() {
+        Some(args) => cmdline_iommu(args, arm),
+        None => (CmdlineIommu::Silent, vec![]),
+    };
+    ev.iter_mut().for_each(|e| *e = format!("/proc/cmdline: {e}"));
+    if !arm && node.cmdline.get().is_some_and(|a| parse::cmdline_value(a, "iommu") == Some("pt")) {
+        // fine on x86
+    } else if arm && node.cmdline.get().is_some_and(|a| parse::cmdline_value(a, "iommu") == Some("pt")) {
+        ev.push("iommu=pt is ignored on arm64 (x86-only parameter)".into());
+    }
+    let from_cmdline = |ev: Vec<String>| -> (IommuMode, Vec<String>) {
+        let mode = match cmd {
+            CmdlineIommu::Off => IommuMode::Off,
+            CmdlineIommu::Passthrough => IommuMode::Passthrough,
+            CmdlineIommu::Translated => IommuMode::Translated,
+            CmdlineIommu::Silent => IommuMode::Unknown,
+        };
+        (mode, ev)
+    };
+    let classes = match &node.iommu.classes {
+        Fact::Known { value, .. } => value,
+        Fact::Absent { reason, .. } => {
+            ev.push(format!("/sys/class/iommu: {reason}"));
+            return from_cmdline(ev);
+        }
+    };
+    if classes.is_empty() {
+        ev.push("/sys/class/iommu: empty (no IOMMU unit registered)".into());
+        if let Some(Some(line)) = node.iommu.default_domain.get() {
+            ev.push(format!("kernel log: {line} (no unit is attached, so no translation)"));
+        }
+        return (IommuMode::Off, ev);
+    }
+    ev.push(format!("/sys/class/iommu: {}", classes.join(" ")));
+    let groups = match &node.iommu.groups {
+        Fact::Known { value, .. } => value,
+        Fact::Absent { reason, .. } => {
+            ev.push(format!("/sys/kernel/iommu_groups: {reason}"));
+            return from_cmdline(ev);
+        }
+    };
+    // Prefer the groups that hold GPUs and NICs; fall back to every group.
+    let interesting: Vec<String> = gpus(node)
+        .iter()
+        .map(|d| d.bdf.clone())
+        .chain(rdma_pci(node))
+        .collect();
+    let mut relevant: Vec<_> = groups
+        .iter()
+        .filter(|g| g.devices.iter().any(|d| interesting.contains(d)))
+        .collect();
+    if relevant.is_empty() {
+        relevant = groups.iter().collect();
+    }
+    let mut types: Vec<String> = relevant.iter().filter_map(|g| g.kind.get().cloned()).collect();
+    types.sort();
+    types.dedup();
+    if types.is_empty() {
+        ev.push("iommu group types unreadable (kernel < 5.11?)".into());
+        return from_cmdline(ev);
+    }
+    ev.push(format!("/sys/kernel/iommu_groups/*/type: {}", types.join(", ")));
+    if types.iter().any(|t| t == "DMA" || t == "DMA-FQ") {
+        (IommuMode::Translated, ev)
+    } else if types.iter().all(|t| t == "identity") {
+        (IommuMode::Passthrough, ev)
+    } else {
+        (IommuMode::Unknown, ev)
+    }
+}
+
+/// NVIDIA GPUs on the PCI bus.
+pub fn gpus(node: &Node) -> Vec<&PciDevice> {
+    node.pci.get().map(|p| p.iter().filter(|d| d.is_nvidia_gpu()).collect()).unwrap_or_default()
+}
+
+/// PCI addresses behind the RDMA devices.
+pub fn rdma_pci(node: &Node) -> Vec<String> {
+    node.rdma
+        .get()
+        .map(|r| r.iter().filter_map(|d| d.pci_bdf.get().cloned().flatten()).collect())
+        .unwrap_or_default()
+}
+
+/// The NVIDIA driver's version and flavor, when the version file was read.
+pub fn nvidia_driver(node: &Node) -> Option<(String, Flavor)> {
+    node.nvidia.version_file.get()?.as_deref().and_then(parse::nvidia_version)
+}
+
+/// Whether a path exists, as an answer with evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathAnswer {
+    /// `Some(true)` available, `Some(false)` not, `None` could not tell.
+    pub available: Option<bool>,
+    /// Why not (or why unknown), one line each.
+    pub reasons: Vec<String>,
+    pub evidence: Vec<Evidence>,
+}
+
+/// NCCL's peer-memory test (`ncclIbGdrSupport`): any of three files exists.
+pub fn peermem_path(node: &Node) -> PathAnswer {
+    let pm = &node.peermem;
+    let files = [
+        ("/sys/kernel/mm/memory_peers/nv_mem/version", &pm.nv_mem_version),
+        ("/sys/kernel/mm/memory_peers/nv_mem_nc/version", &pm.nv_mem_nc_version),
+        ("/sys/module/nvidia_peermem/version", &pm.nvidia_peermem_version),
+    ];
+    let mut evidence = Vec::new();
+    let mut unknown = Vec::new();
+    let mut found = false;
+    for (path, fact) in files {
+        match fact {
+            Fact::Known { value: Some(v), .. } => {
+                found = true;
+                evidence.push(Evidence { source: path.into(), observed: format!("present (version {v})"), expected: None });
+            }
+            Fact::Known { value: None, .. } => {
+                evidence.push(Evidence { source: path.into(), observed: "absent".into(), expected: None });
+            }
+            Fact::Absent { reason, .. } => {
+                unknown.push(format!("{path}: {reason}"));
+                evidence.push(Evidence { source: path.into(), observed: format!("unknown ({reason})"), expected: None });
+            }
+        }
+    }
+    if found {
+        PathAnswer { available: Some(true), reasons: vec![], evidence }
+    } else if unknown.is_empty() {
+        PathAnswer {
+            available: Some(false),
+            reasons: vec!["no peer-memory client: nvidia_peermem is not loaded and no /sys/kernel/mm/memory_peers/nv_mem*".into()],
+            evidence,
+        }
+    } else {
+        PathAnswer { available: None, reasons: unknown, evidence }
+    }
+}
+
+/// The minimum kernel for `ibv_reg_dmabuf_mr` in uverbs (commonly cited 5.12; see ground truth §7).
+pub const DMABUF_MIN_KERNEL: (u32, u32) = (5, 12);
+/// Open kernel modules first shipped with R515.
+pub const DMABUF_MIN_DRIVER: u32 = 515;
+
+/// Whether the dma-buf path is possible from what a static read can tell: NVIDIA open kernel
+/// modules >= 515 and kernel >= 5.12. The libibverbs symbol and the CUDA attribute are live facts.
+pub fn dmabuf_path(node: &Node) -> PathAnswer {
+    let mut blockers = Vec::new();
+    let mut unknowns = Vec::new();
+    let mut evidence = Vec::new();
+    match &node.nvidia.version_file {
+        Fact::Known { value: Some(text), .. } => match parse::nvidia_version(text) {
+            Some((ver, flavor)) => {
+                evidence.push(Evidence {
+                    source: "/proc/driver/nvidia/version".into(),
+                    observed: format!("{ver} ({})", flavor_name(flavor)),
+                    expected: Some(format!("open kernel module >= {DMABUF_MIN_DRIVER}")),
+                });
+                if flavor != Flavor::Open {
+                    blockers.push(format!("NVIDIA driver {ver} is the proprietary flavor; dma-buf export needs the open kernel modules"));
+                } else if parse::driver_major(&ver).is_some_and(|m| m < DMABUF_MIN_DRIVER) {
+                    blockers.push(format!("NVIDIA driver {ver} is older than {DMABUF_MIN_DRIVER}"));
+                }
+            }
+            None => unknowns.push("/proc/driver/nvidia/version: unrecognised format".to_string()),
+        },
+        Fact::Known { value: None, .. } => {
+            blockers.push("NVIDIA driver not loaded (/proc/driver/nvidia/version absent)".into());
+            evidence.push(Evidence {
+                source: "/proc/driver/nvidia/version".into(),
+                observed: "absent".into(),
+                expected: None,
+            });
+        }
+        Fact::Absent { reason, .. } => unknowns.push(format!("/proc/driver/nvidia/version: {reason}")),
+    }
+    match &node.kernel_release {
+        Fact::Known { value, source } => match parse::kernel_version(value) {
+            Some((maj, min, _)) => {
+                evidence.push(Evidence {
+                    source: source.clone(),
+                    observed: value.clone(),
+                    expected: Some(format!(">= {}.{}", DMABUF_MIN_KERNEL.0, DMABUF_MIN_KERNEL.1)),
+                });
+                if (maj, min) < DMABUF_MIN_KERNEL {
+                    blockers.push(format!(
+                        "kernel {value} is older than {}.{} (no ibv_reg_dmabuf_mr in uverbs)",
+                        DMABUF_MIN_KERNEL.0, DMABUF_MIN_KERNEL.1
+                    ));
+                }
+            }
+            None => unknowns.push(format!("kernel release {value:?} not recognised")),
+        },
+        Fact::Absent { reason, source } => unknowns.push(format!("{source}: {reason}")),
+    }
+    let available = if !blockers.is_empty() {
+        Some(false)
+    } else if !unknowns.is_empty() {
+        None
+    } else {
+        Some(true)
+    };
+    blockers.extend(unknowns);
+    PathAnswer { available, reasons: blockers, evidence }
+}
+
+pub fn flavor_name(f: Flavor) -> &'static str {
+    match f {
+        Flavor::Open => "open kernel module",
+        Flavor::Proprietary => "proprietary kernel module",
+    }
+}

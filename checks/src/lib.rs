@@ -1,0 +1,48 @@
+//! gdrdoctor-checks: the pure core of gdrdoctor.
+//!
+//! The binary's collectors read the node (live or a sysroot) into a [`model::Node`]; everything
+//! here is a pure function of that Node: derived conclusions ([`derive`]), the checks
+//! ([`checks::CHECKS`]), and the versioned report ([`report`]). Nothing in this crate does I/O,
+//! loads CUDA, NVML or libibverbs, or prints; so it builds and tests on any machine.
+
+pub mod checks;
+pub mod derive;
+pub mod inventory;
+pub mod model;
+pub mod names;
+pub mod parse;
+pub mod pci;
+pub mod report;
+
+use report::{FailOn, Report};
+
+/// Options that shape a report.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub selection: checks::Selection,
+    pub fail_on: FailOn,
+    pub allow_incomplete: bool,
+}
+
+/// Run the selected checks on a node and assemble the report (with its exit code).
+pub fn build_report(node: &model::Node, opts: &RunOptions) -> Report {
+    let findings = checks::run(node, &opts.selection);
+    let mut summary = report::Summary::count(&findings);
+    summary.exit_code = report::exit_code(&findings, opts.fail_on, opts.allow_incomplete);
+    Report {
+        schema: report::SCHEMA.to_string(),
+        tool: report::Tool { version: env!("CARGO_PKG_VERSION").to_string() },
+        host: report::Host {
+            hostname: node.hostname.get().cloned(),
+            kernel: node.kernel_release.get().cloned(),
+            source: match node.source {
+                model::SourceKind::Live => "live".into(),
+                model::SourceKind::Sysroot => "sysroot".into(),
+            },
+        },
+        summary,
+        inventory: inventory::build(node),
+        findings,
+        gdr: Vec::new(),
+    }
+}

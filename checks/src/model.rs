@@ -1,0 +1,348 @@
+//! The Node model: everything the collectors learned about one node, as plain data.
+//!
+//! Every field that comes from the system is a [`Fact`]: either a value with the path (or call) it
+//! came from, or an absence with the reason it could not be read. A missing file is never a
+//! default value: checks that need an absent fact report `error` or `skip`, never `pass`.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One fact about the node, with its provenance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum Fact<T> {
+    /// The value, and where it was read (`/proc/cmdline`, `getrlimit(RLIMIT_MEMLOCK)`, ...).
+    Known { value: T, source: String },
+    /// Could not be read: `source` says where we looked, `reason` why it failed.
+    Absent { source: String, reason: String },
+}
+
+impl<T> Fact<T> {
+    pub fn known(value: T, source: impl Into<String>) -> Self {
+        Fact::Known { value, source: source.into() }
+    }
+    pub fn absent(source: impl Into<String>, reason: impl Into<String>) -> Self {
+        Fact::Absent { source: source.into(), reason: reason.into() }
+    }
+    pub fn get(&self) -> Option<&T> {
+        match self {
+            Fact::Known { value, .. } => Some(value),
+            Fact::Absent { .. } => None,
+        }
+    }
+    pub fn source(&self) -> &str {
+        match self {
+            Fact::Known { source, .. } | Fact::Absent { source, .. } => source,
+        }
+    }
+    /// The reason the fact is absent, or `None` when it is known.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Fact::Known { .. } => None,
+            Fact::Absent { reason, .. } => Some(reason),
+        }
+    }
+    pub fn map<U>(&self, f: impl FnOnce(&T) -> U) -> Fact<U> {
+        match self {
+            Fact::Known { value, source } => Fact::Known { value: f(value), source: source.clone() },
+            Fact::Absent { source, reason } => {
+                Fact::Absent { source: source.clone(), reason: reason.clone() }
+            }
+        }
+    }
+    /// Human text for evidence: the value via `show`, or `unknown (<reason>)`.
+    pub fn describe(&self, show: impl FnOnce(&T) -> String) -> String {
+        match self {
+            Fact::Known { value, .. } => show(value),
+            Fact::Absent { reason, .. } => format!("unknown ({reason})"),
+        }
+    }
+}
+
+/// Where the node's facts came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Live,
+    Sysroot,
+}
+
+/// Everything the collectors know about one node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Node {
+    pub source: SourceKind,
+    /// `/` for live runs, the sysroot directory otherwise.
+    pub root: String,
+    pub hostname: Fact<String>,
+    pub kernel_release: Fact<String>,
+    /// `uname -m` (live) or the snapshot metadata.
+    pub arch: Fact<String>,
+    pub cpu_vendor: Fact<CpuVendor>,
+    pub modules: Modules,
+    pub cmdline: Fact<Vec<String>>,
+    pub hugepages: Fact<HugePages>,
+    pub memlock: Fact<Rlimit>,
+    pub euid: Fact<u32>,
+    /// GPU/NIC-relevant environment variables (`NCCL_*`, `NVSHMEM_*`, `CUDA_*`) the tool ran with.
+    pub env: Fact<BTreeMap<String, String>>,
+    pub iommu: Iommu,
+    pub nvidia: NvidiaDriver,
+    pub peermem: PeerMem,
+    pub pci: Fact<Vec<PciDevice>>,
+    pub rdma: Fact<Vec<RdmaDevice>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuVendor {
+    Intel,
+    Amd,
+    Arm,
+    Power,
+    Other,
+}
+
+/// Kernel modules, from `/proc/modules` and `/sys/module`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Modules {
+    /// `/proc/modules`: loadable modules currently loaded, name -> users.
+    pub proc_modules: Fact<BTreeMap<String, LoadedModule>>,
+    /// Names under `/sys/module` (loaded modules and built-ins that have parameters or a version).
+    pub sys_module: Fact<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoadedModule {
+    pub state: String,
+    pub used_by: Vec<String>,
+}
+
+/// Whether a module is present, and how we know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleState {
+    /// Listed in `/proc/modules`.
+    Loaded,
+    /// Only in `/sys/module` (built into the kernel, or `/proc/modules` unreadable).
+    SysModule,
+    NotLoaded,
+    /// Neither source could be read.
+    Unknown,
+}
+
+impl Modules {
+    pub fn state(&self, name: &str) -> ModuleState {
+        let in_proc = self.proc_modules.get().map(|m| m.contains_key(name));
+        let in_sys = self.sys_module.get().map(|m| m.iter().any(|n| n == name));
+        match (in_proc, in_sys) {
+            (Some(true), _) => ModuleState::Loaded,
+            (_, Some(true)) => ModuleState::SysModule,
+            (Some(false), _) | (_, Some(false)) => ModuleState::NotLoaded,
+            (None, None) => ModuleState::Unknown,
+        }
+    }
+    pub fn present(&self, name: &str) -> Option<bool> {
+        match self.state(name) {
+            ModuleState::Loaded | ModuleState::SysModule => Some(true),
+            ModuleState::NotLoaded => Some(false),
+            ModuleState::Unknown => None,
+        }
+    }
+    /// The path a check should cite as evidence for a module's presence.
+    pub fn source(&self) -> String {
+        match (&self.proc_modules, &self.sys_module) {
+            (Fact::Known { .. }, Fact::Known { .. }) => "/proc/modules, /sys/module".into(),
+            (Fact::Known { .. }, _) => "/proc/modules".into(),
+            (_, Fact::Known { .. }) => "/sys/module".into(),
+            _ => "/proc/modules, /sys/module (both unreadable)".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HugePages {
+    pub total: u64,
+    pub free: u64,
+    pub size_kib: u64,
+}
+
+/// A resource limit; `None` means unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Rlimit {
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Iommu {
+    /// Entries of `/sys/class/iommu` (dmar0, ivhd0, smmu3.0x...).
+    pub classes: Fact<Vec<String>>,
+    /// `/sys/kernel/iommu_groups/*`.
+    pub groups: Fact<Vec<IommuGroup>>,
+    /// The last line of the kernel log saying `iommu: Default domain type: ...`, if the node
+    /// has it in a readable place. Live-only; absent in most snapshots.
+    pub default_domain: Fact<Option<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IommuGroup {
+    pub id: String,
+    /// `identity`, `DMA`, `DMA-FQ`, `unmanaged`, `blocked`; absent on kernels before 5.11.
+    pub kind: Fact<String>,
+    pub devices: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Flavor {
+    Open,
+    Proprietary,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NvidiaDriver {
+    /// `/proc/driver/nvidia/version`: `None` inside `Known` means the file does not exist
+    /// (driver not loaded).
+    pub version_file: Fact<Option<String>>,
+    /// `/proc/driver/nvidia/params`, key -> value (quotes kept as written).
+    pub params: Fact<BTreeMap<String, String>>,
+    /// `/proc/driver/nvidia/gpus/*/information`, one map per GPU directory name (its BDF).
+    pub gpus: Fact<BTreeMap<String, BTreeMap<String, String>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeerMem {
+    /// Contents of the three files NCCL tests (`access(F_OK)`), `None` when the file does not exist.
+    pub nv_mem_version: Fact<Option<String>>,
+    pub nv_mem_nc_version: Fact<Option<String>>,
+    pub nvidia_peermem_version: Fact<Option<String>>,
+    /// `/sys/module/nv_peer_mem` exists (legacy Mellanox module).
+    pub nv_peer_mem: Fact<bool>,
+    /// Entries of `/sys/kernel/mm/memory_peers`; `None` when the directory does not exist.
+    pub memory_peers: Fact<Option<Vec<String>>>,
+    /// `/sys/module/nvidia_peermem/parameters/*`.
+    pub nvidia_peermem_params: Fact<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PciDevice {
+    /// Domain:bus:device.function, lower case (`0000:00:06.0`).
+    pub bdf: String,
+    /// The resolved sysfs directory (`/sys/devices/pci0000:00/0000:00:06.0`).
+    pub sysfs_path: String,
+    /// The upstream device in the resolved path (a bridge or switch port), `None` below a root.
+    pub parent: Option<String>,
+    /// The host bridge directory (`pci0000:00`).
+    pub host_bridge: String,
+    pub vendor_id: Fact<u16>,
+    pub device_id: Fact<u16>,
+    pub subsystem_vendor_id: Fact<u16>,
+    pub subsystem_device_id: Fact<u16>,
+    pub class: Fact<u32>,
+    pub numa_node: Fact<i32>,
+    pub local_cpulist: Fact<String>,
+    pub cur_link_speed: Fact<String>,
+    pub cur_link_width: Fact<u32>,
+    pub max_link_speed: Fact<String>,
+    pub max_link_width: Fact<u32>,
+    pub resources: Fact<Vec<Resource>>,
+    /// Name of the bound driver, `None` when unbound.
+    pub driver: Fact<Option<String>>,
+    /// IOMMU group number, `None` when the device has no group.
+    pub iommu_group: Fact<Option<String>>,
+    /// Raw config space (64 bytes for non-root readers, 256 or 4096 for root).
+    #[serde(skip)]
+    pub config: Fact<Vec<u8>>,
+    /// SR-IOV virtual function (has a `physfn` link).
+    pub is_virtfn: bool,
+}
+
+impl PciDevice {
+    pub fn class_code(&self) -> Option<u32> {
+        self.class.get().copied()
+    }
+    pub fn is_nvidia_gpu(&self) -> bool {
+        self.vendor_id.get() == Some(&0x10de)
+            && self.class_code().is_some_and(|c| (c >> 16) == 0x03)
+    }
+    pub fn is_bridge(&self) -> bool {
+        self.class_code().is_some_and(|c| (c >> 8) == 0x0604)
+    }
+    pub fn is_network(&self) -> bool {
+        self.class_code().is_some_and(|c| (c >> 16) == 0x02)
+    }
+}
+
+/// One line of sysfs `resource`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Resource {
+    /// Line number: 0-5 BARs, 6 expansion ROM, 7+ bridge windows / SR-IOV BARs.
+    pub index: usize,
+    pub start: u64,
+    pub end: u64,
+    pub flags: u64,
+}
+
+impl Resource {
+    pub const IORESOURCE_IO: u64 = 0x100;
+    pub const IORESOURCE_MEM: u64 = 0x200;
+    pub const IORESOURCE_PREFETCH: u64 = 0x2000;
+    pub const IORESOURCE_MEM_64: u64 = 0x0010_0000;
+    pub fn is_set(&self) -> bool {
+        !(self.start == 0 && self.end == 0) && self.end >= self.start
+    }
+    pub fn size(&self) -> u64 {
+        if self.is_set() {
+            self.end.wrapping_sub(self.start).wrapping_add(1)
+        } else {
+            0
+        }
+    }
+    pub fn is_io(&self) -> bool {
+        self.flags & Self::IORESOURCE_IO != 0
+    }
+    pub fn is_mem(&self) -> bool {
+        self.flags & Self::IORESOURCE_MEM != 0
+    }
+    pub fn prefetchable(&self) -> bool {
+        self.flags & Self::IORESOURCE_PREFETCH != 0
+    }
+    pub fn mem64(&self) -> bool {
+        self.flags & Self::IORESOURCE_MEM_64 != 0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RdmaDevice {
+    pub name: String,
+    /// The PCI function behind the device (`/sys/class/infiniband/<dev>/device` resolved).
+    pub pci_bdf: Fact<Option<String>>,
+    pub fw_ver: Fact<String>,
+    pub hca_type: Fact<String>,
+    pub board_id: Fact<String>,
+    pub node_guid: Fact<String>,
+    pub node_type: Fact<String>,
+    pub ports: Fact<Vec<RdmaPort>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RdmaPort {
+    pub port: u32,
+    /// Raw sysfs text, e.g. `4: ACTIVE`.
+    pub state: Fact<String>,
+    /// Raw sysfs text, e.g. `5: LinkUp`.
+    pub phys_state: Fact<String>,
+    pub link_layer: Fact<String>,
+    pub rate: Fact<String>,
+    /// Number of non-zero GIDs in `ports/<p>/gids/*`.
+    pub gid_count: Fact<usize>,
+}
+
+impl RdmaPort {
+    /// The state name without its number (`ACTIVE`).
+    pub fn state_name(&self) -> Option<&str> {
+        self.state.get().map(|s| crate::parse::after_colon(s))
+    }
+    pub fn phys_state_name(&self) -> Option<&str> {
+        self.phys_state.get().map(|s| crate::parse::after_colon(s))
+    }
+}

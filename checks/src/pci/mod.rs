@@ -1,0 +1,2 @@
+//! PCI: config-space decoding (pure functions of bytes).
+pub mod config;

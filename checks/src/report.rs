@@ -1,0 +1,337 @@
+//! Findings and the versioned JSON report (`gdrdoctor.report/v1`, see docs/report-format.md).
+//!
+//! The JSON is the contract: renderers for humans may change, this shape may only grow.
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA: &str = "gdrdoctor.report/v1";
+
+/// What happened when a check looked at one subject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Skip,
+    Warn,
+    Error,
+    Fail,
+}
+
+impl Status {
+    pub const ALL: [Status; 5] = [Status::Pass, Status::Warn, Status::Fail, Status::Skip, Status::Error];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+            Status::Skip => "skip",
+            Status::Error => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One piece of evidence: what we read, where, and what a healthy node shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Evidence {
+    pub source: String,
+    pub observed: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+}
+
+/// The outcome of one check for one subject.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Finding {
+    pub id: String,
+    pub status: Status,
+    /// `node`, a PCI address, an RDMA device (`mlx5_0`, `mlx5_0/1`), or a pair (`0000:..|mlx5_0`).
+    pub subject: String,
+    /// Lowercase, no trailing period: states what is, not what to do.
+    pub message: String,
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+    /// What to change, with exact commands; only on non-passing findings.
+    #[serde(default)]
+    pub remediation: Option<String>,
+    pub docs: String,
+}
+
+impl Finding {
+    pub fn new(id: &str, status: Status, subject: impl Into<String>, message: impl Into<String>) -> Self {
+        Finding {
+            id: id.to_string(),
+            status,
+            subject: subject.into(),
+            message: message.into(),
+            evidence: Vec::new(),
+            remediation: None,
+            docs: format!("docs/checks/{id}.md"),
+        }
+    }
+    pub fn evidence(mut self, source: impl Into<String>, observed: impl Into<String>) -> Self {
+        self.evidence.push(Evidence { source: source.into(), observed: observed.into(), expected: None });
+        self
+    }
+    pub fn expect(
+        mut self,
+        source: impl Into<String>,
+        observed: impl Into<String>,
+        expected: impl Into<String>,
+    ) -> Self {
+        self.evidence.push(Evidence {
+            source: source.into(),
+            observed: observed.into(),
+            expected: Some(expected.into()),
+        });
+        self
+    }
+    pub fn fix(mut self, remediation: impl Into<String>) -> Self {
+        self.remediation = Some(remediation.into());
+        self
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub pass: usize,
+    pub warn: usize,
+    pub fail: usize,
+    pub skip: usize,
+    pub error: usize,
+    pub exit_code: i32,
+}
+
+impl Summary {
+    pub fn count(findings: &[Finding]) -> Summary {
+        let mut s = Summary::default();
+        for f in findings {
+            match f.status {
+                Status::Pass => s.pass += 1,
+                Status::Warn => s.warn += 1,
+                Status::Fail => s.fail += 1,
+                Status::Skip => s.skip += 1,
+                Status::Error => s.error += 1,
+            }
+        }
+        s
+    }
+}
+
+/// What makes `check`/`probe` exit non-zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailOn {
+    Warn,
+    #[default]
+    Fail,
+}
+
+/// The exit-code contract: 0 nothing failed, 1 at least one fail (or warn with `--fail-on warn`),
+/// 3 nothing failed but some checks could not be evaluated (unless `allow_incomplete`).
+/// Code 2 (could not run at all) is decided by the caller before any check runs.
+pub fn exit_code(findings: &[Finding], fail_on: FailOn, allow_incomplete: bool) -> i32 {
+    let s = Summary::count(findings);
+    if s.fail > 0 || (fail_on == FailOn::Warn && s.warn > 0) {
+        1
+    } else if s.error > 0 && !allow_incomplete {
+        3
+    } else {
+        0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tool {
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    pub hostname: Option<String>,
+    pub kernel: Option<String>,
+    /// `live`, `sysroot`, or `evidence` (pasted tool output).
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    pub cur_speed_gts: Option<f64>,
+    pub cur_width: Option<u32>,
+    pub max_speed_gts: Option<f64>,
+    pub max_width: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bar {
+    pub index: usize,
+    pub start: String,
+    pub size: u64,
+    pub prefetchable: bool,
+    pub mem64: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuInv {
+    pub bdf: String,
+    pub vendor_id: String,
+    pub device_id: String,
+    pub name: String,
+    pub numa_node: Option<i32>,
+    pub link: Link,
+    pub bars: Vec<Bar>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortInv {
+    pub port: u32,
+    pub state: Option<String>,
+    pub phys_state: Option<String>,
+    pub link_layer: Option<String>,
+    pub rate: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NicInv {
+    pub ibdev: String,
+    pub bdf: Option<String>,
+    pub fw_ver: Option<String>,
+    pub hca_type: Option<String>,
+    pub board_id: Option<String>,
+    pub ports: Vec<PortInv>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcieInv {
+    pub lnkcap_speed_gts: Option<f64>,
+    pub lnkcap_width: Option<u8>,
+    pub lnksta_speed_gts: Option<f64>,
+    pub lnksta_width: Option<u8>,
+    pub mps: u32,
+    pub mrrs: u32,
+    pub relaxed_ordering: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcsInv {
+    pub ctl: String,
+    pub src_valid: bool,
+    pub req_redir: bool,
+    pub cmplt_redir: bool,
+    pub upstream_fwd: bool,
+    pub egress_ctl: bool,
+    pub direct_trans: bool,
+    pub trans_blocking: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AtsInv {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PciInv {
+    pub bdf: String,
+    pub class: Option<String>,
+    pub vendor_id: Option<String>,
+    pub device_id: Option<String>,
+    pub parent: Option<String>,
+    pub pcie: Option<PcieInv>,
+    pub acs: Option<AcsInv>,
+    pub ats: Option<AtsInv>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriverInv {
+    pub nvidia_version: Option<String>,
+    pub flavor: Option<String>,
+    pub peermem: Option<bool>,
+    pub nv_peer_mem: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IommuInv {
+    pub mode: String,
+    pub evidence: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Inventory {
+    pub gpus: Vec<GpuInv>,
+    pub nics: Vec<NicInv>,
+    pub pci: Vec<PciInv>,
+    pub driver: DriverInv,
+    pub iommu: IommuInv,
+}
+
+/// GDR verdict for one GPU x NIC pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GdrPair {
+    pub gpu: String,
+    pub nic: String,
+    pub path: String,
+    pub enabled: bool,
+    pub mechanism: Option<String>,
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub schema: String,
+    pub tool: Tool,
+    pub host: Host,
+    pub summary: Summary,
+    pub inventory: Inventory,
+    pub findings: Vec<Finding>,
+    pub gdr: Vec<GdrPair>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(s: Status) -> Finding {
+        Finding::new("x.y", s, "node", "m")
+    }
+
+    #[test]
+    fn exit_codes_follow_the_contract() {
+        assert_eq!(exit_code(&[], FailOn::Fail, false), 0);
+        assert_eq!(exit_code(&[f(Status::Pass), f(Status::Warn)], FailOn::Fail, false), 0);
+        assert_eq!(exit_code(&[f(Status::Pass), f(Status::Warn)], FailOn::Warn, false), 1);
+        assert_eq!(exit_code(&[f(Status::Fail), f(Status::Error)], FailOn::Fail, false), 1);
+        assert_eq!(exit_code(&[f(Status::Pass), f(Status::Error)], FailOn::Fail, false), 3);
+        assert_eq!(exit_code(&[f(Status::Pass), f(Status::Error)], FailOn::Fail, true), 0);
+        assert_eq!(exit_code(&[f(Status::Skip)], FailOn::Warn, false), 0);
+        assert_eq!(exit_code(&[f(Status::Warn), f(Status::Error)], FailOn::Warn, false), 1);
+    }
+
+    #[test]
+    fn summary_counts_each_status() {
+        let s = Summary::count(&[f(Status::Pass), f(Status::Pass), f(Status::Skip), f(Status::Error)]);
+        assert_eq!((s.pass, s.warn, s.fail, s.skip, s.error), (2, 0, 0, 1, 1));
+    }
+}

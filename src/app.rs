@@ -1,0 +1,245 @@
+//! Glue: parse the command line, run the command, map the outcome to the exit-code contract.
+
+use crate::cli::{CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat};
+use crate::reader::Root;
+use crate::render::{self, Style};
+use crate::{collect, docs, meta, snapshot};
+use clap::Parser;
+use gdrdoctor_checks::checks::{Selection, CHECKS};
+use gdrdoctor_checks::report::FailOn;
+use gdrdoctor_checks::RunOptions;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+/// Exit code for "gdrdoctor could not run".
+pub const EXIT_USAGE: i32 = 2;
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => EXIT_USAGE,
+            };
+        }
+    };
+    match cli.command {
+        Command::Check(args) => check(&args),
+        Command::List { format } => list(format),
+        Command::Explain { id } => explain(&id),
+        Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
+    }
+}
+
+fn err(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("gdrdoctor: error: {msg}");
+    EXIT_USAGE
+}
+
+/// Write to stdout; a closed pipe (`| head`) is not an error.
+pub fn emit(text: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => true,
+        Err(e) => {
+            eprintln!("gdrdoctor: error: writing to stdout: {e}");
+            false
+        }
+    }
+}
+
+/// Write `text` to `path` atomically (temp file in the same directory, then rename).
+pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("{}: {e}", path.display())
+    })
+}
+
+pub fn color_enabled(choice: ColorChoice) -> bool {
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            if std::env::var("CLICOLOR_FORCE").is_ok_and(|v| !v.is_empty() && v != "0") {
+                return true;
+            }
+            let no_color = std::env::var("NO_COLOR").is_ok_and(|v| !v.is_empty());
+            let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+            std::io::stdout().is_terminal() && !no_color && !dumb
+        }
+    }
+}
+
+/// Open the root the user asked for: live `/`, a directory, or a `.tar.gz` (unpacked to a temp
+/// directory that is removed when the guard drops).
+pub struct OpenedRoot {
+    pub root: Root,
+    cleanup: Option<PathBuf>,
+}
+
+impl Drop for OpenedRoot {
+    fn drop(&mut self) {
+        if let Some(d) = &self.cleanup {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+pub fn open_root(sysroot: Option<&Path>) -> Result<OpenedRoot, String> {
+    let Some(p) = sysroot else {
+        return Ok(OpenedRoot { root: Root::live(), cleanup: None });
+    };
+    if p.is_file() {
+        let dir = snapshot::unpack(p).map_err(|e| e.to_string())?;
+        let root = Root::sysroot(&dir).map_err(|e| format!("--sysroot {}: {e}", p.display()))?;
+        return Ok(OpenedRoot { root, cleanup: Some(dir) });
+    }
+    let root = Root::sysroot(p).map_err(|e| format!("--sysroot: {e}"))?;
+    Ok(OpenedRoot { root, cleanup: None })
+}
+
+fn check(args: &CheckArgs) -> i32 {
+    let selection = Selection { only: args.only.clone(), skip: args.skip.clone() };
+    let unknown = selection.unknown_patterns();
+    if !unknown.is_empty() {
+        return err(format!(
+            "no check or category named {}; `gdrdoctor list` shows them",
+            unknown.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let opened = match open_root(args.sysroot.as_deref()) {
+        Ok(o) => o,
+        Err(e) => return err(e),
+    };
+    let meta = if opened.root.is_live() {
+        None
+    } else {
+        match meta::read(&opened.root) {
+            Ok(m) => m,
+            Err(e) => return err(e),
+        }
+    };
+    let node = collect::collect(&opened.root, meta.as_ref());
+    let opts = RunOptions {
+        selection,
+        fail_on: match args.fail_on {
+            FailOnArg::Warn => FailOn::Warn,
+            FailOnArg::Fail => FailOn::Fail,
+        },
+        allow_incomplete: args.allow_incomplete,
+    };
+    let report = gdrdoctor_checks::build_report(&node, &opts);
+    let color = args.output.is_none() && color_enabled(args.color);
+    colored::control::set_override(color);
+    let style = Style { color, verbose: args.verbose, warn_is_failure: opts.fail_on == FailOn::Warn };
+    let text = render::render(&report, args.format, &style);
+    match &args.output {
+        Some(path) => {
+            if let Err(e) = write_atomic(path, &text) {
+                return err(e);
+            }
+        }
+        None => {
+            if !emit(&text) {
+                return EXIT_USAGE;
+            }
+        }
+    }
+    report.summary.exit_code
+}
+
+fn list(format: ListFormat) -> i32 {
+    let text = match format {
+        ListFormat::Table => {
+            let w = CHECKS.iter().map(|c| c.id.len()).max().unwrap_or(10);
+            let mut s = String::new();
+            for c in CHECKS {
+                s.push_str(&format!("{:<w$}  {}\n", c.id, c.title));
+            }
+            s
+        }
+        ListFormat::Json => {
+            let v: Vec<_> = CHECKS
+                .iter()
+                .map(|c| serde_json::json!({"id": c.id, "category": c.category(), "title": c.title, "docs": format!("docs/checks/{}.md", c.id)}))
+                .collect();
+            format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
+        }
+        ListFormat::Markdown => markdown_list(),
+    };
+    if emit(&text) {
+        0
+    } else {
+        EXIT_USAGE
+    }
+}
+
+/// `docs/checks.md`, generated from the registry (a test keeps the file in sync).
+pub fn markdown_list() -> String {
+    let mut s = String::from("# Checks\n\nGenerated by `gdrdoctor list --format markdown`; do not edit by hand.\n\n| id | category | verifies |\n|---|---|---|\n");
+    for c in CHECKS {
+        s.push_str(&format!("| [`{}`](checks/{}.md) | {} | {} |\n", c.id, c.id, c.category(), c.title));
+    }
+    s
+}
+
+fn explain(id: &str) -> i32 {
+    match docs::page(id) {
+        Some(p) => {
+            if emit(p) {
+                0
+            } else {
+                EXIT_USAGE
+            }
+        }
+        None => {
+            let near: Vec<&str> = CHECKS.iter().map(|c| c.id).filter(|c| c.contains(id) || id.contains(c.split('.').next().unwrap_or(""))).collect();
+            let hint = if near.is_empty() { String::new() } else { format!(" (did you mean {}?)", near.join(", ")) };
+            err(format!("no check `{id}`{hint}; `gdrdoctor list` shows them"))
+        }
+    }
+}
+
+fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
+    let opened = match open_root(sysroot) {
+        Ok(o) => o,
+        Err(e) => return err(e),
+    };
+    // The recording root must own the reader; re-open for sysroots (cheap).
+    let root = if opened.root.is_live() {
+        Root::live()
+    } else {
+        match Root::sysroot(opened.root.base()) {
+            Ok(r) => r,
+            Err(e) => return err(e),
+        }
+    };
+    // SAFETY of euid: a non-root snapshot is still useful, but config space is cut to 64 bytes.
+    let t0 = std::time::Instant::now();
+    match snapshot::take(root, out) {
+        Ok((node, w)) => {
+            if node.euid.get() != Some(&0) && node.source == gdrdoctor_checks::model::SourceKind::Live {
+                eprintln!("gdrdoctor: note: not running as root: PCI config space is captured as 64 bytes only");
+            }
+            eprintln!(
+                "gdrdoctor: wrote {} ({} files, {} links, {} dirs, {} bytes) in {:.0} ms",
+                out.display(),
+                w.files,
+                w.links,
+                w.dirs,
+                w.bytes,
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+            0
+        }
+        Err(e) => err(e),
+    }
+}

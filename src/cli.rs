@@ -1,0 +1,132 @@
+//! Command-line interface. `--help` teaches: every flag says what it is for, every command ends
+//! with examples and the exit-code contract.
+
+use crate::render::Format;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const EXIT_CODES: &str = "\
+Exit codes (check, probe):
+  0  nothing failed (warnings allowed unless --fail-on warn)
+  1  at least one check failed
+  2  gdrdoctor could not run (usage error, unreadable sysroot)
+  3  nothing failed, but some checks could not be evaluated (status error);
+     a CI gate must not read this as healthy unless it passes --allow-incomplete";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gdrdoctor",
+    version,
+    about = "Diagnose GPUDirect RDMA on GPU cluster nodes: will GPU-to-NIC RDMA work here, and if not, why",
+    long_about = "Diagnose GPUDirect RDMA on GPU cluster nodes.\n\n\
+gdrdoctor reads the node (sysfs, procfs, the NVIDIA driver's files) and answers one question: will \
+GPU-to-NIC RDMA work here, and if not, exactly why and what to change. Run it first on a new node, \
+gate CI preflight on its exit code, attach a snapshot to a bug report.",
+    after_long_help = "Examples:\n  gdrdoctor check                       # static checks of this node, as a table\n  gdrdoctor check --format json > r.json\n  gdrdoctor check --only rdma,iommu     # only some categories\n  gdrdoctor snapshot node.tar.gz        # capture what the checks read\n  gdrdoctor check --sysroot node.tar.gz # ... and check it anywhere\n  gdrdoctor explain kmod.nvidia-peermem\n  gdrdoctor list"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the static checks on this node (or on a snapshot with --sysroot)
+    #[command(after_long_help = concat!(
+        "Examples:\n",
+        "  gdrdoctor check\n",
+        "  gdrdoctor check --format junit -o gdrdoctor.xml        # CI\n",
+        "  gdrdoctor check --format prometheus -o /var/lib/node_exporter/textfile/gdrdoctor.prom\n",
+        "  gdrdoctor check --fail-on warn --allow-incomplete      # strict gate, tolerate non-root\n",
+        "  gdrdoctor check --sysroot snapshot/ --only kmod --skip kmod.nv-peer-mem\n\n",
+        "Run as root for the full picture: PCI config space beyond 64 bytes is root-only.\n\n",
+        "Exit codes (check, probe):\n",
+        "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
+        "  1  at least one check failed\n",
+        "  2  gdrdoctor could not run (usage error, unreadable sysroot)\n",
+        "  3  nothing failed, but some checks could not be evaluated (status error);\n",
+        "     a CI gate must not read this as healthy unless it passes --allow-incomplete"
+    ))]
+    Check(CheckArgs),
+    /// List every check: id, category and what it verifies
+    List {
+        /// Output format
+        #[arg(long, value_enum, default_value_t = ListFormat::Table)]
+        format: ListFormat,
+    },
+    /// Print the long-form page of one check: why it matters, how it is detected, how to fix it
+    Explain {
+        /// A check id, as `gdrdoctor list` shows it (e.g. iommu.mode)
+        id: String,
+    },
+    /// Capture every file the checks read (plus live-only facts) for --sysroot or a bug report
+    #[command(after_long_help = "The snapshot holds exactly the files the collectors read, with sysfs \
+symlinks kept as symlinks, and gdrdoctor/meta.json for what only a live call sees (uname, \
+RLIMIT_MEMLOCK, euid, NCCL_*/NVSHMEM_* environment). It contains the hostname: review it before \
+sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snapshot node-a.tar.gz\n  gdrdoctor check --sysroot node-a.tar.gz")]
+    Snapshot {
+        /// Output: a new directory, or a file ending in .tar.gz / .tgz
+        out: PathBuf,
+        /// Re-capture from another sysroot instead of the live node (prunes it to what the checks read)
+        #[arg(long, value_name = "DIR|TAR.GZ")]
+        sysroot: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ListFormat {
+    Table,
+    Json,
+    Markdown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Color when stdout is a terminal, NO_COLOR is unset and TERM is not dumb
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOnArg {
+    /// Exit 1 on warnings too
+    Warn,
+    /// Exit 1 only on failures (default)
+    Fail,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Read a snapshot (directory or .tar.gz from `gdrdoctor snapshot`) instead of the live node
+    #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
+    pub sysroot: Option<PathBuf>,
+    /// Output format
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the report to FILE (atomically: temp file + rename) instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// When to color the table
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// Run only these checks: ids or categories, comma-separated or repeated (e.g. rdma,iommu.mode)
+    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    pub only: Vec<String>,
+    /// Do not run these checks: ids or categories
+    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    pub skip: Vec<String>,
+    /// The lowest status that makes the exit code 1
+    #[arg(long, value_enum, default_value_t = FailOnArg::Fail)]
+    pub fail_on: FailOnArg,
+    /// Exit 0 instead of 3 when some checks could not be evaluated (e.g. not running as root)
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Show evidence for passing checks too
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+}
+
+pub fn exit_codes_text() -> &'static str {
+    EXIT_CODES
+}

@@ -1,0 +1,27 @@
+//! The long-form check pages (`docs/checks/<id>.md`), embedded for `gdrdoctor explain`.
+
+macro_rules! pages {
+    ($($id:literal),* $(,)?) => {
+        pub static PAGES: &[(&str, &str)] = &[
+            $(($id, include_str!(concat!("../docs/checks/", $id, ".md"))),)*
+        ];
+    };
+}
+
+pages!(
+    "gpu.present",
+    "driver.nvidia",
+    "driver.grdma-override",
+    "kmod.nvidia-peermem",
+    "kmod.nv-peer-mem",
+    "kmod.dmabuf",
+    "iommu.mode",
+    "rdma.devices",
+    "rdma.ports",
+    "rdma.firmware",
+    "mem.memlock",
+);
+
+pub fn page(id: &str) -> Option<&'static str> {
+    PAGES.iter().find(|(i, _)| *i == id).map(|(_, p)| *p)
+}

@@ -1,0 +1,11 @@
+//! gdrdoctor: the binary's library half. Collectors (all I/O, through [`reader::Root`]),
+//! renderers, snapshot and the CLI glue. The checks themselves live in `gdrdoctor-checks`.
+
+pub mod app;
+pub mod cli;
+pub mod collect;
+pub mod docs;
+pub mod meta;
+pub mod reader;
+pub mod render;
+pub mod snapshot;

@@ -1,0 +1,34 @@
+//! `gdrdoctor/meta.json` in a snapshot: the facts that only a live call sees (uname, rlimits,
+//! euid, environment), so that `check --sysroot` on a snapshot reaches the same findings as
+//! `check` on the node did.
+
+use crate::reader::Root;
+use gdrdoctor_checks::model::Rlimit;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const META_PATH: &str = "/gdrdoctor/meta.json";
+pub const META_SCHEMA: &str = "gdrdoctor.snapshot/v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    pub schema: String,
+    pub tool_version: String,
+    pub created_unix: u64,
+    pub hostname: Option<String>,
+    pub kernel_release: Option<String>,
+    pub arch: Option<String>,
+    pub euid: Option<u32>,
+    pub memlock: Option<Rlimit>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Read the metadata of a sysroot; `Ok(None)` when there is none (a foreign capture).
+pub fn read(root: &Root) -> Result<Option<Meta>, String> {
+    match root.read(META_PATH) {
+        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| format!("{META_PATH}: {e}")),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,434 @@
+//! The one root-relative reader every collector goes through.
+//!
+//! Callers name real kernel paths (`/sys/bus/pci/devices`); the reader re-roots them under `/`
+//! (live) or a sysroot directory. Symlinks are resolved by the reader itself, component by
+//! component, *inside* the root, with chroot semantics: an absolute target restarts at the root
+//! and `..` stops at the root, so nothing outside the sysroot is ever read. More than
+//! [`MAX_LINKS`] links in one resolution is a loop and an error, never a hang. Every error names
+//! the kernel path.
+//!
+//! The reader can record what it touched (files with the bytes read, listed directories,
+//! followed links) so that `gdrdoctor snapshot` copies exactly what the collectors read.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Link resolutions allowed in one path before we call it a loop (Linux uses 40).
+pub const MAX_LINKS: usize = 40;
+/// The most bytes read from one file (sysfs and procfs files are small; config space is 4 KiB).
+pub const MAX_FILE: u64 = 4 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    NotFound,
+    PermissionDenied,
+    Loop,
+    NotADirectory,
+    TooLarge,
+    Io(String),
+}
+
+/// A read that failed, with the kernel path it was for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadError {
+    pub path: String,
+    pub kind: ErrorKind,
+}
+
+impl ReadError {
+    fn new(path: &str, kind: ErrorKind) -> Self {
+        ReadError { path: path.to_string(), kind }
+    }
+    fn io(path: &str, e: &std::io::Error) -> Self {
+        let kind = match e.kind() {
+            std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+            std::io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
+            _ if e.raw_os_error() == Some(libc::ELOOP) => ErrorKind::Loop,
+            _ if e.raw_os_error() == Some(libc::ENOTDIR) => ErrorKind::NotADirectory,
+            _ => ErrorKind::Io(e.to_string()),
+        };
+        ReadError::new(path, kind)
+    }
+    pub fn is_not_found(&self) -> bool {
+        matches!(self.kind, ErrorKind::NotFound | ErrorKind::NotADirectory)
+    }
+    /// The reason alone, for a [`Fact::Absent`](gdrdoctor_checks::model::Fact).
+    pub fn reason(&self) -> String {
+        match &self.kind {
+            ErrorKind::NotFound => "not found".into(),
+            ErrorKind::PermissionDenied => "permission denied (run as root)".into(),
+            ErrorKind::Loop => format!("symlink loop (more than {MAX_LINKS} links)"),
+            ErrorKind::NotADirectory => "not a directory".into(),
+            ErrorKind::TooLarge => format!("larger than {MAX_FILE} bytes"),
+            ErrorKind::Io(e) => e.clone(),
+        }
+    }
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.reason())
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Link,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: EntryKind,
+}
+
+/// What the recorder saw at one kernel path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    File(Vec<u8>),
+    /// A file that was listed but not read (written empty in a snapshot).
+    Listed,
+    Dir,
+    Link(String),
+}
+
+pub struct Root {
+    base: PathBuf,
+    live: bool,
+    recorder: Option<Mutex<BTreeMap<String, Recorded>>>,
+}
+
+impl fmt::Debug for Root {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Root({})", self.base.display())
+    }
+}
+
+impl Root {
+    /// The running system.
+    pub fn live() -> Root {
+        Root { base: PathBuf::from("/"), live: true, recorder: None }
+    }
+
+    /// A captured tree; errors if `dir` is not a readable directory.
+    pub fn sysroot(dir: &Path) -> Result<Root, ReadError> {
+        let shown = dir.display().to_string();
+        let md = std::fs::metadata(dir).map_err(|e| ReadError::io(&shown, &e))?;
+        if !md.is_dir() {
+            return Err(ReadError::new(&shown, ErrorKind::NotADirectory));
+        }
+        std::fs::read_dir(dir).map_err(|e| ReadError::io(&shown, &e))?;
+        Ok(Root { base: dir.to_path_buf(), live: false, recorder: None })
+    }
+
+    /// Record every path touched from now on (for `snapshot`).
+    pub fn recording(mut self) -> Root {
+        self.recorder = Some(Mutex::new(BTreeMap::new()));
+        self
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// What was recorded so far (empty when not recording).
+    pub fn recorded(&self) -> BTreeMap<String, Recorded> {
+        match &self.recorder {
+            Some(m) => match m.lock() {
+                Ok(g) => g.clone(),
+                Err(p) => p.into_inner().clone(),
+            },
+            None => BTreeMap::new(),
+        }
+    }
+
+    fn record(&self, path: &str, what: Recorded) {
+        let Some(m) = &self.recorder else { return };
+        let mut g = match m.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match (g.get(path), &what) {
+            // Content beats a bare listing; a directory stays a directory.
+            (Some(Recorded::File(_)), Recorded::Listed) | (Some(Recorded::Dir), Recorded::Listed) => {}
+            _ => {
+                g.insert(path.to_string(), what);
+            }
+        }
+    }
+
+    fn host_path(&self, comps: &[String]) -> PathBuf {
+        let mut p = self.base.clone();
+        for c in comps {
+            p.push(c);
+        }
+        p
+    }
+
+    /// Resolve `path` inside the root; returns the components of the resolved kernel path.
+    /// With `follow_last` false the final component is not dereferenced (for `read_link`).
+    fn resolve_comps(&self, path: &str, follow_last: bool) -> Result<Vec<String>, ReadError> {
+        let mut pending: std::collections::VecDeque<String> =
+            path.split('/').map(str::to_string).collect();
+        let mut stack: Vec<String> = Vec::new();
+        let mut links = 0usize;
+        while let Some(c) = pending.pop_front() {
+            match c.as_str() {
+                "" | "." => continue,
+                ".." => {
+                    stack.pop();
+                    continue;
+                }
+                _ => {}
+            }
+            stack.push(c);
+            let is_last = pending.iter().all(|p| p.is_empty() || p == ".");
+            if is_last && !follow_last {
+                break;
+            }
+            let host = self.host_path(&stack);
+            let md = match std::fs::symlink_metadata(&host) {
+                Ok(md) => md,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if is_last {
+                        return Ok(stack);
+                    }
+                    return Err(ReadError::new(path, ErrorKind::NotFound));
+                }
+                Err(e) => return Err(ReadError::io(path, &e)),
+            };
+            if md.file_type().is_symlink() {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(ReadError::new(path, ErrorKind::Loop));
+                }
+                let target = std::fs::read_link(&host).map_err(|e| ReadError::io(path, &e))?;
+                let target = target.to_string_lossy().into_owned();
+                self.record(&join(&stack), Recorded::Link(target.clone()));
+                stack.pop();
+                if target.starts_with('/') {
+                    stack.clear();
+                }
+                for (i, t) in target.split('/').enumerate() {
+                    pending.insert(i, t.to_string());
+                }
+            } else if !is_last && !md.is_dir() {
+                return Err(ReadError::new(path, ErrorKind::NotADirectory));
+            }
+        }
+        Ok(stack)
+    }
+
+    /// The fully resolved kernel path (`/sys/bus/pci/devices/X` -> `/sys/devices/pci0000:00/X`).
+    pub fn canonical(&self, path: &str) -> Result<String, ReadError> {
+        let comps = self.resolve_comps(path, true)?;
+        let host = self.host_path(&comps);
+        match std::fs::symlink_metadata(&host) {
+            Ok(_) => Ok(join(&comps)),
+            Err(e) => Err(ReadError::io(path, &e)),
+        }
+    }
+
+    /// Read a whole file (at most [`MAX_FILE`] bytes).
+    pub fn read(&self, path: &str) -> Result<Vec<u8>, ReadError> {
+        let comps = self.resolve_comps(path, true)?;
+        let host = self.host_path(&comps);
+        let file = open_nofollow(&host).map_err(|e| ReadError::io(path, &e))?;
+        let md = file.metadata().map_err(|e| ReadError::io(path, &e))?;
+        if md.is_dir() {
+            return Err(ReadError::new(path, ErrorKind::Io("is a directory".into())));
+        }
+        let mut buf = Vec::new();
+        file.take(MAX_FILE + 1).read_to_end(&mut buf).map_err(|e| ReadError::io(path, &e))?;
+        if buf.len() as u64 > MAX_FILE {
+            return Err(ReadError::new(path, ErrorKind::TooLarge));
+        }
+        self.record(&join(&comps), Recorded::File(buf.clone()));
+        Ok(buf)
+    }
+
+    /// Read a text file (invalid UTF-8 replaced), trailing whitespace trimmed.
+    pub fn read_trimmed(&self, path: &str) -> Result<String, ReadError> {
+        let b = self.read(path)?;
+        Ok(String::from_utf8_lossy(&b).trim_end().to_string())
+    }
+
+    /// Read a text file as is (invalid UTF-8 replaced).
+    pub fn read_text(&self, path: &str) -> Result<String, ReadError> {
+        let b = self.read(path)?;
+        Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// List a directory, sorted by name.
+    pub fn read_dir(&self, path: &str) -> Result<Vec<DirEntry>, ReadError> {
+        let comps = self.resolve_comps(path, true)?;
+        let host = self.host_path(&comps);
+        let rd = std::fs::read_dir(&host).map_err(|e| ReadError::io(path, &e))?;
+        let dir_path = join(&comps);
+        self.record(&dir_path, Recorded::Dir);
+        let mut out = Vec::new();
+        for e in rd {
+            let e = e.map_err(|e| ReadError::io(path, &e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let kind = match e.file_type() {
+                Ok(t) if t.is_symlink() => EntryKind::Link,
+                Ok(t) if t.is_dir() => EntryKind::Dir,
+                Ok(t) if t.is_file() => EntryKind::File,
+                _ => EntryKind::Other,
+            };
+            let child = if dir_path == "/" { format!("/{name}") } else { format!("{dir_path}/{name}") };
+            match kind {
+                EntryKind::Link => {
+                    if let Ok(t) = std::fs::read_link(e.path()) {
+                        self.record(&child, Recorded::Link(t.to_string_lossy().into_owned()));
+                    }
+                }
+                EntryKind::Dir => self.record(&child, Recorded::Dir),
+                EntryKind::File => self.record(&child, Recorded::Listed),
+                EntryKind::Other => {}
+            }
+            out.push(DirEntry { name, kind });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The raw target of a symlink (not resolved).
+    pub fn read_link(&self, path: &str) -> Result<String, ReadError> {
+        let comps = self.resolve_comps(path, false)?;
+        let host = self.host_path(&comps);
+        let t = std::fs::read_link(&host).map_err(|e| ReadError::io(path, &e))?;
+        let t = t.to_string_lossy().into_owned();
+        self.record(&join(&comps), Recorded::Link(t.clone()));
+        Ok(t)
+    }
+
+    /// Whether `path` exists: `Ok(false)` only for a definite "not found".
+    pub fn exists(&self, path: &str) -> Result<bool, ReadError> {
+        match self.canonical(path) {
+            Ok(c) => {
+                if let Ok(md) = std::fs::metadata(self.host_path(&split(&c))) {
+                    if md.is_dir() {
+                        self.record(&c, Recorded::Dir);
+                    } else {
+                        // Keep the file in a snapshot; its content is what exists() saw.
+                        let _ = self.read(&c);
+                    }
+                }
+                Ok(true)
+            }
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn split(path: &str) -> Vec<String> {
+    path.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect()
+}
+
+fn join(comps: &[String]) -> String {
+    if comps.is_empty() {
+        "/".to_string()
+    } else {
+        format!("/{}", comps.join("/"))
+    }
+}
+
+fn open_nofollow(p: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(p)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn tree() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir_all(r.join("sys/devices/pci0000:00/0000:00:06.0")).unwrap();
+        std::fs::write(r.join("sys/devices/pci0000:00/0000:00:06.0/vendor"), "0x10de\n").unwrap();
+        std::fs::create_dir_all(r.join("sys/bus/pci/devices")).unwrap();
+        symlink("../../../devices/pci0000:00/0000:00:06.0", r.join("sys/bus/pci/devices/0000:00:06.0")).unwrap();
+        t
+    }
+
+    #[test]
+    fn relative_links_resolve_inside_the_root() {
+        let t = tree();
+        let root = Root::sysroot(t.path()).unwrap();
+        assert_eq!(root.read_trimmed("/sys/bus/pci/devices/0000:00:06.0/vendor").unwrap(), "0x10de");
+        assert_eq!(
+            root.canonical("/sys/bus/pci/devices/0000:00:06.0").unwrap(),
+            "/sys/devices/pci0000:00/0000:00:06.0"
+        );
+    }
+
+    #[test]
+    fn escaping_links_stay_inside() {
+        let t = tree();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "leak").unwrap();
+        let r = t.path();
+        // An absolute link to a real file outside the root, and a `..` chain.
+        symlink(outside.path().join("secret"), r.join("abs")).unwrap();
+        let depth = "../".repeat(30);
+        symlink(format!("{depth}{}", outside.path().join("secret").display()), r.join("dots")).unwrap();
+        let root = Root::sysroot(r).unwrap();
+        for p in ["/abs", "/dots", "/../../../../etc/passwd"] {
+            match root.read(p) {
+                Ok(b) => assert_ne!(b, b"leak", "{p} escaped the root"),
+                Err(e) => assert!(e.is_not_found(), "{p}: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn link_loops_end_with_an_error() {
+        let t = tempfile::tempdir().unwrap();
+        symlink("b", t.path().join("a")).unwrap();
+        symlink("a", t.path().join("b")).unwrap();
+        symlink("self/x", t.path().join("self")).unwrap();
+        let root = Root::sysroot(t.path()).unwrap();
+        for p in ["/a", "/self/x"] {
+            let e = root.read(p).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Loop, "{p}");
+            assert_eq!(e.path, p);
+        }
+    }
+
+    #[test]
+    fn errors_carry_the_path_and_recording_keeps_links() {
+        let t = tree();
+        let root = Root::sysroot(t.path()).unwrap().recording();
+        let e = root.read("/proc/modules").unwrap_err();
+        assert_eq!(e.to_string(), "/proc/modules: not found");
+        root.read("/sys/bus/pci/devices/0000:00:06.0/vendor").unwrap();
+        let rec = root.recorded();
+        assert_eq!(
+            rec.get("/sys/bus/pci/devices/0000:00:06.0"),
+            Some(&Recorded::Link("../../../devices/pci0000:00/0000:00:06.0".into()))
+        );
+        assert_eq!(
+            rec.get("/sys/devices/pci0000:00/0000:00:06.0/vendor"),
+            Some(&Recorded::File(b"0x10de\n".to_vec()))
+        );
+        assert!(!root.exists("/sys/nope").unwrap());
+        assert!(root.exists("/sys/devices").unwrap());
+    }
+}

@@ -1,0 +1,39 @@
+//! Renderers: one [`Report`] in, text out. The JSON is the contract; the table is for people.
+
+use gdrdoctor_checks::report::Report;
+
+pub mod junit;
+pub mod prometheus;
+pub mod table;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Human table with details under each finding that is not a pass (default)
+    Table,
+    /// The versioned report (schema gdrdoctor.report/v1); the machine contract
+    Json,
+    /// JUnit XML, one testcase per finding, for CI systems
+    Junit,
+    /// Prometheus text exposition for node_exporter's textfile collector
+    Prometheus,
+}
+
+pub struct Style {
+    pub color: bool,
+    pub verbose: bool,
+    /// With `--fail-on warn`, JUnit shows warnings as failures.
+    pub warn_is_failure: bool,
+}
+
+pub fn render(report: &Report, format: Format, style: &Style) -> String {
+    match format {
+        Format::Table => table::render(report, style),
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+            s.push('\n');
+            s
+        }
+        Format::Junit => junit::render(report, style),
+        Format::Prometheus => prometheus::render(report),
+    }
+}

@@ -1,0 +1,140 @@
+//! `gdrdoctor snapshot OUT`: copy exactly the files the collectors read (keeping sysfs links as
+//! links) plus `gdrdoctor/meta.json`, into a directory or a `.tar.gz`.
+
+use crate::collect;
+use crate::meta::{Meta, META_PATH, META_SCHEMA};
+use crate::reader::{Recorded, Root};
+use gdrdoctor_checks::model::Node;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug)]
+pub struct SnapshotError(pub String);
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub struct Written {
+    pub files: usize,
+    pub links: usize,
+    pub dirs: usize,
+    pub bytes: u64,
+}
+
+/// Collect through a recording reader and write what it saw under `out`.
+pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
+    let root = root.recording();
+    let meta_in = if root.is_live() { None } else { crate::meta::read(&root).ok().flatten() };
+    let node = collect::collect(&root, meta_in.as_ref());
+    let meta = Meta {
+        schema: META_SCHEMA.into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        created_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        hostname: node.hostname.get().cloned(),
+        kernel_release: node.kernel_release.get().cloned(),
+        arch: node.arch.get().cloned(),
+        euid: node.euid.get().copied(),
+        memlock: node.memlock.get().copied(),
+        env: node.env.get().cloned().unwrap_or_default(),
+    };
+    let tgz = out.extension().is_some_and(|e| e == "gz" || e == "tgz");
+    let dir: PathBuf = if tgz {
+        let tmp = std::env::temp_dir().join(format!("gdrdoctor-snapshot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        tmp
+    } else {
+        out.to_path_buf()
+    };
+    if !tgz {
+        if let Ok(mut rd) = std::fs::read_dir(&dir) {
+            if rd.next().is_some() {
+                return Err(SnapshotError(format!("{}: exists and is not empty", dir.display())));
+            }
+        }
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| SnapshotError(format!("{}: {e}", dir.display())))?;
+    let mut w = Written { files: 0, links: 0, dirs: 0, bytes: 0 };
+    let mut rec = root.recorded();
+    rec.remove(META_PATH);
+    for (kpath, what) in &rec {
+        let rel = kpath.trim_start_matches('/');
+        if rel.is_empty() {
+            continue;
+        }
+        let dest = dir.join(rel);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| SnapshotError(format!("{}: {e}", parent.display())))?;
+        }
+        let res = match what {
+            Recorded::Dir => {
+                w.dirs += 1;
+                std::fs::create_dir_all(&dest)
+            }
+            Recorded::Link(t) => {
+                w.links += 1;
+                if dest.symlink_metadata().is_ok() {
+                    Ok(())
+                } else {
+                    std::os::unix::fs::symlink(t, &dest)
+                }
+            }
+            Recorded::File(b) => {
+                w.files += 1;
+                w.bytes += b.len() as u64;
+                std::fs::write(&dest, b)
+            }
+            Recorded::Listed => {
+                if dest.symlink_metadata().is_ok() {
+                    Ok(())
+                } else {
+                    std::fs::write(&dest, b"")
+                }
+            }
+        };
+        res.map_err(|e| SnapshotError(format!("{}: {e}", dest.display())))?;
+    }
+    let meta_dest = dir.join(META_PATH.trim_start_matches('/'));
+    if let Some(p) = meta_dest.parent() {
+        std::fs::create_dir_all(p).map_err(|e| SnapshotError(format!("{}: {e}", p.display())))?;
+    }
+    let json = serde_json::to_vec_pretty(&meta).map_err(|e| SnapshotError(e.to_string()))?;
+    std::fs::write(&meta_dest, json).map_err(|e| SnapshotError(format!("{}: {e}", meta_dest.display())))?;
+    if tgz {
+        let r = write_tgz(&dir, out);
+        let _ = std::fs::remove_dir_all(&dir);
+        r?;
+    }
+    Ok((node, w))
+}
+
+fn write_tgz(dir: &Path, out: &Path) -> Result<(), SnapshotError> {
+    let f = std::fs::File::create(out).map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
+    let gz = flate2::write::GzEncoder::new(f, flate2::Compression::default());
+    let mut t = tar::Builder::new(gz);
+    t.follow_symlinks(false);
+    t.append_dir_all(".", dir).map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
+    let gz = t.into_inner().map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
+    gz.finish().map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
+    Ok(())
+}
+
+/// Unpack a `.tar.gz` snapshot into a fresh temporary directory (for `--sysroot x.tar.gz`).
+pub fn unpack(archive: &Path) -> Result<PathBuf, SnapshotError> {
+    let f = std::fs::File::open(archive).map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
+    let dir = std::env::temp_dir().join(format!(
+        "gdrdoctor-sysroot-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| SnapshotError(format!("{}: {e}", dir.display())))?;
+    let mut a = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    a.set_preserve_permissions(false);
+    // `unpack` refuses entries that would land outside `dir` (`..`, absolute paths).
+    a.unpack(&dir).map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
+    Ok(dir)
+}
