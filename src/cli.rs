@@ -60,10 +60,12 @@ pub enum Command {
         id: String,
     },
     /// Capture every file the checks read (plus live-only facts) for --sysroot or a bug report
-    #[command(after_long_help = "The snapshot holds exactly the files the collectors read, with sysfs \
+    #[command(
+        after_long_help = "The snapshot holds exactly the files the collectors read, with sysfs \
 symlinks kept as symlinks, and gdrdoctor/meta.json for what only a live call sees (uname, \
 RLIMIT_MEMLOCK, euid, NCCL_*/NVSHMEM_* environment). It contains the hostname: review it before \
-sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snapshot node-a.tar.gz\n  gdrdoctor check --sysroot node-a.tar.gz")]
+sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snapshot node-a.tar.gz\n  gdrdoctor check --sysroot node-a.tar.gz"
+    )]
     Snapshot {
         /// Output: a new directory, or a file ending in .tar.gz / .tgz
         out: PathBuf,

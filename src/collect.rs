@@ -2,9 +2,10 @@
 //! judgement. Every field records where it came from; a field that cannot be read is absent
 //! with the reason (`not found`, `permission denied (run as root)`, `not in this capture`).
 //!
-//! Captures are partial by nature, so "file not found" only means "absent on the node" when
-//! its parent (the *anchor*, e.g. `/sys/module`) exists; otherwise the capture simply does not
-//! contain that part of the tree and the fact is unknown.
+//! Captures are partial by nature. "File not found" means "absent on the node" only on a
+//! complete root (live, or a gdrdoctor snapshot, whose recorder kept every directory it looked
+//! in) and only when its parent (the *anchor*, e.g. `/sys/module`) exists; in a foreign capture
+//! (hwloc's, a hand-made tree) a missing file is "not in this capture", never a finding.
 
 use crate::meta::Meta;
 use crate::reader::{EntryKind, ReadError, Root};
@@ -41,6 +42,7 @@ fn truncate(s: &str, n: usize) -> String {
 fn optional_file(root: &Root, path: &str, anchor: &str) -> Fact<Option<String>> {
     match root.read_trimmed(path) {
         Ok(s) => Fact::known(Some(s), path),
+        Err(e) if e.is_not_found() && !root.is_complete() => Fact::absent(path, NOT_CAPTURED),
         Err(e) if e.is_not_found() => match root.exists(anchor) {
             Ok(true) => Fact::known(None, path),
             Ok(false) => Fact::absent(path, format!("{NOT_CAPTURED} ({anchor} missing)")),
@@ -54,6 +56,7 @@ fn optional_file(root: &Root, path: &str, anchor: &str) -> Fact<Option<String>> 
 fn optional_dir(root: &Root, path: &str, anchor: &str) -> Fact<Option<Vec<String>>> {
     match root.read_dir(path) {
         Ok(v) => Fact::known(Some(v.into_iter().map(|e| e.name).collect()), path),
+        Err(e) if e.is_not_found() && !root.is_complete() => Fact::absent(path, NOT_CAPTURED),
         Err(e) if e.is_not_found() => match root.exists(anchor) {
             Ok(true) => Fact::known(None, path),
             Ok(false) => Fact::absent(path, format!("{NOT_CAPTURED} ({anchor} missing)")),
@@ -65,7 +68,10 @@ fn optional_dir(root: &Root, path: &str, anchor: &str) -> Fact<Option<Vec<String
 
 fn list_or_empty(root: &Root, path: &str, anchor: &str) -> Fact<Vec<String>> {
     match optional_dir(root, path, anchor) {
-        Fact::Known { value, source } => Fact::Known { value: value.unwrap_or_default(), source },
+        Fact::Known { value, source } => Fact::Known {
+            value: value.unwrap_or_default(),
+            source,
+        },
         Fact::Absent { source, reason } => Fact::Absent { source, reason },
     }
 }
@@ -86,7 +92,9 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
         Ok(k) => Fact::known(k, "/proc/sys/kernel/osrelease"),
         Err(e) => match root.read_trimmed("/proc/version") {
             Ok(v) => match v.split_whitespace().nth(2) {
-                Some(r) if v.starts_with("Linux version") => Fact::known(r.to_string(), "/proc/version"),
+                Some(r) if v.starts_with("Linux version") => {
+                    Fact::known(r.to_string(), "/proc/version")
+                }
                 _ => Fact::absent("/proc/version", "unrecognised content"),
             },
             Err(_) => from_meta(meta, "kernel_release", |m| m.kernel_release.clone())
@@ -99,8 +107,12 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
             None => Fact::absent("uname(2)", "uname failed"),
         }
     } else {
-        from_meta(meta, "arch", |m| m.arch.clone())
-            .unwrap_or_else(|| Fact::absent("uname(2)", "live-only fact; the sysroot has no gdrdoctor/meta.json"))
+        from_meta(meta, "arch", |m| m.arch.clone()).unwrap_or_else(|| {
+            Fact::absent(
+                "uname(2)",
+                "live-only fact; the sysroot has no gdrdoctor/meta.json",
+            )
+        })
     };
     let cpu_vendor = parsed(root, "/proc/cpuinfo", parse::cpu_vendor);
     let modules = Modules {
@@ -108,7 +120,15 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
             Ok(b) => match procfs_core::KernelModules::from_buf_read(b.as_slice()) {
                 Ok(m) => Fact::known(
                     m.0.into_iter()
-                        .map(|(k, v)| (k, LoadedModule { state: v.state, used_by: v.used_by }))
+                        .map(|(k, v)| {
+                            (
+                                k,
+                                LoadedModule {
+                                    state: v.state,
+                                    used_by: v.used_by,
+                                },
+                            )
+                        })
                         .collect(),
                     "/proc/modules",
                 ),
@@ -137,7 +157,11 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
         Err(e) => Fact::absent("/proc/meminfo", e.reason()),
     };
     let (memlock, euid, env) = if live {
-        (live_memlock(), Fact::known(unsafe_free_geteuid(), "geteuid(2)"), Fact::known(relevant_env(), "environment"))
+        (
+            live_memlock(),
+            Fact::known(unsafe_free_geteuid(), "geteuid(2)"),
+            Fact::known(relevant_env(), "environment"),
+        )
     } else {
         let memlock = from_meta(meta, "memlock", |m| m.memlock).unwrap_or_else(|| {
             match root.read_text("/proc/self/limits") {
@@ -151,10 +175,18 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
                 ),
             }
         });
-        let euid = from_meta(meta, "euid", |m| m.euid)
-            .unwrap_or_else(|| Fact::absent("geteuid(2)", "live-only fact; the sysroot has no gdrdoctor/meta.json"));
-        let env = from_meta(meta, "env", |m| Some(m.env.clone()))
-            .unwrap_or_else(|| Fact::absent("environment", "live-only fact; the sysroot has no gdrdoctor/meta.json"));
+        let euid = from_meta(meta, "euid", |m| m.euid).unwrap_or_else(|| {
+            Fact::absent(
+                "geteuid(2)",
+                "live-only fact; the sysroot has no gdrdoctor/meta.json",
+            )
+        });
+        let env = from_meta(meta, "env", |m| Some(m.env.clone())).unwrap_or_else(|| {
+            Fact::absent(
+                "environment",
+                "live-only fact; the sysroot has no gdrdoctor/meta.json",
+            )
+        });
         (memlock, euid, env)
     };
     let pci = collect_pci(root);
@@ -167,7 +199,11 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
     let peermem = collect_peermem(root);
     let rdma = collect_rdma(root);
     Node {
-        source: if live { SourceKind::Live } else { SourceKind::Sysroot },
+        source: if live {
+            SourceKind::Live
+        } else {
+            SourceKind::Sysroot
+        },
         root: root.base().display().to_string(),
         hostname,
         kernel_release,
@@ -187,7 +223,11 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
     }
 }
 
-fn from_meta<T>(meta: Option<&Meta>, what: &str, f: impl FnOnce(&Meta) -> Option<T>) -> Option<Fact<T>> {
+fn from_meta<T>(
+    meta: Option<&Meta>,
+    what: &str,
+    f: impl FnOnce(&Meta) -> Option<T>,
+) -> Option<Fact<T>> {
     let m = meta?;
     f(m).map(|v| Fact::known(v, format!("gdrdoctor/meta.json ({what} at snapshot time)")))
 }
@@ -198,7 +238,12 @@ fn uname_machine() -> Option<String> {
     if unsafe { libc::uname(&mut u) } != 0 {
         return None;
     }
-    let bytes: Vec<u8> = u.machine.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = u
+        .machine
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -208,22 +253,46 @@ fn unsafe_free_geteuid() -> u32 {
 }
 
 pub fn live_memlock() -> Fact<Rlimit> {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes into the struct we own.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
-        return Fact::absent("getrlimit(RLIMIT_MEMLOCK)", std::io::Error::last_os_error().to_string());
+        return Fact::absent(
+            "getrlimit(RLIMIT_MEMLOCK)",
+            std::io::Error::last_os_error().to_string(),
+        );
     }
-    let conv = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { None } else { Some(v) };
-    Fact::known(Rlimit { soft: conv(r.rlim_cur), hard: conv(r.rlim_max) }, "getrlimit(RLIMIT_MEMLOCK)")
+    let conv = |v: libc::rlim_t| {
+        if v == libc::RLIM_INFINITY {
+            None
+        } else {
+            Some(v)
+        }
+    };
+    Fact::known(
+        Rlimit {
+            soft: conv(r.rlim_cur),
+            hard: conv(r.rlim_max),
+        },
+        "getrlimit(RLIMIT_MEMLOCK)",
+    )
 }
 
 /// The environment variables that change GDR decisions (NCCL, NVSHMEM, UCX, CUDA).
 pub fn relevant_env() -> BTreeMap<String, String> {
     std::env::vars()
         .filter(|(k, _)| {
-            ["NCCL_", "NVSHMEM_", "UCX_", "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING"]
-                .iter()
-                .any(|p| k.starts_with(p))
+            [
+                "NCCL_",
+                "NVSHMEM_",
+                "UCX_",
+                "CUDA_VISIBLE_DEVICES",
+                "CUDA_MODULE_LOADING",
+            ]
+            .iter()
+            .any(|p| k.starts_with(p))
         })
         .collect()
 }
@@ -238,7 +307,10 @@ fn collect_iommu_groups(root: &Root) -> Fact<Vec<IommuGroup>> {
         .into_iter()
         .map(|id| {
             let base = format!("{DIR}/{id}");
-            let kind = fact(&format!("{base}/type"), root.read_trimmed(&format!("{base}/type")));
+            let kind = fact(
+                &format!("{base}/type"),
+                root.read_trimmed(&format!("{base}/type")),
+            );
             let devices = root
                 .read_dir(&format!("{base}/devices"))
                 .map(|v| v.into_iter().map(|e| e.name).collect())
@@ -269,22 +341,33 @@ fn collect_nvidia(root: &Root) -> NvidiaDriver {
             let mut m = BTreeMap::new();
             for e in entries {
                 let p = format!("/proc/driver/nvidia/gpus/{}/information", e.name);
-                let info = root.read_text(&p).map(|t| parse::colon_map(&t)).unwrap_or_default();
+                let info = root
+                    .read_text(&p)
+                    .map(|t| parse::colon_map(&t))
+                    .unwrap_or_default();
                 m.insert(e.name.to_lowercase(), info);
             }
             Fact::known(m, "/proc/driver/nvidia/gpus")
         }
         Err(e) => Fact::absent("/proc/driver/nvidia/gpus", e.reason()),
     };
-    NvidiaDriver { version_file, params, gpus }
+    NvidiaDriver {
+        version_file,
+        params,
+        gpus,
+    }
 }
 
 fn collect_peermem(root: &Root) -> PeerMem {
     let nv_peer_mem = match root.exists("/sys/module/nv_peer_mem") {
         Ok(true) => Fact::known(true, "/sys/module/nv_peer_mem"),
+        Ok(false) if !root.is_complete() => Fact::absent("/sys/module/nv_peer_mem", NOT_CAPTURED),
         Ok(false) => match root.exists("/sys/module") {
             Ok(true) => Fact::known(false, "/sys/module/nv_peer_mem"),
-            _ => Fact::absent("/sys/module/nv_peer_mem", format!("{NOT_CAPTURED} (/sys/module missing)")),
+            _ => Fact::absent(
+                "/sys/module/nv_peer_mem",
+                format!("{NOT_CAPTURED} (/sys/module missing)"),
+            ),
         },
         Err(e) => Fact::absent("/sys/module/nv_peer_mem", e.reason()),
     };
@@ -294,7 +377,9 @@ fn collect_peermem(root: &Root) -> PeerMem {
                 .filter(|e| e.kind == EntryKind::File)
                 .map(|e| {
                     let p = format!("/sys/module/nvidia_peermem/parameters/{}", e.name);
-                    let val = root.read_trimmed(&p).unwrap_or_else(|e| format!("unreadable: {}", e.reason()));
+                    let val = root
+                        .read_trimmed(&p)
+                        .unwrap_or_else(|e| format!("unreadable: {}", e.reason()));
                     (e.name, val)
                 })
                 .collect(),
@@ -303,9 +388,21 @@ fn collect_peermem(root: &Root) -> PeerMem {
         Err(e) => Fact::absent("/sys/module/nvidia_peermem/parameters", e.reason()),
     };
     PeerMem {
-        nv_mem_version: optional_file(root, "/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/kernel/mm"),
-        nv_mem_nc_version: optional_file(root, "/sys/kernel/mm/memory_peers/nv_mem_nc/version", "/sys/kernel/mm"),
-        nvidia_peermem_version: optional_file(root, "/sys/module/nvidia_peermem/version", "/sys/module"),
+        nv_mem_version: optional_file(
+            root,
+            "/sys/kernel/mm/memory_peers/nv_mem/version",
+            "/sys/kernel/mm",
+        ),
+        nv_mem_nc_version: optional_file(
+            root,
+            "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+            "/sys/kernel/mm",
+        ),
+        nvidia_peermem_version: optional_file(
+            root,
+            "/sys/module/nvidia_peermem/version",
+            "/sys/module",
+        ),
         nv_peer_mem,
         memory_peers: optional_dir(root, "/sys/kernel/mm/memory_peers", "/sys/kernel/mm"),
         nvidia_peermem_params: params,
@@ -334,7 +431,10 @@ fn collect_pci(root: &Root) -> Fact<Vec<PciDevice>> {
     if paths.is_empty() {
         match root.read_dir("/sys/devices") {
             Ok(tops) => {
-                for t in tops.iter().filter(|t| t.name.starts_with("pci") && t.kind == EntryKind::Dir) {
+                for t in tops
+                    .iter()
+                    .filter(|t| t.name.starts_with("pci") && t.kind == EntryKind::Dir)
+                {
                     walk_pci(root, &format!("/sys/devices/{}", t.name), &mut paths, 0);
                 }
                 source = "/sys/devices/pci*".into();
@@ -347,7 +447,42 @@ fn collect_pci(root: &Root) -> Fact<Vec<PciDevice>> {
             }
         }
     }
-    let mut devs: Vec<PciDevice> = paths.iter().map(|p| pci_device(root, p)).collect();
+    // Config space and the other attributes are read only for GPUs, NICs, NVSwitches and the
+    // bridges above them: config reads are slow (each dword traps to the hypervisor in a VM) and
+    // nothing else changes a GDR decision.
+    let ids: Vec<(u32, u16)> = paths
+        .iter()
+        .map(|p| {
+            let class = root
+                .read_trimmed(&format!("{p}/class"))
+                .ok()
+                .and_then(|s| parse::hex_u32(&s))
+                .unwrap_or(0);
+            let vendor = root
+                .read_trimmed(&format!("{p}/vendor"))
+                .ok()
+                .and_then(|s| parse::hex_u16(&s))
+                .unwrap_or(0);
+            (class, vendor)
+        })
+        .collect();
+    let mut relevant = std::collections::BTreeSet::new();
+    for (p, (class, vendor)) in paths.iter().zip(&ids) {
+        if is_relevant(*class, *vendor) {
+            relevant.extend(
+                p.split('/')
+                    .filter(|c| parse::is_bdf(c))
+                    .map(str::to_lowercase),
+            );
+        }
+    }
+    let mut devs: Vec<PciDevice> = paths
+        .iter()
+        .map(|p| {
+            let bdf = p.rsplit('/').next().unwrap_or_default().to_lowercase();
+            pci_device(root, p, relevant.contains(&bdf))
+        })
+        .collect();
     devs.sort_by(|a, b| a.bdf.cmp(&b.bdf));
     devs.dedup_by(|a, b| a.bdf == b.bdf);
     Fact::known(devs, source)
@@ -357,20 +492,43 @@ fn walk_pci(root: &Root, dir: &str, out: &mut Vec<String>, depth: usize) {
     if depth > 32 {
         return;
     }
-    let Ok(entries) = root.read_dir(dir) else { return };
-    for e in entries.into_iter().filter(|e| e.kind == EntryKind::Dir && parse::is_bdf(&e.name)) {
+    let Ok(entries) = root.read_dir(dir) else {
+        return;
+    };
+    for e in entries
+        .into_iter()
+        .filter(|e| e.kind == EntryKind::Dir && parse::is_bdf(&e.name))
+    {
         let p = format!("{dir}/{}", e.name);
         out.push(p.clone());
         walk_pci(root, &p, out, depth + 1);
     }
 }
 
-fn pci_device(root: &Root, path: &str) -> PciDevice {
+fn not_read<T>(path: &str) -> Fact<T> {
+    Fact::absent(path, "not read: not a GPU, NIC or a bridge above one")
+}
+
+/// GPUs (display class), network controllers (Ethernet, InfiniBand), NVSwitches and accelerators.
+pub fn is_relevant(class: u32, vendor: u16) -> bool {
+    let base = class >> 16;
+    base == 0x03 || base == 0x02 || base == 0x12 || (vendor == 0x10de && (class >> 8) == 0x0680)
+}
+
+fn pci_device(root: &Root, path: &str, full: bool) -> PciDevice {
     let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     let bdf = comps.last().map(|c| c.to_lowercase()).unwrap_or_default();
     let bdfs: Vec<&&str> = comps.iter().filter(|c| parse::is_bdf(c)).collect();
-    let parent = if bdfs.len() >= 2 { Some(bdfs[bdfs.len() - 2].to_lowercase()) } else { None };
-    let host_bridge = comps.iter().find(|c| c.starts_with("pci")).map(|c| c.to_string()).unwrap_or_default();
+    let parent = if bdfs.len() >= 2 {
+        Some(bdfs[bdfs.len() - 2].to_lowercase())
+    } else {
+        None
+    };
+    let host_bridge = comps
+        .iter()
+        .find(|c| c.starts_with("pci"))
+        .map(|c| c.to_string())
+        .unwrap_or_default();
     let attr = |name: &str| format!("{path}/{name}");
     let hex16 = |name: &str| parsed(root, &attr(name), parse::hex_u16);
     let link_name = |name: &str| -> Fact<Option<String>> {
@@ -385,6 +543,30 @@ fn pci_device(root: &Root, path: &str) -> PciDevice {
             },
         }
     };
+    if !full {
+        return PciDevice {
+            bdf,
+            sysfs_path: path.to_string(),
+            parent,
+            host_bridge,
+            vendor_id: hex16("vendor"),
+            device_id: hex16("device"),
+            subsystem_vendor_id: not_read(&attr("subsystem_vendor")),
+            subsystem_device_id: not_read(&attr("subsystem_device")),
+            class: parsed(root, &attr("class"), parse::hex_u32),
+            numa_node: not_read(&attr("numa_node")),
+            local_cpulist: not_read(&attr("local_cpulist")),
+            cur_link_speed: not_read(&attr("current_link_speed")),
+            cur_link_width: not_read(&attr("current_link_width")),
+            max_link_speed: not_read(&attr("max_link_speed")),
+            max_link_width: not_read(&attr("max_link_width")),
+            resources: not_read(&attr("resource")),
+            driver: not_read(&attr("driver")),
+            iommu_group: not_read(&attr("iommu_group")),
+            config: not_read(&attr("config")),
+            is_virtfn: false,
+        };
+    }
     PciDevice {
         bdf,
         sysfs_path: path.to_string(),
@@ -396,10 +578,19 @@ fn pci_device(root: &Root, path: &str) -> PciDevice {
         subsystem_device_id: hex16("subsystem_device"),
         class: parsed(root, &attr("class"), parse::hex_u32),
         numa_node: parsed(root, &attr("numa_node"), |s| s.trim().parse().ok()),
-        local_cpulist: fact(&attr("local_cpulist"), root.read_trimmed(&attr("local_cpulist"))),
-        cur_link_speed: fact(&attr("current_link_speed"), root.read_trimmed(&attr("current_link_speed"))),
+        local_cpulist: fact(
+            &attr("local_cpulist"),
+            root.read_trimmed(&attr("local_cpulist")),
+        ),
+        cur_link_speed: fact(
+            &attr("current_link_speed"),
+            root.read_trimmed(&attr("current_link_speed")),
+        ),
         cur_link_width: parsed(root, &attr("current_link_width"), |s| s.trim().parse().ok()),
-        max_link_speed: fact(&attr("max_link_speed"), root.read_trimmed(&attr("max_link_speed"))),
+        max_link_speed: fact(
+            &attr("max_link_speed"),
+            root.read_trimmed(&attr("max_link_speed")),
+        ),
         max_link_width: parsed(root, &attr("max_link_width"), |s| s.trim().parse().ok()),
         resources: match root.read_text(&attr("resource")) {
             Ok(t) => match parse::resource_file(&t) {
@@ -431,7 +622,12 @@ fn collect_rdma(root: &Root) -> Fact<Vec<RdmaDevice>> {
             };
             let dev_link = format!("{base}/device");
             let pci_bdf = match root.canonical(&dev_link) {
-                Ok(p) => Fact::known(p.rsplit('/').find(|c| parse::is_bdf(c)).map(str::to_lowercase), dev_link),
+                Ok(p) => Fact::known(
+                    p.rsplit('/')
+                        .find(|c| parse::is_bdf(c))
+                        .map(str::to_lowercase),
+                    dev_link,
+                ),
                 Err(e) if e.is_not_found() => Fact::known(None, dev_link),
                 Err(e) => Fact::absent(dev_link, e.reason()),
             };

@@ -27,7 +27,9 @@ pub struct Meta {
 /// Read the metadata of a sysroot; `Ok(None)` when there is none (a foreign capture).
 pub fn read(root: &Root) -> Result<Option<Meta>, String> {
     match root.read(META_PATH) {
-        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| format!("{META_PATH}: {e}")),
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| format!("{META_PATH}: {e}")),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e.to_string()),
     }

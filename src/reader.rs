@@ -40,7 +40,10 @@ pub struct ReadError {
 
 impl ReadError {
     fn new(path: &str, kind: ErrorKind) -> Self {
-        ReadError { path: path.to_string(), kind }
+        ReadError {
+            path: path.to_string(),
+            kind,
+        }
     }
     fn io(path: &str, e: &std::io::Error) -> Self {
         let kind = match e.kind() {
@@ -103,6 +106,9 @@ pub enum Recorded {
 pub struct Root {
     base: PathBuf,
     live: bool,
+    /// Whether a missing file means "absent on the node" (live, or a gdrdoctor snapshot whose
+    /// recorder kept every directory it looked in) rather than "not in this capture".
+    complete: bool,
     recorder: Option<Mutex<BTreeMap<String, Recorded>>>,
 }
 
@@ -115,7 +121,12 @@ impl fmt::Debug for Root {
 impl Root {
     /// The running system.
     pub fn live() -> Root {
-        Root { base: PathBuf::from("/"), live: true, recorder: None }
+        Root {
+            base: PathBuf::from("/"),
+            live: true,
+            complete: true,
+            recorder: None,
+        }
     }
 
     /// A captured tree; errors if `dir` is not a readable directory.
@@ -126,13 +137,27 @@ impl Root {
             return Err(ReadError::new(&shown, ErrorKind::NotADirectory));
         }
         std::fs::read_dir(dir).map_err(|e| ReadError::io(&shown, &e))?;
-        Ok(Root { base: dir.to_path_buf(), live: false, recorder: None })
+        Ok(Root {
+            base: dir.to_path_buf(),
+            live: false,
+            complete: false,
+            recorder: None,
+        })
     }
 
     /// Record every path touched from now on (for `snapshot`).
     pub fn recording(mut self) -> Root {
         self.recorder = Some(Mutex::new(BTreeMap::new()));
         self
+    }
+
+    /// Declare a sysroot complete (it is a gdrdoctor snapshot: it has `gdrdoctor/meta.json`).
+    pub fn set_complete(&mut self, complete: bool) {
+        self.complete = complete || self.live;
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.complete
     }
 
     pub fn is_live(&self) -> bool {
@@ -162,7 +187,8 @@ impl Root {
         };
         match (g.get(path), &what) {
             // Content beats a bare listing; a directory stays a directory.
-            (Some(Recorded::File(_)), Recorded::Listed) | (Some(Recorded::Dir), Recorded::Listed) => {}
+            (Some(Recorded::File(_)), Recorded::Listed)
+            | (Some(Recorded::Dir), Recorded::Listed) => {}
             _ => {
                 g.insert(path.to_string(), what);
             }
@@ -251,7 +277,9 @@ impl Root {
             return Err(ReadError::new(path, ErrorKind::Io("is a directory".into())));
         }
         let mut buf = Vec::new();
-        file.take(MAX_FILE + 1).read_to_end(&mut buf).map_err(|e| ReadError::io(path, &e))?;
+        file.take(MAX_FILE + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| ReadError::io(path, &e))?;
         if buf.len() as u64 > MAX_FILE {
             return Err(ReadError::new(path, ErrorKind::TooLarge));
         }
@@ -288,7 +316,11 @@ impl Root {
                 Ok(t) if t.is_file() => EntryKind::File,
                 _ => EntryKind::Other,
             };
-            let child = if dir_path == "/" { format!("/{name}") } else { format!("{dir_path}/{name}") };
+            let child = if dir_path == "/" {
+                format!("/{name}")
+            } else {
+                format!("{dir_path}/{name}")
+            };
             match kind {
                 EntryKind::Link => {
                     if let Ok(t) = std::fs::read_link(e.path()) {
@@ -336,7 +368,10 @@ impl Root {
 }
 
 fn split(path: &str) -> Vec<String> {
-    path.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect()
+    path.split('/')
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn join(comps: &[String]) -> String {
@@ -349,7 +384,10 @@ fn join(comps: &[String]) -> String {
 
 fn open_nofollow(p: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(p)
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(p)
 }
 
 #[cfg(test)]
@@ -362,9 +400,17 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
         std::fs::create_dir_all(r.join("sys/devices/pci0000:00/0000:00:06.0")).unwrap();
-        std::fs::write(r.join("sys/devices/pci0000:00/0000:00:06.0/vendor"), "0x10de\n").unwrap();
+        std::fs::write(
+            r.join("sys/devices/pci0000:00/0000:00:06.0/vendor"),
+            "0x10de\n",
+        )
+        .unwrap();
         std::fs::create_dir_all(r.join("sys/bus/pci/devices")).unwrap();
-        symlink("../../../devices/pci0000:00/0000:00:06.0", r.join("sys/bus/pci/devices/0000:00:06.0")).unwrap();
+        symlink(
+            "../../../devices/pci0000:00/0000:00:06.0",
+            r.join("sys/bus/pci/devices/0000:00:06.0"),
+        )
+        .unwrap();
         t
     }
 
@@ -372,7 +418,11 @@ mod tests {
     fn relative_links_resolve_inside_the_root() {
         let t = tree();
         let root = Root::sysroot(t.path()).unwrap();
-        assert_eq!(root.read_trimmed("/sys/bus/pci/devices/0000:00:06.0/vendor").unwrap(), "0x10de");
+        assert_eq!(
+            root.read_trimmed("/sys/bus/pci/devices/0000:00:06.0/vendor")
+                .unwrap(),
+            "0x10de"
+        );
         assert_eq!(
             root.canonical("/sys/bus/pci/devices/0000:00:06.0").unwrap(),
             "/sys/devices/pci0000:00/0000:00:06.0"
@@ -388,7 +438,11 @@ mod tests {
         // An absolute link to a real file outside the root, and a `..` chain.
         symlink(outside.path().join("secret"), r.join("abs")).unwrap();
         let depth = "../".repeat(30);
-        symlink(format!("{depth}{}", outside.path().join("secret").display()), r.join("dots")).unwrap();
+        symlink(
+            format!("{depth}{}", outside.path().join("secret").display()),
+            r.join("dots"),
+        )
+        .unwrap();
         let root = Root::sysroot(r).unwrap();
         for p in ["/abs", "/dots", "/../../../../etc/passwd"] {
             match root.read(p) {
@@ -418,11 +472,14 @@ mod tests {
         let root = Root::sysroot(t.path()).unwrap().recording();
         let e = root.read("/proc/modules").unwrap_err();
         assert_eq!(e.to_string(), "/proc/modules: not found");
-        root.read("/sys/bus/pci/devices/0000:00:06.0/vendor").unwrap();
+        root.read("/sys/bus/pci/devices/0000:00:06.0/vendor")
+            .unwrap();
         let rec = root.recorded();
         assert_eq!(
             rec.get("/sys/bus/pci/devices/0000:00:06.0"),
-            Some(&Recorded::Link("../../../devices/pci0000:00/0000:00:06.0".into()))
+            Some(&Recorded::Link(
+                "../../../devices/pci0000:00/0000:00:06.0".into()
+            ))
         );
         assert_eq!(
             rec.get("/sys/devices/pci0000:00/0000:00:06.0/vendor"),

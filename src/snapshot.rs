@@ -25,8 +25,13 @@ pub struct Written {
 
 /// Collect through a recording reader and write what it saw under `out`.
 pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
-    let root = root.recording();
-    let meta_in = if root.is_live() { None } else { crate::meta::read(&root).ok().flatten() };
+    let mut root = root.recording();
+    let meta_in = if root.is_live() {
+        None
+    } else {
+        crate::meta::read(&root).ok().flatten()
+    };
+    root.set_complete(meta_in.is_some());
     let node = collect::collect(&root, meta_in.as_ref());
     let meta = Meta {
         schema: META_SCHEMA.into(),
@@ -53,12 +58,20 @@ pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
     if !tgz {
         if let Ok(mut rd) = std::fs::read_dir(&dir) {
             if rd.next().is_some() {
-                return Err(SnapshotError(format!("{}: exists and is not empty", dir.display())));
+                return Err(SnapshotError(format!(
+                    "{}: exists and is not empty",
+                    dir.display()
+                )));
             }
         }
     }
     std::fs::create_dir_all(&dir).map_err(|e| SnapshotError(format!("{}: {e}", dir.display())))?;
-    let mut w = Written { files: 0, links: 0, dirs: 0, bytes: 0 };
+    let mut w = Written {
+        files: 0,
+        links: 0,
+        dirs: 0,
+        bytes: 0,
+    };
     let mut rec = root.recorded();
     rec.remove(META_PATH);
     for (kpath, what) in &rec {
@@ -68,7 +81,8 @@ pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
         }
         let dest = dir.join(rel);
         if let Some(parent) = dest.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| SnapshotError(format!("{}: {e}", parent.display())))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| SnapshotError(format!("{}: {e}", parent.display())))?;
         }
         let res = match what {
             Recorded::Dir => {
@@ -98,12 +112,23 @@ pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
         };
         res.map_err(|e| SnapshotError(format!("{}: {e}", dest.display())))?;
     }
+    // A foreign capture stays foreign: without meta.json its missing files keep meaning
+    // "not in this capture" rather than "absent on the node".
+    if !root.is_complete() {
+        if tgz {
+            let r = write_tgz(&dir, out);
+            let _ = std::fs::remove_dir_all(&dir);
+            r?;
+        }
+        return Ok((node, w));
+    }
     let meta_dest = dir.join(META_PATH.trim_start_matches('/'));
     if let Some(p) = meta_dest.parent() {
         std::fs::create_dir_all(p).map_err(|e| SnapshotError(format!("{}: {e}", p.display())))?;
     }
     let json = serde_json::to_vec_pretty(&meta).map_err(|e| SnapshotError(e.to_string()))?;
-    std::fs::write(&meta_dest, json).map_err(|e| SnapshotError(format!("{}: {e}", meta_dest.display())))?;
+    std::fs::write(&meta_dest, json)
+        .map_err(|e| SnapshotError(format!("{}: {e}", meta_dest.display())))?;
     if tgz {
         let r = write_tgz(&dir, out);
         let _ = std::fs::remove_dir_all(&dir);
@@ -113,28 +138,38 @@ pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
 }
 
 fn write_tgz(dir: &Path, out: &Path) -> Result<(), SnapshotError> {
-    let f = std::fs::File::create(out).map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
+    let f =
+        std::fs::File::create(out).map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
     let gz = flate2::write::GzEncoder::new(f, flate2::Compression::default());
     let mut t = tar::Builder::new(gz);
     t.follow_symlinks(false);
-    t.append_dir_all(".", dir).map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
-    let gz = t.into_inner().map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
-    gz.finish().map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
+    t.append_dir_all(".", dir)
+        .map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
+    let gz = t
+        .into_inner()
+        .map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
+    gz.finish()
+        .map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
     Ok(())
 }
 
 /// Unpack a `.tar.gz` snapshot into a fresh temporary directory (for `--sysroot x.tar.gz`).
 pub fn unpack(archive: &Path) -> Result<PathBuf, SnapshotError> {
-    let f = std::fs::File::open(archive).map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
+    let f = std::fs::File::open(archive)
+        .map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
     let dir = std::env::temp_dir().join(format!(
         "gdrdoctor-sysroot-{}-{}",
         std::process::id(),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
     ));
     std::fs::create_dir_all(&dir).map_err(|e| SnapshotError(format!("{}: {e}", dir.display())))?;
     let mut a = tar::Archive::new(flate2::read::GzDecoder::new(f));
     a.set_preserve_permissions(false);
     // `unpack` refuses entries that would land outside `dir` (`..`, absolute paths).
-    a.unpack(&dir).map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
+    a.unpack(&dir)
+        .map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
     Ok(dir)
 }

@@ -36,7 +36,13 @@ pub enum CmdlineIommu {
 pub fn cmdline_iommu(args: &[String], arm: bool) -> (CmdlineIommu, Vec<String>) {
     let mut ev = Vec::new();
     let mut verdict = CmdlineIommu::Silent;
-    for key in ["intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict"] {
+    for key in [
+        "intel_iommu",
+        "amd_iommu",
+        "iommu",
+        "iommu.passthrough",
+        "iommu.strict",
+    ] {
         if let Some(v) = parse::cmdline_value(args, key) {
             ev.push(format!("{key}={v}"));
         }
@@ -66,8 +72,10 @@ pub fn cmdline_iommu(args: &[String], arm: bool) -> (CmdlineIommu, Vec<String>) 
 }
 
 pub fn is_arm(node: &Node) -> bool {
-    matches!(node.arch.get().map(String::as_str), Some("aarch64") | Some("arm64"))
-        || node.cpu_vendor.get() == Some(&crate::model::CpuVendor::Arm)
+    matches!(
+        node.arch.get().map(String::as_str),
+        Some("aarch64") | Some("arm64")
+    ) || node.cpu_vendor.get() == Some(&crate::model::CpuVendor::Arm)
 }
 
 /// Resolve the IOMMU into off / passthrough / translated / unknown, with the evidence.
@@ -80,10 +88,21 @@ pub fn iommu_mode(node: &Node) -> (IommuMode, Vec<String>) {
         Some(args) => cmdline_iommu(args, arm),
         None => (CmdlineIommu::Silent, vec![]),
     };
-    ev.iter_mut().for_each(|e| *e = format!("/proc/cmdline: {e}"));
-    if !arm && node.cmdline.get().is_some_and(|a| parse::cmdline_value(a, "iommu") == Some("pt")) {
+    ev.iter_mut()
+        .for_each(|e| *e = format!("/proc/cmdline: {e}"));
+    if !arm
+        && node
+            .cmdline
+            .get()
+            .is_some_and(|a| parse::cmdline_value(a, "iommu") == Some("pt"))
+    {
         // fine on x86
-    } else if arm && node.cmdline.get().is_some_and(|a| parse::cmdline_value(a, "iommu") == Some("pt")) {
+    } else if arm
+        && node
+            .cmdline
+            .get()
+            .is_some_and(|a| parse::cmdline_value(a, "iommu") == Some("pt"))
+    {
         ev.push("iommu=pt is ignored on arm64 (x86-only parameter)".into());
     }
     let from_cmdline = |ev: Vec<String>| -> (IommuMode, Vec<String>) {
@@ -105,7 +124,9 @@ pub fn iommu_mode(node: &Node) -> (IommuMode, Vec<String>) {
     if classes.is_empty() {
         ev.push("/sys/class/iommu: empty (no IOMMU unit registered)".into());
         if let Some(Some(line)) = node.iommu.default_domain.get() {
-            ev.push(format!("kernel log: {line} (no unit is attached, so no translation)"));
+            ev.push(format!(
+                "kernel log: {line} (no unit is attached, so no translation)"
+            ));
         }
         return (IommuMode::Off, ev);
     }
@@ -130,14 +151,20 @@ pub fn iommu_mode(node: &Node) -> (IommuMode, Vec<String>) {
     if relevant.is_empty() {
         relevant = groups.iter().collect();
     }
-    let mut types: Vec<String> = relevant.iter().filter_map(|g| g.kind.get().cloned()).collect();
+    let mut types: Vec<String> = relevant
+        .iter()
+        .filter_map(|g| g.kind.get().cloned())
+        .collect();
     types.sort();
     types.dedup();
     if types.is_empty() {
         ev.push("iommu group types unreadable (kernel < 5.11?)".into());
         return from_cmdline(ev);
     }
-    ev.push(format!("/sys/kernel/iommu_groups/*/type: {}", types.join(", ")));
+    ev.push(format!(
+        "/sys/kernel/iommu_groups/*/type: {}",
+        types.join(", ")
+    ));
     if types.iter().any(|t| t == "DMA" || t == "DMA-FQ") {
         (IommuMode::Translated, ev)
     } else if types.iter().all(|t| t == "identity") {
@@ -149,20 +176,31 @@ pub fn iommu_mode(node: &Node) -> (IommuMode, Vec<String>) {
 
 /// NVIDIA GPUs on the PCI bus.
 pub fn gpus(node: &Node) -> Vec<&PciDevice> {
-    node.pci.get().map(|p| p.iter().filter(|d| d.is_nvidia_gpu()).collect()).unwrap_or_default()
+    node.pci
+        .get()
+        .map(|p| p.iter().filter(|d| d.is_nvidia_gpu()).collect())
+        .unwrap_or_default()
 }
 
 /// PCI addresses behind the RDMA devices.
 pub fn rdma_pci(node: &Node) -> Vec<String> {
     node.rdma
         .get()
-        .map(|r| r.iter().filter_map(|d| d.pci_bdf.get().cloned().flatten()).collect())
+        .map(|r| {
+            r.iter()
+                .filter_map(|d| d.pci_bdf.get().cloned().flatten())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// The NVIDIA driver's version and flavor, when the version file was read.
 pub fn nvidia_driver(node: &Node) -> Option<(String, Flavor)> {
-    node.nvidia.version_file.get()?.as_deref().and_then(parse::nvidia_version)
+    node.nvidia
+        .version_file
+        .get()?
+        .as_deref()
+        .and_then(parse::nvidia_version)
 }
 
 /// Whether a path exists, as an answer with evidence.
@@ -179,9 +217,18 @@ pub struct PathAnswer {
 pub fn peermem_path(node: &Node) -> PathAnswer {
     let pm = &node.peermem;
     let files = [
-        ("/sys/kernel/mm/memory_peers/nv_mem/version", &pm.nv_mem_version),
-        ("/sys/kernel/mm/memory_peers/nv_mem_nc/version", &pm.nv_mem_nc_version),
-        ("/sys/module/nvidia_peermem/version", &pm.nvidia_peermem_version),
+        (
+            "/sys/kernel/mm/memory_peers/nv_mem/version",
+            &pm.nv_mem_version,
+        ),
+        (
+            "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+            &pm.nv_mem_nc_version,
+        ),
+        (
+            "/sys/module/nvidia_peermem/version",
+            &pm.nvidia_peermem_version,
+        ),
     ];
     let mut evidence = Vec::new();
     let mut unknown = Vec::new();
@@ -190,19 +237,35 @@ pub fn peermem_path(node: &Node) -> PathAnswer {
         match fact {
             Fact::Known { value: Some(v), .. } => {
                 found = true;
-                evidence.push(Evidence { source: path.into(), observed: format!("present (version {v})"), expected: None });
+                evidence.push(Evidence {
+                    source: path.into(),
+                    observed: format!("present (version {v})"),
+                    expected: None,
+                });
             }
             Fact::Known { value: None, .. } => {
-                evidence.push(Evidence { source: path.into(), observed: "absent".into(), expected: None });
+                evidence.push(Evidence {
+                    source: path.into(),
+                    observed: "absent".into(),
+                    expected: None,
+                });
             }
             Fact::Absent { reason, .. } => {
                 unknown.push(format!("{path}: {reason}"));
-                evidence.push(Evidence { source: path.into(), observed: format!("unknown ({reason})"), expected: None });
+                evidence.push(Evidence {
+                    source: path.into(),
+                    observed: format!("unknown ({reason})"),
+                    expected: None,
+                });
             }
         }
     }
     if found {
-        PathAnswer { available: Some(true), reasons: vec![], evidence }
+        PathAnswer {
+            available: Some(true),
+            reasons: vec![],
+            evidence,
+        }
     } else if unknown.is_empty() {
         PathAnswer {
             available: Some(false),
@@ -210,7 +273,11 @@ pub fn peermem_path(node: &Node) -> PathAnswer {
             evidence,
         }
     } else {
-        PathAnswer { available: None, reasons: unknown, evidence }
+        PathAnswer {
+            available: None,
+            reasons: unknown,
+            evidence,
+        }
     }
 }
 
@@ -226,7 +293,9 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
     let mut unknowns = Vec::new();
     let mut evidence = Vec::new();
     match &node.nvidia.version_file {
-        Fact::Known { value: Some(text), .. } => match parse::nvidia_version(text) {
+        Fact::Known {
+            value: Some(text), ..
+        } => match parse::nvidia_version(text) {
             Some((ver, flavor)) => {
                 evidence.push(Evidence {
                     source: "/proc/driver/nvidia/version".into(),
@@ -236,7 +305,9 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
                 if flavor != Flavor::Open {
                     blockers.push(format!("NVIDIA driver {ver} is the proprietary flavor; dma-buf export needs the open kernel modules"));
                 } else if parse::driver_major(&ver).is_some_and(|m| m < DMABUF_MIN_DRIVER) {
-                    blockers.push(format!("NVIDIA driver {ver} is older than {DMABUF_MIN_DRIVER}"));
+                    blockers.push(format!(
+                        "NVIDIA driver {ver} is older than {DMABUF_MIN_DRIVER}"
+                    ));
                 }
             }
             None => unknowns.push("/proc/driver/nvidia/version: unrecognised format".to_string()),
@@ -249,7 +320,9 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
                 expected: None,
             });
         }
-        Fact::Absent { reason, .. } => unknowns.push(format!("/proc/driver/nvidia/version: {reason}")),
+        Fact::Absent { reason, .. } => {
+            unknowns.push(format!("/proc/driver/nvidia/version: {reason}"))
+        }
     }
     match &node.kernel_release {
         Fact::Known { value, source } => match parse::kernel_version(value) {
@@ -257,7 +330,10 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
                 evidence.push(Evidence {
                     source: source.clone(),
                     observed: value.clone(),
-                    expected: Some(format!(">= {}.{}", DMABUF_MIN_KERNEL.0, DMABUF_MIN_KERNEL.1)),
+                    expected: Some(format!(
+                        ">= {}.{}",
+                        DMABUF_MIN_KERNEL.0, DMABUF_MIN_KERNEL.1
+                    )),
                 });
                 if (maj, min) < DMABUF_MIN_KERNEL {
                     blockers.push(format!(
@@ -278,7 +354,11 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
         Some(true)
     };
     blockers.extend(unknowns);
-    PathAnswer { available, reasons: blockers, evidence }
+    PathAnswer {
+        available,
+        reasons: blockers,
+        evidence,
+    }
 }
 
 pub fn flavor_name(f: Flavor) -> &'static str {

@@ -12,9 +12,15 @@ fn hex4(v: &Fact<u16>) -> Option<String> {
 
 fn link(d: &PciDevice) -> Link {
     Link {
-        cur_speed_gts: d.cur_link_speed.get().and_then(|s| parse::link_speed_gts(s)),
+        cur_speed_gts: d
+            .cur_link_speed
+            .get()
+            .and_then(|s| parse::link_speed_gts(s)),
         cur_width: d.cur_link_width.get().copied(),
-        max_speed_gts: d.max_link_speed.get().and_then(|s| parse::link_speed_gts(s)),
+        max_speed_gts: d
+            .max_link_speed
+            .get()
+            .and_then(|s| parse::link_speed_gts(s)),
         max_width: d.max_link_width.get().copied(),
     }
 }
@@ -109,5 +115,14 @@ pub fn build(node: &Node) -> Inventory {
         nv_peer_mem: node.peermem.nv_peer_mem.get().copied(),
     };
     let (mode, evidence) = derive::iommu_mode(node);
-    Inventory { gpus, nics, pci, driver, iommu: IommuInv { mode: mode.as_str().to_string(), evidence } }
+    Inventory {
+        gpus,
+        nics,
+        pci,
+        driver,
+        iommu: IommuInv {
+            mode: mode.as_str().to_string(),
+            evidence,
+        },
+    }
 }

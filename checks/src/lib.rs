@@ -31,7 +31,9 @@ pub fn build_report(node: &model::Node, opts: &RunOptions) -> Report {
     summary.exit_code = report::exit_code(&findings, opts.fail_on, opts.allow_incomplete);
     Report {
         schema: report::SCHEMA.to_string(),
-        tool: report::Tool { version: env!("CARGO_PKG_VERSION").to_string() },
+        tool: report::Tool {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        },
         host: report::Host {
             hostname: node.hostname.get().cloned(),
             kernel: node.kernel_release.get().cloned(),

@@ -19,10 +19,16 @@ pub enum Fact<T> {
 
 impl<T> Fact<T> {
     pub fn known(value: T, source: impl Into<String>) -> Self {
-        Fact::Known { value, source: source.into() }
+        Fact::Known {
+            value,
+            source: source.into(),
+        }
     }
     pub fn absent(source: impl Into<String>, reason: impl Into<String>) -> Self {
-        Fact::Absent { source: source.into(), reason: reason.into() }
+        Fact::Absent {
+            source: source.into(),
+            reason: reason.into(),
+        }
     }
     pub fn get(&self) -> Option<&T> {
         match self {
@@ -44,10 +50,14 @@ impl<T> Fact<T> {
     }
     pub fn map<U>(&self, f: impl FnOnce(&T) -> U) -> Fact<U> {
         match self {
-            Fact::Known { value, source } => Fact::Known { value: f(value), source: source.clone() },
-            Fact::Absent { source, reason } => {
-                Fact::Absent { source: source.clone(), reason: reason.clone() }
-            }
+            Fact::Known { value, source } => Fact::Known {
+                value: f(value),
+                source: source.clone(),
+            },
+            Fact::Absent { source, reason } => Fact::Absent {
+                source: source.clone(),
+                reason: reason.clone(),
+            },
         }
     }
     /// Human text for evidence: the value via `show`, or `unknown (<reason>)`.

@@ -29,6 +29,7 @@ pub fn device_name(d: &PciDevice) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     #[test]
     fn embedded_database_knows_h200_and_cx7() {
         let h200 = super::vendor_device(0x10de, 0x2335).unwrap_or_default();

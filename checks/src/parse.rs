@@ -15,7 +15,10 @@ pub fn after_colon(s: &str) -> &str {
 /// `0x10de` (with or without `0x`, surrounding whitespace allowed).
 pub fn hex_u64(s: &str) -> Option<u64> {
     let t = s.trim();
-    let t = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")).unwrap_or(t);
+    let t = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
     if t.is_empty() || t.len() > 16 {
         return None;
     }
@@ -33,17 +36,31 @@ pub fn hex_u32(s: &str) -> Option<u32> {
 /// `32.0 GT/s PCIe`, `8 GT/s`, `2.5 GT/s` -> GT/s. `Unknown` and garbage -> `None`.
 pub fn link_speed_gts(s: &str) -> Option<f64> {
     let t = s.trim();
-    let num: String = t.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    let num: String = t
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
     if num.is_empty() || !t[num.len()..].trim_start().starts_with("GT/s") {
         return None;
     }
-    num.parse::<f64>().ok().filter(|v| v.is_finite() && *v > 0.0)
+    num.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0)
 }
 
 /// A PCIe generation for a GT/s value (2.5 -> 1, ..., 64 -> 6).
 pub fn pcie_gen(gts: f64) -> Option<u8> {
-    const GENS: [(f64, u8); 6] = [(2.5, 1), (5.0, 2), (8.0, 3), (16.0, 4), (32.0, 5), (64.0, 6)];
-    GENS.iter().find(|(g, _)| (g - gts).abs() < 0.01).map(|(_, n)| *n)
+    const GENS: [(f64, u8); 6] = [
+        (2.5, 1),
+        (5.0, 2),
+        (8.0, 3),
+        (16.0, 4),
+        (32.0, 5),
+        (64.0, 6),
+    ];
+    GENS.iter()
+        .find(|(g, _)| (g - gts).abs() < 0.01)
+        .map(|(_, n)| *n)
 }
 
 /// sysfs `resource`: one `0x<start> 0x<end> 0x<flags>` line per resource.
@@ -55,12 +72,20 @@ pub fn resource_file(text: &str) -> Result<Vec<Resource>, String> {
         }
         let mut it = line.split_whitespace();
         let (Some(a), Some(b), Some(c), None) = (it.next(), it.next(), it.next(), it.next()) else {
-            return Err(format!("line {}: expected three hex numbers, got {line:?}", index + 1));
+            return Err(format!(
+                "line {}: expected three hex numbers, got {line:?}",
+                index + 1
+            ));
         };
         let (Some(start), Some(end), Some(flags)) = (hex_u64(a), hex_u64(b), hex_u64(c)) else {
             return Err(format!("line {}: not hex: {line:?}", index + 1));
         };
-        out.push(Resource { index, start, end, flags });
+        out.push(Resource {
+            index,
+            start,
+            end,
+            flags,
+        });
     }
     Ok(out)
 }
@@ -70,14 +95,22 @@ pub fn resource_file(text: &str) -> Result<Vec<Resource>, String> {
 /// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...`
 /// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023`
 pub fn nvidia_version(text: &str) -> Option<(String, Flavor)> {
-    let line = text.lines().find(|l| l.trim_start().starts_with("NVRM version:"))?;
-    let flavor = if line.contains("Open Kernel Module") { Flavor::Open } else { Flavor::Proprietary };
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("NVRM version:"))?;
+    let flavor = if line.contains("Open Kernel Module") {
+        Flavor::Open
+    } else {
+        Flavor::Proprietary
+    };
     let version = line
         .split_whitespace()
         .find(|w| {
             let parts: Vec<&str> = w.split('.').collect();
             parts.len() >= 2
-                && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
         })?
         .to_string();
     Some((version, flavor))
@@ -192,7 +225,9 @@ pub fn is_bdf(s: &str) -> bool {
         && b[4] == b':'
         && b[7] == b':'
         && b[10] == b'.'
-        && b.iter().enumerate().all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
         && (b'0'..=b'7').contains(&b[11])
 }
 
@@ -200,7 +235,9 @@ pub fn is_bdf(s: &str) -> bool {
 pub fn cpu_vendor(cpuinfo: &str) -> Option<crate::model::CpuVendor> {
     use crate::model::CpuVendor;
     for line in cpuinfo.lines() {
-        let Some((k, v)) = line.split_once(':') else { continue };
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
         let (k, v) = (k.trim(), v.trim());
         match k {
             "vendor_id" if v == "GenuineIntel" => return Some(CpuVendor::Intel),
@@ -240,15 +277,22 @@ pub fn human_bytes(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::model::CpuVendor;
 
     #[test]
     fn nvidia_version_open_and_proprietary() {
         let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Oct 30 2025\nGCC version:  gcc version 13.3.0\n";
-        assert_eq!(nvidia_version(open), Some(("580.159.04".into(), Flavor::Open)));
+        assert_eq!(
+            nvidia_version(open),
+            Some(("580.159.04".into(), Flavor::Open))
+        );
         let prop = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n";
-        assert_eq!(nvidia_version(prop), Some(("535.104.05".into(), Flavor::Proprietary)));
+        assert_eq!(
+            nvidia_version(prop),
+            Some(("535.104.05".into(), Flavor::Proprietary))
+        );
         assert_eq!(nvidia_version("garbage"), None);
         assert_eq!(driver_major("580.159.04"), Some(580));
     }
@@ -268,7 +312,15 @@ mod tests {
     #[test]
     fn cmdline_quotes_and_newline() {
         let a = cmdline("BOOT_IMAGE=/vmlinuz root=UUID=x foo=\"a b\" iommu=pt\n");
-        assert_eq!(a, vec!["BOOT_IMAGE=/vmlinuz", "root=UUID=x", "foo=\"a b\"", "iommu=pt"]);
+        assert_eq!(
+            a,
+            vec![
+                "BOOT_IMAGE=/vmlinuz",
+                "root=UUID=x",
+                "foo=\"a b\"",
+                "iommu=pt"
+            ]
+        );
         assert_eq!(cmdline_value(&a, "iommu"), Some("pt"));
         assert_eq!(cmdline_value(&a, "foo"), Some("a b"));
         assert_eq!(cmdline_value(&a, "intel_iommu"), None);
@@ -281,15 +333,27 @@ mod tests {
         assert_eq!(link_speed_gts("Unknown"), None);
         assert_eq!(pcie_gen(16.0), Some(4));
         assert_eq!(kernel_version("6.18.0-1-amd64"), Some((6, 18, 0)));
-        assert_eq!(kernel_version("3.10.0-1160.15.2.el7.x86_64"), Some((3, 10, 0)));
+        assert_eq!(
+            kernel_version("3.10.0-1160.15.2.el7.x86_64"),
+            Some((3, 10, 0))
+        );
         assert_eq!(kernel_version("x"), None);
         let lim = "Limit                     Soft Limit           Hard Limit           Units\nMax locked memory         8388608              8388608              bytes\n";
         assert_eq!(
             memlock_from_limits(lim),
-            Some(Rlimit { soft: Some(8388608), hard: Some(8388608) })
+            Some(Rlimit {
+                soft: Some(8388608),
+                hard: Some(8388608)
+            })
         );
         let unl = "Max locked memory         unlimited            unlimited            bytes\n";
-        assert_eq!(memlock_from_limits(unl), Some(Rlimit { soft: None, hard: None }));
+        assert_eq!(
+            memlock_from_limits(unl),
+            Some(Rlimit {
+                soft: None,
+                hard: None
+            })
+        );
     }
 
     #[test]
@@ -300,8 +364,14 @@ mod tests {
         assert!(is_bdf("0000:00:06.0"));
         assert!(!is_bdf("pci0000:00"));
         assert!(!is_bdf("0000:00:06.8"));
-        assert_eq!(cpu_vendor("vendor_id\t: AuthenticAMD\n"), Some(CpuVendor::Amd));
-        assert_eq!(cpu_vendor("CPU implementer\t: 0x41\n"), Some(CpuVendor::Arm));
+        assert_eq!(
+            cpu_vendor("vendor_id\t: AuthenticAMD\n"),
+            Some(CpuVendor::Amd)
+        );
+        assert_eq!(
+            cpu_vendor("CPU implementer\t: 0x41\n"),
+            Some(CpuVendor::Arm)
+        );
         assert_eq!(human_bytes(256 << 30), "256 GiB");
         assert!(gid_is_set("fe80:0000:0000:0000:0000:0000:0000:0001"));
         assert!(!gid_is_set("0000:0000:0000:0000:0000:0000:0000:0000"));

@@ -18,7 +18,13 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 5] = [Status::Pass, Status::Warn, Status::Fail, Status::Skip, Status::Error];
+    pub const ALL: [Status; 5] = [
+        Status::Pass,
+        Status::Warn,
+        Status::Fail,
+        Status::Skip,
+        Status::Error,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Pass => "pass",
@@ -65,7 +71,12 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(id: &str, status: Status, subject: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(
+        id: &str,
+        status: Status,
+        subject: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         Finding {
             id: id.to_string(),
             status,
@@ -77,7 +88,11 @@ impl Finding {
         }
     }
     pub fn evidence(mut self, source: impl Into<String>, observed: impl Into<String>) -> Self {
-        self.evidence.push(Evidence { source: source.into(), observed: observed.into(), expected: None });
+        self.evidence.push(Evidence {
+            source: source.into(),
+            observed: observed.into(),
+            expected: None,
+        });
         self
     }
     pub fn expect(
@@ -311,6 +326,7 @@ pub struct Report {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn f(s: Status) -> Finding {
@@ -320,18 +336,41 @@ mod tests {
     #[test]
     fn exit_codes_follow_the_contract() {
         assert_eq!(exit_code(&[], FailOn::Fail, false), 0);
-        assert_eq!(exit_code(&[f(Status::Pass), f(Status::Warn)], FailOn::Fail, false), 0);
-        assert_eq!(exit_code(&[f(Status::Pass), f(Status::Warn)], FailOn::Warn, false), 1);
-        assert_eq!(exit_code(&[f(Status::Fail), f(Status::Error)], FailOn::Fail, false), 1);
-        assert_eq!(exit_code(&[f(Status::Pass), f(Status::Error)], FailOn::Fail, false), 3);
-        assert_eq!(exit_code(&[f(Status::Pass), f(Status::Error)], FailOn::Fail, true), 0);
+        assert_eq!(
+            exit_code(&[f(Status::Pass), f(Status::Warn)], FailOn::Fail, false),
+            0
+        );
+        assert_eq!(
+            exit_code(&[f(Status::Pass), f(Status::Warn)], FailOn::Warn, false),
+            1
+        );
+        assert_eq!(
+            exit_code(&[f(Status::Fail), f(Status::Error)], FailOn::Fail, false),
+            1
+        );
+        assert_eq!(
+            exit_code(&[f(Status::Pass), f(Status::Error)], FailOn::Fail, false),
+            3
+        );
+        assert_eq!(
+            exit_code(&[f(Status::Pass), f(Status::Error)], FailOn::Fail, true),
+            0
+        );
         assert_eq!(exit_code(&[f(Status::Skip)], FailOn::Warn, false), 0);
-        assert_eq!(exit_code(&[f(Status::Warn), f(Status::Error)], FailOn::Warn, false), 1);
+        assert_eq!(
+            exit_code(&[f(Status::Warn), f(Status::Error)], FailOn::Warn, false),
+            1
+        );
     }
 
     #[test]
     fn summary_counts_each_status() {
-        let s = Summary::count(&[f(Status::Pass), f(Status::Pass), f(Status::Skip), f(Status::Error)]);
+        let s = Summary::count(&[
+            f(Status::Pass),
+            f(Status::Pass),
+            f(Status::Skip),
+            f(Status::Error),
+        ]);
         assert_eq!((s.pass, s.warn, s.fail, s.skip, s.error), (2, 0, 0, 1, 1));
     }
 }

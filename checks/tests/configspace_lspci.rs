@@ -209,19 +209,17 @@ fn speed(text: &str) -> Option<f64> {
 
 /// The last `[vvvv:dddd]` in an `lspci -nn` line.
 fn bracket_ids(line: &str) -> Option<(u16, u16)> {
-    line.split('[')
-        .filter_map(|part| {
-            let inner = part.split(']').next()?;
-            let (v, d) = inner.split_once(':')?;
-            if v.len() != 4 || d.len() != 4 {
-                return None;
-            }
-            Some((
-                u16::from_str_radix(v, 16).ok()?,
-                u16::from_str_radix(d, 16).ok()?,
-            ))
-        })
-        .last()
+    line.rsplit('[').find_map(|part| {
+        let inner = part.split(']').next()?;
+        let (v, d) = inner.split_once(':')?;
+        if v.len() != 4 || d.len() != 4 {
+            return None;
+        }
+        Some((
+            u16::from_str_radix(v, 16).ok()?,
+            u16::from_str_radix(d, 16).ok()?,
+        ))
+    })
 }
 
 fn bdf_of(header: &str) -> String {
@@ -231,6 +229,9 @@ fn bdf_of(header: &str) -> String {
 // ---------------------------------------------------------------------------
 // Comparison
 // ---------------------------------------------------------------------------
+
+/// Flag names lspci prints and the register bit each one shows.
+type BitTable = &'static [(&'static str, u32)];
 
 const UNCOR_BITS: &[(&str, u32)] = &[
     ("DLP", 0x10),
@@ -794,7 +795,7 @@ fn compare(
         (Some(la), Some(a)) => {
             c.stats.aer += 1;
             c.eq("AER offset", la.offset, a.offset);
-            let regs: [(&str, &[(&str, u32)], u32); 5] = [
+            let regs: [(&str, BitTable, u32); 5] = [
                 ("UESta", UNCOR_BITS, a.uncor_status),
                 ("UEMsk", UNCOR_BITS, a.uncor_mask),
                 ("UESvrt", UNCOR_BITS, a.uncor_severity),

@@ -24,7 +24,11 @@ fn body(f: &Finding) -> String {
 
 pub fn render(report: &Report, style: &Style) -> String {
     let mut jr = JReport::new("gdrdoctor");
-    let host = report.host.hostname.clone().unwrap_or_else(|| "unknown-host".into());
+    let host = report
+        .host
+        .hostname
+        .clone()
+        .unwrap_or_else(|| "unknown-host".into());
     let mut suite = TestSuite::new(format!("gdrdoctor check {host}"));
     for f in &report.findings {
         let status = match f.status {

@@ -29,7 +29,8 @@ pub fn render(report: &Report, format: Format, style: &Style) -> String {
     match format {
         Format::Table => table::render(report, style),
         Format::Json => {
-            let mut s = serde_json::to_string_pretty(report).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+            let mut s = serde_json::to_string_pretty(report)
+                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
             s.push('\n');
             s
         }

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 pub fn render(report: &Report) -> String {
@@ -22,7 +24,11 @@ pub fn render(report: &Report) -> String {
         *counts.entry((f.id.as_str(), f.status)).or_insert(0) += 1;
     }
     // Keep registry order, then any id not in the registry (probes).
-    let mut ids: Vec<&str> = CHECKS.iter().map(|c| c.id).filter(|id| worst.contains_key(id)).collect();
+    let mut ids: Vec<&str> = CHECKS
+        .iter()
+        .map(|c| c.id)
+        .filter(|id| worst.contains_key(id))
+        .collect();
     for id in worst.keys() {
         if !ids.contains(id) {
             ids.push(id);
@@ -49,28 +55,66 @@ pub fn render(report: &Report) -> String {
     for id in &ids {
         for s in Status::ALL {
             let n = counts.get(&(*id, s)).copied().unwrap_or(0);
-            let _ = writeln!(o, "gdrdoctor_check_findings{{check=\"{}\",status=\"{}\"}} {n}", esc(id), s.as_str());
+            let _ = writeln!(
+                o,
+                "gdrdoctor_check_findings{{check=\"{}\",status=\"{}\"}} {n}",
+                esc(id),
+                s.as_str()
+            );
         }
     }
-    let _ = writeln!(o, "# HELP gdrdoctor_summary_findings Findings on this node by status.");
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_summary_findings Findings on this node by status."
+    );
     let _ = writeln!(o, "# TYPE gdrdoctor_summary_findings gauge");
     let sm = &report.summary;
-    for (s, n) in [("pass", sm.pass), ("warn", sm.warn), ("fail", sm.fail), ("skip", sm.skip), ("error", sm.error)] {
+    for (s, n) in [
+        ("pass", sm.pass),
+        ("warn", sm.warn),
+        ("fail", sm.fail),
+        ("skip", sm.skip),
+        ("error", sm.error),
+    ] {
         let _ = writeln!(o, "gdrdoctor_summary_findings{{status=\"{s}\"}} {n}");
     }
-    let _ = writeln!(o, "# HELP gdrdoctor_exit_code Exit code of the run (0 ok, 1 fail, 3 incomplete).");
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_exit_code Exit code of the run (0 ok, 1 fail, 3 incomplete)."
+    );
     let _ = writeln!(o, "# TYPE gdrdoctor_exit_code gauge");
     let _ = writeln!(o, "gdrdoctor_exit_code {}", sm.exit_code);
-    let _ = writeln!(o, "# HELP gdrdoctor_gdr_pairs GPU x NIC pairs by GDR verdict.");
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_gdr_pairs GPU x NIC pairs by GDR verdict."
+    );
     let _ = writeln!(o, "# TYPE gdrdoctor_gdr_pairs gauge");
     let en = report.gdr.iter().filter(|p| p.enabled).count();
     let _ = writeln!(o, "gdrdoctor_gdr_pairs{{enabled=\"true\"}} {en}");
-    let _ = writeln!(o, "gdrdoctor_gdr_pairs{{enabled=\"false\"}} {}", report.gdr.len() - en);
-    let _ = writeln!(o, "# HELP gdrdoctor_build_info gdrdoctor version and report schema.");
+    let _ = writeln!(
+        o,
+        "gdrdoctor_gdr_pairs{{enabled=\"false\"}} {}",
+        report.gdr.len() - en
+    );
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_build_info gdrdoctor version and report schema."
+    );
     let _ = writeln!(o, "# TYPE gdrdoctor_build_info gauge");
-    let _ = writeln!(o, "gdrdoctor_build_info{{version=\"{}\",schema=\"{}\"}} 1", esc(&report.tool.version), esc(&report.schema));
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let _ = writeln!(o, "# HELP gdrdoctor_last_run_timestamp_seconds Unix time this report was produced.");
+    let _ = writeln!(
+        o,
+        "gdrdoctor_build_info{{version=\"{}\",schema=\"{}\"}} 1",
+        esc(&report.tool.version),
+        esc(&report.schema)
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_last_run_timestamp_seconds Unix time this report was produced."
+    );
     let _ = writeln!(o, "# TYPE gdrdoctor_last_run_timestamp_seconds gauge");
     let _ = writeln!(o, "gdrdoctor_last_run_timestamp_seconds {now}");
     o

@@ -33,7 +33,11 @@ pub fn render(report: &Report, style: &Style) -> String {
     let mut out = String::new();
     let host = report.host.hostname.as_deref().unwrap_or("?");
     let kernel = report.host.kernel.as_deref().unwrap_or("?");
-    let _ = writeln!(out, "gdrdoctor {} · host {host} · kernel {kernel} · source {}", report.tool.version, report.host.source);
+    let _ = writeln!(
+        out,
+        "gdrdoctor {} · host {host} · kernel {kernel} · source {}",
+        report.tool.version, report.host.source
+    );
     let inv = &report.inventory;
     let drv = match (&inv.driver.nvidia_version, &inv.driver.flavor) {
         (Some(v), Some(f)) => format!("nvidia {v} ({f})"),
@@ -66,8 +70,13 @@ pub fn render(report: &Report, style: &Style) -> String {
     for line in t.to_string().lines() {
         let _ = writeln!(out, "{}", line.trim_end());
     }
-    let details: Vec<&Finding> =
-        report.findings.iter().filter(|f| style.verbose || matches!(f.status, Status::Warn | Status::Fail | Status::Error)).collect();
+    let details: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| {
+            style.verbose || matches!(f.status, Status::Warn | Status::Fail | Status::Error)
+        })
+        .collect();
     if !details.is_empty() {
         out.push('\n');
     }
@@ -89,7 +98,11 @@ pub fn render(report: &Report, style: &Style) -> String {
         for e in &f.evidence {
             match &e.expected {
                 Some(x) => {
-                    let _ = writeln!(out, "   = evidence: {}: {} (expected {x})", e.source, e.observed);
+                    let _ = writeln!(
+                        out,
+                        "   = evidence: {}: {} (expected {x})",
+                        e.source, e.observed
+                    );
                 }
                 None => {
                     let _ = writeln!(out, "   = evidence: {}: {}", e.source, e.observed);
@@ -97,7 +110,11 @@ pub fn render(report: &Report, style: &Style) -> String {
             }
         }
         if let Some(r) = &f.remediation {
-            let label = if style.color { "help".cyan().bold().to_string() } else { "help".into() };
+            let label = if style.color {
+                "help".cyan().bold().to_string()
+            } else {
+                "help".into()
+            };
             let _ = writeln!(out, "   = {label}: {r}");
         }
         let _ = writeln!(out, "   = explain: gdrdoctor explain {}\n", f.id);

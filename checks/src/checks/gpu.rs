@@ -9,12 +9,17 @@ use crate::report::{Finding, Status};
 pub fn present(node: &Node) -> Vec<Finding> {
     const ID: &str = "gpu.present";
     let Some(pci) = node.pci.get() else {
-        return vec![Finding::new(ID, Status::Error, "node", "cannot enumerate pci devices")
-            .evidence(node.pci.source(), node.pci.describe(|_| String::new()))];
+        return vec![
+            Finding::new(ID, Status::Error, "node", "cannot enumerate pci devices")
+                .evidence(node.pci.source(), node.pci.describe(|_| String::new())),
+        ];
     };
     let gpus: Vec<_> = pci.iter().filter(|d| d.is_nvidia_gpu()).collect();
     if gpus.is_empty() {
-        let nv_other = pci.iter().filter(|d| d.vendor_id.get() == Some(&0x10de)).count();
+        let nv_other = pci
+            .iter()
+            .filter(|d| d.vendor_id.get() == Some(&0x10de))
+            .count();
         return vec![Finding::new(ID, Status::Fail, "node", "no nvidia gpu on the pci bus")
             .expect(
                 "/sys/bus/pci/devices/*/{vendor,class}",
@@ -104,7 +109,9 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
     const SRC: &str = "/proc/driver/nvidia/params";
     match &node.nvidia.params {
         Fact::Known { value, .. } => {
-            let v = value.get("GrdmaPciTopoCheckOverride").and_then(|v| parse::registry_number(v));
+            let v = value
+                .get("GrdmaPciTopoCheckOverride")
+                .and_then(|v| parse::registry_number(v));
             match v {
                 Some(2) => vec![Finding::new(ID, Status::Fail, "node", "the nvidia driver is told to refuse every gpudirect rdma mapping (GrdmaPciTopoCheckOverride=2)")
                     .expect(SRC, "GrdmaPciTopoCheckOverride: 2", "0 (driver decides)")
@@ -117,10 +124,20 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
         }
         Fact::Absent { reason, .. } => {
             if matches!(node.nvidia.version_file, Fact::Known { value: None, .. }) {
-                vec![Finding::new(ID, Status::Skip, "node", "nvidia driver not loaded")]
+                vec![Finding::new(
+                    ID,
+                    Status::Skip,
+                    "node",
+                    "nvidia driver not loaded",
+                )]
             } else {
-                vec![Finding::new(ID, Status::Error, "node", "cannot read the nvidia driver parameters")
-                    .evidence(SRC, format!("unknown ({reason})"))]
+                vec![Finding::new(
+                    ID,
+                    Status::Error,
+                    "node",
+                    "cannot read the nvidia driver parameters",
+                )
+                .evidence(SRC, format!("unknown ({reason})"))]
             }
         }
     }

@@ -34,7 +34,9 @@ pub fn mode(node: &Node) -> Vec<Finding> {
     };
     for e in ev {
         let (src, obs) = match e.split_once(": ") {
-            Some((s, o)) if s.starts_with('/') || s.starts_with("kernel") => (s.to_string(), o.to_string()),
+            Some((s, o)) if s.starts_with('/') || s.starts_with("kernel") => {
+                (s.to_string(), o.to_string())
+            }
             _ => ("iommu".to_string(), e),
         };
         f = f.evidence(src, obs);

@@ -30,17 +30,61 @@ impl CheckDef {
 
 /// Every static check, in the order reports list them.
 pub static CHECKS: &[CheckDef] = &[
-    CheckDef { id: "gpu.present", title: "nvidia gpus are on the pci bus and bound to the nvidia driver", run: gpu::present },
-    CheckDef { id: "driver.nvidia", title: "the nvidia kernel driver is loaded; its version and flavor", run: gpu::driver },
-    CheckDef { id: "driver.grdma-override", title: "the nvidia driver does not refuse gpudirect rdma mappings by registry override", run: gpu::grdma_override },
-    CheckDef { id: "kmod.nvidia-peermem", title: "a peer-memory client (nvidia_peermem) serves ibv_reg_mr on gpu memory", run: kmod::nvidia_peermem },
-    CheckDef { id: "kmod.nv-peer-mem", title: "the deprecated nv_peer_mem module is not loaded", run: kmod::nv_peer_mem },
-    CheckDef { id: "kmod.dmabuf", title: "the dma-buf path is possible (open nvidia modules, kernel >= 5.12)", run: kmod::dmabuf },
-    CheckDef { id: "iommu.mode", title: "the iommu does not translate gpu and nic dma (off or passthrough)", run: iommu::mode },
-    CheckDef { id: "rdma.devices", title: "rdma devices are present", run: rdma::devices },
-    CheckDef { id: "rdma.ports", title: "rdma ports are active and their physical link is up", run: rdma::ports },
-    CheckDef { id: "rdma.firmware", title: "hcas of the same model run the same firmware", run: rdma::firmware },
-    CheckDef { id: "mem.memlock", title: "the locked-memory limit is unlimited", run: mem::memlock },
+    CheckDef {
+        id: "gpu.present",
+        title: "nvidia gpus are on the pci bus and bound to the nvidia driver",
+        run: gpu::present,
+    },
+    CheckDef {
+        id: "driver.nvidia",
+        title: "the nvidia kernel driver is loaded; its version and flavor",
+        run: gpu::driver,
+    },
+    CheckDef {
+        id: "driver.grdma-override",
+        title: "the nvidia driver does not refuse gpudirect rdma mappings by registry override",
+        run: gpu::grdma_override,
+    },
+    CheckDef {
+        id: "kmod.nvidia-peermem",
+        title: "a peer-memory client (nvidia_peermem) serves ibv_reg_mr on gpu memory",
+        run: kmod::nvidia_peermem,
+    },
+    CheckDef {
+        id: "kmod.nv-peer-mem",
+        title: "the deprecated nv_peer_mem module is not loaded",
+        run: kmod::nv_peer_mem,
+    },
+    CheckDef {
+        id: "kmod.dmabuf",
+        title: "the dma-buf path is possible (open nvidia modules, kernel >= 5.12)",
+        run: kmod::dmabuf,
+    },
+    CheckDef {
+        id: "iommu.mode",
+        title: "the iommu does not translate gpu and nic dma (off or passthrough)",
+        run: iommu::mode,
+    },
+    CheckDef {
+        id: "rdma.devices",
+        title: "rdma devices are present",
+        run: rdma::devices,
+    },
+    CheckDef {
+        id: "rdma.ports",
+        title: "rdma ports are active and their physical link is up",
+        run: rdma::ports,
+    },
+    CheckDef {
+        id: "rdma.firmware",
+        title: "hcas of the same model run the same firmware",
+        run: rdma::firmware,
+    },
+    CheckDef {
+        id: "mem.memlock",
+        title: "the locked-memory limit is unlimited",
+        run: mem::memlock,
+    },
 ];
 
 /// Which checks to run: `--only`/`--skip` take ids or categories.
@@ -93,6 +137,7 @@ pub fn find(id: &str) -> Option<&'static CheckDef> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]
@@ -103,21 +148,32 @@ mod tests {
             let (cat, name) = d.id.split_once('.').expect("id has a category");
             assert!(!cat.is_empty() && !name.is_empty(), "{}", d.id);
             assert!(
-                d.id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-'),
+                d.id.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-'),
                 "{} must be lowercase kebab",
                 d.id
             );
-            assert!(d.title.len() <= 90 && !d.title.ends_with('.'), "{}", d.title);
+            assert!(
+                d.title.len() <= 90 && !d.title.ends_with('.'),
+                "{}",
+                d.title
+            );
             assert_eq!(d.title, d.title.to_lowercase(), "{} title lowercase", d.id);
         }
     }
 
     #[test]
     fn selection_by_id_and_category() {
-        let s = Selection { only: vec!["rdma".into()], skip: vec!["rdma.firmware".into()] };
+        let s = Selection {
+            only: vec!["rdma".into()],
+            skip: vec!["rdma.firmware".into()],
+        };
         let ids: Vec<_> = CHECKS.iter().filter(|d| s.wants(d)).map(|d| d.id).collect();
         assert_eq!(ids, vec!["rdma.devices", "rdma.ports"]);
-        let bad = Selection { only: vec!["nope".into()], skip: vec![] };
+        let bad = Selection {
+            only: vec!["nope".into()],
+            skip: vec![],
+        };
         assert_eq!(bad.unknown_patterns(), vec!["nope".to_string()]);
     }
 }

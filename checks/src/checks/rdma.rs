@@ -8,9 +8,35 @@ use std::collections::BTreeMap;
 pub fn devices(node: &Node) -> Vec<Finding> {
     const ID: &str = "rdma.devices";
     match &node.rdma {
-        Fact::Known { value, .. } if value.is_empty() => vec![Finding::new(ID, Status::Fail, "node", "no rdma device: gpudirect rdma needs an infiniband or roce nic")
-            .expect("/sys/class/infiniband", "empty", "at least one device (mlx5_0, ...)")
-            .fix("check that the NIC is on the PCI bus (`lspci -d 15b3:`), that its RDMA driver is loaded (`modprobe mlx5_ib`), and that rdma-core / MOFED is installed")],
+        Fact::Known { value, .. } if value.is_empty() => {
+            let capable = rdma_capable_nics(node);
+            let mut f = if capable.is_empty() {
+                Finding::new(ID, Status::Fail, "node", "no rdma device: gpudirect rdma needs an infiniband or roce nic")
+                    .fix("check that the NIC is on the PCI bus (`lspci -d 15b3:`), that its RDMA driver is loaded (`modprobe mlx5_ib`), and that rdma-core / MOFED is installed")
+            } else {
+                let (drivers, list): (Vec<&str>, Vec<String>) = capable
+                    .iter()
+                    .map(|(b, n, d)| (*d, format!("{b} {n}")))
+                    .unzip();
+                let mut drivers = drivers;
+                drivers.sort();
+                drivers.dedup();
+                Finding::new(
+                    ID,
+                    Status::Fail,
+                    "node",
+                    format!("{} rdma-capable nic(s) on the pci bus but no rdma device: the rdma driver ({}) is not loaded", capable.len(), drivers.join(", ")),
+                )
+                .evidence("/sys/bus/pci/devices", list.join("; "))
+                .fix(format!("`modprobe {}` (and `modprobe ib_uverbs`); install rdma-core (`apt install rdma-core ibverbs-providers` / `dnf install rdma-core libibverbs`) or MOFED/DOCA-OFED", drivers.join(" ")))
+            };
+            f = f.expect(
+                "/sys/class/infiniband",
+                "empty",
+                "at least one device (mlx5_0, ...)",
+            );
+            vec![f]
+        }
         Fact::Known { value, .. } => {
             let names: Vec<String> = value
                 .iter()
@@ -19,12 +45,50 @@ pub fn devices(node: &Node) -> Vec<Finding> {
                     _ => d.name.clone(),
                 })
                 .collect();
-            vec![Finding::new(ID, Status::Pass, "node", format!("{} rdma device(s): {}", value.len(), names.join(", ")))
-                .evidence("/sys/class/infiniband", names.join(" "))]
+            let short: Vec<&str> = value.iter().map(|d| d.name.as_str()).collect();
+            vec![Finding::new(
+                ID,
+                Status::Pass,
+                "node",
+                format!("{} rdma device(s): {}", value.len(), short.join(" ")),
+            )
+            .evidence("/sys/class/infiniband", names.join(" "))]
         }
-        Fact::Absent { source, reason } => vec![Finding::new(ID, Status::Error, "node", "cannot list rdma devices")
-            .evidence(source.clone(), format!("unknown ({reason})"))],
+        Fact::Absent { source, reason } => {
+            vec![
+                Finding::new(ID, Status::Error, "node", "cannot list rdma devices")
+                    .evidence(source.clone(), format!("unknown ({reason})")),
+            ]
+        }
     }
+}
+
+/// PCI network functions of vendors with RDMA drivers, and the driver that provides it.
+fn rdma_capable_nics(node: &Node) -> Vec<(String, String, &'static str)> {
+    let Some(pci) = node.pci.get() else {
+        return vec![];
+    };
+    pci.iter()
+        .filter(|d| d.is_network())
+        .filter_map(|d| {
+            let drv = match d.vendor_id.get()? {
+                0x15b3 => "mlx5_ib",
+                0x14e4 => "bnxt_re",
+                0x8086 => "irdma",
+                0x1077 => "qedr",
+                0x1d0f => "efa",
+                0x1dd8 => "ionic_rdma",
+                _ => return None,
+            };
+            // Intel and Broadcom make many NICs without RDMA; only count InfiniBand-class or
+            // vendors whose network functions are RDMA-capable as a rule.
+            let ib_class = d.class_code().is_some_and(|c| (c >> 8) == 0x0207);
+            if matches!(drv, "irdma" | "bnxt_re") && !ib_class {
+                return None;
+            }
+            Some((d.bdf.clone(), crate::names::device_name(d), drv))
+        })
+        .collect()
 }
 
 fn port_fix(link_layer: Option<&str>, state: &str, phys: Option<&str>) -> String {
@@ -41,8 +105,10 @@ fn port_fix(link_layer: Option<&str>, state: &str, phys: Option<&str>) -> String
 pub fn ports(node: &Node) -> Vec<Finding> {
     const ID: &str = "rdma.ports";
     let Some(devs) = node.rdma.get() else {
-        return vec![Finding::new(ID, Status::Error, "node", "cannot list rdma devices")
-            .evidence(node.rdma.source(), node.rdma.describe(|_| String::new()))];
+        return vec![
+            Finding::new(ID, Status::Error, "node", "cannot list rdma devices")
+                .evidence(node.rdma.source(), node.rdma.describe(|_| String::new())),
+        ];
     };
     if devs.is_empty() {
         return vec![Finding::new(ID, Status::Skip, "node", "no rdma device")];
@@ -53,13 +119,19 @@ pub fn ports(node: &Node) -> Vec<Finding> {
         let ports = match &d.ports {
             Fact::Known { value, .. } => value,
             Fact::Absent { reason, .. } => {
-                out.push(Finding::new(ID, Status::Error, &d.name, "cannot read the ports").evidence(base, format!("unknown ({reason})")));
+                out.push(
+                    Finding::new(ID, Status::Error, &d.name, "cannot read the ports")
+                        .evidence(base, format!("unknown ({reason})")),
+                );
                 continue;
             }
         };
         let any_active = ports.iter().any(|p| p.state_name() == Some("ACTIVE"));
         if ports.is_empty() {
-            out.push(Finding::new(ID, Status::Fail, &d.name, "device has no ports").evidence(base, "empty"));
+            out.push(
+                Finding::new(ID, Status::Fail, &d.name, "device has no ports")
+                    .evidence(base, "empty"),
+            );
             continue;
         }
         for p in ports {
@@ -68,26 +140,62 @@ pub fn ports(node: &Node) -> Vec<Finding> {
             let ll = p.link_layer.get().map(String::as_str);
             let rate = p.rate.get().map(String::as_str).unwrap_or("?");
             let (Some(state), phys) = (p.state_name(), p.phys_state_name()) else {
-                out.push(Finding::new(ID, Status::Error, &subject, "cannot read the port state")
-                    .evidence(format!("{src}/state"), p.state.describe(|s| s.clone())));
+                out.push(
+                    Finding::new(ID, Status::Error, &subject, "cannot read the port state")
+                        .evidence(format!("{src}/state"), p.state.describe(|s| s.clone())),
+                );
                 continue;
             };
-            let observed = format!("state {state}, phys_state {}, link_layer {}, rate {rate}", phys.unwrap_or("?"), ll.unwrap_or("?"));
+            let observed = format!(
+                "state {state}, phys_state {}, link_layer {}, rate {rate}",
+                phys.unwrap_or("?"),
+                ll.unwrap_or("?")
+            );
             if state == "ACTIVE" && matches!(phys, Some("LinkUp")) {
-                out.push(Finding::new(ID, Status::Pass, &subject, format!("active, {}, {rate}", ll.unwrap_or("?"))).evidence(src, observed));
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Pass,
+                        &subject,
+                        format!("active, {}, {rate}", ll.unwrap_or("?")),
+                    )
+                    .evidence(src, observed),
+                );
             } else if state == "ACTIVE" {
-                out.push(Finding::new(ID, Status::Warn, &subject, format!("port active but physical state is {}", phys.unwrap_or("unknown")))
-                    .expect(src, observed, "phys_state LinkUp"));
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Warn,
+                        &subject,
+                        format!(
+                            "port active but physical state is {}",
+                            phys.unwrap_or("unknown")
+                        ),
+                    )
+                    .expect(src, observed, "phys_state LinkUp"),
+                );
             } else {
-                let status = if any_active { Status::Warn } else { Status::Fail };
-                let msg = if any_active {
-                    format!("port is {state} (another port of {} is active; NCCL skips this one)", d.name)
+                let status = if any_active {
+                    Status::Warn
                 } else {
-                    format!("port is {state} and no port of {} is active: NCCL cannot use this device", d.name)
+                    Status::Fail
                 };
-                out.push(Finding::new(ID, status, &subject, msg)
-                    .expect(src, observed, "state ACTIVE, phys_state LinkUp")
-                    .fix(port_fix(ll, state, phys)));
+                let msg = if any_active {
+                    format!(
+                        "port is {state} (another port of {} is active; NCCL skips this one)",
+                        d.name
+                    )
+                } else {
+                    format!(
+                        "port is {state} and no port of {} is active: NCCL cannot use this device",
+                        d.name
+                    )
+                };
+                out.push(
+                    Finding::new(ID, status, &subject, msg)
+                        .expect(src, observed, "state ACTIVE, phys_state LinkUp")
+                        .fix(port_fix(ll, state, phys)),
+                );
             }
         }
     }
@@ -96,14 +204,20 @@ pub fn ports(node: &Node) -> Vec<Finding> {
 
 /// The model key for grouping: `hca_type` (`MT4129`), else the name prefix.
 fn model(d: &RdmaDevice) -> String {
-    d.hca_type.get().cloned().unwrap_or_else(|| d.name.trim_end_matches(|c: char| c.is_ascii_digit()).to_string())
+    d.hca_type.get().cloned().unwrap_or_else(|| {
+        d.name
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .to_string()
+    })
 }
 
 pub fn firmware(node: &Node) -> Vec<Finding> {
     const ID: &str = "rdma.firmware";
     let Some(devs) = node.rdma.get() else {
-        return vec![Finding::new(ID, Status::Error, "node", "cannot list rdma devices")
-            .evidence(node.rdma.source(), node.rdma.describe(|_| String::new()))];
+        return vec![
+            Finding::new(ID, Status::Error, "node", "cannot list rdma devices")
+                .evidence(node.rdma.source(), node.rdma.describe(|_| String::new())),
+        ];
     };
     let mut by_model: BTreeMap<String, Vec<&RdmaDevice>> = BTreeMap::new();
     for d in devs {
@@ -123,20 +237,54 @@ pub fn firmware(node: &Node) -> Vec<Finding> {
             }
         }
         let subject = format!("model {model}");
-        let listing = versions.iter().map(|(v, n)| format!("{v}: {}", n.join(" "))).collect::<Vec<_>>().join("; ");
+        let listing = versions
+            .iter()
+            .map(|(v, n)| format!("{v}: {}", n.join(" ")))
+            .collect::<Vec<_>>()
+            .join("; ");
         if !unknown.is_empty() {
-            out.push(Finding::new(ID, Status::Error, &subject, format!("cannot read fw_ver of {}", unknown.join(", "))));
+            out.push(Finding::new(
+                ID,
+                Status::Error,
+                &subject,
+                format!("cannot read fw_ver of {}", unknown.join(", ")),
+            ));
         } else if versions.len() > 1 {
-            let newest = versions.keys().max_by(|a, b| fw_cmp(a, b)).cloned().unwrap_or_default();
+            let newest = versions
+                .keys()
+                .max_by(|a, b| fw_cmp(a, b))
+                .cloned()
+                .unwrap_or_default();
             out.push(Finding::new(ID, Status::Warn, &subject, format!("{} {model} hcas run {} different firmware versions", ds.len(), versions.len()))
                 .expect("/sys/class/infiniband/*/fw_ver", listing, "one version per model")
                 .fix(format!("update every {model} to the same firmware (newest here: {newest}) with `mlxfwmanager --online -u` or `mlxup`, then reset the devices (`mlxfwreset -d <dev> reset`) or reboot")));
         } else if ds.len() == 1 {
-            out.push(Finding::new(ID, Status::Pass, &subject, format!("one {model} hca, firmware {}", versions.keys().next().cloned().unwrap_or_default()))
-                .evidence("/sys/class/infiniband/*/fw_ver", listing));
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Pass,
+                    &subject,
+                    format!(
+                        "one {model} hca, firmware {}",
+                        versions.keys().next().cloned().unwrap_or_default()
+                    ),
+                )
+                .evidence("/sys/class/infiniband/*/fw_ver", listing),
+            );
         } else {
-            out.push(Finding::new(ID, Status::Pass, &subject, format!("all {} {model} hcas run firmware {}", ds.len(), versions.keys().next().cloned().unwrap_or_default()))
-                .evidence("/sys/class/infiniband/*/fw_ver", listing));
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Pass,
+                    &subject,
+                    format!(
+                        "all {} {model} hcas run firmware {}",
+                        ds.len(),
+                        versions.keys().next().cloned().unwrap_or_default()
+                    ),
+                )
+                .evidence("/sys/class/infiniband/*/fw_ver", listing),
+            );
         }
     }
     out
@@ -144,6 +292,10 @@ pub fn firmware(node: &Node) -> Vec<Finding> {
 
 /// Compare dotted firmware versions numerically (`28.39.1002` < `28.42.1000`).
 fn fw_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    let n = |s: &str| -> Vec<u64> { s.split('.').map(|p| p.trim().parse().unwrap_or(0)).collect() };
+    let n = |s: &str| -> Vec<u64> {
+        s.split('.')
+            .map(|p| p.trim().parse().unwrap_or(0))
+            .collect()
+    };
     n(a).cmp(&n(b))
 }

@@ -425,7 +425,7 @@ fn walk_std_caps(r: Reader<'_>, cs: &mut ConfigSpace) {
                 .push(format!("more than {MAX_STD_CAPS} capabilities: chain cut"));
             break;
         }
-        let offset = u16::from(u8::try_from(pos).unwrap_or(0));
+        let offset = u16::try_from(pos).unwrap_or(u16::MAX);
         cs.capabilities.push(CapEntry {
             id: u16::from(id),
             offset,
