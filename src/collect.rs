@@ -535,7 +535,8 @@ fn pci_device(root: &Root, path: &str, full: bool) -> PciDevice {
         let p = attr(name);
         match root.read_link(&p) {
             Ok(t) => Fact::known(Some(basename(&t)), p),
-            Err(e) if e.is_not_found() => Fact::known(None, p),
+            Err(e) if e.is_not_found() && root.is_complete() => Fact::known(None, p),
+            Err(e) if e.is_not_found() => Fact::absent(p, NOT_CAPTURED),
             // Captures that flattened links into files (content = target) still tell us.
             Err(e) => match root.read_trimmed(&p) {
                 Ok(t) if t.contains('/') => Fact::known(Some(basename(&t)), p),

@@ -63,8 +63,7 @@ pub fn cmdline_iommu(args: &[String], arm: bool) -> (CmdlineIommu, Vec<String>) 
         verdict = CmdlineIommu::Passthrough;
     }
     if verdict == CmdlineIommu::Silent
-        && (matches!(v("intel_iommu"), Some(x) if x.split(',').any(|p| p == "on"))
-            || matches!(v("amd_iommu"), Some(x) if x.split(',').any(|p| p == "on")))
+        && matches!(v("intel_iommu"), Some(x) if x.split(',').any(|p| p == "on"))
     {
         verdict = CmdlineIommu::Translated;
     }
@@ -337,7 +336,7 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
                 });
                 if (maj, min) < DMABUF_MIN_KERNEL {
                     blockers.push(format!(
-                        "kernel {value} is older than {}.{} (no ibv_reg_dmabuf_mr in uverbs)",
+                        "kernel {value} is older than {}.{} (no ibv_reg_dmabuf_mr in uverbs unless a MOFED backport adds it)",
                         DMABUF_MIN_KERNEL.0, DMABUF_MIN_KERNEL.1
                     ));
                 }
@@ -345,6 +344,17 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
             None => unknowns.push(format!("kernel release {value:?} not recognised")),
         },
         Fact::Absent { reason, source } => unknowns.push(format!("{source}: {reason}")),
+    }
+    if let Some(env) = node.env.get() {
+        if env.get("NCCL_DMABUF_ENABLE").map(|v| v.trim()) == Some("0") {
+            blockers
+                .push("NCCL_DMABUF_ENABLE=0 in the environment turns dma-buf off for NCCL".into());
+            evidence.push(Evidence {
+                source: node.env.source().to_string(),
+                observed: "NCCL_DMABUF_ENABLE=0".into(),
+                expected: None,
+            });
+        }
     }
     let available = if !blockers.is_empty() {
         Some(false)

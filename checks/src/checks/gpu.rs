@@ -16,6 +16,26 @@ pub fn present(node: &Node) -> Vec<Finding> {
     };
     let gpus: Vec<_> = pci.iter().filter(|d| d.is_nvidia_gpu()).collect();
     if gpus.is_empty() {
+        // A display-class function whose vendor could not be read might be an NVIDIA GPU.
+        let unknown: Vec<&str> = pci
+            .iter()
+            .filter(|d| {
+                d.class_code().is_some_and(|c| (c >> 16) == 0x03) && d.vendor_id.get().is_none()
+            })
+            .map(|d| d.bdf.as_str())
+            .collect();
+        if !unknown.is_empty() {
+            return vec![Finding::new(
+                ID,
+                Status::Error,
+                "node",
+                format!(
+                    "{} display-class pci function(s) whose vendor cannot be read",
+                    unknown.len()
+                ),
+            )
+            .evidence("/sys/bus/pci/devices/*/vendor", unknown.join(" "))];
+        }
         let nv_other = pci
             .iter()
             .filter(|d| d.vendor_id.get() == Some(&0x10de))
@@ -61,7 +81,11 @@ pub fn present(node: &Node) -> Vec<Finding> {
 pub fn driver(node: &Node) -> Vec<Finding> {
     const ID: &str = "driver.nvidia";
     const SRC: &str = "/proc/driver/nvidia/version";
-    let gpus = derive::gpus(node);
+    // GPUs this host's driver should own (not those passed through to VMs).
+    let gpus: Vec<_> = derive::gpus(node)
+        .into_iter()
+        .filter(|g| !matches!(g.driver.get(), Some(Some(d)) if d.starts_with("vfio")))
+        .collect();
     match &node.nvidia.version_file {
         Fact::Known { value: Some(text), .. } => match parse::nvidia_version(text) {
             Some((ver, flavor)) => {
@@ -89,6 +113,14 @@ pub fn driver(node: &Node) -> Vec<Finding> {
             None => vec![Finding::new(ID, Status::Error, "node", "nvidia driver version file has an unrecognised format")
                 .evidence(SRC, text.lines().next().unwrap_or_default().to_string())],
         },
+        Fact::Known { value: None, .. } if node.pci.get().is_none() => vec![Finding::new(
+            ID,
+            Status::Error,
+            "node",
+            "the nvidia driver is not loaded, and whether this node has nvidia gpus is unknown",
+        )
+        .evidence(SRC, "absent")
+        .evidence(node.pci.source(), node.pci.describe(|_| String::new()))],
         Fact::Known { value: None, .. } if gpus.is_empty() => vec![Finding::new(
             ID,
             Status::Skip,
@@ -109,9 +141,19 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
     const SRC: &str = "/proc/driver/nvidia/params";
     match &node.nvidia.params {
         Fact::Known { value, .. } => {
-            let v = value
-                .get("GrdmaPciTopoCheckOverride")
-                .and_then(|v| parse::registry_number(v));
+            let raw = value.get("GrdmaPciTopoCheckOverride");
+            if let Some(r) = raw {
+                if parse::registry_number(r).is_none() {
+                    return vec![Finding::new(
+                        ID,
+                        Status::Error,
+                        "node",
+                        format!("GrdmaPciTopoCheckOverride has an unrecognised value {r:?}"),
+                    )
+                    .evidence(SRC, format!("GrdmaPciTopoCheckOverride: {r}"))];
+                }
+            }
+            let v = raw.and_then(|v| parse::registry_number(v));
             match v {
                 Some(2) => vec![Finding::new(ID, Status::Fail, "node", "the nvidia driver is told to refuse every gpudirect rdma mapping (GrdmaPciTopoCheckOverride=2)")
                     .expect(SRC, "GrdmaPciTopoCheckOverride: 2", "0 (driver decides)")

@@ -11,8 +11,8 @@ pub fn cmdline_fix(node: &Node) -> String {
     }
     let vendor = match node.cpu_vendor.get() {
         Some(CpuVendor::Intel) => "`intel_iommu=on iommu=pt`",
-        Some(CpuVendor::Amd) => "`amd_iommu=on iommu=pt`",
-        _ => "`iommu=pt` (with `intel_iommu=on` on Intel, `amd_iommu=on` on AMD)",
+        Some(CpuVendor::Amd) => "`iommu=pt`",
+        _ => "`iommu=pt` (plus `intel_iommu=on` on Intel)",
     };
     format!("add {vendor} to the kernel command line (passthrough for host devices, translation stays available to VFIO): edit GRUB_CMDLINE_LINUX in /etc/default/grub, `update-grub` (or `grub2-mkconfig -o /boot/grub2/grub.cfg`), reboot; or disable VT-d/AMD-Vi in the BIOS on bare-metal training nodes")
 }

@@ -10,17 +10,35 @@ fn with_evidence(mut f: Finding, a: &PathAnswer) -> Finding {
     f
 }
 
+/// A node with no NVIDIA GPU and no NVIDIA driver: GPU-memory paths do not apply.
+fn no_gpu_node(node: &Node) -> bool {
+    derive::gpus(node).is_empty()
+        && node.pci.get().is_some()
+        && matches!(node.nvidia.version_file, Fact::Known { value: None, .. })
+}
+
 pub fn nvidia_peermem(node: &Node) -> Vec<Finding> {
     const ID: &str = "kmod.nvidia-peermem";
+    if no_gpu_node(node) {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "no nvidia gpu and no nvidia driver on this node",
+        )];
+    }
     let pm = derive::peermem_path(node);
     let db = derive::dmabuf_path(node);
     let f = match (pm.available, db.available) {
         (Some(true), _) => {
-            let via = match &node.peermem.nvidia_peermem_version {
-                Fact::Known { value: Some(_), .. } => "nvidia_peermem loaded",
-                _ => "peer-memory client registered in /sys/kernel/mm/memory_peers",
+            let only_module = matches!(node.peermem.nv_mem_version, Fact::Known { value: None, .. })
+                && matches!(node.peermem.nv_mem_nc_version, Fact::Known { value: None, .. });
+            let msg = if only_module {
+                "nvidia_peermem loaded: NCCL >= 2.23 enables the peer-memory path (NCCL_PTR_CUDA); older NCCL looks only for /sys/kernel/mm/memory_peers/nv_mem"
+            } else {
+                "peer-memory client registered: NCCL enables the peer-memory path (NCCL_PTR_CUDA)"
             };
-            Finding::new(ID, Status::Pass, "node", format!("{via}: ibv_reg_mr on gpu memory works (NCCL_PTR_CUDA)"))
+            Finding::new(ID, Status::Pass, "node", msg)
         }
         (Some(false), Some(true)) => Finding::new(
             ID,
@@ -73,6 +91,14 @@ pub fn nv_peer_mem(node: &Node) -> Vec<Finding> {
 
 pub fn dmabuf(node: &Node) -> Vec<Finding> {
     const ID: &str = "kmod.dmabuf";
+    if no_gpu_node(node) {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "no nvidia gpu and no nvidia driver on this node",
+        )];
+    }
     let db = derive::dmabuf_path(node);
     let pm = derive::peermem_path(node);
     let f = match (db.available, pm.available) {

@@ -13,14 +13,14 @@ pub fn memlock(node: &Node) -> Vec<Finding> {
                 ID,
                 Status::Warn,
                 "node",
-                format!("locked-memory limit is {}: ibv_reg_mr of host buffers (and NCCL/UCX bounce buffers) fails with ENOMEM beyond it", human_bytes(n)),
+                format!("locked-memory limit is {}: ibv_reg_mr beyond it fails with ENOMEM (host buffers, NCCL/UCX bounce buffers, and peer-memory registrations of gpu memory)", human_bytes(n)),
             )
             .expect(
                 source.clone(),
                 format!("soft {} / hard {}", human_bytes(n), value.hard.map(human_bytes).unwrap_or_else(|| "unlimited".into())),
                 "unlimited",
             )
-            .fix("raise RLIMIT_MEMLOCK for the job: `* soft memlock unlimited` and `* hard memlock unlimited` in /etc/security/limits.conf (PAM sessions), `LimitMEMLOCK=infinity` for systemd units (slurmd, containerd), `--ulimit memlock=-1` for docker, `PropagateResourceLimits=ALL` in slurm.conf")],
+            .fix("raise RLIMIT_MEMLOCK for the job: `* soft memlock unlimited` and `* hard memlock unlimited` in /etc/security/limits.conf (PAM sessions), `LimitMEMLOCK=infinity` for systemd units (slurmd, containerd), `--ulimit memlock=-1` for docker; for Slurm, `LimitMEMLOCK=infinity` on slurmd and `PropagateResourceLimitsExcept=MEMLOCK` in slurm.conf (the default propagates the submitting shell's small limit into jobs)")],
         },
         Fact::Absent { source, reason } => vec![Finding::new(ID, Status::Error, "node", "cannot read the locked-memory limit")
             .evidence(source.clone(), format!("unknown ({reason})"))],

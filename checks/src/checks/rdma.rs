@@ -95,6 +95,7 @@ fn port_fix(link_layer: Option<&str>, state: &str, phys: Option<&str>) -> String
     let ib = link_layer != Some("Ethernet");
     match (state, phys) {
         ("INIT", Some("LinkUp")) if ib => "the physical link is up but no subnet manager configured the port: start opensm on a node of this fabric (or check the managed switch's SM), then `ibstat` should show State: Active".into(),
+        (_, Some("Disabled")) if !ib => "the netdev is down: `ip link set <netdev> up` (`ibdev2netdev` or `rdma link` maps it), then check the cable and the switch port".into(),
         (_, Some("Disabled")) => "the port is administratively disabled: enable it (`mlxlink -d <dev> -p <port> -a UP`, or on the switch side)".into(),
         (_, Some("Polling")) => "the port is polling for a peer: check the cable and the switch port (`mlxlink -d <dev> -m` shows cable and signal info)".into(),
         _ if !ib => "bring the netdev up (`ip link set <netdev> up`; `ibdev2netdev` maps it) and check the cable and switch port".into(),
@@ -176,13 +177,13 @@ pub fn ports(node: &Node) -> Vec<Finding> {
                 );
             } else {
                 let status = if any_active {
-                    Status::Warn
+                    Status::Skip
                 } else {
                     Status::Fail
                 };
                 let msg = if any_active {
                     format!(
-                        "port is {state} (another port of {} is active; NCCL skips this one)",
+                        "port is {state}; another port of {} is active, NCCL uses that one and skips this (an unused port?)",
                         d.name
                     )
                 } else {

@@ -1,0 +1,100 @@
+//! Shared helpers for the integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use gdrdoctor::collect;
+use gdrdoctor::meta;
+use gdrdoctor::reader::Root;
+use gdrdoctor_checks::report::{Finding, Report};
+use gdrdoctor_checks::RunOptions;
+use std::path::{Path, PathBuf};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    repo().join("fixtures/sysroots").join(name)
+}
+
+pub fn scenarios() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(repo().join("fixtures/sysroots"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `check --sysroot DIR` in-process, exactly as the CLI does it.
+pub fn report_for(dir: &Path) -> Report {
+    let mut root = Root::sysroot(dir).unwrap();
+    let m = meta::read(&root).unwrap();
+    root.set_complete(m.is_some());
+    let node = collect::collect(&root, m.as_ref());
+    gdrdoctor_checks::build_report(&node, &RunOptions::default())
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_gdrdoctor")
+}
+
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(bin())
+        .args(args)
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// id, status, subject, message, remediation, evidence (observed / expected).
+pub type Comparable = (String, String, String, String, Option<String>, Vec<String>);
+
+/// Findings without provenance paths: what must be equal between a node and its snapshot.
+pub fn comparable(f: &[Finding]) -> Vec<Comparable> {
+    f.iter()
+        .map(|f| {
+            (
+                f.id.clone(),
+                f.status.to_string(),
+                f.subject.clone(),
+                f.message.clone(),
+                f.remediation.clone(),
+                f.evidence
+                    .iter()
+                    .map(|e| format!("{} / {:?}", e.observed, e.expected))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+pub fn find<'a>(r: &'a Report, id: &str, subject: &str) -> &'a Finding {
+    r.findings
+        .iter()
+        .find(|f| f.id == id && f.subject == subject)
+        .unwrap_or_else(|| panic!("no finding {id} for {subject}: {:#?}", r.findings))
+}
+
+/// Copy a tree (symlinks kept as symlinks) into `dst`.
+pub fn copy_tree(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let t = e.file_type().unwrap();
+        let to = dst.join(e.file_name());
+        if t.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &to).unwrap();
+        } else if t.is_dir() {
+            copy_tree(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Completeness: every registered check has a doc page (and every page a check), the generated
+//! docs/checks.md is current, and every fixture scenario is documented.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use gdrdoctor_checks::checks::CHECKS;
+
+#[test]
+fn every_check_has_a_page_and_every_page_a_check() {
+    let ids: Vec<&str> = CHECKS.iter().map(|c| c.id).collect();
+    let embedded: Vec<&str> = gdrdoctor::docs::PAGES.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        ids, embedded,
+        "src/docs.rs must embed exactly the registry, in order"
+    );
+    let mut pages: Vec<String> = std::fs::read_dir(repo().join("docs/checks"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .trim_end_matches(".md")
+                .to_string()
+        })
+        .collect();
+    pages.sort();
+    let mut sorted: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    sorted.sort();
+    assert_eq!(pages, sorted, "docs/checks/*.md must match the registry");
+    for (id, page) in gdrdoctor::docs::PAGES {
+        assert!(page.len() > 400, "{id}: page too short to teach anything");
+        assert!(
+            page.contains("## How to fix") || page.contains("## Fix"),
+            "{id}: no fix section"
+        );
+        assert!(page.contains("## Sources"), "{id}: no sources section");
+    }
+}
+
+#[test]
+fn generated_check_list_is_current() {
+    let want = gdrdoctor::app::markdown_list();
+    let path = repo().join("docs/checks.md");
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    if std::env::var("GDRDOCTOR_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &want).unwrap();
+        return;
+    }
+    assert_eq!(
+        have, want,
+        "docs/checks.md is stale: `gdrdoctor list --format markdown > docs/checks.md`"
+    );
+}
+
+#[test]
+fn every_fixture_is_documented() {
+    let readme = std::fs::read_to_string(repo().join("fixtures/README.md")).unwrap();
+    for s in scenarios() {
+        assert!(
+            readme.contains(&s),
+            "fixtures/README.md does not describe {s}"
+        );
+    }
+}
