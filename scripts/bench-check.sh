@@ -19,9 +19,11 @@ if [ -n "$SYSROOT" ]; then
 else
   row "gdrdoctor check --format json" "$(ms "$BIN" check --format json)"
   row "gdrdoctor check (table)" "$(ms "$BIN" check --color never)"
+  row "gdrdoctor topo" "$(ms "$BIN" topo)"
   command -v nvidia-smi >/dev/null && row "nvidia-smi -q" "$(ms nvidia-smi -q)"
   command -v nvidia-smi >/dev/null && row "nvidia-smi topo -m" "$(ms nvidia-smi topo -m)"
-  command -v lspci >/dev/null && row "lspci -vvv" "$(ms lspci -vvv)"
+  LSPCI=${LSPCI:-lspci}
+  command -v "$LSPCI" >/dev/null && row "lspci -vvv" "$(ms "$LSPCI" -vvv $LSPCI_ARGS)"
   command -v ibv_devinfo >/dev/null && row "ibv_devinfo -v" "$(ms ibv_devinfo -v)"
   row "cat of the same sysfs/procfs files" "$(ms sh -c 'cat /proc/modules /proc/cmdline /proc/meminfo /proc/driver/nvidia/version /proc/driver/nvidia/params /sys/bus/pci/devices/*/{vendor,device,class,numa_node,resource,current_link_speed,max_link_speed} 2>/dev/null')"
 fi

@@ -1,6 +1,6 @@
 //! Glue: parse the command line, run the command, map the outcome to the exit-code contract.
 
-use crate::cli::{CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat};
+use crate::cli::{CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, TopoFormat};
 use crate::reader::Root;
 use crate::render::{self, Style};
 use crate::{collect, docs, meta, snapshot};
@@ -27,6 +27,19 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Check(args) => check(&args),
+        Command::Topo {
+            sysroot,
+            format,
+            nvidia_smi: Some(file),
+        } => {
+            let _ = sysroot;
+            topo_smi(&file, format)
+        }
+        Command::Topo {
+            sysroot,
+            format,
+            nvidia_smi: None,
+        } => topo(sysroot.as_deref(), format),
         Command::List { format } => list(format),
         Command::Explain { id } => explain(&id),
         Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
@@ -121,6 +134,69 @@ pub fn open_root(sysroot: Option<&Path>) -> Result<OpenedRoot, String> {
     })
 }
 
+/// Open the root, read its metadata, collect the node: the common start of check and topo.
+fn load_node(
+    sysroot: Option<&Path>,
+) -> Result<(OpenedRoot, gdrdoctor_checks::model::Node), String> {
+    let mut opened = open_root(sysroot)?;
+    let meta = if opened.root.is_live() {
+        None
+    } else {
+        meta::read(&opened.root)?
+    };
+    opened.root.set_complete(meta.is_some());
+    let node = collect::collect(&opened.root, meta.as_ref());
+    Ok((opened, node))
+}
+
+fn topo_smi(file: &Path, format: TopoFormat) -> i32 {
+    let text = if file.as_os_str() == "-" {
+        let mut s = String::new();
+        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
+            return err(format!("stdin: {e}"));
+        }
+        s
+    } else {
+        match std::fs::read(file) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) => return err(format!("{}: {e}", file.display())),
+        }
+    };
+    let Some(m) = gdrdoctor_checks::smi::parse(&text) else {
+        return err(format!(
+            "{}: no `nvidia-smi topo -m` matrix found (expected a header line starting with GPU0)",
+            file.display()
+        ));
+    };
+    let t = render::topo::build_smi(&m);
+    let out = match format {
+        TopoFormat::Text => render::topo::render_smi(&m, &t),
+        TopoFormat::Json => format!("{}\n", serde_json::to_string_pretty(&t).unwrap_or_default()),
+    };
+    if emit(&out) {
+        0
+    } else {
+        EXIT_USAGE
+    }
+}
+
+fn topo(sysroot: Option<&Path>, format: TopoFormat) -> i32 {
+    let (_opened, node) = match load_node(sysroot) {
+        Ok(x) => x,
+        Err(e) => return err(e),
+    };
+    let t = render::topo::build(&node);
+    let text = match format {
+        TopoFormat::Text => render::topo::render_text(&t),
+        TopoFormat::Json => format!("{}\n", serde_json::to_string_pretty(&t).unwrap_or_default()),
+    };
+    if emit(&text) {
+        0
+    } else {
+        EXIT_USAGE
+    }
+}
+
 fn check(args: &CheckArgs) -> i32 {
     let selection = Selection {
         only: args.only.clone(),
@@ -137,20 +213,10 @@ fn check(args: &CheckArgs) -> i32 {
                 .join(", ")
         ));
     }
-    let mut opened = match open_root(args.sysroot.as_deref()) {
-        Ok(o) => o,
+    let (_opened, node) = match load_node(args.sysroot.as_deref()) {
+        Ok(x) => x,
         Err(e) => return err(e),
     };
-    let meta = if opened.root.is_live() {
-        None
-    } else {
-        match meta::read(&opened.root) {
-            Ok(m) => m,
-            Err(e) => return err(e),
-        }
-    };
-    opened.root.set_complete(meta.is_some());
-    let node = collect::collect(&opened.root, meta.as_ref());
     let opts = RunOptions {
         selection,
         fail_on: match args.fail_on {

@@ -48,6 +48,26 @@ pub enum Command {
         "     a CI gate must not read this as healthy unless it passes --allow-incomplete"
     ))]
     Check(CheckArgs),
+    /// The GPU x NIC matrix: PCIe path per pair as NCCL computes it, and whether GDR is used
+    #[command(
+        after_long_help = "Like `nvidia-smi topo -m`, but for GPUs against RDMA devices, with NCCL's own \
+decision per pair: `*` marks the pairs NCCL would use GPUDirect RDMA for, and every GPU without \
+one gets the reason. NCCL_NET_GDR_LEVEL in the environment is honoured (with --sysroot, the \
+snapshot's environment overlaid by the current one).\n\nExamples:\n  gdrdoctor topo\n  \
+gdrdoctor topo --format json\n  NCCL_NET_GDR_LEVEL=SYS gdrdoctor topo\n  gdrdoctor topo --sysroot node.tar.gz"
+    )]
+    Topo {
+        /// Read a snapshot instead of the live node
+        #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
+        sysroot: Option<PathBuf>,
+        /// text (default) or json
+        #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
+        format: TopoFormat,
+        /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: the
+        /// per-pair distance verdict and the rail balance, for bug reports without a snapshot
+        #[arg(long, value_name = "FILE", conflicts_with = "sysroot")]
+        nvidia_smi: Option<PathBuf>,
+    },
     /// List every check: id, category and what it verifies
     List {
         /// Output format
@@ -73,6 +93,12 @@ sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snaps
         #[arg(long, value_name = "DIR|TAR.GZ")]
         sysroot: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopoFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

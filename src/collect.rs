@@ -181,12 +181,29 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
                 "live-only fact; the sysroot has no gdrdoctor/meta.json",
             )
         });
-        let env = from_meta(meta, "env", |m| Some(m.env.clone())).unwrap_or_else(|| {
-            Fact::absent(
+        // The snapshot's environment, overlaid by the NCCL_*/NVSHMEM_* variables gdrdoctor runs
+        // with now (so `NCCL_NET_GDR_LEVEL=SYS gdrdoctor topo --sysroot x` asks "what if").
+        let now = relevant_env();
+        let env = match meta {
+            Some(m) => {
+                let mut e = m.env.clone();
+                let overlaid = !now.is_empty();
+                e.extend(now);
+                Fact::known(
+                    e,
+                    if overlaid {
+                        "gdrdoctor/meta.json + current environment"
+                    } else {
+                        "gdrdoctor/meta.json"
+                    },
+                )
+            }
+            None if !now.is_empty() => Fact::known(now, "current environment"),
+            None => Fact::absent(
                 "environment",
                 "live-only fact; the sysroot has no gdrdoctor/meta.json",
-            )
-        });
+            ),
+        };
         (memlock, euid, env)
     };
     let pci = collect_pci(root);

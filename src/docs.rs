@@ -20,6 +20,16 @@ pages!(
     "rdma.ports",
     "rdma.firmware",
     "mem.memlock",
+    "gpu.bar1",
+    "pcie.bars",
+    "pcie.acs-redirect",
+    "pcie.ats",
+    "pcie.link",
+    "pcie.mrrs",
+    "topo.nic-distance",
+    "topo.nic-numa",
+    "topo.rails",
+    "gdr.gpu",
 );
 
 pub fn page(id: &str) -> Option<&'static str> {

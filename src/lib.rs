@@ -9,3 +9,4 @@ pub mod meta;
 pub mod reader;
 pub mod render;
 pub mod snapshot;
+pub mod verbs;

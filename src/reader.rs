@@ -16,6 +16,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+/// A file snapshots put in empty directories so that git (which drops empty directories) keeps
+/// them; the reader never lists it. sysfs and procfs have no names starting with a dot.
+pub const KEEP_MARKER: &str = ".gdrdoctor-keep";
+
 /// Link resolutions allowed in one path before we call it a loop (Linux uses 40).
 pub const MAX_LINKS: usize = 40;
 /// The most bytes read from one file (sysfs and procfs files are small; config space is 4 KiB).
@@ -110,6 +114,15 @@ pub struct Root {
     /// recorder kept every directory it looked in) rather than "not in this capture".
     complete: bool,
     recorder: Option<Mutex<BTreeMap<String, Recorded>>>,
+    /// Resolved directories (kernel path -> components): a device directory is resolved once,
+    /// not once per attribute read below it.
+    dir_cache: Mutex<std::collections::HashMap<String, Vec<String>>>,
+    /// `GDRDOCTOR_TRACE=reads`: print every file read with its time to stderr.
+    trace: bool,
+}
+
+fn trace_enabled() -> bool {
+    std::env::var("GDRDOCTOR_TRACE").is_ok_and(|v| v.split(',').any(|x| x == "reads"))
 }
 
 impl fmt::Debug for Root {
@@ -126,6 +139,8 @@ impl Root {
             live: true,
             complete: true,
             recorder: None,
+            dir_cache: Mutex::default(),
+            trace: trace_enabled(),
         }
     }
 
@@ -142,6 +157,8 @@ impl Root {
             live: false,
             complete: false,
             recorder: None,
+            dir_cache: Mutex::default(),
+            trace: trace_enabled(),
         })
     }
 
@@ -206,9 +223,47 @@ impl Root {
     /// Resolve `path` inside the root; returns the components of the resolved kernel path.
     /// With `follow_last` false the final component is not dereferenced (for `read_link`).
     fn resolve_comps(&self, path: &str, follow_last: bool) -> Result<Vec<String>, ReadError> {
-        let mut pending: std::collections::VecDeque<String> =
+        // Fast path: `<dir>/<name>` with `<dir>` already resolved.
+        if let Some((dir, name)) = path.rsplit_once('/') {
+            if !dir.is_empty() && !matches!(name, "" | "." | "..") {
+                let cached = match self.dir_cache.lock() {
+                    Ok(c) => c.get(dir).cloned(),
+                    Err(p) => p.into_inner().get(dir).cloned(),
+                };
+                let parent = match cached {
+                    Some(c) => c,
+                    None => {
+                        let c = self.resolve_comps(dir, true).map_err(|e| ReadError {
+                            path: path.to_string(),
+                            kind: e.kind,
+                        })?;
+                        match self.dir_cache.lock() {
+                            Ok(mut m) => m.insert(dir.to_string(), c.clone()),
+                            Err(p) => p.into_inner().insert(dir.to_string(), c.clone()),
+                        };
+                        c
+                    }
+                };
+                return self.resolve_from(
+                    parent,
+                    std::iter::once(name.to_string()).collect(),
+                    path,
+                    follow_last,
+                );
+            }
+        }
+        let pending: std::collections::VecDeque<String> =
             path.split('/').map(str::to_string).collect();
-        let mut stack: Vec<String> = Vec::new();
+        self.resolve_from(Vec::new(), pending, path, follow_last)
+    }
+
+    fn resolve_from(
+        &self,
+        mut stack: Vec<String>,
+        mut pending: std::collections::VecDeque<String>,
+        path: &str,
+        follow_last: bool,
+    ) -> Result<Vec<String>, ReadError> {
         let mut links = 0usize;
         while let Some(c) = pending.pop_front() {
             match c.as_str() {
@@ -269,6 +324,23 @@ impl Root {
 
     /// Read a whole file (at most [`MAX_FILE`] bytes).
     pub fn read(&self, path: &str) -> Result<Vec<u8>, ReadError> {
+        if self.trace {
+            let t0 = std::time::Instant::now();
+            let r = self.read_inner(path);
+            eprintln!(
+                "gdrdoctor: trace: {:>8.1} us  {path}  {}",
+                t0.elapsed().as_secs_f64() * 1e6,
+                match &r {
+                    Ok(b) => format!("{} bytes", b.len()),
+                    Err(e) => e.reason(),
+                }
+            );
+            return r;
+        }
+        self.read_inner(path)
+    }
+
+    fn read_inner(&self, path: &str) -> Result<Vec<u8>, ReadError> {
         let comps = self.resolve_comps(path, true)?;
         let host = self.host_path(&comps);
         let file = open_nofollow(&host).map_err(|e| ReadError::io(path, &e))?;
@@ -310,6 +382,9 @@ impl Root {
         for e in rd {
             let e = e.map_err(|e| ReadError::io(path, &e))?;
             let name = e.file_name().to_string_lossy().into_owned();
+            if name == KEEP_MARKER {
+                continue;
+            }
             let kind = match e.file_type() {
                 Ok(t) if t.is_symlink() => EntryKind::Link,
                 Ok(t) if t.is_dir() => EntryKind::Dir,

@@ -112,6 +112,7 @@ pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
         };
         res.map_err(|e| SnapshotError(format!("{}: {e}", dest.display())))?;
     }
+    mark_empty_dirs(&dir).map_err(|e| SnapshotError(format!("{}: {e}", dir.display())))?;
     // A foreign capture stays foreign: without meta.json its missing files keep meaning
     // "not in this capture" rather than "absent on the node".
     if !root.is_complete() {
@@ -135,6 +136,23 @@ pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
         r?;
     }
     Ok((node, w))
+}
+
+/// Put [`KEEP_MARKER`](crate::reader::KEEP_MARKER) in every empty directory: an empty
+/// `/sys/class/infiniband` is a finding ("no RDMA device"), and git would drop it.
+pub fn mark_empty_dirs(dir: &Path) -> std::io::Result<()> {
+    let mut empty = true;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        empty = false;
+        if e.file_type()?.is_dir() {
+            mark_empty_dirs(&e.path())?;
+        }
+    }
+    if empty {
+        std::fs::write(dir.join(crate::reader::KEEP_MARKER), b"")?;
+    }
+    Ok(())
 }
 
 fn write_tgz(dir: &Path, out: &Path) -> Result<(), SnapshotError> {

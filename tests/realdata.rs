@@ -176,3 +176,98 @@ fn gpud_h100_infiniband_class_tree() {
     assert!(ports.len() >= names.len());
     assert!(ports.iter().all(|f| f.subject.contains('/')));
 }
+
+/// `gdrdoctor topo --nvidia-smi` on every pasted matrix: what the real tool said, read back.
+fn smi(rel: &str) -> Option<serde_json::Value> {
+    let rd = realdata()?;
+    let p = rd.join(rel);
+    let (code, out, err) = run(&[
+        "topo",
+        "--nvidia-smi",
+        &p.display().to_string(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{rel}: {err}");
+    Some(serde_json::from_str(&out).unwrap())
+}
+
+fn close(v: &serde_json::Value, gpu: &str) -> Vec<String> {
+    v["close_nics"][gpu]
+        .as_array()
+        .map(|a| a.iter().map(|x| x.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn smi_matrices_give_the_distance_verdicts_the_real_tool_implies() {
+    // HGX H100 (sglang #30401): each GPU PIX to its own mlx5 NIC: balanced rails.
+    let Some(v) = smi("sglang-30401-hgx-h100/nvidia-smi-topo-m.txt") else {
+        return;
+    };
+    for i in 0..8 {
+        assert_eq!(close(&v, &format!("GPU{i}")), vec![format!("mlx5_{i}")]);
+    }
+    assert!(v["rails"].as_str().unwrap().starts_with("balanced"));
+    // A800 (llm-action): GPU7 has two PIX NICs, GPU0/2/4/5/6 none.
+    let v = smi("llm-action-a800x8-4nic-topo/nvidia-smi-topo-m.txt").unwrap();
+    assert_eq!(close(&v, "GPU7"), vec!["mlx5_2", "mlx5_3"]);
+    for g in ["GPU0", "GPU2", "GPU4", "GPU5", "GPU6"] {
+        assert!(close(&v, g).is_empty(), "{g}");
+    }
+    assert!(v["rails"].as_str().unwrap().starts_with("asymmetric"));
+    // DGX-A100-like EPYC (oyanghd): two NICs per GPU at PXB, the storage NICs SYS to all.
+    let v = smi("oyanghd-a100x8-epyc7742-topo/nvidia-smi-topo-m.txt").unwrap();
+    assert_eq!(close(&v, "GPU0").len(), 2);
+    assert!(v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["nic"] == "NIC8")
+        .all(|p| p["path"] == "SYS"));
+    // RTX 6000 Ada box (stelline): NICs at NODE/SYS only: GDR off for every GPU.
+    let v = smi("stelline-asus-esc8000a-e12/12-nvidia-smi_topo_-m.txt").unwrap();
+    assert!(v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["gdr_by_distance"] == false));
+    // A matrix cut short by a terminal: no panic, missing rows are unknown, not "no GDR".
+    let v = smi("nccl-1737-h100-gdr-hang-excerpt/nvidia-smi-topo-m.TRUNCATED.txt").unwrap();
+    assert!(v["close_nics"].get("GPU7").is_none());
+    assert!(
+        close(&v, "GPU1").is_empty(),
+        "GPU1 has no PIX NIC in that issue"
+    );
+    // The copy whose NIC columns were cut off: parses, reports no NIC columns.
+    let v =
+        smi("llm-action-a800x8-4nic-topo/nvidia-smi-topo-m.terminal-truncated-copy.txt").unwrap();
+    assert!(v["pairs"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn xeon4108_plx_switch_paths_by_hand() {
+    // Read by hand from sys/devices: ConnectX-4 0000:1a:00.0 sits below PLX downstream port
+    // 19:04.0 of the switch whose upstream port is 18:00.0 (root port 17:00.0); a NEC vector
+    // engine 1b:00.0 sits below 19:08.0 of the same switch; the second ConnectX-4 3e:00.0 is
+    // behind another PLX switch (3b:00.0) under another host bridge (pci0000:3a); all NUMA 0.
+    // So NIC-VE is PIX (one switch), NIC-NIC is PHB for NCCL and NODE for nvidia-smi.
+    use gdrdoctor_checks::topo::{path, PathType, PciIndex, SmiType};
+    let Some(rd) = realdata() else { return };
+    let t = tempfile::tempdir().unwrap();
+    rehydrate(&rd.join("hwloc-sysfs-xeon4108-cx4-plx"), t.path());
+    let root = gdrdoctor::reader::Root::sysroot(t.path()).unwrap();
+    let node = gdrdoctor::collect::collect(&root, None);
+    let idx = PciIndex::new(&node);
+    let nic1 = idx.endpoint("0000:1a:00.0", true).unwrap();
+    let nic2 = idx.endpoint("0000:3e:00.0", true).unwrap();
+    let ve = idx.endpoint("0000:1b:00.0", false).unwrap();
+    assert_eq!(nic1.switches, vec!["0000:18:00.0"]);
+    assert_eq!(nic2.switches, vec!["0000:3b:00.0"]);
+    assert_eq!(nic1.cpu, "0");
+    let p = path(&nic1, &ve);
+    assert_eq!(p.nccl, PathType::Pix);
+    assert_eq!(p.p2p_bridges, vec!["0000:19:04.0", "0000:19:08.0"]);
+    let q = path(&nic1, &nic2);
+    assert_eq!((q.nccl, q.smi), (PathType::Phb, SmiType::Node));
+}

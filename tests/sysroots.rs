@@ -104,7 +104,15 @@ fn down_port_fails_its_device_only() {
     assert!(f.message.contains("DOWN"));
     assert!(f.remediation.as_deref().unwrap().contains("cable"));
     assert_eq!(find(&r, "rdma.ports", "mlx5_2/1").status, Status::Pass);
-    assert_eq!(r.summary.fail, 1);
+    // ... and the GPU paired with it loses GDR, for that reason.
+    let g = find(&r, "gdr.gpu", "0000:48:00.0");
+    assert_eq!(g.status, Status::Fail);
+    assert!(
+        g.message.contains("mlx5_3 has no ACTIVE port"),
+        "{}",
+        g.message
+    );
+    assert_eq!(r.summary.fail, 2);
 }
 
 #[test]
@@ -125,4 +133,168 @@ fn limited_memlock_warns_with_the_value() {
     let f = find(&r, "mem.memlock", "node");
     assert_eq!(f.status, Status::Warn);
     assert!(f.message.contains("64 KiB"), "{}", f.message);
+}
+
+#[test]
+fn healthy_pairs_match_the_hgx_layout() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
+    assert_eq!(r.gdr.len(), 64);
+    let pair = |g: &str, n: &str| r.gdr.iter().find(|p| p.gpu == g && p.nic == n).unwrap();
+    // Each GPU shares a switch with its NIC: PIX, GDR on (dma-buf, the open driver's path).
+    let p = pair("0000:18:00.0", "mlx5_0");
+    assert_eq!(
+        (p.path.as_str(), p.enabled, p.mechanism.as_deref()),
+        ("PIX", true, Some("dmabuf"))
+    );
+    // Another NIC on the same socket: NCCL PHB, nvidia-smi NODE, off by default.
+    let p = pair("0000:18:00.0", "mlx5_1");
+    assert_eq!(
+        (p.path.as_str(), p.nvidia_smi.as_deref(), p.enabled),
+        ("PHB", Some("NODE"), false)
+    );
+    assert!(
+        p.reasons[0].contains("beyond NCCL_NET_GDR_LEVEL PXB"),
+        "{:?}",
+        p.reasons
+    );
+    // Across sockets: SYS.
+    assert_eq!(pair("0000:18:00.0", "mlx5_7").path, "SYS");
+    assert_eq!(r.gdr.iter().filter(|p| p.enabled).count(), 8);
+    // Config space decoded into the inventory (root capture: 4096 bytes).
+    let dsp = r
+        .inventory
+        .pci
+        .iter()
+        .find(|p| p.bdf == "0000:17:00.0")
+        .unwrap();
+    assert_eq!(dsp.acs.as_ref().unwrap().ctl, "0x0000");
+    assert_eq!(dsp.config_bytes, Some(4096));
+    let nic = r
+        .inventory
+        .pci
+        .iter()
+        .find(|p| p.bdf == "0000:19:00.0")
+        .unwrap();
+    assert_eq!(nic.pcie.as_ref().unwrap().mrrs, 4096);
+}
+
+#[test]
+fn acs_redirect_names_the_bridge_bits_pairs_and_both_fixes() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-acs-redirect"));
+    let f = find(&r, "pcie.acs-redirect", "0000:37:00.0");
+    assert_eq!(f.status, Status::Fail);
+    assert!(f.message.contains("ReqRedir CmpltRedir"), "{}", f.message);
+    assert!(
+        f.evidence[0].observed.contains("0x001d"),
+        "{:?}",
+        f.evidence
+    );
+    assert!(
+        f.evidence[0].source.ends_with("config@0x14e"),
+        "{:?}",
+        f.evidence
+    );
+    assert_eq!(f.evidence[1].observed, "0000:38:00.0|mlx5_2");
+    let fix = f.remediation.as_deref().unwrap();
+    assert!(fix.contains("setpci -s 0000:37:00.0 ECAP_ACS+0x6.w=0000"));
+    assert!(fix.contains("pci=disable_acs_redir=0000:37:00.0"));
+    // Only that port fails.
+    assert_eq!(
+        r.findings
+            .iter()
+            .filter(|f| f.status == Status::Fail)
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn nic_on_the_other_socket() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-nic-other-socket"));
+    let g = find(&r, "gdr.gpu", "0000:48:00.0");
+    assert_eq!(g.status, Status::Fail);
+    assert!(g.message.contains("PHB"), "{}", g.message);
+    assert_eq!(
+        find(&r, "topo.nic-distance", "0000:48:00.0").status,
+        Status::Warn
+    );
+    assert_eq!(find(&r, "topo.nic-numa", "node").status, Status::Warn);
+    assert_eq!(find(&r, "topo.rails", "node").status, Status::Warn);
+    // The moved NIC (now on socket 1, on a root port without a switch) is SYS from GPU 3.
+    let moved = r
+        .inventory
+        .nics
+        .iter()
+        .find(|n| n.bdf.as_deref() == Some("0000:d6:00.0"))
+        .unwrap();
+    let p = r
+        .gdr
+        .iter()
+        .find(|p| p.gpu == "0000:48:00.0" && p.nic == moved.ibdev)
+        .unwrap();
+    assert_eq!(p.path, "SYS");
+}
+
+#[test]
+fn nic_link_at_x8() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-nic-x8"));
+    let f = find(&r, "pcie.link", "0000:a9:00.0");
+    assert_eq!(f.status, Status::Warn);
+    assert!(f.message.contains("x8 of x16"), "{}", f.message);
+    assert_eq!(
+        r.findings
+            .iter()
+            .filter(|f| f.status != Status::Pass)
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn gpus_sharing_a_nic() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x4-shared-nics"));
+    assert_eq!(r.gdr.len(), 32);
+    assert_eq!(
+        r.gdr.iter().filter(|p| p.enabled).count(),
+        8,
+        "each of the 8 GPUs pairs with its switch's NIC"
+    );
+    let f = find(&r, "topo.rails", "node");
+    assert_eq!(f.status, Status::Pass);
+    assert!(f.message.contains("up to 2 gpus"), "{}", f.message);
+    assert_eq!(r.summary.exit_code, 0);
+}
+
+#[test]
+fn unbalanced_rails_like_the_a800_capture() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-unbalanced"));
+    let f = find(&r, "topo.rails", "node");
+    assert_eq!(f.status, Status::Warn);
+    assert!(f.message.starts_with("asymmetric rails"), "{}", f.message);
+    assert_eq!(find(&r, "gdr.gpu", "0000:28:00.0").status, Status::Fail);
+}
+
+#[test]
+fn nccl_net_gdr_level_from_the_environment_is_honoured() {
+    use gdrdoctor_checks::model::Fact;
+    let dir = fixture("hgx-h200x8-cx7x8-unbalanced");
+    let mut root = gdrdoctor::reader::Root::sysroot(&dir).unwrap();
+    let m = gdrdoctor::meta::read(&root).unwrap();
+    root.set_complete(true);
+    let mut node = gdrdoctor::collect::collect(&root, m.as_ref());
+    for (val, enabled) in [
+        ("SYS", true),
+        ("PHB", true),
+        ("PXB", false),
+        ("3", true),
+        ("2", false),
+    ] {
+        node.env = Fact::known(
+            [("NCCL_NET_GDR_LEVEL".to_string(), val.to_string())].into(),
+            "test",
+        );
+        let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
+        let on = r.gdr.iter().any(|p| p.gpu == "0000:28:00.0" && p.enabled);
+        assert_eq!(on, enabled, "NCCL_NET_GDR_LEVEL={val}");
+    }
 }

@@ -91,15 +91,39 @@ pub fn build(node: &Node) -> Inventory {
         .get()
         .map(|p| {
             p.iter()
-                .map(|d| PciInv {
-                    bdf: d.bdf.clone(),
-                    class: d.class.get().map(|c| format!("0x{c:06x}")),
-                    vendor_id: hex4(&d.vendor_id),
-                    device_id: hex4(&d.device_id),
-                    parent: d.parent.clone(),
-                    pcie: None,
-                    acs: None,
-                    ats: None,
+                .map(|d| {
+                    let cs = d.decoded();
+                    PciInv {
+                        bdf: d.bdf.clone(),
+                        class: d.class.get().map(|c| format!("0x{c:06x}")),
+                        vendor_id: hex4(&d.vendor_id),
+                        device_id: hex4(&d.device_id),
+                        parent: d.parent.clone(),
+                        pcie: cs.as_ref().and_then(|c| c.pcie.as_ref()).map(|p| PcieInv {
+                            lnkcap_speed_gts: p.lnkcap_speed_gts,
+                            lnkcap_width: p.lnkcap_width,
+                            lnksta_speed_gts: p.lnksta_speed_gts,
+                            lnksta_width: p.lnksta_width,
+                            mps: p.mps,
+                            mrrs: p.mrrs,
+                            relaxed_ordering: p.relaxed_ordering,
+                        }),
+                        acs: cs.as_ref().and_then(|c| c.acs.as_ref()).map(|a| AcsInv {
+                            ctl: format!("0x{:04x}", a.ctl),
+                            src_valid: a.src_valid,
+                            req_redir: a.req_redir,
+                            cmplt_redir: a.cmplt_redir,
+                            upstream_fwd: a.upstream_fwd,
+                            egress_ctl: a.egress_ctl,
+                            direct_trans: a.direct_trans,
+                            trans_blocking: a.trans_blocking,
+                        }),
+                        ats: cs
+                            .as_ref()
+                            .and_then(|c| c.ats.as_ref())
+                            .map(|a| AtsInv { enabled: a.enabled }),
+                        config_bytes: d.config.get().map(|b| b.len()),
+                    }
                 })
                 .collect()
         })

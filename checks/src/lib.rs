@@ -7,12 +7,16 @@
 
 pub mod checks;
 pub mod derive;
+pub mod gdr;
 pub mod inventory;
 pub mod model;
 pub mod names;
 pub mod parse;
 pub mod pci;
 pub mod report;
+pub mod smi;
+pub mod testing;
+pub mod topo;
 
 use report::{FailOn, Report};
 
@@ -45,6 +49,6 @@ pub fn build_report(node: &model::Node, opts: &RunOptions) -> Report {
         summary,
         inventory: inventory::build(node),
         findings,
-        gdr: Vec::new(),
+        gdr: gdr::verdicts(node),
     }
 }

@@ -277,6 +277,10 @@ impl PciDevice {
     pub fn is_bridge(&self) -> bool {
         self.class_code().is_some_and(|c| (c >> 8) == 0x0604)
     }
+    /// The decoded config space, when it was read.
+    pub fn decoded(&self) -> Option<crate::pci::config::ConfigSpace> {
+        self.config.get().map(|b| crate::pci::config::decode(b))
+    }
     pub fn is_network(&self) -> bool {
         self.class_code().is_some_and(|c| (c >> 16) == 0x02)
     }

@@ -272,6 +272,9 @@ pub struct PciInv {
     pub pcie: Option<PcieInv>,
     pub acs: Option<AcsInv>,
     pub ats: Option<AtsInv>,
+    /// Bytes of config space that were readable (64 for non-root readers); null when not read.
+    #[serde(default)]
+    pub config_bytes: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -306,10 +309,18 @@ pub struct Inventory {
 pub struct GdrPair {
     pub gpu: String,
     pub nic: String,
+    /// NCCL's path type (`PIX`, `PXB`, `PHB`, `SYS`, ...).
     pub path: String,
+    /// The same path as `nvidia-smi topo -m` names it (`NODE` is NCCL's `PHB` across host bridges).
+    #[serde(default)]
+    pub nvidia_smi: Option<String>,
     pub enabled: bool,
     pub mechanism: Option<String>,
+    /// Why GDR is off for this pair (empty when enabled).
     pub reasons: Vec<String>,
+    /// Live-only facts the verdict assumes (a sysroot or a node without CUDA cannot tell).
+    #[serde(default)]
+    pub assumptions: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

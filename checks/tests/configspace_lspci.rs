@@ -1274,3 +1274,81 @@ fn lspci_text_parser_sanity() {
     assert_eq!(flag("AdvNonFatalErr+", "NonFatalErr"), None);
     assert_eq!((d.caps[1].offset, d.caps[1].version), (0x148, Some(1)));
 }
+
+/// Every binary `config` file under fixtures/sysroots (the H200 captured with `gdrdoctor
+/// snapshot`, and the constructed HGX switch ports, GPUs and NICs), written as an `lspci -xxxx`
+/// dump and compared with `lspci -F` field by field.
+#[test]
+fn sysroot_config_files_match_lspci() {
+    const SYSROOTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/sysroots");
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                walk(&p, out);
+            } else if ft.is_file() && p.file_name().is_some_and(|n| n == "config") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(Path::new(SYSROOTS), &mut files);
+    files.sort();
+    assert!(
+        files.len() >= 40,
+        "expected the sysroot config files, found {}",
+        files.len()
+    );
+    if !lspci_available() {
+        return;
+    }
+    // One dump per distinct config space (the constructed scenarios repeat devices).
+    let mut seen = std::collections::BTreeSet::new();
+    let tmp =
+        std::env::temp_dir().join(format!("gdrdoctor-sysroot-configs-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut errs = Vec::new();
+    let mut stats = Stats::default();
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        if !seen.insert(bytes.clone()) {
+            continue;
+        }
+        let bdf = f
+            .parent()
+            .and_then(|p| p.file_name())
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let short = bdf.get(5..).unwrap_or(&bdf).to_string();
+        let mut text = format!("{short} Device from {}\n", f.display());
+        for (i, chunk) in bytes.chunks(16).enumerate() {
+            text.push_str(&format!("{:02x}:", i * 16));
+            for b in chunk {
+                text.push_str(&format!(" {b:02x}"));
+            }
+            text.push('\n');
+        }
+        let dump = tmp.join(format!("{}.hex", seen.len()));
+        std::fs::write(&dump, text).unwrap();
+        compare_dump_file(&dump, &mut errs, &mut stats);
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+    eprintln!("sysroot configs vs lspci: {stats:?}");
+    assert!(
+        errs.is_empty(),
+        "{} mismatches:\n{}",
+        errs.len(),
+        errs.join("\n")
+    );
+    assert!(stats.devices >= 8, "{stats:?}");
+    assert!(
+        stats.acs >= 2,
+        "ACS of the switch ports compared: {stats:?}"
+    );
+    assert!(stats.links >= 4, "{stats:?}");
+}

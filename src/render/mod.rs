@@ -5,6 +5,7 @@ use gdrdoctor_checks::report::Report;
 pub mod junit;
 pub mod prometheus;
 pub mod table;
+pub mod topo;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

@@ -59,16 +59,104 @@ pub fn render(report: &Report, style: &Style) -> String {
     t.set_content_arrangement(ContentArrangement::Dynamic);
     t.set_width(width());
     t.set_header(vec!["STATUS", "CHECK", "SUBJECT", "MESSAGE"]);
+    // One row per finding; a check whose findings all pass folds into one row (unless -v).
+    let mut ids: Vec<&str> = Vec::new();
     for f in &report.findings {
-        t.add_row(vec![
-            Cell::new(status_cell(f.status, style.color)),
-            Cell::new(&f.id),
-            Cell::new(&f.subject),
-            Cell::new(&f.message),
-        ]);
+        if !ids.contains(&f.id.as_str()) {
+            ids.push(&f.id);
+        }
+    }
+    for id in ids {
+        let fs: Vec<&Finding> = report.findings.iter().filter(|f| f.id == id).collect();
+        if !style.verbose && fs.len() > 1 && fs.iter().all(|f| f.status == Status::Pass) {
+            let same = fs.iter().all(|f| f.message == fs[0].message);
+            let msg = if same {
+                fs[0].message.clone()
+            } else {
+                format!(
+                    "all {} pass, e.g. {}: {}",
+                    fs.len(),
+                    fs[0].subject,
+                    fs[0].message
+                )
+            };
+            t.add_row(vec![
+                Cell::new(status_cell(Status::Pass, style.color)),
+                Cell::new(id),
+                Cell::new(format!("{} subjects", fs.len())),
+                Cell::new(msg),
+            ]);
+            continue;
+        }
+        for f in fs {
+            t.add_row(vec![
+                Cell::new(status_cell(f.status, style.color)),
+                Cell::new(&f.id),
+                Cell::new(&f.subject),
+                Cell::new(&f.message),
+            ]);
+        }
     }
     for line in t.to_string().lines() {
         let _ = writeln!(out, "{}", line.trim_end());
+    }
+    if !report.gdr.is_empty() {
+        out.push('\n');
+        let on = report.gdr.iter().filter(|p| p.enabled).count();
+        let mut mech: Vec<&str> = report
+            .gdr
+            .iter()
+            .filter_map(|p| p.mechanism.as_deref())
+            .collect();
+        mech.sort();
+        mech.dedup();
+        let _ = writeln!(
+            out,
+            "gpudirect rdma: {on} of {} gpu-nic pairs{} (`gdrdoctor topo` shows the matrix)",
+            report.gdr.len(),
+            if mech.is_empty() {
+                String::new()
+            } else {
+                format!(", via {}", mech.join("/"))
+            }
+        );
+        let mut gpus: Vec<&str> = report.gdr.iter().map(|p| p.gpu.as_str()).collect();
+        gpus.dedup();
+        for g in gpus {
+            let pairs: Vec<_> = report.gdr.iter().filter(|p| p.gpu == g).collect();
+            let on: Vec<String> = pairs
+                .iter()
+                .filter(|p| p.enabled)
+                .map(|p| format!("{} {}", p.nic, p.path))
+                .collect();
+            if on.is_empty() {
+                let best = pairs.iter().min_by_key(|p| {
+                    gdrdoctor_checks::topo::parse_level(&p.path).unwrap_or(u8::MAX)
+                });
+                let why = best
+                    .map(|p| {
+                        format!(
+                            "nearest {} {}: {}",
+                            p.nic,
+                            p.path,
+                            p.reasons.first().cloned().unwrap_or_default()
+                        )
+                    })
+                    .unwrap_or_default();
+                let line = format!("  {g} -> no gdr ({why})");
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    if style.color {
+                        line.red().to_string()
+                    } else {
+                        line
+                    }
+                );
+            } else {
+                let _ = writeln!(out, "  {g} -> {}", on.join(", "));
+            }
+        }
     }
     let details: Vec<&Finding> = report
         .findings

@@ -11,7 +11,9 @@ pub mod gpu;
 pub mod iommu;
 pub mod kmod;
 pub mod mem;
+pub mod pcie;
 pub mod rdma;
+pub mod topology;
 
 /// A registered check.
 pub struct CheckDef {
@@ -84,6 +86,56 @@ pub static CHECKS: &[CheckDef] = &[
         id: "mem.memlock",
         title: "the locked-memory limit is unlimited",
         run: mem::memlock,
+    },
+    CheckDef {
+        id: "gpu.bar1",
+        title: "each gpu's bar1 aperture is large enough to map its memory for rdma",
+        run: pcie::gpu_bar1,
+    },
+    CheckDef {
+        id: "pcie.bars",
+        title: "bars in sysfs and in config space agree for gpus and nics",
+        run: pcie::bars,
+    },
+    CheckDef {
+        id: "pcie.acs-redirect",
+        title: "no bridge between paired gpus and nics redirects peer-to-peer (acs)",
+        run: pcie::acs_redirect,
+    },
+    CheckDef {
+        id: "pcie.ats",
+        title: "ats on nics is consistent with the iommu and acs on their paths",
+        run: pcie::ats,
+    },
+    CheckDef {
+        id: "pcie.link",
+        title: "nic, gpu and switch links run at their full width and speed",
+        run: pcie::link,
+    },
+    CheckDef {
+        id: "pcie.mrrs",
+        title: "nics use a 4096-byte max read request",
+        run: pcie::mrrs,
+    },
+    CheckDef {
+        id: "topo.nic-distance",
+        title: "every gpu has a nic within nccl's gdr distance (pix/pxb)",
+        run: topology::nic_distance,
+    },
+    CheckDef {
+        id: "topo.nic-numa",
+        title: "nics sit on numa nodes that host gpus",
+        run: topology::nic_numa,
+    },
+    CheckDef {
+        id: "topo.rails",
+        title: "every gpu has the same number of close nics",
+        run: topology::rails,
+    },
+    CheckDef {
+        id: "gdr.gpu",
+        title: "per gpu: nccl would use gpudirect rdma with at least one nic, and why not",
+        run: topology::per_gpu,
     },
 ];
 

@@ -1,0 +1,360 @@
+//! `topo.*` and `gdr.*`: where the NICs sit relative to the GPUs, and the GDR verdict per GPU.
+
+use crate::gdr::{self, Context};
+use crate::model::Node;
+use crate::report::{Finding, Status};
+use crate::topo::{self, PathType};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// (nic name, folded nic key, path type, nic numa node).
+type NicDistance = (String, String, PathType, Option<i32>);
+
+/// For each GPU: (gpu bdf, gpu numa node, its NICs sorted by path).
+fn distances(cx: &Context<'_>) -> Vec<(String, Option<i32>, Vec<NicDistance>)> {
+    cx.gpus
+        .iter()
+        .map(|g| {
+            let mut v: Vec<_> = cx
+                .nics
+                .iter()
+                .filter_map(|(n, ep)| {
+                    ep.as_ref().map(|e| {
+                        (
+                            n.name.clone(),
+                            e.nccl_bdf.clone(),
+                            topo::path(g, e).nccl,
+                            e.numa_node,
+                        )
+                    })
+                })
+                .collect();
+            v.sort_by_key(|(_, _, p, _)| *p);
+            (g.bdf.clone(), g.numa_node, v)
+        })
+        .collect()
+}
+
+pub fn nic_distance(node: &Node) -> Vec<Finding> {
+    const ID: &str = "topo.nic-distance";
+    let cx = Context::new(node);
+    if cx.gpus.is_empty() || cx.nics.iter().all(|(_, e)| e.is_none()) {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "needs at least one gpu and one rdma nic with a known pci location",
+        )];
+    }
+    let lvl = cx.level.value;
+    distances(&cx)
+        .into_iter()
+        .map(|(g, _, v)| {
+            let Some((best_nic, _, best, _)) = v.first() else {
+                return Finding::new(ID, Status::Error, &g, "no nic location known");
+            };
+            let listing = v.iter().map(|(n, _, p, _)| format!("{n} {}", p.as_str())).collect::<Vec<_>>().join(", ");
+            if (*best as u8) <= lvl {
+                let close: Vec<&str> = v.iter().filter(|(_, _, p, _)| (*p as u8) <= lvl).map(|(n, _, _, _)| n.as_str()).collect();
+                Finding::new(ID, Status::Pass, &g, format!("nearest nic {best_nic} at {} (within {}): {}", best.as_str(), cx.level.name, close.join(" ")))
+                    .evidence("pci topology (nccl model)", listing)
+            } else {
+                Finding::new(ID, Status::Warn, &g, format!("no nic within {} of this gpu: the nearest, {best_nic}, is {}; nccl turns gdr off for it by default and stages through host memory", cx.level.name, best.as_str()))
+                    .expect("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
+                    .fix("move a NIC into a slot under the same PCIe switch as this GPU (see `gdrdoctor topo`); or accept the host-memory path; forcing `NCCL_NET_GDR_LEVEL=PHB`/`SYS` enables GDR through the CPU, which is often slower")
+            }
+        })
+        .collect()
+}
+
+pub fn nic_numa(node: &Node) -> Vec<Finding> {
+    const ID: &str = "topo.nic-numa";
+    let cx = Context::new(node);
+    let gpu_numas: BTreeSet<i32> = cx.gpus.iter().filter_map(|g| g.numa_node).collect();
+    if cx.gpus.is_empty() || cx.nics.is_empty() {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "needs at least one gpu and one rdma nic",
+        )];
+    }
+    if gpu_numas.len() <= 1 && cx.gpus.iter().all(|g| g.numa_node.is_some()) {
+        let n = gpu_numas.iter().next().copied().unwrap_or(-1);
+        if n < 0 {
+            return vec![Finding::new(ID, Status::Skip, "node", "numa_node is -1 (one numa domain, or the firmware does not say): no socket to be on the wrong side of")];
+        }
+    }
+    let mut out = Vec::new();
+    // Balance: NICs per GPU should be the same on every NUMA node that hosts GPUs.
+    let mut per_numa: BTreeMap<i32, (usize, BTreeSet<String>)> = BTreeMap::new();
+    for g in &cx.gpus {
+        if let Some(n) = g.numa_node.filter(|n| *n >= 0) {
+            per_numa.entry(n).or_default().0 += 1;
+        }
+    }
+    for (_, ep) in &cx.nics {
+        if let Some(n) = ep
+            .as_ref()
+            .and_then(|e| e.numa_node.map(|x| (x, e.nccl_bdf.clone())))
+            .filter(|(x, _)| *x >= 0)
+        {
+            per_numa.entry(n.0).or_default().1.insert(n.1);
+        }
+    }
+    let listing = per_numa
+        .iter()
+        .map(|(n, (g, k))| format!("numa {n}: {g} gpu(s), {} nic(s)", k.len()))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let ratios: BTreeSet<(usize, usize)> = per_numa
+        .values()
+        .filter(|(g, _)| *g > 0)
+        .map(|(g, k)| {
+            let gcd = gcd(*g, k.len().max(1));
+            (k.len() / gcd, g / gcd)
+        })
+        .collect();
+    if per_numa.len() > 1 {
+        if ratios.len() > 1 {
+            out.push(Finding::new(ID, Status::Warn, "node", "nics are not spread across numa nodes like the gpus: some gpus must use a nic on another socket or share one")
+                .expect("/sys/bus/pci/devices/*/numa_node", listing, "the same nics-per-gpu on every numa node")
+                .fix("move a NIC to a slot on the socket that has fewer NICs per GPU (`gdrdoctor topo` shows which GPU lost its close NIC)"));
+        } else {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Pass,
+                    "node",
+                    "nics are spread across numa nodes like the gpus",
+                )
+                .evidence("/sys/bus/pci/devices/*/numa_node", listing),
+            );
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (nic, ep) in &cx.nics {
+        let Some(e) = ep else { continue };
+        if !seen.insert(e.nccl_bdf.clone()) {
+            continue;
+        }
+        match e.numa_node {
+            None => out.push(Finding::new(ID, Status::Error, &nic.name, "numa node of the nic unknown")),
+            Some(n) if n < 0 => out.push(Finding::new(ID, Status::Skip, &nic.name, "numa_node is -1")),
+            Some(n) if gpu_numas.contains(&n) => {
+                let here = cx.gpus.iter().filter(|g| g.numa_node == Some(n)).count();
+                out.push(Finding::new(ID, Status::Pass, &nic.name, format!("on numa node {n} with {here} gpu(s)")).evidence(format!("/sys/bus/pci/devices/{}/numa_node", e.bdf), n.to_string()));
+            }
+            Some(n) => out.push(
+                Finding::new(ID, Status::Warn, &nic.name, format!("on numa node {n}, where there is no gpu: every gpu reaches it across the cpu interconnect (SYS)"))
+                    .expect(format!("/sys/bus/pci/devices/{}/numa_node", e.bdf), n.to_string(), format!("one of {:?}", gpu_numas))
+                    .fix("move the NIC to a slot on a socket that hosts GPUs, or pin jobs that use it to that socket; exclude it from NCCL with `NCCL_IB_HCA=^<dev>` if it is a storage/management NIC"),
+            ),
+        }
+    }
+    if out.is_empty() {
+        out.push(Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "no nic with a known pci location",
+        ));
+    }
+    out
+}
+
+pub fn rails(node: &Node) -> Vec<Finding> {
+    const ID: &str = "topo.rails";
+    let cx = Context::new(node);
+    if cx.gpus.len() < 2 || cx.nics.iter().all(|(_, e)| e.is_none()) {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "needs at least two gpus and one rdma nic",
+        )];
+    }
+    let lvl = cx.level.value;
+    // Close physical NICs (folded keys) per GPU, and GPUs per close NIC.
+    let mut per_gpu: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut per_nic: BTreeMap<String, usize> = BTreeMap::new();
+    for (g, _, v) in distances(&cx) {
+        let close: BTreeSet<String> = v
+            .iter()
+            .filter(|(_, _, p, _)| (*p as u8) <= lvl)
+            .map(|(_, k, _, _)| k.clone())
+            .collect();
+        for (n, k, p, _) in &v {
+            if (*p as u8) <= lvl {
+                names.entry(k.clone()).or_default().insert(n.clone());
+            }
+        }
+        for k in &close {
+            *per_nic.entry(k.clone()).or_insert(0) += 1;
+        }
+        per_gpu.insert(g, close);
+    }
+    let nic_name = |k: &String| {
+        names
+            .get(k)
+            .map(|s| s.iter().cloned().collect::<Vec<_>>().join("+"))
+            .unwrap_or_else(|| k.clone())
+    };
+    let listing = per_gpu
+        .iter()
+        .map(|(g, s)| {
+            format!(
+                "{g}: {}",
+                if s.is_empty() {
+                    "none".to_string()
+                } else {
+                    s.iter().map(nic_name).collect::<Vec<_>>().join(" ")
+                }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let counts: BTreeSet<usize> = per_gpu.values().map(|s| s.len()).collect();
+    let min = counts.iter().next().copied().unwrap_or(0);
+    let max = counts.iter().last().copied().unwrap_or(0);
+    let src = "pci topology (nccl model)";
+    if max == 0 {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            format!(
+                "no gpu has a nic within {}: see topo.nic-distance",
+                cx.level.name
+            ),
+        )
+        .evidence(src, listing)];
+    }
+    if min == 0 {
+        let none: Vec<&String> = per_gpu
+            .iter()
+            .filter(|(_, s)| s.is_empty())
+            .map(|(g, _)| g)
+            .collect();
+        let rich: Vec<&String> = per_gpu
+            .iter()
+            .filter(|(_, s)| s.len() == max)
+            .map(|(g, _)| g)
+            .collect();
+        return vec![Finding::new(ID, Status::Warn, "node", format!("asymmetric rails: {} gpu(s) have no close nic while {} have {max}", none.len(), rich.len()))
+            .expect(src, listing, "the same number of close nics for every gpu")
+            .fix("rebalance NICs across the PCIe switches so every GPU has one under its switch (one NIC per GPU is the HGX rail layout); until then NCCL sends the NIC-less GPUs' traffic through host memory or through a neighbour (PXN)")];
+    }
+    if min != max {
+        return vec![Finding::new(
+            ID,
+            Status::Warn,
+            "node",
+            format!("uneven rails: gpus have between {min} and {max} close nics"),
+        )
+        .expect(src, listing, "the same number of close nics for every gpu")
+        .fix("rebalance NICs across the PCIe switches")];
+    }
+    let shared = per_nic.values().copied().max().unwrap_or(1);
+    let msg = if shared > 1 {
+        format!("every gpu has {min} close nic(s); each nic serves up to {shared} gpus (they share its bandwidth)")
+    } else {
+        format!("every gpu has {min} close nic(s) of its own")
+    };
+    vec![Finding::new(ID, Status::Pass, "node", msg).evidence(src, listing)]
+}
+
+pub fn per_gpu(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gdr.gpu";
+    let cx = Context::new(node);
+    if cx.gpus.is_empty() {
+        return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
+    }
+    if cx.nics.is_empty() {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "no rdma device (see rdma.devices)",
+        )];
+    }
+    let mut out = Vec::new();
+    for g in &cx.gpus {
+        let mut pairs: Vec<_> = cx
+            .nics
+            .iter()
+            .map(|(n, ep)| gdr::pair(node, &cx, g, n, ep.as_ref()))
+            .collect();
+        pairs.sort_by_key(|p| (!p.enabled, path_rank(&p.path)));
+        let on: Vec<&crate::report::GdrPair> = pairs.iter().filter(|p| p.enabled).collect();
+        let assumptions = pairs
+            .first()
+            .map(|p| p.assumptions.clone())
+            .unwrap_or_default();
+        let mut f = if let Some(best) = on.first() {
+            Finding::new(
+                ID,
+                Status::Pass,
+                &g.bdf,
+                format!(
+                    "gdr on with {} nic(s): {} ({}, {})",
+                    on.len(),
+                    on.iter()
+                        .map(|p| p.nic.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    best.path,
+                    best.mechanism.as_deref().unwrap_or("?")
+                ),
+            )
+        } else if pairs.iter().all(|p| {
+            p.reasons
+                .iter()
+                .any(|r| r.starts_with("cannot tell") || r.contains("is unknown"))
+        }) {
+            let best = &pairs[0];
+            Finding::new(
+                ID,
+                Status::Error,
+                &g.bdf,
+                format!("cannot decide gdr for any nic: {}", best.reasons.join("; ")),
+            )
+        } else {
+            let best = &pairs[0];
+            Finding::new(ID, Status::Fail, &g.bdf, format!("gdr off for every nic; nearest {} ({}): {}", best.nic, best.path, best.reasons.join("; ")))
+                .fix("fix the first reason above; `gdrdoctor topo` shows every pair and `gdrdoctor explain gdr.gpu` the decision chain")
+        };
+        for p in pairs.iter().take(4) {
+            f = f.evidence(
+                format!("{}|{}", p.gpu, p.nic),
+                format!(
+                    "{} {}{}",
+                    p.path,
+                    if p.enabled { "gdr" } else { "no gdr" },
+                    if p.reasons.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", p.reasons.join("; "))
+                    }
+                ),
+            );
+        }
+        for a in assumptions {
+            f = f.evidence("assumption", a);
+        }
+        out.push(f);
+    }
+    out
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a.max(1)
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn path_rank(p: &str) -> u8 {
+    topo::parse_level(p).unwrap_or(u8::MAX)
+}

@@ -1,0 +1,333 @@
+//! `gdrdoctor topo`: the GPU x NIC matrix, like `nvidia-smi topo -m` but with NCCL's path type
+//! and the GDR verdict per pair.
+
+use gdrdoctor_checks::gdr::{self, Context};
+use gdrdoctor_checks::model::Node;
+use gdrdoctor_checks::report::GdrPair;
+use gdrdoctor_checks::topo;
+use serde::Serialize;
+use std::fmt::Write;
+
+#[derive(Debug, Serialize)]
+pub struct TopoGpu {
+    pub index: usize,
+    pub bdf: String,
+    pub numa_node: Option<i32>,
+    pub cpulist: Option<String>,
+    pub switches: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TopoNic {
+    pub ibdev: String,
+    pub bdf: Option<String>,
+    /// NCCL's key: ports and VFs of one NIC fold into one PCI device.
+    pub nccl_bdf: Option<String>,
+    pub numa_node: Option<i32>,
+    pub active: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Topo {
+    pub schema: &'static str,
+    /// NCCL_NET_GDR_LEVEL in effect, and where it came from.
+    pub gdr_level: String,
+    pub gdr_level_source: String,
+    pub gpus: Vec<TopoGpu>,
+    pub nics: Vec<TopoNic>,
+    pub pairs: Vec<GdrPair>,
+}
+
+pub fn build(node: &Node) -> Topo {
+    let cx = Context::new(node);
+    let gpus = cx
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| TopoGpu {
+            index: i,
+            bdf: g.bdf.clone(),
+            numa_node: g.numa_node,
+            cpulist: cx
+                .index
+                .get(&g.bdf)
+                .and_then(|d| d.local_cpulist.get().cloned()),
+            switches: g.switches.clone(),
+        })
+        .collect();
+    let nics = cx
+        .nics
+        .iter()
+        .map(|(n, ep)| TopoNic {
+            ibdev: n.name.clone(),
+            bdf: n.pci_bdf.get().cloned().flatten(),
+            nccl_bdf: ep.as_ref().map(|e| e.nccl_bdf.clone()),
+            numa_node: ep.as_ref().and_then(|e| e.numa_node),
+            active: n
+                .ports
+                .get()
+                .map(|p| p.iter().any(|p| p.state_name() == Some("ACTIVE"))),
+        })
+        .collect();
+    Topo {
+        schema: "gdrdoctor.topo/v1",
+        gdr_level: cx.level.name.to_string(),
+        gdr_level_source: cx.level.source.clone(),
+        gpus,
+        nics,
+        pairs: gdr::verdicts(node),
+    }
+}
+
+pub fn render_text(t: &Topo) -> String {
+    let mut o = String::new();
+    if t.gpus.is_empty() || t.nics.is_empty() {
+        let _ = writeln!(
+            o,
+            "{} gpu(s), {} rdma device(s): no gpu-nic pair to show",
+            t.gpus.len(),
+            t.nics.len()
+        );
+        return o;
+    }
+    let w = t
+        .nics
+        .iter()
+        .map(|n| n.ibdev.len())
+        .max()
+        .unwrap_or(6)
+        .max(6)
+        + 2;
+    let _ = write!(o, "{:<20}", "");
+    for n in &t.nics {
+        let _ = write!(o, "{:<w$}", n.ibdev);
+    }
+    let _ = writeln!(o, "NUMA  CPU affinity");
+    for g in &t.gpus {
+        let _ = write!(o, "{:<20}", format!("GPU{} {}", g.index, &g.bdf[5..]));
+        for n in &t.nics {
+            let p = t.pairs.iter().find(|p| p.gpu == g.bdf && p.nic == n.ibdev);
+            let cell = match p {
+                Some(p) => format!(
+                    "{}{}",
+                    p.nvidia_smi.as_deref().unwrap_or(&p.path),
+                    if p.enabled { "*" } else { "" }
+                ),
+                None => "?".into(),
+            };
+            let _ = write!(o, "{cell:<w$}");
+        }
+        let numa = g
+            .numa_node
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "?".into());
+        let _ = writeln!(o, "{numa:<6}{}", g.cpulist.as_deref().unwrap_or("?"));
+    }
+    let _ = writeln!(o);
+    let _ = write!(o, "{:<20}", "NIC NUMA");
+    for n in &t.nics {
+        let _ = write!(
+            o,
+            "{:<w$}",
+            n.numa_node
+                .map(|x| x.to_string())
+                .unwrap_or_else(|| "?".into())
+        );
+    }
+    let _ = writeln!(o);
+    let _ = write!(o, "{:<20}", "NIC port");
+    for n in &t.nics {
+        let s = match n.active {
+            Some(true) => "active",
+            Some(false) => "down",
+            None => "?",
+        };
+        let _ = write!(o, "{s:<w$}");
+    }
+    let _ = writeln!(o, "\n");
+    let on = t.pairs.iter().filter(|p| p.enabled).count();
+    let _ = writeln!(
+        o,
+        "* = NCCL uses GPUDirect RDMA for this pair ({on} of {} pairs); threshold {} ({})",
+        t.pairs.len(),
+        t.gdr_level,
+        t.gdr_level_source
+    );
+    let _ = writeln!(o, "Path names as nvidia-smi topo -m: PIX one PCIe switch, PXB several switches, PHB through the host bridge,");
+    let _ = writeln!(
+        o,
+        "NODE across host bridges of one NUMA node (NCCL calls it PHB), SYS across sockets."
+    );
+    // NIC folding: several ibdevs on one NCCL NIC.
+    let mut keys: Vec<(&str, Vec<&str>)> = Vec::new();
+    for n in &t.nics {
+        if let Some(k) = &n.nccl_bdf {
+            match keys.iter_mut().find(|(x, _)| x == k) {
+                Some((_, v)) => v.push(&n.ibdev),
+                None => keys.push((k, vec![&n.ibdev])),
+            }
+        }
+    }
+    for (k, v) in keys.iter().filter(|(_, v)| v.len() > 1) {
+        let _ = writeln!(
+            o,
+            "NCCL folds {} into one NIC ({k}: ports or VFs of one device)",
+            v.join(", ")
+        );
+    }
+    // Why not, for each GPU without GDR.
+    for g in &t.gpus {
+        let pairs: Vec<&GdrPair> = t.pairs.iter().filter(|p| p.gpu == g.bdf).collect();
+        if pairs.iter().any(|p| p.enabled) {
+            continue;
+        }
+        if let Some(best) = pairs
+            .iter()
+            .min_by_key(|p| topo::parse_level(&p.path).unwrap_or(u8::MAX))
+        {
+            let _ = writeln!(
+                o,
+                "GPU{} has no GDR: nearest {} ({}): {}",
+                g.index,
+                best.nic,
+                best.path,
+                best.reasons.join("; ")
+            );
+        }
+    }
+    o
+}
+
+/// Evidence mode: the same matrix from a pasted `nvidia-smi topo -m`.
+#[derive(Debug, Serialize)]
+pub struct SmiTopo {
+    pub schema: &'static str,
+    pub source: &'static str,
+    pub pairs: Vec<gdrdoctor_checks::smi::SmiPair>,
+    /// Per GPU: NICs within NCCL's default GDR distance (PIX/PXB).
+    pub close_nics: std::collections::BTreeMap<String, Vec<String>>,
+    /// A one-line verdict on the rails (balanced, uneven, asymmetric).
+    pub rails: String,
+}
+
+pub fn build_smi(m: &gdrdoctor_checks::smi::Matrix) -> SmiTopo {
+    let pairs = m.pairs();
+    let mut close: std::collections::BTreeMap<String, Vec<String>> =
+        std::collections::BTreeMap::new();
+    // GPUs whose row is missing (a matrix cut short) take no part in the rail verdict.
+    for g in m.gpus() {
+        if pairs
+            .iter()
+            .any(|p| &p.gpu == g && p.gdr_by_distance.is_some())
+        {
+            close.insert(g.clone(), Vec::new());
+        }
+    }
+    for p in &pairs {
+        if p.gdr_by_distance == Some(true) {
+            close.entry(p.gpu.clone()).or_default().push(p.nic.clone());
+        }
+    }
+    let counts: Vec<usize> = close.values().map(Vec::len).collect();
+    let (min, max) = (
+        counts.iter().copied().min().unwrap_or(0),
+        counts.iter().copied().max().unwrap_or(0),
+    );
+    let rails = if m.nics().is_empty() {
+        "no NIC columns in the matrix".to_string()
+    } else if max == 0 {
+        "no GPU has a NIC at PIX/PXB: NCCL uses GPUDirect RDMA for none of them by default"
+            .to_string()
+    } else if min == 0 {
+        let none: Vec<&str> = close
+            .iter()
+            .filter(|(_, v)| v.is_empty())
+            .map(|(g, _)| g.as_str())
+            .collect();
+        format!(
+            "asymmetric rails: {} have no NIC at PIX/PXB while others have up to {max}",
+            none.join(", ")
+        )
+    } else if min != max {
+        format!("uneven rails: GPUs have between {min} and {max} close NICs")
+    } else {
+        format!("balanced: every GPU has {min} close NIC(s)")
+    };
+    SmiTopo {
+        schema: "gdrdoctor.topo/v1",
+        source: "evidence",
+        pairs,
+        close_nics: close,
+        rails,
+    }
+}
+
+pub fn render_smi(m: &gdrdoctor_checks::smi::Matrix, t: &SmiTopo) -> String {
+    let mut o = String::new();
+    let nics = m.nics();
+    let w = nics
+        .iter()
+        .map(|n| m.nic_name(n).len())
+        .max()
+        .unwrap_or(6)
+        .max(6)
+        + 2;
+    let _ = write!(o, "{:<8}", "");
+    for n in &nics {
+        let _ = write!(o, "{:<w$}", m.nic_name(n));
+    }
+    let _ = writeln!(o);
+    for g in m.gpus() {
+        let _ = write!(o, "{g:<8}");
+        for n in &nics {
+            let p = t
+                .pairs
+                .iter()
+                .find(|p| &p.gpu == g && p.nic == m.nic_name(n));
+            let cell = p
+                .map(|p| {
+                    format!(
+                        "{}{}",
+                        p.path,
+                        if p.gdr_by_distance == Some(true) {
+                            "*"
+                        } else {
+                            ""
+                        }
+                    )
+                })
+                .unwrap_or_else(|| "?".into());
+            let _ = write!(o, "{cell:<w$}");
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o, "\n* = within NCCL's default GDR distance (PIX/PXB). From a pasted matrix only the distance rule is");
+    let _ = writeln!(
+        o,
+        "known; peer memory, dma-buf and port state need `gdrdoctor check` on the node."
+    );
+    let _ = writeln!(o, "rails: {}", t.rails);
+    for g in m.gpus() {
+        if !t.close_nics.contains_key(g) {
+            let _ = writeln!(o, "{g}: its row is not in the pasted matrix (cut short?)");
+        }
+    }
+    for (g, v) in &t.close_nics {
+        if v.is_empty() {
+            let nearest =
+                t.pairs
+                    .iter()
+                    .filter(|p| &p.gpu == g)
+                    .min_by_key(|p| match p.path.as_str() {
+                        "PHB" => 0,
+                        "NODE" => 1,
+                        "SYS" => 2,
+                        _ => 3,
+                    });
+            if let Some(p) = nearest {
+                let _ = writeln!(o, "{g}: no GDR by default (nearest {} is {}: NCCL stages its traffic through host memory)", p.nic, p.path);
+            }
+        }
+    }
+    o
+}
