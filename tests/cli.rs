@@ -239,3 +239,48 @@ fn help_teaches_and_list_explain_cover_every_check() {
         );
     }
 }
+
+#[test]
+fn topo_text_json_and_the_gpu_machine_snapshot() {
+    let (code, out, _) = run(&["topo", "--sysroot", &healthy()]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("GPU0 18:00.0") && out.contains("PIX*"),
+        "{out}"
+    );
+    assert!(out.contains("8 of 64 pairs"), "{out}");
+    let (_, j, _) = run(&["topo", "--sysroot", &healthy(), "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(v["pairs"].as_array().unwrap().len(), 64);
+    assert_eq!(v["gdr_level"], "PXB");
+    // The captured H200 VM has one GPU and no RDMA device.
+    let h200 = fixture("h200-vm-live").display().to_string();
+    let (code, out, _) = run(&["topo", "--sysroot", &h200]);
+    assert_eq!(code, 0);
+    assert!(out.contains("1 gpu(s), 0 rdma device(s)"), "{out}");
+    // NCCL_NET_GDR_LEVEL in the environment of the run is honoured.
+    let out = Command::new(bin())
+        .args(["topo", "--sysroot", &healthy(), "--format", "json"])
+        .env("NCCL_NET_GDR_LEVEL", "SYS")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["gdr_level"], "SYS");
+    assert_eq!(
+        v["pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["enabled"] == true)
+            .count(),
+        64
+    );
+    // Evidence mode needs a matrix.
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("x.txt");
+    std::fs::write(&f, "nothing").unwrap();
+    let (code, _, err) = run(&["topo", "--nvidia-smi", &f.display().to_string()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("GPU0"), "{err}");
+}

@@ -298,3 +298,41 @@ fn nccl_net_gdr_level_from_the_environment_is_honoured() {
         assert_eq!(on, enabled, "NCCL_NET_GDR_LEVEL={val}");
     }
 }
+
+#[test]
+fn non_root_capture_with_64_byte_config_spaces_never_passes_what_needs_root() {
+    // What a non-root `gdrdoctor snapshot` holds: every config file cut to 64 bytes.
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("hgx-h200x8-cx7x8-acs-redirect"), t.path());
+    fn cut(dir: &std::path::Path) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                cut(&p);
+            } else if ft.is_file() && p.file_name().is_some_and(|n| n == "config") {
+                let b = std::fs::read(&p).unwrap();
+                std::fs::write(&p, &b[..64]).unwrap();
+            }
+        }
+    }
+    cut(t.path());
+    let r = report_for(t.path());
+    for id in ["pcie.acs-redirect", "pcie.mrrs", "pcie.ats"] {
+        let fs: Vec<_> = r.findings.iter().filter(|f| f.id == id).collect();
+        assert!(!fs.is_empty(), "{id}");
+        for f in fs {
+            assert_eq!(f.status, Status::Error, "{id} {}: {}", f.subject, f.message);
+            assert!(
+                f.evidence.iter().any(|e| e.observed.contains("needs root")),
+                "{f:?}"
+            );
+        }
+    }
+    // The ACS redirect that a root capture sees is not claimed as healthy.
+    assert_ne!(
+        find(&r, "pcie.acs-redirect", "0000:37:00.0").status,
+        Status::Pass
+    );
+    assert_eq!(r.summary.exit_code, 3, "incomplete, not healthy");
+}

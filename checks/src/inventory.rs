@@ -129,6 +129,7 @@ pub fn build(node: &Node) -> Inventory {
         })
         .unwrap_or_default();
     let drv = derive::nvidia_driver(node);
+    let params = node.nvidia.params.get();
     let driver = DriverInv {
         nvidia_version: drv.as_ref().map(|(v, _)| v.clone()),
         flavor: drv.as_ref().map(|(_, f)| match f {
@@ -137,6 +138,22 @@ pub fn build(node: &Node) -> Inventory {
         }),
         peermem: derive::peermem_path(node).available,
         nv_peer_mem: node.peermem.nv_peer_mem.get().copied(),
+        peer_mapping_override: params.map(|p| {
+            p.get("RegistryDwords")
+                .map(|r| parse::registry_dwords(r))
+                .and_then(|m| {
+                    m.get("PeerMappingOverride")
+                        .and_then(|v| parse::registry_number(v))
+                })
+                .is_some_and(|v| v == 1)
+        }),
+        stream_memops: params
+            .and_then(|p| p.get("EnableStreamMemOPs"))
+            .and_then(|v| parse::registry_number(v))
+            .map(|v| v == 1),
+        grdma_topo_override: params
+            .and_then(|p| p.get("GrdmaPciTopoCheckOverride"))
+            .and_then(|v| parse::registry_number(v)),
     };
     let (mode, evidence) = derive::iommu_mode(node);
     Inventory {

@@ -284,6 +284,15 @@ pub struct DriverInv {
     pub flavor: Option<String>,
     pub peermem: Option<bool>,
     pub nv_peer_mem: Option<bool>,
+    /// `PeerMappingOverride=1` in RegistryDwords (GPU may map NIC doorbells without root).
+    #[serde(default)]
+    pub peer_mapping_override: Option<bool>,
+    /// `EnableStreamMemOPs` (cuStreamWaitValue/WriteValue without the driver fallback).
+    #[serde(default)]
+    pub stream_memops: Option<bool>,
+    /// `GrdmaPciTopoCheckOverride`: 0 driver decides, 1 force allow, 2 force deny.
+    #[serde(default)]
+    pub grdma_topo_override: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

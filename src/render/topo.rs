@@ -195,7 +195,7 @@ pub fn render_text(t: &Topo) -> String {
             );
         }
     }
-    o
+    trim_lines(&o)
 }
 
 /// Evidence mode: the same matrix from a pasted `nvidia-smi topo -m`.
@@ -329,5 +329,9 @@ pub fn render_smi(m: &gdrdoctor_checks::smi::Matrix, t: &SmiTopo) -> String {
             }
         }
     }
-    o
+    trim_lines(&o)
+}
+
+fn trim_lines(s: &str) -> String {
+    s.lines().map(|l| format!("{}\n", l.trim_end())).collect()
 }
