@@ -15,6 +15,11 @@ use std::path::{Path, PathBuf};
 pub const EXIT_USAGE: i32 = 2;
 
 pub fn main() -> i32 {
+    // The hidden worker entry point (probe::runner starts it); not a user command.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("__worker") {
+        return crate::worker::main(args.get(2..).unwrap_or(&[]));
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -27,6 +32,7 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Check(args) => check(&args),
+        Command::Probe(args) => probe(&args),
         Command::Topo {
             sysroot,
             format,
@@ -135,18 +141,83 @@ pub fn open_root(sysroot: Option<&Path>) -> Result<OpenedRoot, String> {
 }
 
 /// Open the root, read its metadata, collect the node: the common start of check and topo.
-fn load_node(
-    sysroot: Option<&Path>,
-) -> Result<(OpenedRoot, gdrdoctor_checks::model::Node), String> {
+/// `live_libs`: on a live node, also ask NVML, CUDA and libibverbs (in a worker process).
+fn load_node(sysroot: Option<&Path>, live_libs: bool) -> Result<(OpenedRoot, gdrdoctor_checks::model::Node), String> {
     let mut opened = open_root(sysroot)?;
-    let meta = if opened.root.is_live() {
-        None
-    } else {
-        meta::read(&opened.root)?
-    };
+    let meta = if opened.root.is_live() { None } else { meta::read(&opened.root)? };
     opened.root.set_complete(meta.is_some());
-    let node = collect::collect(&opened.root, meta.as_ref());
+    let mut node = collect::collect(&opened.root, meta.as_ref());
+    if opened.root.is_live() {
+        if live_libs {
+            node.live = live_facts();
+        } else {
+            node.live = gdrdoctor_checks::model::LiveFacts::absent("not queried (--static)");
+        }
+    } else {
+        node.live = meta::read_live(&opened.root);
+    }
     Ok((opened, node))
+}
+
+/// NVML, CUDA and libibverbs facts from a worker process (20 s deadline).
+pub fn live_facts() -> gdrdoctor_checks::model::LiveFacts {
+    let progress = crate::probe::runner::Progress::new("querying NVML, CUDA and libibverbs");
+    let run = crate::probe::runner::run("live-facts", &[], std::time::Duration::from_secs(20), &|m| progress.update(m));
+    progress.finish();
+    match run {
+        Ok(r) => match (r.failure(), r.result) {
+            (None, Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| gdrdoctor_checks::model::LiveFacts::absent(&format!("unreadable worker result: {e}"))),
+            (Some(f), _) => gdrdoctor_checks::model::LiveFacts::absent(&f),
+            (None, None) => gdrdoctor_checks::model::LiveFacts::absent("worker printed no result"),
+        },
+        Err(e) => gdrdoctor_checks::model::LiveFacts::absent(&e),
+    }
+}
+
+fn probe(args: &crate::cli::ProbeArgs) -> i32 {
+    if !args.registration {
+        return err("choose a probe: --registration (see `gdrdoctor probe --help`)");
+    }
+    let (_opened, node) = match load_node(None, false) {
+        Ok(x) => x,
+        Err(e) => return err(e),
+    };
+    let mut findings = Vec::new();
+    let mut raw = serde_json::Map::new();
+    if args.registration {
+        let (f, v) = crate::probe::registration(&node, args.gpu, args.repeat, std::time::Duration::from_secs(args.timeout));
+        findings.extend(f);
+        if let Some(v) = v {
+            raw.insert("registration".into(), v);
+        }
+    }
+    let opts = RunOptions {
+        selection: Default::default(),
+        fail_on: match args.fail_on {
+            FailOnArg::Warn => FailOn::Warn,
+            FailOnArg::Fail => FailOn::Fail,
+        },
+        allow_incomplete: args.allow_incomplete,
+    };
+    let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
+    report.probe = Some(serde_json::Value::Object(raw));
+    let color = args.output.is_none() && color_enabled(args.color);
+    colored::control::set_override(color);
+    let style = Style { color, verbose: args.verbose, warn_is_failure: opts.fail_on == FailOn::Warn };
+    let text = render::render(&report, args.format, &style);
+    match &args.output {
+        Some(path) => {
+            if let Err(e) = write_atomic(path, &text) {
+                return err(e);
+            }
+        }
+        None => {
+            if !emit(&text) {
+                return EXIT_USAGE;
+            }
+        }
+    }
+    report.summary.exit_code
 }
 
 fn topo_smi(file: &Path, format: TopoFormat) -> i32 {
@@ -181,7 +252,7 @@ fn topo_smi(file: &Path, format: TopoFormat) -> i32 {
 }
 
 fn topo(sysroot: Option<&Path>, format: TopoFormat) -> i32 {
-    let (_opened, node) = match load_node(sysroot) {
+    let (_opened, node) = match load_node(sysroot, false) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -213,7 +284,7 @@ fn check(args: &CheckArgs) -> i32 {
                 .join(", ")
         ));
     }
-    let (_opened, node) = match load_node(args.sysroot.as_deref()) {
+    let (_opened, node) = match load_node(args.sysroot.as_deref(), !args.static_only) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -256,6 +327,10 @@ fn list(format: ListFormat) -> i32 {
             let mut s = String::new();
             for c in CHECKS {
                 s.push_str(&format!("{:<w$}  {}\n", c.id, c.title));
+            }
+            s.push_str("\nprobe findings (gdrdoctor probe):\n");
+            for (id, title) in crate::probe::PROBE_IDS {
+                s.push_str(&format!("{id:<w$}  {title}\n"));
             }
             s
         }
@@ -333,7 +408,9 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
     };
     // SAFETY of euid: a non-root snapshot is still useful, but config space is cut to 64 bytes.
     let t0 = std::time::Instant::now();
-    match snapshot::take(root, out) {
+    // Live library facts: from the node's libraries, or carried over from the sysroot.
+    let live = if root.is_live() { live_facts() } else { meta::read_live(&root) };
+    match snapshot::take(root, out, Some(&live)) {
         Ok((node, w)) => {
             if node.euid.get() != Some(&0)
                 && node.source == gdrdoctor_checks::model::SourceKind::Live

@@ -68,6 +68,21 @@ gdrdoctor topo --format json\n  NCCL_NET_GDR_LEVEL=SYS gdrdoctor topo\n  gdrdoct
         #[arg(long, value_name = "FILE", conflicts_with = "sysroot")]
         nvidia_smi: Option<PathBuf>,
     },
+    /// Live probes on this node's GPUs (each in a worker process with a deadline)
+    #[command(after_long_help = concat!(
+        "Probes run on the live node only. The parent never creates a CUDA context: each probe runs in a \
+worker process that the parent kills at the deadline, then a fresh process confirms the GPU is healthy.\n\n",
+        "Examples:\n",
+        "  gdrdoctor probe --registration            # can GPU memory be exported and registered for RDMA?\n",
+        "  gdrdoctor probe --registration --gpu 0 --format json\n\n",
+        "Exit codes (check, probe):\n",
+        "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
+        "  1  at least one check failed\n",
+        "  2  gdrdoctor could not run (usage error, unreadable sysroot)\n",
+        "  3  nothing failed, but some checks could not be evaluated (status error);\n",
+        "     a CI gate must not read this as healthy unless it passes --allow-incomplete"
+    ))]
+    Probe(ProbeArgs),
     /// List every check: id, category and what it verifies
     List {
         /// Output format
@@ -93,6 +108,40 @@ sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snaps
         #[arg(long, value_name = "DIR|TAR.GZ")]
         sysroot: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Allocate, export (dma-buf) and register GPU memory, timing each step
+    #[arg(long)]
+    pub registration: bool,
+    /// Only this GPU (CUDA ordinal); default: every GPU
+    #[arg(long, value_name = "N")]
+    pub gpu: Option<u32>,
+    /// Repeat the timed steps N times and report medians and p90 (registration)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub repeat: u32,
+    /// Kill a probe worker that runs longer than this many seconds
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub timeout: u64,
+    /// Output format
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the report to FILE instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// When to color the table
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// The lowest status that makes the exit code 1
+    #[arg(long, value_enum, default_value_t = FailOnArg::Fail)]
+    pub fail_on: FailOnArg,
+    /// Exit 0 instead of 3 when some probes could not run
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Show evidence for passing probes too
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -153,6 +202,9 @@ pub struct CheckArgs {
     /// Show evidence for passing checks too
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Do not query NVML, the CUDA driver and libibverbs (files only: faster, no worker process)
+    #[arg(long = "static")]
+    pub static_only: bool,
 }
 
 pub fn exit_codes_text() -> &'static str {

@@ -237,6 +237,7 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
         peermem,
         pci,
         rdma,
+        live: LiveFacts::absent("not queried"),
     }
 }
 

@@ -20,6 +20,9 @@ pages!(
     "rdma.ports",
     "rdma.firmware",
     "mem.memlock",
+    "gpu.gdr-support",
+    "gpu.persistence",
+    "gpu.row-remap",
     "gpu.bar1",
     "pcie.bars",
     "pcie.acs-redirect",
@@ -32,6 +35,25 @@ pages!(
     "gdr.gpu",
 );
 
+macro_rules! probe_pages {
+    ($($id:literal),* $(,)?) => {
+        /// Pages of the probe finding ids (`crate::probe::PROBE_IDS`).
+        pub static PROBE_PAGES: &[(&str, &str)] = &[
+            $(($id, include_str!(concat!("../docs/checks/", $id, ".md"))),)*
+        ];
+    };
+}
+
+probe_pages!(
+    "probe.cuda",
+    "probe.dmabuf-export",
+    "probe.managed-memory",
+    "probe.host-register",
+    "probe.verbs-registration",
+    "probe.nccl-dmabuf",
+    "probe.gpu-health",
+);
+
 pub fn page(id: &str) -> Option<&'static str> {
-    PAGES.iter().find(|(i, _)| *i == id).map(|(_, p)| *p)
+    PAGES.iter().chain(PROBE_PAGES.iter()).find(|(i, _)| *i == id).map(|(_, p)| *p)
 }

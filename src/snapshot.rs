@@ -24,7 +24,7 @@ pub struct Written {
 }
 
 /// Collect through a recording reader and write what it saw under `out`.
-pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
+pub fn take(root: Root, out: &Path, live: Option<&gdrdoctor_checks::model::LiveFacts>) -> Result<(Node, Written), SnapshotError> {
     let mut root = root.recording();
     let meta_in = if root.is_live() {
         None
@@ -74,6 +74,7 @@ pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
     };
     let mut rec = root.recorded();
     rec.remove(META_PATH);
+    rec.remove(crate::meta::LIVE_PATH);
     for (kpath, what) in &rec {
         let rel = kpath.trim_start_matches('/');
         if rel.is_empty() {
@@ -130,6 +131,11 @@ pub fn take(root: Root, out: &Path) -> Result<(Node, Written), SnapshotError> {
     let json = serde_json::to_vec_pretty(&meta).map_err(|e| SnapshotError(e.to_string()))?;
     std::fs::write(&meta_dest, json)
         .map_err(|e| SnapshotError(format!("{}: {e}", meta_dest.display())))?;
+    if let Some(l) = live {
+        let dest = dir.join(crate::meta::LIVE_PATH.trim_start_matches('/'));
+        let json = serde_json::to_vec_pretty(l).map_err(|e| SnapshotError(e.to_string()))?;
+        std::fs::write(&dest, json).map_err(|e| SnapshotError(format!("{}: {e}", dest.display())))?;
+    }
     if tgz {
         let r = write_tgz(&dir, out);
         let _ = std::fs::remove_dir_all(&dir);

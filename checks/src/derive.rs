@@ -345,6 +345,40 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
         },
         Fact::Absent { reason, source } => unknowns.push(format!("{source}: {reason}")),
     }
+    // Live facts, when a worker could ask the libraries (D01, D03).
+    if let Some(c) = node.live.cuda.get() {
+        if c.driver_version > 0 && c.driver_version < 11070 {
+            blockers.push(format!("CUDA driver {} is older than 11.7 (no dma-buf export)", c.driver_version));
+        }
+        let gpus: Vec<_> = c.devices.iter().collect();
+        if !gpus.is_empty() && gpus.iter().all(|d| d.dma_buf_supported == Some(0)) {
+            blockers.push("CUDA reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED=0 on every gpu".into());
+        }
+        evidence.push(Evidence {
+            source: "cuDeviceGetAttribute(DMA_BUF_SUPPORTED)".into(),
+            observed: gpus.iter().map(|d| format!("{}={}", d.bdf, d.dma_buf_supported.map(|v| v.to_string()).unwrap_or_else(|| "?".into()))).collect::<Vec<_>>().join(" "),
+            expected: Some("1".into()),
+        });
+    }
+    if let Some(v) = node.live.verbs.get() {
+        let refused: Vec<String> = v
+            .dmabuf_probe
+            .iter()
+            .filter(|(_, e)| matches!(e, Some(95) | Some(93)))
+            .map(|(d, e)| format!("{d} errno {}", e.unwrap_or(0)))
+            .collect();
+        if !v.dmabuf_probe.is_empty() && refused.len() == v.dmabuf_probe.len() {
+            blockers.push(format!("every rdma device refuses dma-buf registration (NCCL's ibv_reg_dmabuf_mr probe: {})", refused.join(", ")));
+        }
+        if !v.has_reg_dmabuf_mr {
+            blockers.push("libibverbs has no ibv_reg_dmabuf_mr (rdma-core < 34): NCCL's wrapper reports EOPNOTSUPP".into());
+        }
+        evidence.push(Evidence {
+            source: "libibverbs.so.1".into(),
+            observed: format!("ibv_reg_dmabuf_mr {}", if v.has_reg_dmabuf_mr { "present" } else { "missing" }),
+            expected: Some("present".into()),
+        });
+    }
     if let Some(env) = node.env.get() {
         if env.get("NCCL_DMABUF_ENABLE").map(|v| v.trim()) == Some("0") {
             blockers

@@ -31,6 +31,11 @@ pub struct RunOptions {
 /// Run the selected checks on a node and assemble the report (with its exit code).
 pub fn build_report(node: &model::Node, opts: &RunOptions) -> Report {
     let findings = checks::run(node, &opts.selection);
+    report_with(node, findings, opts)
+}
+
+/// Assemble a report around findings that did not come from the check registry (probes).
+pub fn report_with(node: &model::Node, findings: Vec<report::Finding>, opts: &RunOptions) -> Report {
     let mut summary = report::Summary::count(&findings);
     summary.exit_code = report::exit_code(&findings, opts.fail_on, opts.allow_incomplete);
     Report {
@@ -50,5 +55,6 @@ pub fn build_report(node: &model::Node, opts: &RunOptions) -> Report {
         inventory: inventory::build(node),
         findings,
         gdr: gdr::verdicts(node),
+        probe: None,
     }
 }

@@ -4,11 +4,11 @@
 //! came from, or an absence with the reason it could not be read. A missing file is never a
 //! default value: checks that need an absent fact report `error` or `skip`, never `pass`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One fact about the node, with its provenance.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum Fact<T> {
     /// The value, and where it was read (`/proc/cmdline`, `getrlimit(RLIMIT_MEMLOCK)`, ...).
@@ -100,6 +100,113 @@ pub struct Node {
     pub peermem: PeerMem,
     pub pci: Fact<Vec<PciDevice>>,
     pub rdma: Fact<Vec<RdmaDevice>>,
+    /// What the live libraries say (NVML, the CUDA driver API, libibverbs), queried in a worker
+    /// process; in a snapshot, `gdrdoctor/live.json`.
+    pub live: LiveFacts,
+}
+
+/// Facts only a live call can see, one per library.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveFacts {
+    pub nvml: Fact<NvmlFacts>,
+    pub cuda: Fact<CudaFacts>,
+    pub verbs: Fact<VerbsFacts>,
+}
+
+impl LiveFacts {
+    pub fn absent(reason: &str) -> Self {
+        LiveFacts {
+            nvml: Fact::absent("libnvidia-ml.so.1", reason),
+            cuda: Fact::absent("libcuda.so.1", reason),
+            verbs: Fact::absent("libibverbs.so.1", reason),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct NvmlFacts {
+    pub driver_version: Option<String>,
+    /// `nvmlSystemGetCudaDriverVersion`, e.g. 13000.
+    pub cuda_driver_version: Option<i32>,
+    pub nvml_version: Option<String>,
+    pub gpus: Vec<NvmlGpu>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct NvmlGpu {
+    /// PCI address, lower case, 4-digit domain (`0000:00:06.0`).
+    pub bdf: String,
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    pub memory_total: Option<u64>,
+    pub bar1_total: Option<u64>,
+    pub bar1_used: Option<u64>,
+    pub pcie_gen_current: Option<u32>,
+    pub pcie_gen_max: Option<u32>,
+    pub pcie_width_current: Option<u32>,
+    pub pcie_width_max: Option<u32>,
+    pub persistence_mode: Option<bool>,
+    pub ecc_enabled: Option<bool>,
+    pub retired_pages_pending: Option<bool>,
+    pub remapped_rows: Option<RemappedRows>,
+    pub nvlinks: Vec<NvLink>,
+    /// Calls that failed, with NVML's error (`nvmlDeviceGetRemappedRows: Not Supported`).
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    pub pending: bool,
+    pub failure: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NvLink {
+    pub link: u32,
+    pub active: bool,
+    pub remote_bdf: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CudaFacts {
+    /// `cuDriverGetVersion`, e.g. 13000.
+    pub driver_version: i32,
+    pub devices: Vec<CudaDevice>,
+    /// The library file that was loaded (from /proc/self/maps), to spot toolkit stubs.
+    pub library: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CudaDevice {
+    pub ordinal: i32,
+    pub bdf: String,
+    pub name: String,
+    pub cc_major: i32,
+    pub cc_minor: i32,
+    pub multiprocessors: i32,
+    /// Attribute values, `None` where the driver does not know the attribute.
+    pub gpu_direct_rdma_supported: Option<i32>,
+    pub gpu_direct_rdma_flush_writes_options: Option<i32>,
+    pub gpu_direct_rdma_writes_ordering: Option<i32>,
+    pub gpu_direct_rdma_with_cuda_vmm_supported: Option<i32>,
+    pub dma_buf_supported: Option<i32>,
+    pub host_register_supported: Option<i32>,
+    pub can_use_host_pointer_for_registered_mem: Option<i32>,
+    pub virtual_memory_management_supported: Option<i32>,
+    pub total_memory: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct VerbsFacts {
+    /// `ibv_reg_dmabuf_mr@IBVERBS_1.12` exported (rdma-core >= 34).
+    pub has_reg_dmabuf_mr: bool,
+    /// Devices `ibv_get_device_list` returned (or the errno it failed with).
+    pub devices: Vec<String>,
+    pub list_errno: Option<i32>,
+    /// NCCL's dma-buf probe per device: `ibv_reg_dmabuf_mr(fd=-1)` errno; 95/93 mean unsupported.
+    pub dmabuf_probe: BTreeMap<String, Option<i32>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

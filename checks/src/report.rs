@@ -342,6 +342,9 @@ pub struct Report {
     pub inventory: Inventory,
     pub findings: Vec<Finding>,
     pub gdr: Vec<GdrPair>,
+    /// Raw measurements of `gdrdoctor probe` (timings per step); absent for `check`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<serde_json::Value>,
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ pub fn empty_node() -> Node {
         },
         pci: Fact::known(Vec::new(), "test"),
         rdma: Fact::known(Vec::new(), "test"),
+        live: LiveFacts::absent("test"),
     }
 }
 

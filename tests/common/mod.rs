@@ -32,7 +32,8 @@ pub fn report_for(dir: &Path) -> Report {
     let mut root = Root::sysroot(dir).unwrap();
     let m = meta::read(&root).unwrap();
     root.set_complete(m.is_some());
-    let node = collect::collect(&root, m.as_ref());
+    let mut node = collect::collect(&root, m.as_ref());
+    node.live = meta::read_live(&root);
     gdrdoctor_checks::build_report(&node, &RunOptions::default())
 }
 

@@ -1,0 +1,328 @@
+//! `probe --registration`: can this GPU's memory be exported and registered for RDMA, and how
+//! fast? Worker side (owns the context) and parent side (turns the measurements into findings).
+//!
+//! Per GPU: cuMemAlloc at 4 KiB, 64 KiB, 2 MiB, 1 GiB and a range at an offset that is not
+//! 64 KiB aligned, each exported as a dma-buf (`cuMemGetHandleForAddressRange`); managed memory
+//! (refused, which is the point); pinned host memory (`cuMemHostRegister`) as the host baseline;
+//! and, with libibverbs and an RDMA device, `ibv_reg_mr` on the device pointer (peer-memory
+//! path) and `ibv_reg_dmabuf_mr` on the fd (dma-buf path), plus NCCL's fd=-1 probe, the
+//! memory_peers counters and NVML's BAR1 usage before and after. Ground truth §2.2 D01-D06,
+//! §2.8 P01-P02, §2.10.
+
+use crate::live::cuda::{self, CuError};
+use crate::verbs;
+use cudarc::driver::sys;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Step {
+    pub step: String,
+    pub bytes: u64,
+    pub ok: bool,
+    pub us: f64,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GpuResult {
+    pub ordinal: i32,
+    pub bdf: String,
+    pub name: String,
+    pub steps: Vec<Step>,
+    pub bar1_used_before: Option<u64>,
+    pub bar1_used_after: Option<u64>,
+    pub verbs: Vec<Step>,
+    /// Repeated measurements (`--repeat`): per size, median and p90 of alloc and export.
+    pub timing: Vec<Timing>,
+    pub memory_peers_before: Option<std::collections::BTreeMap<String, u64>>,
+    pub memory_peers_after: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Result_ {
+    pub driver_version: i32,
+    pub page_size: u64,
+    pub gpus: Vec<GpuResult>,
+    /// libibverbs state: why the verbs part did not run, when it did not.
+    pub verbs_skipped: Option<String>,
+    pub rdma_devices: Vec<String>,
+    /// NCCL's dma-buf probe per RDMA device: errno of ibv_reg_dmabuf_mr(fd=-1).
+    pub nccl_dmabuf_probe: std::collections::BTreeMap<String, Option<i32>>,
+}
+
+pub const SIZES: [u64; 4] = [4 << 10, 64 << 10, 2 << 20, 1 << 30];
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Timing {
+    pub bytes: u64,
+    pub runs: usize,
+    pub alloc_us_median: f64,
+    pub alloc_us_p90: f64,
+    pub export_us_median: f64,
+    pub export_us_p90: f64,
+    pub free_us_median: f64,
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+/// Allocate, export, close and free each size `reps` times; medians and p90s.
+fn repeat_timings(reps: usize) -> Vec<Timing> {
+    let mut out = Vec::new();
+    for &size in &SIZES {
+        let (mut a, mut e, mut f) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let mut p: sys::CUdeviceptr = 0;
+            let t0 = Instant::now();
+            // SAFETY: allocates into p.
+            if cuda::check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut p, size as usize) }).is_err() {
+                break;
+            }
+            a.push(t0.elapsed().as_secs_f64() * 1e6);
+            let t0 = Instant::now();
+            if let Ok(fd) = export(p, size as usize) {
+                e.push(t0.elapsed().as_secs_f64() * 1e6);
+                close_fd(fd);
+            }
+            let t0 = Instant::now();
+            // SAFETY: frees what we allocated.
+            unsafe { sys::cuMemFree_v2(p) };
+            f.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        out.push(Timing {
+            bytes: size,
+            runs: a.len(),
+            alloc_us_median: pct(&mut a, 0.5),
+            alloc_us_p90: pct(&mut a, 0.9),
+            export_us_median: pct(&mut e, 0.5),
+            export_us_p90: pct(&mut e, 0.9),
+            free_us_median: pct(&mut f, 0.5),
+        });
+    }
+    out
+}
+
+fn step(name: &str, bytes: u64, t0: Instant, r: Result<(), String>) -> Step {
+    Step { step: name.to_string(), bytes, ok: r.is_ok(), us: t0.elapsed().as_secs_f64() * 1e6, error: r.err() }
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+fn export(ptr: sys::CUdeviceptr, size: usize) -> Result<i32, CuError> {
+    let mut fd: libc::c_int = -1;
+    // SAFETY: the handle out-pointer is an int the driver fills with a new fd.
+    cuda::check("cuMemGetHandleForAddressRange", unsafe {
+        sys::cuMemGetHandleForAddressRange(
+            (&mut fd as *mut libc::c_int).cast(),
+            ptr,
+            size,
+            sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+            0,
+        )
+    })?;
+    Ok(fd)
+}
+
+fn close_fd(fd: i32) {
+    if fd >= 0 {
+        // SAFETY: closing an fd the driver handed us.
+        unsafe { libc::close(fd) };
+    }
+}
+
+fn memory_peers() -> Option<std::collections::BTreeMap<String, u64>> {
+    let dir = std::path::Path::new("/sys/kernel/mm/memory_peers/nv_mem");
+    let rd = std::fs::read_dir(dir).ok()?;
+    let mut m = std::collections::BTreeMap::new();
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with("num_") {
+            if let Some(v) = std::fs::read_to_string(e.path()).ok().and_then(|s| s.trim().parse().ok()) {
+                m.insert(n, v);
+            }
+        }
+    }
+    Some(m)
+}
+
+fn bar1_used(bdf: &str) -> Option<u64> {
+    let nvml = nvml_wrapper::Nvml::init().ok()?;
+    let n = nvml.device_count().ok()?;
+    for i in 0..n {
+        let d = nvml.device_by_index(i).ok()?;
+        if cuda::normalize_bdf(&d.pci_info().ok()?.bus_id) == bdf {
+            return d.bar1_memory_info().ok().map(|b| b.used);
+        }
+    }
+    None
+}
+
+/// `__worker registration [ordinal]`.
+pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
+    if let Some(p) = cuda::library_problem() {
+        return Err(p);
+    }
+    cuda::init().map_err(|e| e.to_string())?;
+    let mut out = Result_ { driver_version: cuda::driver_version().map_err(|e| e.to_string())?, page_size: page_size(), ..Default::default() };
+    let only: Option<i32> = args.first().and_then(|a| a.parse().ok()).filter(|g: &i32| *g >= 0);
+    let reps: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1).clamp(1, 1000);
+    let v = match verbs::Verbs::load() {
+        Ok(v) => Some(v),
+        Err(e) => {
+            out.verbs_skipped = Some(e.to_string());
+            None
+        }
+    };
+    if let Some(v) = &v {
+        match v.devices() {
+            Ok(d) if d.is_empty() => out.verbs_skipped = Some("libibverbs loaded, but there is no RDMA device (ibv_get_device_list returned none)".into()),
+            Ok(d) => out.rdma_devices = d.into_iter().map(|d| d.name).collect(),
+            Err(e) => out.verbs_skipped = Some(format!("ibv_get_device_list: {}", e.message)),
+        }
+    }
+    let n = cuda::device_count().map_err(|e| e.to_string())?;
+    for i in (0..n).filter(|i| only.is_none_or(|o| o == *i)) {
+        crate::worker::progress(&format!("gpu {i}: allocating and exporting"));
+        let d = cuda::device(i).map_err(|e| e.to_string())?;
+        let mut g = GpuResult { ordinal: i, bdf: cuda::pci_bus_id(d).unwrap_or_default(), name: cuda::name(d), ..Default::default() };
+        g.bar1_used_before = bar1_used(&g.bdf);
+        g.memory_peers_before = memory_peers();
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: primary context of a device handle from cuDeviceGet.
+        cuda::check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, d) }).map_err(|e| e.to_string())?;
+        // SAFETY: ctx was just retained.
+        cuda::check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) }).map_err(|e| e.to_string())?;
+        let mut keep: Vec<(sys::CUdeviceptr, u64, i32)> = Vec::new();
+        for &size in &SIZES {
+            let mut p: sys::CUdeviceptr = 0;
+            let t0 = Instant::now();
+            // SAFETY: allocates device memory into p.
+            let r = cuda::check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut p, size as usize) }).map_err(|e| e.to_string());
+            let ok = r.is_ok();
+            g.steps.push(step("cuMemAlloc", size, t0, r));
+            if !ok {
+                continue;
+            }
+            let t0 = Instant::now();
+            let fd = export(p, size as usize);
+            let fdv = fd.as_ref().map(|f| *f).unwrap_or(-1);
+            g.steps.push(step("dmabuf-export", size, t0, fd.map(|_| ()).map_err(|e| e.to_string())));
+            keep.push((p, size, fdv));
+        }
+        // A range that starts 4 KiB into an allocation: page aligned, not 64 KiB aligned.
+        if let Some(&(p, _, _)) = keep.iter().find(|(_, s, _)| *s == 2 << 20) {
+            let t0 = Instant::now();
+            let r = export(p + 4096, 64 << 10);
+            if let Ok(fd) = &r {
+                close_fd(*fd);
+            }
+            g.steps.push(step("dmabuf-export-offset-4k", 64 << 10, t0, r.map(|_| ()).map_err(|e| e.to_string())));
+        }
+        // Managed memory: the driver refuses to export it (and peer memory cannot pin it).
+        {
+            let mut p: sys::CUdeviceptr = 0;
+            let t0 = Instant::now();
+            // SAFETY: CU_MEM_ATTACH_GLOBAL = 1.
+            let r = cuda::check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut p, 2 << 20, 1) });
+            match r {
+                Ok(()) => {
+                    g.steps.push(step("cuMemAllocManaged", 2 << 20, t0, Ok(())));
+                    let t0 = Instant::now();
+                    let e = export(p, 2 << 20);
+                    if let Ok(fd) = &e {
+                        close_fd(*fd);
+                    }
+                    g.steps.push(step("dmabuf-export-managed", 2 << 20, t0, e.map(|_| ()).map_err(|e| e.to_string())));
+                    // SAFETY: frees what we allocated.
+                    unsafe { sys::cuMemFree_v2(p) };
+                }
+                Err(e) => g.steps.push(step("cuMemAllocManaged", 2 << 20, t0, Err(e.to_string()))),
+            }
+        }
+        // Pinned host memory, the host-memory baseline for registration.
+        {
+            let size = 2usize << 20;
+            let mut host: *mut libc::c_void = std::ptr::null_mut();
+            // SAFETY: posix_memalign into our pointer.
+            let rc = unsafe { libc::posix_memalign(&mut host, 1 << 21, size) };
+            if rc == 0 && !host.is_null() {
+                let t0 = Instant::now();
+                // SAFETY: host points to `size` bytes we own; flags 0.
+                let r = cuda::check("cuMemHostRegister", unsafe { sys::cuMemHostRegister_v2(host, size, 0) });
+                let ok = r.is_ok();
+                g.steps.push(step("cuMemHostRegister", size as u64, t0, r.map_err(|e| e.to_string())));
+                if ok {
+                    // SAFETY: unregisters what we registered.
+                    unsafe { sys::cuMemHostUnregister(host) };
+                }
+                // SAFETY: frees our allocation.
+                unsafe { libc::free(host) };
+            }
+        }
+        // Verbs: register GPU memory both ways on every RDMA device.
+        if let Some(v) = &v {
+            for dev in out.rdma_devices.clone() {
+                crate::worker::progress(&format!("gpu {i}: registering with {dev}"));
+                let Ok(ctx) = v.open(&dev) else {
+                    g.verbs.push(Step { step: format!("ibv_open_device {dev}"), ok: false, error: Some("cannot open".into()), ..Default::default() });
+                    continue;
+                };
+                let pd = match ctx.alloc_pd() {
+                    Ok(pd) => pd,
+                    Err(e) => {
+                        g.verbs.push(Step { step: format!("ibv_alloc_pd {dev}"), ok: false, error: Some(e.message), ..Default::default() });
+                        continue;
+                    }
+                };
+                if i == 0 || !out.nccl_dmabuf_probe.contains_key(&dev) {
+                    let probe = match pd.dmabuf_probe() {
+                        verbs::DmabufProbe::SymbolMissing => Some(95),
+                        verbs::DmabufProbe::Unsupported { errno } | verbs::DmabufProbe::Supported { errno } => Some(errno),
+                    };
+                    out.nccl_dmabuf_probe.insert(dev.clone(), probe);
+                }
+                let access = verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ;
+                for &(p, size, fd) in keep.iter().filter(|(_, s, _)| *s == 4 << 10 || *s == 2 << 20) {
+                    let t0 = Instant::now();
+                    let r = pd.reg_mr(p, size as usize, access);
+                    g.verbs.push(step(&format!("ibv_reg_mr {dev}"), size, t0, r.map(drop).map_err(|e| format!("errno {}: {}", e.errno, e.message))));
+                    if fd >= 0 {
+                        let t0 = Instant::now();
+                        let r = pd.reg_dmabuf_mr(0, size as usize, p, fd, access);
+                        g.verbs.push(step(&format!("ibv_reg_dmabuf_mr {dev}"), size, t0, r.map(drop).map_err(|e| format!("errno {}: {}", e.errno, e.message))));
+                    }
+                }
+            }
+        }
+        if reps > 1 {
+            crate::worker::progress(&format!("gpu {i}: timing {reps} rounds of alloc/export/free"));
+            g.timing = repeat_timings(reps);
+        }
+        g.bar1_used_after = bar1_used(&g.bdf);
+        g.memory_peers_after = memory_peers();
+        for (p, _, fd) in keep {
+            close_fd(fd);
+            // SAFETY: frees what we allocated in this context.
+            unsafe { sys::cuMemFree_v2(p) };
+        }
+        // SAFETY: releases the primary context we retained.
+        unsafe { sys::cuDevicePrimaryCtxRelease_v2(d) };
+        out.gpus.push(g);
+    }
+    serde_json::to_value(out).map_err(|e| e.to_string())
+}
