@@ -142,9 +142,16 @@ pub fn open_root(sysroot: Option<&Path>) -> Result<OpenedRoot, String> {
 
 /// Open the root, read its metadata, collect the node: the common start of check and topo.
 /// `live_libs`: on a live node, also ask NVML, CUDA and libibverbs (in a worker process).
-fn load_node(sysroot: Option<&Path>, live_libs: bool) -> Result<(OpenedRoot, gdrdoctor_checks::model::Node), String> {
+fn load_node(
+    sysroot: Option<&Path>,
+    live_libs: bool,
+) -> Result<(OpenedRoot, gdrdoctor_checks::model::Node), String> {
     let mut opened = open_root(sysroot)?;
-    let meta = if opened.root.is_live() { None } else { meta::read(&opened.root)? };
+    let meta = if opened.root.is_live() {
+        None
+    } else {
+        meta::read(&opened.root)?
+    };
     opened.root.set_complete(meta.is_some());
     let mut node = collect::collect(&opened.root, meta.as_ref());
     if opened.root.is_live() {
@@ -162,11 +169,23 @@ fn load_node(sysroot: Option<&Path>, live_libs: bool) -> Result<(OpenedRoot, gdr
 /// NVML, CUDA and libibverbs facts from a worker process (20 s deadline).
 pub fn live_facts() -> gdrdoctor_checks::model::LiveFacts {
     let progress = crate::probe::runner::Progress::new("querying NVML, CUDA and libibverbs");
-    let run = crate::probe::runner::run("live-facts", &[], std::time::Duration::from_secs(20), &|m| progress.update(m));
+    let run = crate::probe::runner::run(
+        "live-facts",
+        &[],
+        std::time::Duration::from_secs(20),
+        &|m| progress.update(m),
+    );
     progress.finish();
     match run {
         Ok(r) => match (r.failure(), r.result) {
-            (None, Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| gdrdoctor_checks::model::LiveFacts::absent(&format!("unreadable worker result: {e}"))),
+            (None, Some(v)) => match v.get("error").and_then(|e| e.as_str()) {
+                Some(e) => gdrdoctor_checks::model::LiveFacts::absent(e),
+                None => serde_json::from_value(v).unwrap_or_else(|e| {
+                    gdrdoctor_checks::model::LiveFacts::absent(&format!(
+                        "unreadable worker result: {e}"
+                    ))
+                }),
+            },
             (Some(f), _) => gdrdoctor_checks::model::LiveFacts::absent(&f),
             (None, None) => gdrdoctor_checks::model::LiveFacts::absent("worker printed no result"),
         },
@@ -175,8 +194,36 @@ pub fn live_facts() -> gdrdoctor_checks::model::LiveFacts {
 }
 
 fn probe(args: &crate::cli::ProbeArgs) -> i32 {
-    if !args.registration {
-        return err("choose a probe: --registration (see `gdrdoctor probe --help`)");
+    if !args.registration && !args.hang {
+        return err("choose a probe: --registration or --hang (see `gdrdoctor probe --help`)");
+    }
+    let mut scenarios: Vec<String> = crate::probe::hang::DEFAULT_SCENARIOS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for i in &args.inject {
+        let names: Vec<&str> = if i == "all" {
+            crate::probe::hang::INJECTIONS.to_vec()
+        } else {
+            vec![i.as_str()]
+        };
+        for n in names {
+            if !crate::probe::hang::INJECTIONS.contains(&n) {
+                return err(format!(
+                    "unknown injection `{n}`; choose from {} or all",
+                    crate::probe::hang::INJECTIONS.join(", ")
+                ));
+            }
+            for s in [n.to_string(), format!("control:{n}")] {
+                if crate::probe::hang::SCENARIOS.iter().any(|x| x.0 == s) && !scenarios.contains(&s)
+                {
+                    scenarios.push(s);
+                }
+            }
+        }
+    }
+    if !args.inject.is_empty() && !args.hang {
+        return err("--inject needs --hang");
     }
     let (_opened, node) = match load_node(None, false) {
         Ok(x) => x,
@@ -185,10 +232,31 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     let mut findings = Vec::new();
     let mut raw = serde_json::Map::new();
     if args.registration {
-        let (f, v) = crate::probe::registration(&node, args.gpu, args.repeat, std::time::Duration::from_secs(args.timeout));
+        let (f, v) = crate::probe::registration(
+            &node,
+            args.gpu,
+            args.repeat,
+            std::time::Duration::from_secs(args.timeout),
+        );
         findings.extend(f);
         if let Some(v) = v {
             raw.insert("registration".into(), v);
+        }
+    }
+    if args.hang {
+        let o = crate::probe::hang::Options {
+            ordinal: args.gpu.map(|g| g as i32).unwrap_or(0),
+            threshold: std::time::Duration::from_millis(args.hang_timeout.max(20)),
+            poll: std::time::Duration::from_millis(args.poll_ms.max(1)),
+            grace: std::time::Duration::from_millis(300),
+            scenarios,
+            bench: args.bench,
+            force_ptx: args.ptx,
+        };
+        let (f, v) = crate::probe::hang(&node, &o, std::time::Duration::from_secs(args.timeout));
+        findings.extend(f);
+        if let Some(v) = v {
+            raw.insert("hang".into(), v);
         }
     }
     let opts = RunOptions {
@@ -203,7 +271,11 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     report.probe = Some(serde_json::Value::Object(raw));
     let color = args.output.is_none() && color_enabled(args.color);
     colored::control::set_override(color);
-    let style = Style { color, verbose: args.verbose, warn_is_failure: opts.fail_on == FailOn::Warn };
+    let style = Style {
+        color,
+        verbose: args.verbose,
+        warn_is_failure: opts.fail_on == FailOn::Warn,
+    };
     let text = render::render(&report, args.format, &style);
     match &args.output {
         Some(path) => {
@@ -409,7 +481,11 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
     // SAFETY of euid: a non-root snapshot is still useful, but config space is cut to 64 bytes.
     let t0 = std::time::Instant::now();
     // Live library facts: from the node's libraries, or carried over from the sysroot.
-    let live = if root.is_live() { live_facts() } else { meta::read_live(&root) };
+    let live = if root.is_live() {
+        live_facts()
+    } else {
+        meta::read_live(&root)
+    };
     match snapshot::take(root, out, Some(&live)) {
         Ok((node, w)) => {
             if node.euid.get() != Some(&0)

@@ -74,7 +74,10 @@ gdrdoctor topo --format json\n  NCCL_NET_GDR_LEVEL=SYS gdrdoctor topo\n  gdrdoct
 worker process that the parent kills at the deadline, then a fresh process confirms the GPU is healthy.\n\n",
         "Examples:\n",
         "  gdrdoctor probe --registration            # can GPU memory be exported and registered for RDMA?\n",
-        "  gdrdoctor probe --registration --gpu 0 --format json\n\n",
+        "  gdrdoctor probe --registration --gpu 0 --format json\n",
+        "  gdrdoctor probe --hang                    # healthy spin-wait protocols, timed\n",
+        "  gdrdoctor probe --hang --inject all       # every injected fault must be caught and classified\n",
+        "  gdrdoctor probe --hang --inject never-set --hang-timeout 200\n\n",
         "Exit codes (check, probe):\n",
         "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
         "  1  at least one check failed\n",
@@ -115,6 +118,26 @@ pub struct ProbeArgs {
     /// Allocate, export (dma-buf) and register GPU memory, timing each step
     #[arg(long)]
     pub registration: bool,
+    /// Run spin-wait protocols on the GPU and watch them for stalls (healthy protocols by default)
+    #[arg(long)]
+    pub hang: bool,
+    /// With --hang: inject faults, comma-separated (never-set, occupancy, ordering, stale-read,
+    /// silent, ignore-abort) or `all`; each runs beside a healthy control
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub inject: Vec<String>,
+    /// With --hang: a waiter without progress for this long is a stall (warning at half)
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub hang_timeout: u64,
+    /// With --hang: how often the host detector polls the records
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    pub poll_ms: u64,
+    /// With --hang: measure detection latency over N stalls, instrumentation overhead and host
+    /// poll cost
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub bench: usize,
+    /// With --hang: use the PTX carried in the binary even when NVRTC is available
+    #[arg(long)]
+    pub ptx: bool,
     /// Only this GPU (CUDA ordinal); default: every GPU
     #[arg(long, value_name = "N")]
     pub gpu: Option<u32>,

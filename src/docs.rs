@@ -52,8 +52,14 @@ probe_pages!(
     "probe.verbs-registration",
     "probe.nccl-dmabuf",
     "probe.gpu-health",
+    "probe.hang",
+    "probe.hang-inject",
 );
 
 pub fn page(id: &str) -> Option<&'static str> {
-    PAGES.iter().chain(PROBE_PAGES.iter()).find(|(i, _)| *i == id).map(|(_, p)| *p)
+    PAGES
+        .iter()
+        .chain(PROBE_PAGES.iter())
+        .find(|(i, _)| *i == id)
+        .map(|(_, p)| *p)
 }

@@ -11,5 +11,5 @@ pub mod probe;
 pub mod reader;
 pub mod render;
 pub mod snapshot;
-pub mod worker;
 pub mod verbs;
+pub mod worker;

@@ -41,8 +41,11 @@ pub const LIVE_PATH: &str = "/gdrdoctor/live.json";
 pub fn read_live(root: &Root) -> gdrdoctor_checks::model::LiveFacts {
     use gdrdoctor_checks::model::LiveFacts;
     match root.read(LIVE_PATH) {
-        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| LiveFacts::absent(&format!("{LIVE_PATH}: {e}"))),
-        Err(e) if e.is_not_found() => LiveFacts::absent("live-only fact; not in this snapshot (gdrdoctor/live.json)"),
+        Ok(b) => serde_json::from_slice(&b)
+            .unwrap_or_else(|e| LiveFacts::absent(&format!("{LIVE_PATH}: {e}"))),
+        Err(e) if e.is_not_found() => {
+            LiveFacts::absent("live-only fact; not in this snapshot (gdrdoctor/live.json)")
+        }
         Err(e) => LiveFacts::absent(&e.to_string()),
     }
 }

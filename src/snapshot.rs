@@ -24,7 +24,11 @@ pub struct Written {
 }
 
 /// Collect through a recording reader and write what it saw under `out`.
-pub fn take(root: Root, out: &Path, live: Option<&gdrdoctor_checks::model::LiveFacts>) -> Result<(Node, Written), SnapshotError> {
+pub fn take(
+    root: Root,
+    out: &Path,
+    live: Option<&gdrdoctor_checks::model::LiveFacts>,
+) -> Result<(Node, Written), SnapshotError> {
     let mut root = root.recording();
     let meta_in = if root.is_live() {
         None
@@ -134,7 +138,8 @@ pub fn take(root: Root, out: &Path, live: Option<&gdrdoctor_checks::model::LiveF
     if let Some(l) = live {
         let dest = dir.join(crate::meta::LIVE_PATH.trim_start_matches('/'));
         let json = serde_json::to_vec_pretty(l).map_err(|e| SnapshotError(e.to_string()))?;
-        std::fs::write(&dest, json).map_err(|e| SnapshotError(format!("{}: {e}", dest.display())))?;
+        std::fs::write(&dest, json)
+            .map_err(|e| SnapshotError(format!("{}: {e}", dest.display())))?;
     }
     if tgz {
         let r = write_tgz(&dir, out);

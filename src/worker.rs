@@ -30,7 +30,11 @@ pub fn main(args: &[String]) -> i32 {
             1
         }
         Err(p) => {
-            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "panic".into());
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
             emit(&serde_json::json!({"error": format!("worker panicked: {msg}")}));
             1
         }
@@ -42,6 +46,7 @@ fn run(task: &str, args: &[String]) -> Result<serde_json::Value, String> {
         "live-facts" => serde_json::to_value(crate::live::gather()).map_err(|e| e.to_string()),
         "health" => crate::probe::health::worker(),
         "registration" => crate::probe::registration::worker(args),
+        "hang" => crate::probe::hang::worker(args),
         // Self-tests of the runner (deadline, crash, result protocol); no GPU needed.
         "selftest-sleep" => {
             let secs: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(60);

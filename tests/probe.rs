@@ -7,7 +7,11 @@ use common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn worker(task: &str, args: &[&str], deadline_ms: u64) -> (String, Option<serde_json::Value>, Vec<String>, Duration) {
+fn worker(
+    task: &str,
+    args: &[&str],
+    deadline_ms: u64,
+) -> (String, Option<serde_json::Value>, Vec<String>, Duration) {
     // Run the runner through a tiny in-process call of the library, with the real binary as
     // the worker (current_exe in tests is the test harness, so spawn the binary directly).
     let start = Instant::now();
@@ -33,8 +37,15 @@ fn worker(task: &str, args: &[&str], deadline_ms: u64) -> (String, Option<serde_
     };
     let mut out = String::new();
     std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
-    let result = out.lines().find_map(|l| l.strip_prefix("GDRDOCTOR-RESULT ")).map(|j| serde_json::from_str(j).unwrap());
-    let raw = out.lines().filter(|l| !l.starts_with("GDRDOCTOR-RESULT ")).map(str::to_string).collect();
+    let result = out
+        .lines()
+        .find_map(|l| l.strip_prefix("GDRDOCTOR-RESULT "))
+        .map(|j| serde_json::from_str(j).unwrap());
+    let raw = out
+        .lines()
+        .filter(|l| !l.starts_with("GDRDOCTOR-RESULT "))
+        .map(str::to_string)
+        .collect();
     (status, result, raw, start.elapsed())
 }
 
@@ -48,7 +59,10 @@ fn worker_protocol_result_and_raw_lines() {
     assert!(r.is_none());
     assert_eq!(raw, vec!["a line of raw output before the crash"]);
     let (_, r, _, _) = worker("no-such-task", &[], 10_000);
-    assert!(r.unwrap()["error"].as_str().unwrap().contains("unknown worker task"));
+    assert!(r.unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .contains("unknown worker task"));
 }
 
 #[test]
@@ -63,18 +77,39 @@ fn runner_kills_a_worker_past_its_deadline_and_reports_a_crash() {
     };
     // A worker that would sleep 30 s is killed at the 1.5 s deadline.
     let t0 = Instant::now();
-    let r = run_with(exe, "selftest-sleep", &["30".into()], Duration::from_millis(1500), &on).unwrap();
+    let r = run_with(
+        exe,
+        "selftest-sleep",
+        &["30".into()],
+        Duration::from_millis(1500),
+        &on,
+    )
+    .unwrap();
     assert_eq!(r.outcome, Outcome::TimedOut);
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    assert!(r.failure().unwrap().contains("did not finish within its deadline"));
-    assert_eq!(seen.lock().unwrap().as_slice(), ["sleeping"], "progress lines reach the parent");
+    assert!(r
+        .failure()
+        .unwrap()
+        .contains("did not finish within its deadline"));
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        ["sleeping"],
+        "progress lines reach the parent"
+    );
     // A crash is a signal, with the raw output kept.
     let r = run_with(exe, "selftest-crash", &[], Duration::from_secs(10), &on).unwrap();
     assert_eq!(r.outcome, Outcome::Signaled(6));
     assert_eq!(r.raw, vec!["a line of raw output before the crash"]);
     assert!(r.failure().unwrap().contains("signal 6"));
     // The result line is parsed; nothing else is taken for it.
-    let r = run_with(exe, "selftest-echo", &["x".into()], Duration::from_secs(10), &on).unwrap();
+    let r = run_with(
+        exe,
+        "selftest-echo",
+        &["x".into()],
+        Duration::from_secs(10),
+        &on,
+    )
+    .unwrap();
     assert_eq!(r.outcome, Outcome::Exited(0));
     assert_eq!(r.result.as_ref().unwrap()["args"][0], "x");
     assert!(r.failure().is_none());
@@ -83,7 +118,8 @@ fn runner_kills_a_worker_past_its_deadline_and_reports_a_crash() {
 #[test]
 fn probe_without_a_gpu_is_a_clean_skip_or_error() {
     let (code, out, err) = run(&["probe", "--registration", "--format", "json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
     let f = &v["findings"][0];
     assert_eq!(f["id"], "probe.cuda");
     // No GPU here: skip (exit 0); a node with GPUs but no libcuda: error (exit 3).
@@ -100,10 +136,23 @@ fn probe_without_a_gpu_is_a_clean_skip_or_error() {
 
 #[test]
 fn check_queries_live_libraries_in_a_worker_and_static_skips_them() {
-    let (_, out, _) = run(&["check", "--format", "json", "--only", "gpu.gdr-support,gpu.persistence"]);
+    let (_, out, _) = run(&[
+        "check",
+        "--format",
+        "json",
+        "--only",
+        "gpu.gdr-support,gpu.persistence",
+    ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(!v["findings"].as_array().unwrap().is_empty());
-    let (_, out, _) = run(&["check", "--static", "--format", "json", "--only", "gpu.gdr-support"]);
+    let (_, out, _) = run(&[
+        "check",
+        "--static",
+        "--format",
+        "json",
+        "--only",
+        "gpu.gdr-support",
+    ]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let st = v["findings"][0]["status"].as_str().unwrap().to_string();
     assert!(st == "skip", "--static never queries the libraries: {st}");

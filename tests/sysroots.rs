@@ -352,21 +352,51 @@ fn live_facts_from_the_snapshot_feed_the_checks_and_the_verdict() {
     assert!(r.gdr.iter().all(|p| !p.enabled));
     // CUDA says the GPUs do not support GDR: the verdict follows NCCL (gpu.gdr=0).
     let r = report_for(&fixture("hgx-h200x8-cx7x8-gdr-attr-off"));
-    assert_eq!(find(&r, "gpu.gdr-support", "0000:18:00.0").status, Status::Fail);
-    assert_eq!(find(&r, "gpu.persistence", "0000:18:00.0").status, Status::Warn);
-    let p = r.gdr.iter().find(|p| p.gpu == "0000:18:00.0" && p.nic == "mlx5_0").unwrap();
+    assert_eq!(
+        find(&r, "gpu.gdr-support", "0000:18:00.0").status,
+        Status::Fail
+    );
+    assert_eq!(
+        find(&r, "gpu.persistence", "0000:18:00.0").status,
+        Status::Warn
+    );
+    let p = r
+        .gdr
+        .iter()
+        .find(|p| p.gpu == "0000:18:00.0" && p.nic == "mlx5_0")
+        .unwrap();
     assert!(!p.enabled);
-    assert!(p.reasons.iter().any(|x| x.contains("GPU_DIRECT_RDMA_SUPPORTED=0")), "{:?}", p.reasons);
+    assert!(
+        p.reasons
+            .iter()
+            .any(|x| x.contains("GPU_DIRECT_RDMA_SUPPORTED=0")),
+        "{:?}",
+        p.reasons
+    );
     // Healthy: the live facts remove the assumptions from the verdict.
     let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
-    let p = r.gdr.iter().find(|p| p.gpu == "0000:18:00.0" && p.nic == "mlx5_0").unwrap();
+    let p = r
+        .gdr
+        .iter()
+        .find(|p| p.gpu == "0000:18:00.0" && p.nic == "mlx5_0")
+        .unwrap();
     assert!(p.enabled && p.assumptions.is_empty(), "{p:?}");
     // Without live.json the same verdict says what it assumes.
     let t = tempfile::tempdir().unwrap();
     copy_tree(&fixture("hgx-h200x8-cx7x8-healthy"), t.path());
     std::fs::remove_file(t.path().join("gdrdoctor/live.json")).unwrap();
     let r = report_for(t.path());
-    let p = r.gdr.iter().find(|p| p.gpu == "0000:18:00.0" && p.nic == "mlx5_0").unwrap();
-    assert!(p.enabled && p.assumptions.iter().any(|a| a.contains("GPU_DIRECT_RDMA_SUPPORTED")), "{p:?}");
+    let p = r
+        .gdr
+        .iter()
+        .find(|p| p.gpu == "0000:18:00.0" && p.nic == "mlx5_0")
+        .unwrap();
+    assert!(
+        p.enabled
+            && p.assumptions
+                .iter()
+                .any(|a| a.contains("GPU_DIRECT_RDMA_SUPPORTED")),
+        "{p:?}"
+    );
     assert_eq!(find(&r, "gpu.gdr-support", "node").status, Status::Skip);
 }

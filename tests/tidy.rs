@@ -25,13 +25,29 @@ fn every_check_has_a_page_and_every_page_a_check() {
         })
         .collect();
     pages.sort();
-    let probes: Vec<&str> = gdrdoctor::probe::PROBE_IDS.iter().map(|(i, _)| *i).collect();
-    let probe_pages: Vec<&str> = gdrdoctor::docs::PROBE_PAGES.iter().map(|(i, _)| *i).collect();
-    assert_eq!(probes, probe_pages, "src/docs.rs must embed exactly the probe ids, in order");
-    let mut sorted: Vec<String> = ids.iter().chain(probes.iter()).map(|s| s.to_string()).collect();
+    let probes: Vec<&str> = gdrdoctor::probe::PROBE_IDS
+        .iter()
+        .map(|(i, _)| *i)
+        .collect();
+    let probe_pages: Vec<&str> = gdrdoctor::docs::PROBE_PAGES
+        .iter()
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(
+        probes, probe_pages,
+        "src/docs.rs must embed exactly the probe ids, in order"
+    );
+    let mut sorted: Vec<String> = ids
+        .iter()
+        .chain(probes.iter())
+        .map(|s| s.to_string())
+        .collect();
     sorted.sort();
     assert_eq!(pages, sorted, "docs/checks/*.md must match the registry");
-    for (id, page) in gdrdoctor::docs::PAGES.iter().chain(gdrdoctor::docs::PROBE_PAGES.iter()) {
+    for (id, page) in gdrdoctor::docs::PAGES
+        .iter()
+        .chain(gdrdoctor::docs::PROBE_PAGES.iter())
+    {
         assert!(page.len() > 400, "{id}: page too short to teach anything");
         assert!(
             page.contains("## How to fix") || page.contains("## Fix"),

@@ -348,15 +348,31 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
     // Live facts, when a worker could ask the libraries (D01, D03).
     if let Some(c) = node.live.cuda.get() {
         if c.driver_version > 0 && c.driver_version < 11070 {
-            blockers.push(format!("CUDA driver {} is older than 11.7 (no dma-buf export)", c.driver_version));
+            blockers.push(format!(
+                "CUDA driver {} is older than 11.7 (no dma-buf export)",
+                c.driver_version
+            ));
         }
         let gpus: Vec<_> = c.devices.iter().collect();
         if !gpus.is_empty() && gpus.iter().all(|d| d.dma_buf_supported == Some(0)) {
-            blockers.push("CUDA reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED=0 on every gpu".into());
+            blockers
+                .push("CUDA reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED=0 on every gpu".into());
         }
         evidence.push(Evidence {
             source: "cuDeviceGetAttribute(DMA_BUF_SUPPORTED)".into(),
-            observed: gpus.iter().map(|d| format!("{}={}", d.bdf, d.dma_buf_supported.map(|v| v.to_string()).unwrap_or_else(|| "?".into()))).collect::<Vec<_>>().join(" "),
+            observed: gpus
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{}={}",
+                        d.bdf,
+                        d.dma_buf_supported
+                            .map(|v| v.to_string())
+                            .unwrap_or_else(|| "?".into())
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
             expected: Some("1".into()),
         });
     }
@@ -375,7 +391,14 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
         }
         evidence.push(Evidence {
             source: "libibverbs.so.1".into(),
-            observed: format!("ibv_reg_dmabuf_mr {}", if v.has_reg_dmabuf_mr { "present" } else { "missing" }),
+            observed: format!(
+                "ibv_reg_dmabuf_mr {}",
+                if v.has_reg_dmabuf_mr {
+                    "present"
+                } else {
+                    "missing"
+                }
+            ),
             expected: Some("present".into()),
         });
     }

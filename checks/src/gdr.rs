@@ -160,12 +160,24 @@ pub fn pair(
     let mut mechanism = mechanism;
     // NCCL's per-device dma-buf probe (D02) and the GPU's own dma-buf attribute (D03).
     if mechanism == Some("dmabuf") {
-        let cuda_dev = node.live.cuda.get().and_then(|c| c.devices.iter().find(|d| d.bdf == g.bdf));
-        let probe = node.live.verbs.get().and_then(|v| v.dmabuf_probe.get(&nic.name).copied().flatten());
+        let cuda_dev = node
+            .live
+            .cuda
+            .get()
+            .and_then(|c| c.devices.iter().find(|d| d.bdf == g.bdf));
+        let probe = node
+            .live
+            .verbs
+            .get()
+            .and_then(|v| v.dmabuf_probe.get(&nic.name).copied().flatten());
         let gpu_no = cuda_dev.is_some_and(|d| d.dma_buf_supported == Some(0));
         let nic_no = matches!(probe, Some(95) | Some(93));
         if gpu_no || nic_no {
-            mechanism = if cx.peermem.available == Some(true) { Some("peermem") } else { None };
+            mechanism = if cx.peermem.available == Some(true) {
+                Some("peermem")
+            } else {
+                None
+            };
             if mechanism.is_none() {
                 enabled = false;
                 reasons.push(if nic_no {
@@ -176,20 +188,34 @@ pub fn pair(
             }
         }
         if cuda_dev.is_none() {
-            assumptions.push("dma-buf: CUDA DMA_BUF_SUPPORTED on this gpu (live fact, not known here)".into());
+            assumptions.push(
+                "dma-buf: CUDA DMA_BUF_SUPPORTED on this gpu (live fact, not known here)".into(),
+            );
         }
         if probe.is_none() {
-            assumptions.push(format!("dma-buf: NCCL's ibv_reg_dmabuf_mr probe on {} (live fact, not known here)", nic.name));
+            assumptions.push(format!(
+                "dma-buf: NCCL's ibv_reg_dmabuf_mr probe on {} (live fact, not known here)",
+                nic.name
+            ));
         }
     }
     // (4) GPU support: a CUDA attribute, live only.
-    match node.live.cuda.get().and_then(|c| c.devices.iter().find(|d| d.bdf == g.bdf)) {
+    match node
+        .live
+        .cuda
+        .get()
+        .and_then(|c| c.devices.iter().find(|d| d.bdf == g.bdf))
+    {
         Some(d) if d.gpu_direct_rdma_supported == Some(0) => {
             enabled = false;
-            reasons.push("CUDA reports GPU_DIRECT_RDMA_SUPPORTED=0 for this gpu: NCCL turns GDR off for it".into());
+            reasons.push(
+                "CUDA reports GPU_DIRECT_RDMA_SUPPORTED=0 for this gpu: NCCL turns GDR off for it"
+                    .into(),
+            );
         }
         Some(d) if d.gpu_direct_rdma_supported == Some(1) => {}
-        _ => assumptions.push("gpu: CUDA GPU_DIRECT_RDMA_SUPPORTED=1 (live fact, not known here)".into()),
+        _ => assumptions
+            .push("gpu: CUDA GPU_DIRECT_RDMA_SUPPORTED=1 (live fact, not known here)".into()),
     }
     // NCCL only uses ACTIVE ports.
     match has_active_port(nic) {

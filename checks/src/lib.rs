@@ -35,7 +35,11 @@ pub fn build_report(node: &model::Node, opts: &RunOptions) -> Report {
 }
 
 /// Assemble a report around findings that did not come from the check registry (probes).
-pub fn report_with(node: &model::Node, findings: Vec<report::Finding>, opts: &RunOptions) -> Report {
+pub fn report_with(
+    node: &model::Node,
+    findings: Vec<report::Finding>,
+    opts: &RunOptions,
+) -> Report {
     let mut summary = report::Summary::count(&findings);
     summary.exit_code = report::exit_code(&findings, opts.fail_on, opts.allow_incomplete);
     Report {

@@ -25,7 +25,11 @@ pub fn check(call: &'static str, r: sys::CUresult) -> Result<(), CuError> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(CuError { call, code: r as i32, name: format!("{r:?}") })
+        Err(CuError {
+            call,
+            code: r as i32,
+            name: format!("{r:?}"),
+        })
     }
 }
 
@@ -42,7 +46,10 @@ pub fn library_problem() -> Option<String> {
 /// The libcuda file this process mapped (spots the toolkit's `stubs/libcuda.so`).
 pub fn loaded_library() -> Option<String> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("libcuda.so")).map(str::to_string)
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("libcuda.so"))
+        .map(str::to_string)
 }
 
 pub fn init() -> Result<(), CuError> {
@@ -53,7 +60,9 @@ pub fn init() -> Result<(), CuError> {
 pub fn driver_version() -> Result<i32, CuError> {
     let mut v: c_int = 0;
     // SAFETY: writes one int.
-    check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut v) })?;
+    check("cuDriverGetVersion", unsafe {
+        sys::cuDriverGetVersion(&mut v)
+    })?;
     Ok(v)
 }
 
@@ -79,14 +88,20 @@ pub fn attribute(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Option<i32> 
 }
 
 fn cstr_buf(buf: &[c_char]) -> String {
-    let bytes: Vec<u8> = buf.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
 pub fn pci_bus_id(dev: sys::CUdevice) -> Result<String, CuError> {
     let mut buf = [0 as c_char; 32];
     // SAFETY: the buffer length is passed; the driver NUL-terminates.
-    check("cuDeviceGetPCIBusId", unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
+    check("cuDeviceGetPCIBusId", unsafe {
+        sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as c_int, dev)
+    })?;
     Ok(normalize_bdf(&cstr_buf(&buf)))
 }
 
@@ -136,16 +151,38 @@ pub fn facts() -> Result<CudaFacts, String> {
             cc_major: attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0),
             cc_minor: attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).unwrap_or(0),
             multiprocessors: attribute(d, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or(0),
-            gpu_direct_rdma_supported: attribute(d, A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED),
-            gpu_direct_rdma_flush_writes_options: attribute(d, A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS),
-            gpu_direct_rdma_writes_ordering: attribute(d, A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING),
-            gpu_direct_rdma_with_cuda_vmm_supported: attribute(d, A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED),
+            gpu_direct_rdma_supported: attribute(
+                d,
+                A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+            ),
+            gpu_direct_rdma_flush_writes_options: attribute(
+                d,
+                A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
+            ),
+            gpu_direct_rdma_writes_ordering: attribute(
+                d,
+                A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
+            ),
+            gpu_direct_rdma_with_cuda_vmm_supported: attribute(
+                d,
+                A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+            ),
             dma_buf_supported: attribute(d, A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED),
             host_register_supported: attribute(d, A::CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED),
-            can_use_host_pointer_for_registered_mem: attribute(d, A::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM),
-            virtual_memory_management_supported: attribute(d, A::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED),
+            can_use_host_pointer_for_registered_mem: attribute(
+                d,
+                A::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+            ),
+            virtual_memory_management_supported: attribute(
+                d,
+                A::CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+            ),
             total_memory: total_mem(d),
         });
     }
-    Ok(CudaFacts { driver_version, devices, library: loaded_library() })
+    Ok(CudaFacts {
+        driver_version,
+        devices,
+        library: loaded_library(),
+    })
 }

@@ -9,7 +9,10 @@ use gdrdoctor_checks::model::{Fact, LiveFacts, VerbsFacts};
 /// What libibverbs says: the dma-buf symbol, the devices, and NCCL's dma-buf probe per device.
 pub fn verbs_facts() -> Result<VerbsFacts, String> {
     let v = crate::verbs::Verbs::load().map_err(|e| e.to_string())?;
-    let mut f = VerbsFacts { has_reg_dmabuf_mr: v.has_reg_dmabuf_mr(), ..Default::default() };
+    let mut f = VerbsFacts {
+        has_reg_dmabuf_mr: v.has_reg_dmabuf_mr(),
+        ..Default::default()
+    };
     match v.devices() {
         Ok(devs) => {
             for d in devs {

@@ -21,19 +21,26 @@ fn err_text(e: &nvml_wrapper::error::NvmlError) -> String {
 }
 
 pub fn facts() -> Result<NvmlFacts, String> {
-    let nvml = Nvml::init().map_err(|e| format!("libnvidia-ml.so.1: nvmlInit failed: {}", err_text(&e)))?;
+    let nvml = Nvml::init()
+        .map_err(|e| format!("libnvidia-ml.so.1: nvmlInit failed: {}", err_text(&e)))?;
     let mut f = NvmlFacts {
         driver_version: nvml.sys_driver_version().ok(),
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
         nvml_version: nvml.sys_nvml_version().ok(),
         gpus: Vec::new(),
     };
-    let n = nvml.device_count().map_err(|e| format!("nvmlDeviceGetCount: {}", err_text(&e)))?;
+    let n = nvml
+        .device_count()
+        .map_err(|e| format!("nvmlDeviceGetCount: {}", err_text(&e)))?;
     for i in 0..n {
         let d = match nvml.device_by_index(i) {
             Ok(d) => d,
             Err(e) => {
-                f.gpus.push(NvmlGpu { bdf: format!("index {i}"), errors: vec![format!("nvmlDeviceGetHandleByIndex: {}", err_text(&e))], ..Default::default() });
+                f.gpus.push(NvmlGpu {
+                    bdf: format!("index {i}"),
+                    errors: vec![format!("nvmlDeviceGetHandleByIndex: {}", err_text(&e))],
+                    ..Default::default()
+                });
                 continue;
             }
         };
@@ -50,7 +57,9 @@ pub fn facts() -> Result<NvmlFacts, String> {
                 }
             };
         }
-        g.bdf = get!(d.pci_info(), "nvmlDeviceGetPciInfo").map(|p| crate::live::cuda::normalize_bdf(&p.bus_id)).unwrap_or_else(|| format!("index {i}"));
+        g.bdf = get!(d.pci_info(), "nvmlDeviceGetPciInfo")
+            .map(|p| crate::live::cuda::normalize_bdf(&p.bus_id))
+            .unwrap_or_else(|| format!("index {i}"));
         g.name = get!(d.name(), "nvmlDeviceGetName");
         g.uuid = get!(d.uuid(), "nvmlDeviceGetUUID");
         g.memory_total = get!(d.memory_info(), "nvmlDeviceGetMemoryInfo").map(|m| m.total);
@@ -58,13 +67,23 @@ pub fn facts() -> Result<NvmlFacts, String> {
             g.bar1_total = Some(b.total);
             g.bar1_used = Some(b.used);
         }
-        g.pcie_gen_current = get!(d.current_pcie_link_gen(), "nvmlDeviceGetCurrPcieLinkGeneration");
+        g.pcie_gen_current = get!(
+            d.current_pcie_link_gen(),
+            "nvmlDeviceGetCurrPcieLinkGeneration"
+        );
         g.pcie_gen_max = get!(d.max_pcie_link_gen(), "nvmlDeviceGetMaxPcieLinkGeneration");
-        g.pcie_width_current = get!(d.current_pcie_link_width(), "nvmlDeviceGetCurrPcieLinkWidth");
+        g.pcie_width_current = get!(
+            d.current_pcie_link_width(),
+            "nvmlDeviceGetCurrPcieLinkWidth"
+        );
         g.pcie_width_max = get!(d.max_pcie_link_width(), "nvmlDeviceGetMaxPcieLinkWidth");
         g.persistence_mode = get!(d.is_in_persistent_mode(), "nvmlDeviceGetPersistenceMode");
-        g.ecc_enabled = get!(d.is_ecc_enabled(), "nvmlDeviceGetEccMode").map(|e| e.currently_enabled);
-        g.retired_pages_pending = get!(d.are_pages_pending_retired(), "nvmlDeviceGetRetiredPagesPendingStatus");
+        g.ecc_enabled =
+            get!(d.is_ecc_enabled(), "nvmlDeviceGetEccMode").map(|e| e.currently_enabled);
+        g.retired_pages_pending = get!(
+            d.are_pages_pending_retired(),
+            "nvmlDeviceGetRetiredPagesPendingStatus"
+        );
         g.remapped_rows = remapped_rows(&nvml, &d, &mut errs);
         for l in 0..18u32 {
             let w = d.link_wrapper_for(l);
@@ -72,7 +91,13 @@ pub fn facts() -> Result<NvmlFacts, String> {
                 Ok(active) => g.nvlinks.push(NvLink {
                     link: l,
                     active,
-                    remote_bdf: if active { w.remote_pci_info().ok().map(|p| crate::live::cuda::normalize_bdf(&p.bus_id)) } else { None },
+                    remote_bdf: if active {
+                        w.remote_pci_info()
+                            .ok()
+                            .map(|p| crate::live::cuda::normalize_bdf(&p.bus_id))
+                    } else {
+                        None
+                    },
                 }),
                 Err(_) => break,
             }
@@ -84,11 +109,17 @@ pub fn facts() -> Result<NvmlFacts, String> {
 }
 
 /// Row remapping (A100/H100/H200) is not wrapped by nvml-wrapper: call the raw symbol.
-fn remapped_rows(nvml: &Nvml, d: &nvml_wrapper::Device<'_>, errs: &mut Vec<String>) -> Option<RemappedRows> {
+fn remapped_rows(
+    nvml: &Nvml,
+    d: &nvml_wrapper::Device<'_>,
+    errs: &mut Vec<String>,
+) -> Option<RemappedRows> {
     let f = match nvml.lib().nvmlDeviceGetRemappedRows.as_ref() {
         Ok(f) => f,
         Err(e) => {
-            errs.push(format!("nvmlDeviceGetRemappedRows: not in this libnvidia-ml: {e}"));
+            errs.push(format!(
+                "nvmlDeviceGetRemappedRows: not in this libnvidia-ml: {e}"
+            ));
             return None;
         }
     };
@@ -99,5 +130,10 @@ fn remapped_rows(nvml: &Nvml, d: &nvml_wrapper::Device<'_>, errs: &mut Vec<Strin
         errs.push(format!("nvmlDeviceGetRemappedRows: NVML error {r}"));
         return None;
     }
-    Some(RemappedRows { correctable: c, uncorrectable: u, pending: p != 0, failure: fl != 0 })
+    Some(RemappedRows {
+        correctable: c,
+        uncorrectable: u,
+        pending: p != 0,
+        failure: fl != 0,
+    })
 }

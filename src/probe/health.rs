@@ -19,16 +19,19 @@ pub fn worker() -> Result<serde_json::Value, String> {
         // SAFETY: plain driver calls on a device handle we got from cuDeviceGet; the buffer is
         // ours for the duration of the block.
         let r = unsafe {
-            cuda::check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, d))
-                .and_then(|_| cuda::check("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx)))
-                .and_then(|_| {
-                    let mut p: sys::CUdeviceptr = 0;
-                    cuda::check("cuMemAlloc", sys::cuMemAlloc_v2(&mut p, 1 << 20))?;
-                    let r = cuda::check("cuMemsetD8", sys::cuMemsetD8_v2(p, 0x5a, 1 << 20))
-                        .and_then(|_| cuda::check("cuCtxSynchronize", sys::cuCtxSynchronize()));
-                    let _ = sys::cuMemFree_v2(p);
-                    r
-                })
+            cuda::check(
+                "cuDevicePrimaryCtxRetain",
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, d),
+            )
+            .and_then(|_| cuda::check("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx)))
+            .and_then(|_| {
+                let mut p: sys::CUdeviceptr = 0;
+                cuda::check("cuMemAlloc", sys::cuMemAlloc_v2(&mut p, 1 << 20))?;
+                let r = cuda::check("cuMemsetD8", sys::cuMemsetD8_v2(p, 0x5a, 1 << 20))
+                    .and_then(|_| cuda::check("cuCtxSynchronize", sys::cuCtxSynchronize()));
+                let _ = sys::cuMemFree_v2(p);
+                r
+            })
         };
         devs.push(serde_json::json!({"ordinal": i, "bdf": cuda::pci_bus_id(d).unwrap_or_default(), "ok": r.is_ok(), "error": r.err().map(|e| e.to_string())}));
     }

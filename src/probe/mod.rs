@@ -1,7 +1,9 @@
 //! `gdrdoctor probe`: live probes, each in a worker process (see [`runner`]), reported with the
 //! same findings, renderers and exit codes as `check`.
 
+pub mod hang;
 pub mod health;
+pub mod kernels;
 pub mod registration;
 pub mod runner;
 
@@ -18,6 +20,8 @@ pub static PROBE_IDS: &[(&str, &str)] = &[
     ("probe.verbs-registration", "gpu memory registers with the nic: ibv_reg_mr (peer memory) and ibv_reg_dmabuf_mr"),
     ("probe.nccl-dmabuf", "nccl's own dma-buf probe (ibv_reg_dmabuf_mr with fd -1) on each rdma device"),
     ("probe.gpu-health", "the gpu is healthy in a fresh process after a probe worker was killed"),
+    ("probe.hang", "spin-wait protocols complete without a stall (and how fast); a stall says who waits on what"),
+    ("probe.hang-inject", "each injected hang is detected, localised and classified, and the gpu recovers"),
 ];
 
 /// Human text for a CUDA error name, with the usual cause.
@@ -44,14 +48,27 @@ fn gpus_on_pci(node: &Node) -> usize {
 }
 
 /// Run the registration probe and turn its measurements into findings.
-pub fn registration(node: &Node, gpu: Option<u32>, repeat: u32, deadline: Duration) -> (Vec<Finding>, Option<serde_json::Value>) {
+pub fn registration(
+    node: &Node,
+    gpu: Option<u32>,
+    repeat: u32,
+    deadline: Duration,
+) -> (Vec<Finding>, Option<serde_json::Value>) {
     let mut out = Vec::new();
     if gpus_on_pci(node) == 0 {
-        out.push(Finding::new("probe.cuda", Status::Skip, "node", "no nvidia gpu on the pci bus: nothing to probe"));
+        out.push(Finding::new(
+            "probe.cuda",
+            Status::Skip,
+            "node",
+            "no nvidia gpu on the pci bus: nothing to probe",
+        ));
         return (out, None);
     }
     let progress = runner::Progress::new("probe --registration: starting the worker");
-    let args: Vec<String> = vec![gpu.map(|g| g.to_string()).unwrap_or_else(|| "-1".into()), repeat.to_string()];
+    let args: Vec<String> = vec![
+        gpu.map(|g| g.to_string()).unwrap_or_else(|| "-1".into()),
+        repeat.to_string(),
+    ];
     let run = runner::run("registration", &args, deadline, &|m| progress.update(m));
     progress.finish();
     let run = match run {
@@ -69,7 +86,12 @@ pub fn registration(node: &Node, gpu: Option<u32>, repeat: u32, deadline: Durati
     let v = run.result.clone().unwrap_or_default();
     if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
         let hint = explain_cuda(e);
-        let mut f = Finding::new("probe.cuda", Status::Error, "node", format!("cuda unavailable for the probe: {e}"));
+        let mut f = Finding::new(
+            "probe.cuda",
+            Status::Error,
+            "node",
+            format!("cuda unavailable for the probe: {e}"),
+        );
         if !hint.is_empty() {
             f = f.fix(hint);
         } else if e.contains("libcuda") {
@@ -81,32 +103,147 @@ pub fn registration(node: &Node, gpu: Option<u32>, repeat: u32, deadline: Durati
     let res: registration::Result_ = match serde_json::from_value(v.clone()) {
         Ok(r) => r,
         Err(e) => {
-            out.push(Finding::new("probe.cuda", Status::Error, "node", format!("unreadable worker result: {e}")));
+            out.push(Finding::new(
+                "probe.cuda",
+                Status::Error,
+                "node",
+                format!("unreadable worker result: {e}"),
+            ));
             return (out, Some(v));
         }
     };
-    out.push(Finding::new("probe.cuda", Status::Pass, "node", format!("cuda driver {}.{} with {} gpu(s) probed", res.driver_version / 1000, (res.driver_version % 1000) / 10, res.gpus.len())));
+    if res.gpus.is_empty() {
+        out.push(Finding::new(
+            "probe.cuda",
+            Status::Error,
+            "node",
+            format!(
+                "no gpu probed: cuda sees no gpu{}",
+                gpu.map(|g| format!(" with ordinal {g}"))
+                    .unwrap_or_default()
+            ),
+        ));
+        return (out, Some(v));
+    }
+    out.push(Finding::new(
+        "probe.cuda",
+        Status::Pass,
+        "node",
+        format!(
+            "cuda driver {}.{} with {} gpu(s) probed",
+            res.driver_version / 1000,
+            (res.driver_version % 1000) / 10,
+            res.gpus.len()
+        ),
+    ));
     for g in &res.gpus {
         let subject = g.bdf.clone();
-        let find = |name: &str| g.steps.iter().filter(|s| s.step == name).collect::<Vec<_>>();
+        let find = |name: &str| {
+            g.steps
+                .iter()
+                .filter(|s| s.step == name)
+                .collect::<Vec<_>>()
+        };
         // dma-buf export at every size, and at the 4 KiB offset.
         let exports = find("dmabuf-export");
         let offset = find("dmabuf-export-offset-4k");
-        let failed: Vec<String> = exports.iter().chain(offset.iter()).filter(|s| !s.ok).map(|s| format!("{} {}: {}", s.step, gdrdoctor_checks::parse::human_bytes(s.bytes), s.error.clone().unwrap_or_default())).collect();
-        let timings = exports.iter().map(|s| format!("{} {:.0} us", gdrdoctor_checks::parse::human_bytes(s.bytes), s.us)).collect::<Vec<_>>().join(", ");
-        let allocs = find("cuMemAlloc").iter().map(|s| format!("{} {:.0} us", gdrdoctor_checks::parse::human_bytes(s.bytes), s.us)).collect::<Vec<_>>().join(", ");
-        let repeated = g.timing.iter().map(|t| format!("{}: alloc {:.0} us, export {:.0} us (median of {}; p90 {:.0}/{:.0})", gdrdoctor_checks::parse::human_bytes(t.bytes), t.alloc_us_median, t.export_us_median, t.runs, t.alloc_us_p90, t.export_us_p90)).collect::<Vec<_>>().join("; ");
+        let failed: Vec<String> = exports
+            .iter()
+            .chain(offset.iter())
+            .filter(|s| !s.ok)
+            .map(|s| {
+                format!(
+                    "{} {}: {}",
+                    s.step,
+                    gdrdoctor_checks::parse::human_bytes(s.bytes),
+                    s.error.clone().unwrap_or_default()
+                )
+            })
+            .collect();
+        let timings = exports
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {:.0} us",
+                    gdrdoctor_checks::parse::human_bytes(s.bytes),
+                    s.us
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let allocs = find("cuMemAlloc")
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {:.0} us",
+                    gdrdoctor_checks::parse::human_bytes(s.bytes),
+                    s.us
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let repeated = g
+            .timing
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}: alloc {:.0} us, export {:.0} us (median of {}; p90 {:.0}/{:.0})",
+                    gdrdoctor_checks::parse::human_bytes(t.bytes),
+                    t.alloc_us_median,
+                    t.export_us_median,
+                    t.runs,
+                    t.alloc_us_p90,
+                    t.export_us_p90
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
         if exports.is_empty() {
-            out.push(Finding::new("probe.dmabuf-export", Status::Error, &subject, "no allocation succeeded, nothing to export").evidence("cuMemAlloc", allocs));
+            out.push(
+                Finding::new(
+                    "probe.dmabuf-export",
+                    Status::Error,
+                    &subject,
+                    "no allocation succeeded, nothing to export",
+                )
+                .evidence("cuMemAlloc", allocs),
+            );
         } else if failed.is_empty() {
-            out.push(Finding::new("probe.dmabuf-export", Status::Pass, &subject, format!("gpu memory exports as dma-buf at {} sizes and at a 4 KiB offset", exports.len()))
+            out.push(
+                Finding::new(
+                    "probe.dmabuf-export",
+                    Status::Pass,
+                    &subject,
+                    format!(
+                        "gpu memory exports as dma-buf at {} sizes{}",
+                        exports.len(),
+                        if offset.is_empty() {
+                            ""
+                        } else {
+                            " and at a 4 KiB offset"
+                        }
+                    ),
+                )
                 .evidence("cuMemGetHandleForAddressRange", timings)
                 .evidence("cuMemAlloc", allocs)
-                .evidence("repeated", if repeated.is_empty() { "use --repeat N for medians".to_string() } else { repeated }));
+                .evidence(
+                    "repeated",
+                    if repeated.is_empty() {
+                        "use --repeat N for medians".to_string()
+                    } else {
+                        repeated
+                    },
+                ),
+            );
         } else {
             let hint = failed.first().map(|f| explain_cuda(f)).unwrap_or("");
-            let mut f = Finding::new("probe.dmabuf-export", Status::Fail, &subject, format!("dma-buf export failed: {}", failed.join("; ")))
-                .evidence("cuMemGetHandleForAddressRange", timings);
+            let mut f = Finding::new(
+                "probe.dmabuf-export",
+                Status::Fail,
+                &subject,
+                format!("dma-buf export failed: {}", failed.join("; ")),
+            )
+            .evidence("cuMemGetHandleForAddressRange", timings);
             if !hint.is_empty() {
                 f = f.fix(format!("{hint}; NCCL has no fallback once dma-buf is chosen: set NCCL_DMABUF_ENABLE=0 to use nvidia-peermem instead"));
             }
@@ -123,26 +260,87 @@ pub fn registration(node: &Node, gpu: Option<u32>, repeat: u32, deadline: Durati
         // Host register baseline.
         if let Some(h) = find("cuMemHostRegister").first() {
             if h.ok {
-                out.push(Finding::new("probe.host-register", Status::Pass, &subject, format!("pinned host memory registers ({} in {:.0} us)", gdrdoctor_checks::parse::human_bytes(h.bytes), h.us)));
+                out.push(Finding::new(
+                    "probe.host-register",
+                    Status::Pass,
+                    &subject,
+                    format!(
+                        "pinned host memory registers ({} in {:.0} us)",
+                        gdrdoctor_checks::parse::human_bytes(h.bytes),
+                        h.us
+                    ),
+                ));
             } else {
                 out.push(Finding::new("probe.host-register", Status::Fail, &subject, format!("cuMemHostRegister failed: {}", h.error.clone().unwrap_or_default()))
-                    .fix("check RLIMIT_MEMLOCK (mem.memlock) and that the driver supports host registration (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED)"));
+                    .fix("check that the driver supports host registration (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, gpu.gdr-support evidence) and that the host has free memory to pin"));
             }
         }
         // Verbs.
         if let Some(why) = &res.verbs_skipped {
-            out.push(Finding::new("probe.verbs-registration", Status::Skip, &subject, format!("verbs registration not run: {why}")));
+            out.push(Finding::new(
+                "probe.verbs-registration",
+                Status::Skip,
+                &subject,
+                format!("verbs registration not run: {why}"),
+            ));
         } else {
-            let bad: Vec<&registration::Step> = g.verbs.iter().filter(|s| !s.ok).collect();
-            let all: Vec<String> = g.verbs.iter().map(|s| format!("{} {}: {}", s.step, gdrdoctor_checks::parse::human_bytes(s.bytes), if s.ok { format!("ok {:.0} us", s.us) } else { s.error.clone().unwrap_or_default() })).collect();
+            let all: Vec<String> = g
+                .verbs
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} {}: {}",
+                        s.step,
+                        gdrdoctor_checks::parse::human_bytes(s.bytes),
+                        if s.ok {
+                            format!("ok {:.0} us", s.us)
+                        } else {
+                            s.error.clone().unwrap_or_default()
+                        }
+                    )
+                })
+                .collect();
             let peers = match (&g.memory_peers_before, &g.memory_peers_after) {
-                (Some(b), Some(a)) => format!("num_alloc_mrs {} -> {}", b.get("num_alloc_mrs").copied().unwrap_or(0), a.get("num_alloc_mrs").copied().unwrap_or(0)),
+                (Some(b), Some(a)) => format!(
+                    "num_alloc_mrs {} -> {}",
+                    b.get("num_alloc_mrs").copied().unwrap_or(0),
+                    a.get("num_alloc_mrs").copied().unwrap_or(0)
+                ),
                 _ => "no /sys/kernel/mm/memory_peers/nv_mem".into(),
             };
-            let mut f = if bad.is_empty() {
-                Finding::new("probe.verbs-registration", Status::Pass, &subject, format!("{} registrations of gpu memory succeeded", g.verbs.len()))
+            // One working path per NIC is what NCCL needs: peer memory (ibv_reg_mr on the
+            // device pointer) or dma-buf (ibv_reg_dmabuf_mr on the exported fd).
+            let path_ok = |prefix: &str| g.verbs.iter().any(|s| s.step.starts_with(prefix) && s.ok);
+            let path_err = |prefix: &str| {
+                g.verbs
+                    .iter()
+                    .find(|s| s.step.starts_with(prefix) && !s.ok)
+                    .and_then(|s| s.error.clone())
+            };
+            let (pm, db) = (path_ok("ibv_reg_mr"), path_ok("ibv_reg_dmabuf_mr"));
+            let describe = |ok: bool, prefix: &str| {
+                if ok {
+                    "ok".to_string()
+                } else {
+                    path_err(prefix).unwrap_or_else(|| "not tried".into())
+                }
+            };
+            let summary = format!(
+                "peer memory (ibv_reg_mr): {}; dma-buf (ibv_reg_dmabuf_mr): {}",
+                describe(pm, "ibv_reg_mr"),
+                describe(db, "ibv_reg_dmabuf_mr")
+            );
+            let mut f = if g.verbs.is_empty() {
+                Finding::new("probe.verbs-registration", Status::Error, &subject, "no registration was attempted (no gpu buffer of 4 KiB or 2 MiB could be allocated)")
+            } else if pm || db {
+                Finding::new(
+                    "probe.verbs-registration",
+                    Status::Pass,
+                    &subject,
+                    format!("gpu memory registers with the nic: {summary}"),
+                )
             } else {
-                Finding::new("probe.verbs-registration", Status::Fail, &subject, format!("{} of {} registrations failed: {}", bad.len(), g.verbs.len(), bad[0].error.clone().unwrap_or_default()))
+                Finding::new("probe.verbs-registration", Status::Fail, &subject, format!("gpu memory registers with no path: {summary}"))
                     .fix("errno 14 (EFAULT) on ibv_reg_mr: no peer-memory client claimed the GPU address (load nvidia-peermem, kmod.nvidia-peermem); errno 95/93 on ibv_reg_dmabuf_mr: the kernel or provider lacks dma-buf support; see docs/guides/registration-fails.md")
             };
             for a in all {
@@ -153,12 +351,28 @@ pub fn registration(node: &Node, gpu: Option<u32>, repeat: u32, deadline: Durati
         }
         if let (Some(b), Some(a)) = (g.bar1_used_before, g.bar1_used_after) {
             if let Some(last) = out.last_mut() {
-                last.evidence.push(gdrdoctor_checks::report::Evidence { source: "NVML BAR1 used".into(), observed: format!("{} before, {} after", gdrdoctor_checks::parse::human_bytes(b), gdrdoctor_checks::parse::human_bytes(a)), expected: None });
+                last.evidence.push(gdrdoctor_checks::report::Evidence {
+                    source: "NVML BAR1 used".into(),
+                    observed: format!(
+                        "{} before, {} after",
+                        gdrdoctor_checks::parse::human_bytes(b),
+                        gdrdoctor_checks::parse::human_bytes(a)
+                    ),
+                    expected: None,
+                });
             }
         }
     }
     if res.rdma_devices.is_empty() {
-        out.push(Finding::new("probe.nccl-dmabuf", Status::Skip, "node", format!("no rdma device: {}", res.verbs_skipped.clone().unwrap_or_default())));
+        out.push(Finding::new(
+            "probe.nccl-dmabuf",
+            Status::Skip,
+            "node",
+            format!(
+                "no rdma device: {}",
+                res.verbs_skipped.clone().unwrap_or_default()
+            ),
+        ));
     }
     for (dev, errno) in &res.nccl_dmabuf_probe {
         match errno {
@@ -173,11 +387,325 @@ pub fn registration(node: &Node, gpu: Option<u32>, repeat: u32, deadline: Durati
 
 /// After a killed or crashed worker, prove the GPU is still usable from a fresh process.
 pub fn health_after_kill(run: &runner::WorkerRun, out: &mut Vec<Finding>) {
-    if matches!(run.outcome, runner::Outcome::TimedOut | runner::Outcome::Signaled(_)) {
+    if matches!(
+        run.outcome,
+        runner::Outcome::TimedOut | runner::Outcome::Signaled(_)
+    ) {
         match health::check(Duration::from_secs(30)) {
             Ok(ms) => out.push(Finding::new("probe.gpu-health", Status::Pass, "node", format!("gpus healthy in a fresh process {ms:.0} ms after the worker was stopped"))),
             Err(e) => out.push(Finding::new("probe.gpu-health", Status::Fail, "node", format!("gpu not healthy after the worker was stopped: {e}"))
                 .fix("check `nvidia-smi` and `dmesg` for Xid errors; a GPU that stays hung needs `nvidia-smi -r` (reset) or a reboot")),
         }
     }
+}
+
+/// `probe --hang`: run the worker with the scenarios, turn its verdicts into findings.
+pub fn hang(
+    node: &Node,
+    opts: &hang::Options,
+    deadline: Duration,
+) -> (Vec<Finding>, Option<serde_json::Value>) {
+    let mut out = Vec::new();
+    if gpus_on_pci(node) == 0 {
+        out.push(Finding::new(
+            "probe.cuda",
+            Status::Skip,
+            "node",
+            "no nvidia gpu on the pci bus: nothing to probe",
+        ));
+        return (out, None);
+    }
+    // The abort-ignoring injection ends its worker: run it (and its control) in a worker of its
+    // own, last.
+    let (normal, last): (Vec<String>, Vec<String>) = opts
+        .scenarios
+        .iter()
+        .cloned()
+        .partition(|s| s != "ignore-abort");
+    let mut raw = serde_json::Map::new();
+    let mut outputs = Vec::new();
+    for (i, group) in [normal, last].into_iter().enumerate() {
+        if group.is_empty() && !(i == 0 && opts.bench > 0) {
+            continue;
+        }
+        let mut o = opts.clone();
+        o.scenarios = group;
+        if i == 1 {
+            o.bench = 0;
+        }
+        let progress = runner::Progress::new("probe --hang: starting the worker");
+        let run = runner::run("hang", &o.to_args(), deadline, &|m| progress.update(m));
+        progress.finish();
+        let run = match run {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(Finding::new("probe.cuda", Status::Error, "node", e));
+                continue;
+            }
+        };
+        let key = if i == 0 { "hang" } else { "hang-escalation" };
+        let result = run.result.clone();
+        if let Some(e) = result
+            .as_ref()
+            .and_then(|v| v.get("error"))
+            .and_then(|e| e.as_str())
+        {
+            out.push(Finding::new(
+                "probe.cuda",
+                Status::Error,
+                "node",
+                format!("cuda unavailable for the probe: {e}"),
+            ));
+            continue;
+        }
+        let parsed: Option<hang::HangOutput> = result
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        let escalated = parsed
+            .as_ref()
+            .is_some_and(|p| p.scenarios.iter().any(|s| s.escalated));
+        // The parent's view of the escalation: the worker exits (or is killed at the deadline).
+        let mut v = result.unwrap_or_default();
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("printf".into(), serde_json::json!(run.raw));
+            obj.insert(
+                "worker_exit".into(),
+                serde_json::json!(format!("{:?}", run.outcome)),
+            );
+        }
+        if escalated
+            || matches!(
+                run.outcome,
+                runner::Outcome::TimedOut | runner::Outcome::Signaled(_)
+            )
+        {
+            let verdict_at = parsed.as_ref().and_then(|p| {
+                p.scenarios
+                    .iter()
+                    .find_map(|s| s.verdict.as_ref().map(|v| v.at_realtime_ns))
+            });
+            match health::check(Duration::from_secs(30)) {
+                Ok(ms) => {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+                    let since = verdict_at.map(|t| now.saturating_sub(t) as f64 / 1e6);
+                    if let Some(obj) = v.as_object_mut() {
+                        obj.insert("verdict_to_healthy_ms".into(), serde_json::json!(since));
+                        obj.insert("health_check_ms".into(), serde_json::json!(ms));
+                    }
+                    out.push(Finding::new("probe.gpu-health", Status::Pass, "node", match since {
+                        Some(s) => format!("gpu healthy in a fresh process {s:.0} ms after the verdict (worker {:?}, health check {ms:.0} ms)", run.outcome),
+                        None => format!("gpu healthy in a fresh process after the worker was stopped (health check {ms:.0} ms)"),
+                    }));
+                }
+                Err(e) => out.push(Finding::new("probe.gpu-health", Status::Fail, "node", format!("gpu not healthy after the hang worker was stopped: {e}"))
+                    .fix("check `nvidia-smi` and `dmesg` for Xid errors; a GPU that stays hung needs `nvidia-smi -r` or a reboot")),
+            }
+        } else if let Some(f) = run.failure() {
+            out.push(Finding::new("probe.cuda", Status::Error, "node", f));
+        }
+        raw.insert(key.into(), v);
+        if let Some(p) = parsed {
+            outputs.push(p);
+        }
+    }
+    for o in &outputs {
+        for s in &o.scenarios {
+            out.push(scenario_finding(o, s));
+        }
+        if let Some(b) = &o.bench {
+            out.push(bench_finding(&o.gpu, b));
+        }
+    }
+    if !outputs.is_empty() && !out.iter().any(|f| f.id == "probe.cuda") {
+        let o = &outputs[0];
+        out.insert(
+            0,
+            Finding::new(
+                "probe.cuda",
+                Status::Pass,
+                "node",
+                format!(
+                    "{} ({}), kernels from {} in {:.0} ms",
+                    o.name, o.gpu, o.kernel_source, o.load_ms
+                ),
+            ),
+        );
+    }
+    (out, Some(serde_json::Value::Object(raw)))
+}
+
+fn stall_text(v: &hang::Verdict) -> String {
+    let Some(s) = v.stalled.first() else {
+        return format!("{} (no waiter detail)", v.class.as_str());
+    };
+    let mem = s
+        .memory
+        .map(|m| format!(", memory holds {m}"))
+        .unwrap_or_default();
+    let mut t = format!(
+        "{}: block {} warp {} (SM {}) waits at site {} ({}) for *{} == {}, sees {}{mem}, for {:.0} ms",
+        v.class.as_str(),
+        s.block,
+        s.warp,
+        s.sm,
+        s.site,
+        s.site_what,
+        s.addr,
+        s.expected,
+        s.observed,
+        s.waited_ms
+    );
+    if v.stalled_total > 1 {
+        t.push_str(&format!(" (+{} more waiters)", v.stalled_total - 1));
+    }
+    if v.class == hang::Class::ForwardProgress {
+        t.push_str(&format!(
+            "; {} blocks never started, {} started, capacity {}",
+            v.never_started,
+            v.started,
+            v.capacity
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "?".into())
+        ));
+    }
+    if let Some(w) = &v.writer {
+        if v.class == hang::Class::Ordering {
+            t.push_str(&format!("; writer {w}"));
+        }
+    }
+    t
+}
+
+fn scenario_finding(o: &hang::HangOutput, s: &hang::ScenarioResult) -> Finding {
+    let subject = format!("{}/{}", o.gpu, s.name);
+    let timing = s
+        .timing
+        .iter()
+        .map(|(k, v)| format!("{k}={v:.1}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if s.kind == "error" {
+        return Finding::new(
+            "probe.hang",
+            Status::Error,
+            subject,
+            format!("scenario could not run: {}", s.notes.join("; ")),
+        );
+    }
+    let mut f = match (s.kind.as_str(), &s.verdict) {
+        ("inject", Some(v)) if Some(v.class) == s.expect => Finding::new(
+            "probe.hang-inject",
+            Status::Pass,
+            &subject,
+            format!(
+                "injected fault detected and classified in {:.0} ms: {}",
+                v.latency_ms,
+                stall_text(v)
+            ),
+        ),
+        ("inject", Some(v)) => Finding::new(
+            "probe.hang-inject",
+            Status::Fail,
+            &subject,
+            format!(
+                "injected fault classified as {} instead of {}: {}",
+                v.class.as_str(),
+                s.expect.map(|c| c.as_str()).unwrap_or("?"),
+                stall_text(v)
+            ),
+        ),
+        ("inject", None) => Finding::new(
+            "probe.hang-inject",
+            Status::Fail,
+            &subject,
+            format!(
+                "injected fault not detected: the scenario completed in {:.0} ms",
+                s.elapsed_ms
+            ),
+        ),
+        (_, None) => Finding::new(
+            "probe.hang",
+            Status::Pass,
+            &subject,
+            format!(
+                "completed in {:.0} ms, no stall{}",
+                s.elapsed_ms,
+                if timing.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({timing})")
+                }
+            ),
+        ),
+        (_, Some(v)) => Finding::new(
+            "probe.hang",
+            Status::Fail,
+            &subject,
+            format!("stall: {}", stall_text(v)),
+        )
+        .fix(v.class.fix()),
+    };
+    f = f.evidence("scenario", s.description.clone());
+    if let Some(v) = &s.verdict {
+        f = f.evidence(
+            "class",
+            format!("{}: {}", v.class.as_str(), v.class.explain()),
+        );
+        f = f.evidence(
+            "detector",
+            format!(
+                "threshold {:.0} ms, poll {:.0} ms, verdict {:.1} ms after the wait began",
+                v.threshold_ms, v.poll_ms, v.latency_ms
+            ),
+        );
+        for st in v.stalled.iter().take(4) {
+            f = f.evidence(
+                "waiter",
+                format!("block {} warp {} sm {} site {} {} addr {} expected {} observed {} memory {} waited {:.0} ms heartbeat {:.0} ms ago", st.block, st.warp, st.sm, st.site, st.phase, st.addr, st.expected, st.observed, st.memory.map(|m| m.to_string()).unwrap_or_else(|| "?".into()), st.waited_ms, st.heartbeat_age_ms),
+            );
+        }
+        match (s.aborted_cleanly, s.abort_ms) {
+            (Some(true), Some(ms)) => f = f.evidence("abort", format!("cooperative abort: every block exited {ms:.1} ms after the abort flag")),
+            (Some(false), _) => f = f.evidence("abort", "the kernel ignored the abort flag: the worker exited and the parent checked the gpu in a fresh process"),
+            _ => {}
+        }
+    }
+    for w in &s.warnings {
+        f = f.evidence("warning", w.clone());
+    }
+    for n in &s.notes {
+        f = f.evidence("note", n.clone());
+    }
+    f
+}
+
+fn bench_finding(gpu: &str, b: &hang::Bench) -> Finding {
+    let pct = |v: &[f64], p: f64| -> f64 {
+        let mut x = v.to_vec();
+        x.sort_by(|a, b| a.total_cmp(b));
+        if x.is_empty() {
+            return 0.0;
+        }
+        x[(((x.len() - 1) as f64) * p).round() as usize]
+    };
+    let med = |v: &[f64]| pct(v, 0.5);
+    let rtt_over =
+        (med(&b.pingpong_rtt_ns_instrumented) / med(&b.pingpong_rtt_ns_bare) - 1.0) * 100.0;
+    let thr_over =
+        (1.0 - med(&b.ring_items_per_s_instrumented) / med(&b.ring_items_per_s_bare)) * 100.0;
+    Finding::new(
+        "probe.hang",
+        Status::Pass,
+        format!("{gpu}/bench"),
+        format!(
+            "detection latency p50 {:.1} ms p99 {:.1} ms at threshold {:.0} ms ({} stalls); instrumentation +{rtt_over:.1}% round trip, -{thr_over:.1}% ring throughput; host poll {:.1} ns per record",
+            med(&b.detect_latency_ms),
+            pct(&b.detect_latency_ms, 0.99),
+            b.detect_threshold_ms,
+            b.detect_latency_ms.len(),
+            b.poll_ns_per_record
+        ),
+    )
+    .evidence("ping-pong rtt ns bare / instrumented (median of 5)", format!("{:.0} / {:.0}", med(&b.pingpong_rtt_ns_bare), med(&b.pingpong_rtt_ns_instrumented)))
+    .evidence("ring items/s bare / instrumented (median of 5)", format!("{:.3e} / {:.3e}", med(&b.ring_items_per_s_bare), med(&b.ring_items_per_s_instrumented)))
 }

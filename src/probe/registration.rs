@@ -82,7 +82,11 @@ fn repeat_timings(reps: usize) -> Vec<Timing> {
             let mut p: sys::CUdeviceptr = 0;
             let t0 = Instant::now();
             // SAFETY: allocates into p.
-            if cuda::check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut p, size as usize) }).is_err() {
+            if cuda::check("cuMemAlloc", unsafe {
+                sys::cuMemAlloc_v2(&mut p, size as usize)
+            })
+            .is_err()
+            {
                 break;
             }
             a.push(t0.elapsed().as_secs_f64() * 1e6);
@@ -110,7 +114,13 @@ fn repeat_timings(reps: usize) -> Vec<Timing> {
 }
 
 fn step(name: &str, bytes: u64, t0: Instant, r: Result<(), String>) -> Step {
-    Step { step: name.to_string(), bytes, ok: r.is_ok(), us: t0.elapsed().as_secs_f64() * 1e6, error: r.err() }
+    Step {
+        step: name.to_string(),
+        bytes,
+        ok: r.is_ok(),
+        us: t0.elapsed().as_secs_f64() * 1e6,
+        error: r.err(),
+    }
 }
 
 fn page_size() -> u64 {
@@ -152,7 +162,10 @@ fn memory_peers() -> Option<std::collections::BTreeMap<String, u64>> {
     for e in rd.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
         if n.starts_with("num_") {
-            if let Some(v) = std::fs::read_to_string(e.path()).ok().and_then(|s| s.trim().parse().ok()) {
+            if let Some(v) = std::fs::read_to_string(e.path())
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
                 m.insert(n, v);
             }
         }
@@ -178,9 +191,20 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         return Err(p);
     }
     cuda::init().map_err(|e| e.to_string())?;
-    let mut out = Result_ { driver_version: cuda::driver_version().map_err(|e| e.to_string())?, page_size: page_size(), ..Default::default() };
-    let only: Option<i32> = args.first().and_then(|a| a.parse().ok()).filter(|g: &i32| *g >= 0);
-    let reps: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1).clamp(1, 1000);
+    let mut out = Result_ {
+        driver_version: cuda::driver_version().map_err(|e| e.to_string())?,
+        page_size: page_size(),
+        ..Default::default()
+    };
+    let only: Option<i32> = args
+        .first()
+        .and_then(|a| a.parse().ok())
+        .filter(|g: &i32| *g >= 0);
+    let reps: usize = args
+        .get(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1)
+        .clamp(1, 1000);
     let v = match verbs::Verbs::load() {
         Ok(v) => Some(v),
         Err(e) => {
@@ -199,20 +223,32 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     for i in (0..n).filter(|i| only.is_none_or(|o| o == *i)) {
         crate::worker::progress(&format!("gpu {i}: allocating and exporting"));
         let d = cuda::device(i).map_err(|e| e.to_string())?;
-        let mut g = GpuResult { ordinal: i, bdf: cuda::pci_bus_id(d).unwrap_or_default(), name: cuda::name(d), ..Default::default() };
+        let mut g = GpuResult {
+            ordinal: i,
+            bdf: cuda::pci_bus_id(d).unwrap_or_default(),
+            name: cuda::name(d),
+            ..Default::default()
+        };
         g.bar1_used_before = bar1_used(&g.bdf);
         g.memory_peers_before = memory_peers();
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: primary context of a device handle from cuDeviceGet.
-        cuda::check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, d) }).map_err(|e| e.to_string())?;
+        cuda::check("cuDevicePrimaryCtxRetain", unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, d)
+        })
+        .map_err(|e| e.to_string())?;
         // SAFETY: ctx was just retained.
-        cuda::check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) }).map_err(|e| e.to_string())?;
+        cuda::check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })
+            .map_err(|e| e.to_string())?;
         let mut keep: Vec<(sys::CUdeviceptr, u64, i32)> = Vec::new();
         for &size in &SIZES {
             let mut p: sys::CUdeviceptr = 0;
             let t0 = Instant::now();
             // SAFETY: allocates device memory into p.
-            let r = cuda::check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut p, size as usize) }).map_err(|e| e.to_string());
+            let r = cuda::check("cuMemAlloc", unsafe {
+                sys::cuMemAlloc_v2(&mut p, size as usize)
+            })
+            .map_err(|e| e.to_string());
             let ok = r.is_ok();
             g.steps.push(step("cuMemAlloc", size, t0, r));
             if !ok {
@@ -221,7 +257,12 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             let t0 = Instant::now();
             let fd = export(p, size as usize);
             let fdv = fd.as_ref().map(|f| *f).unwrap_or(-1);
-            g.steps.push(step("dmabuf-export", size, t0, fd.map(|_| ()).map_err(|e| e.to_string())));
+            g.steps.push(step(
+                "dmabuf-export",
+                size,
+                t0,
+                fd.map(|_| ()).map_err(|e| e.to_string()),
+            ));
             keep.push((p, size, fdv));
         }
         // A range that starts 4 KiB into an allocation: page aligned, not 64 KiB aligned.
@@ -231,14 +272,21 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             if let Ok(fd) = &r {
                 close_fd(*fd);
             }
-            g.steps.push(step("dmabuf-export-offset-4k", 64 << 10, t0, r.map(|_| ()).map_err(|e| e.to_string())));
+            g.steps.push(step(
+                "dmabuf-export-offset-4k",
+                64 << 10,
+                t0,
+                r.map(|_| ()).map_err(|e| e.to_string()),
+            ));
         }
         // Managed memory: the driver refuses to export it (and peer memory cannot pin it).
         {
             let mut p: sys::CUdeviceptr = 0;
             let t0 = Instant::now();
             // SAFETY: CU_MEM_ATTACH_GLOBAL = 1.
-            let r = cuda::check("cuMemAllocManaged", unsafe { sys::cuMemAllocManaged(&mut p, 2 << 20, 1) });
+            let r = cuda::check("cuMemAllocManaged", unsafe {
+                sys::cuMemAllocManaged(&mut p, 2 << 20, 1)
+            });
             match r {
                 Ok(()) => {
                     g.steps.push(step("cuMemAllocManaged", 2 << 20, t0, Ok(())));
@@ -247,11 +295,18 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
                     if let Ok(fd) = &e {
                         close_fd(*fd);
                     }
-                    g.steps.push(step("dmabuf-export-managed", 2 << 20, t0, e.map(|_| ()).map_err(|e| e.to_string())));
+                    g.steps.push(step(
+                        "dmabuf-export-managed",
+                        2 << 20,
+                        t0,
+                        e.map(|_| ()).map_err(|e| e.to_string()),
+                    ));
                     // SAFETY: frees what we allocated.
                     unsafe { sys::cuMemFree_v2(p) };
                 }
-                Err(e) => g.steps.push(step("cuMemAllocManaged", 2 << 20, t0, Err(e.to_string()))),
+                Err(e) => g
+                    .steps
+                    .push(step("cuMemAllocManaged", 2 << 20, t0, Err(e.to_string()))),
             }
         }
         // Pinned host memory, the host-memory baseline for registration.
@@ -263,9 +318,16 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             if rc == 0 && !host.is_null() {
                 let t0 = Instant::now();
                 // SAFETY: host points to `size` bytes we own; flags 0.
-                let r = cuda::check("cuMemHostRegister", unsafe { sys::cuMemHostRegister_v2(host, size, 0) });
+                let r = cuda::check("cuMemHostRegister", unsafe {
+                    sys::cuMemHostRegister_v2(host, size, 0)
+                });
                 let ok = r.is_ok();
-                g.steps.push(step("cuMemHostRegister", size as u64, t0, r.map_err(|e| e.to_string())));
+                g.steps.push(step(
+                    "cuMemHostRegister",
+                    size as u64,
+                    t0,
+                    r.map_err(|e| e.to_string()),
+                ));
                 if ok {
                     // SAFETY: unregisters what we registered.
                     unsafe { sys::cuMemHostUnregister(host) };
@@ -279,38 +341,68 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             for dev in out.rdma_devices.clone() {
                 crate::worker::progress(&format!("gpu {i}: registering with {dev}"));
                 let Ok(ctx) = v.open(&dev) else {
-                    g.verbs.push(Step { step: format!("ibv_open_device {dev}"), ok: false, error: Some("cannot open".into()), ..Default::default() });
+                    g.verbs.push(Step {
+                        step: format!("ibv_open_device {dev}"),
+                        ok: false,
+                        error: Some("cannot open".into()),
+                        ..Default::default()
+                    });
                     continue;
                 };
                 let pd = match ctx.alloc_pd() {
                     Ok(pd) => pd,
                     Err(e) => {
-                        g.verbs.push(Step { step: format!("ibv_alloc_pd {dev}"), ok: false, error: Some(e.message), ..Default::default() });
+                        g.verbs.push(Step {
+                            step: format!("ibv_alloc_pd {dev}"),
+                            ok: false,
+                            error: Some(e.message),
+                            ..Default::default()
+                        });
                         continue;
                     }
                 };
                 if i == 0 || !out.nccl_dmabuf_probe.contains_key(&dev) {
                     let probe = match pd.dmabuf_probe() {
                         verbs::DmabufProbe::SymbolMissing => Some(95),
-                        verbs::DmabufProbe::Unsupported { errno } | verbs::DmabufProbe::Supported { errno } => Some(errno),
+                        verbs::DmabufProbe::Unsupported { errno }
+                        | verbs::DmabufProbe::Supported { errno } => Some(errno),
                     };
                     out.nccl_dmabuf_probe.insert(dev.clone(), probe);
                 }
-                let access = verbs::ACCESS_LOCAL_WRITE | verbs::ACCESS_REMOTE_WRITE | verbs::ACCESS_REMOTE_READ;
-                for &(p, size, fd) in keep.iter().filter(|(_, s, _)| *s == 4 << 10 || *s == 2 << 20) {
+                let access = verbs::ACCESS_LOCAL_WRITE
+                    | verbs::ACCESS_REMOTE_WRITE
+                    | verbs::ACCESS_REMOTE_READ;
+                for &(p, size, fd) in keep
+                    .iter()
+                    .filter(|(_, s, _)| *s == 4 << 10 || *s == 2 << 20)
+                {
                     let t0 = Instant::now();
                     let r = pd.reg_mr(p, size as usize, access);
-                    g.verbs.push(step(&format!("ibv_reg_mr {dev}"), size, t0, r.map(drop).map_err(|e| format!("errno {}: {}", e.errno, e.message))));
+                    g.verbs.push(step(
+                        &format!("ibv_reg_mr {dev}"),
+                        size,
+                        t0,
+                        r.map(drop)
+                            .map_err(|e| format!("errno {}: {}", e.errno, e.message)),
+                    ));
                     if fd >= 0 {
                         let t0 = Instant::now();
                         let r = pd.reg_dmabuf_mr(0, size as usize, p, fd, access);
-                        g.verbs.push(step(&format!("ibv_reg_dmabuf_mr {dev}"), size, t0, r.map(drop).map_err(|e| format!("errno {}: {}", e.errno, e.message))));
+                        g.verbs.push(step(
+                            &format!("ibv_reg_dmabuf_mr {dev}"),
+                            size,
+                            t0,
+                            r.map(drop)
+                                .map_err(|e| format!("errno {}: {}", e.errno, e.message)),
+                        ));
                     }
                 }
             }
         }
         if reps > 1 {
-            crate::worker::progress(&format!("gpu {i}: timing {reps} rounds of alloc/export/free"));
+            crate::worker::progress(&format!(
+                "gpu {i}: timing {reps} rounds of alloc/export/free"
+            ));
             g.timing = repeat_timings(reps);
         }
         g.bar1_used_after = bar1_used(&g.bdf);

@@ -40,12 +40,37 @@ pub struct WorkerRun {
 impl WorkerRun {
     /// A one-line account of what went wrong, for findings.
     pub fn failure(&self) -> Option<String> {
-        let tail = self.stderr.lines().rev().find(|l| !l.trim().is_empty() && !l.starts_with(PROGRESS_PREFIX)).unwrap_or("");
+        let tail = self
+            .stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty() && !l.starts_with(PROGRESS_PREFIX))
+            .unwrap_or("");
         match (&self.outcome, &self.result) {
             (Outcome::Exited(0), Some(_)) => None,
-            (Outcome::TimedOut, _) => Some(format!("worker `{}` did not finish within its deadline ({:.1} s) and was killed", self.task, self.elapsed.as_secs_f64())),
-            (Outcome::Signaled(s), _) => Some(format!("worker `{}` was killed by signal {s} (crashed){}", self.task, if tail.is_empty() { String::new() } else { format!(": {tail}") })),
-            (Outcome::Exited(c), None) => Some(format!("worker `{}` exited with {c} without a result{}", self.task, if tail.is_empty() { String::new() } else { format!(": {tail}") })),
+            (Outcome::TimedOut, _) => Some(format!(
+                "worker `{}` did not finish within its deadline ({:.1} s) and was killed",
+                self.task,
+                self.elapsed.as_secs_f64()
+            )),
+            (Outcome::Signaled(s), _) => Some(format!(
+                "worker `{}` was killed by signal {s} (crashed){}",
+                self.task,
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {tail}")
+                }
+            )),
+            (Outcome::Exited(c), None) => Some(format!(
+                "worker `{}` exited with {c} without a result{}",
+                self.task,
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {tail}")
+                }
+            )),
             (Outcome::Exited(_), Some(_)) => None,
         }
     }
@@ -53,21 +78,40 @@ impl WorkerRun {
 
 /// Run `gdrdoctor __worker <task> <args>` with a deadline. `on_progress` receives the worker's
 /// progress lines as they arrive.
-pub fn run(task: &str, args: &[String], deadline: Duration, on_progress: &(dyn Fn(&str) + Sync)) -> Result<WorkerRun, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the gdrdoctor executable to start a worker: {e}"))?;
+pub fn run(
+    task: &str,
+    args: &[String],
+    deadline: Duration,
+    on_progress: &(dyn Fn(&str) + Sync),
+) -> Result<WorkerRun, String> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find the gdrdoctor executable to start a worker: {e}"))?;
     run_with(&exe, task, args, deadline, on_progress)
 }
 
 /// [`run`] with an explicit gdrdoctor executable (tests).
-pub fn run_with(exe: &std::path::Path, task: &str, args: &[String], deadline: Duration, on_progress: &(dyn Fn(&str) + Sync)) -> Result<WorkerRun, String> {
+pub fn run_with(
+    exe: &std::path::Path,
+    task: &str,
+    args: &[String],
+    deadline: Duration,
+    on_progress: &(dyn Fn(&str) + Sync),
+) -> Result<WorkerRun, String> {
     let mut cmd = Command::new(exe);
-    cmd.arg("__worker").arg(task).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.arg("__worker")
+        .arg(task)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
     }
     let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| format!("{}: cannot start worker: {e}", exe.display()))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: cannot start worker: {e}", exe.display()))?;
     let pid = child.id() as i32;
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -78,9 +122,22 @@ pub fn run_with(exe: &std::path::Path, task: &str, args: &[String], deadline: Du
         let et = Arc::clone(&err_text);
         if let Some(o) = stdout {
             s.spawn(move || {
-                for line in BufReader::new(o).lines().map_while(Result::ok) {
-                    if let Ok(mut v) = ol.lock() {
-                        v.push(line);
+                // Bytes, not `lines()`: kernel printf may emit invalid UTF-8, and a reader that
+                // stopped would let the pipe fill and stall the worker.
+                let mut r = BufReader::new(o);
+                let mut buf = Vec::new();
+                loop {
+                    buf.clear();
+                    match r.read_until(b'\n', &mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            let line = String::from_utf8_lossy(&buf)
+                                .trim_end_matches(['\n', '\r'])
+                                .to_string();
+                            if let Ok(mut v) = ol.lock() {
+                                v.push(line);
+                            }
+                        }
                     }
                 }
             });
@@ -150,7 +207,14 @@ pub fn run_with(exe: &std::path::Path, task: &str, args: &[String], deadline: Du
         }
     }
     let stderr = err_text.lock().map(|s| s.clone()).unwrap_or_default();
-    Ok(WorkerRun { task: task.to_string(), outcome, result, raw, stderr, elapsed })
+    Ok(WorkerRun {
+        task: task.to_string(),
+        outcome,
+        result,
+        raw,
+        stderr,
+        elapsed,
+    })
 }
 
 /// SIGKILL the worker's whole process group (it may have started helpers of its own).
@@ -173,13 +237,23 @@ impl Progress {
     pub fn new(what: &str) -> Progress {
         let bar = indicatif::ProgressBar::hidden();
         bar.set_message(what.to_string());
-        Progress { bar, start: Instant::now(), shown: std::sync::atomic::AtomicBool::new(false) }
+        Progress {
+            bar,
+            start: Instant::now(),
+            shown: std::sync::atomic::AtomicBool::new(false),
+        }
     }
     pub fn update(&self, msg: &str) {
-        if !self.shown.load(std::sync::atomic::Ordering::Relaxed) && self.start.elapsed() > Duration::from_secs(1) {
+        if !self.shown.load(std::sync::atomic::Ordering::Relaxed)
+            && self.start.elapsed() > Duration::from_secs(1)
+        {
             self.shown.store(true, std::sync::atomic::Ordering::Relaxed);
-            self.bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-            self.bar.set_style(indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()));
+            self.bar
+                .set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            self.bar.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            );
             self.bar.enable_steady_tick(Duration::from_millis(120));
         }
         if !msg.is_empty() {

@@ -10,7 +10,12 @@ fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
     let reason = f.reason().unwrap_or_default();
     let quiet = node.source == SourceKind::Sysroot || reason.starts_with("not queried");
     if quiet {
-        Finding::new(id, Status::Skip, "node", format!("live-only fact not available: {reason}"))
+        Finding::new(
+            id,
+            Status::Skip,
+            "node",
+            format!("live-only fact not available: {reason}"),
+        )
     } else {
         Finding::new(id, Status::Error, "node", format!("cannot query {}: {reason}", f.source()))
             .evidence(f.source(), reason.to_string())
@@ -19,11 +24,17 @@ fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
 }
 
 fn cuda_for<'a>(node: &'a Node, bdf: &str) -> Option<&'a CudaDevice> {
-    node.live.cuda.get().and_then(|c| c.devices.iter().find(|d| d.bdf == bdf))
+    node.live
+        .cuda
+        .get()
+        .and_then(|c| c.devices.iter().find(|d| d.bdf == bdf))
 }
 
 fn nvml_for<'a>(node: &'a Node, bdf: &str) -> Option<&'a NvmlGpu> {
-    node.live.nvml.get().and_then(|c| c.gpus.iter().find(|d| d.bdf == bdf))
+    node.live
+        .nvml
+        .get()
+        .and_then(|c| c.gpus.iter().find(|d| d.bdf == bdf))
 }
 
 fn ordering(v: Option<i32>) -> &'static str {
@@ -47,7 +58,12 @@ pub fn gdr_support(node: &Node) -> Vec<Finding> {
     let mut out = Vec::new();
     for g in gpus {
         let Some(d) = cuda_for(node, &g.bdf) else {
-            out.push(Finding::new(ID, Status::Skip, &g.bdf, "cuda does not see this gpu (CUDA_VISIBLE_DEVICES, or it is not usable)"));
+            out.push(Finding::new(
+                ID,
+                Status::Skip,
+                &g.bdf,
+                "cuda does not see this gpu (CUDA_VISIBLE_DEVICES, or it is not usable)",
+            ));
             continue;
         };
         let facts = format!(
@@ -63,9 +79,11 @@ pub fn gdr_support(node: &Node) -> Vec<Finding> {
         let src = "cuDeviceGetAttribute";
         let f = match d.gpu_direct_rdma_supported {
             Some(1) => Finding::new(ID, Status::Pass, &g.bdf, format!("cuda reports gpudirect rdma supported ({}, dma-buf {})", d.name, if d.dma_buf_supported == Some(1) { "supported" } else { "not supported" })).evidence(src, facts),
-            Some(_) => Finding::new(ID, Status::Fail, &g.bdf, format!("cuda reports GPU_DIRECT_RDMA_SUPPORTED=0 for {}: nccl turns gdr off for this gpu, silently", d.name))
+            Some(0) => Finding::new(ID, Status::Fail, &g.bdf, format!("cuda reports GPU_DIRECT_RDMA_SUPPORTED=0 for {}: nccl turns gdr off for this gpu, silently", d.name))
                 .expect(src, facts, "GPU_DIRECT_RDMA_SUPPORTED=1")
                 .fix("this GPU or platform does not support GPUDirect RDMA (e.g. unified-memory platforms such as DGX Spark report 0); use a GPU/platform that does, or accept host staging"),
+            Some(v) => Finding::new(ID, Status::Warn, &g.bdf, format!("cuda reports an unexpected GPU_DIRECT_RDMA_SUPPORTED={v}"))
+                .evidence(src, facts),
             None => Finding::new(ID, Status::Warn, &g.bdf, "the cuda driver does not know CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED (driver older than 11.3): nccl falls back to a trial registration")
                 .evidence(src, facts)
                 .fix("update the NVIDIA driver"),

@@ -84,13 +84,25 @@ pub static CHECKS: &[CheckDef] = &[
         run: rdma::firmware,
     },
     CheckDef {
-                id: "mem.memlock",
+        id: "mem.memlock",
         title: "the locked-memory limit is unlimited",
         run: mem::memlock,
     },
-    CheckDef { id: "gpu.gdr-support", title: "cuda reports gpudirect rdma (and dma-buf) support for each gpu", run: live::gdr_support },
-    CheckDef { id: "gpu.persistence", title: "gpus run in persistence mode", run: live::persistence },
-    CheckDef { id: "gpu.row-remap", title: "no gpu has pending row remaps or retired pages", run: live::row_remap },
+    CheckDef {
+        id: "gpu.gdr-support",
+        title: "cuda reports gpudirect rdma (and dma-buf) support for each gpu",
+        run: live::gdr_support,
+    },
+    CheckDef {
+        id: "gpu.persistence",
+        title: "gpus run in persistence mode",
+        run: live::persistence,
+    },
+    CheckDef {
+        id: "gpu.row-remap",
+        title: "no gpu has pending row remaps or retired pages",
+        run: live::row_remap,
+    },
     CheckDef {
         id: "gpu.bar1",
         title: "each gpu's bar1 aperture is large enough to map its memory for rdma",
