@@ -17,7 +17,7 @@
 // (thread 0 of each block), single writer, published with a seqlock: seq odd while a multi-
 // field update is in flight, st.release.sys of the even value orders the fields before it.
 // Waits publish lazily: a wait that completes within 1024 polls writes only `iter` (+0.6% in
-// the H200 measurements of knowledge/hang-probe.md §4.3; here `iter` is published every 256
+// the H200 measurements of knowledge/hang-probe.md section 4.3; here `iter` is published every 256
 // waits); a wait still unsatisfied after 1024 polls publishes WAITING with address/expected/
 // observed, heartbeats `observed` and `beat_gt` every `hb_ns`, checks the abort flag every 1024
 // polls, prints a line once it is older than `slow_ns`, then every `print_ns` while stalled,

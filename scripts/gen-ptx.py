@@ -13,6 +13,7 @@ Without --nvrtc it installs the wheel into a private directory (pip) and uses it
 """
 
 import argparse
+import re
 import ctypes
 import glob
 import os
@@ -59,7 +60,10 @@ def compile_ptx(nvrtc, src, name):
     ptx = ctypes.create_string_buffer(size.value)
     nvrtc.nvrtcGetPTX(prog, ptx)
     nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
-    return ptx.value.decode()
+    # NVRTC makes the program name absolute from the working directory in the .file
+    # directive (-lineinfo): strip it back to the repository-relative name so that the carried
+    # PTX does not depend on where the checkout lives.
+    return re.sub(r'(\.file\s+\d+\s+")[^"]*?(' + re.escape(name) + r'")', r"\1\2", ptx.value.decode())
 
 
 def main():
@@ -71,17 +75,17 @@ def main():
     differ = []
     for cu in sorted(glob.glob(os.path.join(ROOT, "kernels", "*.cu"))):
         base = os.path.splitext(os.path.basename(cu))[0]
-        src = open(cu).read()
+        src = open(cu, encoding="utf-8").read()
         # The program name appears in the PTX's .file directive: keep it machine-independent.
         ptx = compile_ptx(nvrtc, src, "kernels/%s.cu" % base)
         out = os.path.join(ROOT, "kernels", "ptx", base + ".ptx")
-        old = open(out).read() if os.path.exists(out) else None
+        old = open(out, encoding="utf-8").read() if os.path.exists(out) else None
         if a.check:
             if old != ptx:
                 differ.append(out)
         elif old != ptx:
             os.makedirs(os.path.dirname(out), exist_ok=True)
-            with open(out, "w") as f:
+            with open(out, "w", encoding="utf-8") as f:
                 f.write(ptx)
             print("wrote", os.path.relpath(out, ROOT))
     if differ:

@@ -142,7 +142,7 @@ pub fn open_root(sysroot: Option<&Path>) -> Result<OpenedRoot, String> {
 
 /// Open the root, read its metadata, collect the node: the common start of check and topo.
 /// `live_libs`: on a live node, also ask NVML, CUDA and libibverbs (in a worker process).
-fn load_node(
+pub fn load_node(
     sysroot: Option<&Path>,
     live_libs: bool,
 ) -> Result<(OpenedRoot, gdrdoctor_checks::model::Node), String> {
@@ -194,8 +194,13 @@ pub fn live_facts() -> gdrdoctor_checks::model::LiveFacts {
 }
 
 fn probe(args: &crate::cli::ProbeArgs) -> i32 {
-    if !args.registration && !args.hang {
-        return err("choose a probe: --registration or --hang (see `gdrdoctor probe --help`)");
+    if !args.registration && !args.hang && !args.doorbell && !args.p2p {
+        return err(
+            "choose a probe: --registration, --hang, --doorbell or --p2p (see `gdrdoctor probe --help`)",
+        );
+    }
+    if (args.lspci.is_some() || args.allow_mmio_write) && !args.doorbell {
+        return err("--lspci and --allow-mmio-write need --doorbell");
     }
     let mut scenarios: Vec<String> = crate::probe::hang::DEFAULT_SCENARIOS
         .iter()
@@ -244,6 +249,23 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
         }
     }
     if args.hang {
+        // The cross-GPU scenarios need a peer: --peer, else another GPU, else this one
+        // (loopback, said so in the report).
+        let ordinal = args.gpu.map(|g| g as i32).unwrap_or(0);
+        let n_gpus = gdrdoctor_checks::derive::gpus(&node).len() as i32;
+        let hang_peer = if scenarios.iter().any(|s| s.ends_with("remote-wait")) {
+            Some(args.peer.map(|p| p as i32).unwrap_or(if n_gpus >= 2 {
+                if ordinal == 0 {
+                    1
+                } else {
+                    0
+                }
+            } else {
+                ordinal
+            }))
+        } else {
+            None
+        };
         let o = crate::probe::hang::Options {
             ordinal: args.gpu.map(|g| g as i32).unwrap_or(0),
             threshold: std::time::Duration::from_millis(args.hang_timeout.max(20)),
@@ -252,11 +274,48 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
             scenarios,
             bench: args.bench,
             force_ptx: args.ptx,
+            peer: hang_peer,
         };
         let (f, v) = crate::probe::hang(&node, &o, std::time::Duration::from_secs(args.timeout));
         findings.extend(f);
         if let Some(v) = v {
             raw.insert("hang".into(), v);
+        }
+    }
+    if args.p2p {
+        let gpus = match (args.gpu, args.peer) {
+            (Some(a), Some(b)) if a == b => {
+                return err("--p2p with --gpu and --peer needs two different gpus")
+            }
+            (Some(a), Some(b)) => Some(format!("{a},{b}")),
+            (None, None) => None,
+            _ => return err("--p2p measures every pair; give both --gpu and --peer for one pair"),
+        };
+        let (f, v) = crate::probe::p2p::run(
+            &node,
+            gpus.as_deref(),
+            args.p2p_size,
+            args.repeat.max(20),
+            std::time::Duration::from_secs(args.timeout),
+        );
+        findings.extend(f);
+        if let Some(v) = v {
+            raw.insert("p2p".into(), v);
+        }
+    }
+    if args.doorbell {
+        let o = crate::probe::doorbell::Options {
+            ordinal: args.gpu.map(|g| g as i32).unwrap_or(0),
+            rings: args.rings,
+            lspci: args.lspci.clone(),
+            allow_mmio_write: args.allow_mmio_write,
+            force_ptx: args.ptx,
+        };
+        let (f, v) =
+            crate::probe::doorbell::run(&node, &o, std::time::Duration::from_secs(args.timeout));
+        findings.extend(f);
+        if let Some(v) = v {
+            raw.insert("doorbell".into(), v);
         }
     }
     let opts = RunOptions {

@@ -77,7 +77,11 @@ worker process that the parent kills at the deadline, then a fresh process confi
         "  gdrdoctor probe --registration --gpu 0 --format json\n",
         "  gdrdoctor probe --hang                    # healthy spin-wait protocols, timed\n",
         "  gdrdoctor probe --hang --inject all       # every injected fault must be caught and classified\n",
-        "  gdrdoctor probe --hang --inject never-set --hang-timeout 200\n\n",
+        "  gdrdoctor probe --hang --inject never-set --hang-timeout 200\n",
+        "  gdrdoctor probe --doorbell                # doorbell offsets, GPU write path, store latency\n",
+        "  gdrdoctor probe --doorbell --lspci nic.txt --allow-mmio-write\n",
+        "  gdrdoctor probe --p2p                     # peer bandwidth per gpu pair vs the link rate\n",
+        "  gdrdoctor probe --hang --inject remote-wait --peer 1\n\n",
         "Exit codes (check, probe):\n",
         "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
         "  1  at least one check failed\n",
@@ -121,8 +125,29 @@ pub struct ProbeArgs {
     /// Run spin-wait protocols on the GPU and watch them for stalls (healthy protocols by default)
     #[arg(long)]
     pub hang: bool,
+    /// Check doorbell arithmetic and the GPU-to-NIC write path: an emulated mlx5 doorbell page
+    /// rung by the GPU (always), store-flavour latency, and a real mlx5 UAR when there is one
+    #[arg(long)]
+    pub doorbell: bool,
+    /// Peer copy bandwidth and latency for every GPU pair (both directions and both at once),
+    /// against the link's theoretical rate; one GPU: a copy reference inside it
+    #[arg(long)]
+    pub p2p: bool,
+    /// With --p2p: bytes per copy, in MiB
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub p2p_size: usize,
+    /// With --doorbell: rings per store flavour for the latency table
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub rings: u32,
+    /// With --doorbell: a saved `lspci -vv -s <nic>` to cross-check the NIC's BAR0 against
+    #[arg(long, value_name = "FILE")]
+    pub lspci: Option<PathBuf>,
+    /// With --doorbell: let the GPU write the real doorbell once (value 0, a dedicated UAR with
+    /// no queue); without it nothing is written to the NIC
+    #[arg(long)]
+    pub allow_mmio_write: bool,
     /// With --hang: inject faults, comma-separated (never-set, occupancy, ordering, stale-read,
-    /// silent, ignore-abort) or `all`; each runs beside a healthy control
+    /// silent, ignore-abort, remote-wait) or `all`; each runs beside a healthy control
     #[arg(long, value_delimiter = ',', value_name = "NAME")]
     pub inject: Vec<String>,
     /// With --hang: a waiter without progress for this long is a stall (warning at half)
@@ -135,13 +160,20 @@ pub struct ProbeArgs {
     /// poll cost
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub bench: usize,
-    /// With --hang: use the PTX carried in the binary even when NVRTC is available
+    /// With --hang or --doorbell: use the PTX carried in the binary even when NVRTC is available
     #[arg(long)]
     pub ptx: bool,
-    /// Only this GPU (CUDA ordinal); default: every GPU
+    /// The peer GPU (CUDA ordinal). --hang --inject remote-wait: default GPU 1 (GPU 0 when
+    /// --gpu is not 0), the GPU itself (loopback) on a one-GPU node; --p2p: with --gpu, measure
+    /// only that pair
+    #[arg(long, value_name = "N")]
+    pub peer: Option<u32>,
+    /// Only this GPU (CUDA ordinal); default: every GPU for --registration, GPU 0 for --hang
+    /// and --doorbell
     #[arg(long, value_name = "N")]
     pub gpu: Option<u32>,
-    /// Repeat the timed steps N times and report medians and p90 (registration)
+    /// Repeat the timed steps N times and report medians and p90 (registration); with --p2p:
+    /// copies per measurement (at least 20)
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub repeat: u32,
     /// Kill a probe worker that runs longer than this many seconds

@@ -23,6 +23,8 @@ pages!(
     "gpu.gdr-support",
     "gpu.persistence",
     "gpu.row-remap",
+    "gpu.nvlink",
+    "gpu.p2p",
     "gpu.bar1",
     "pcie.bars",
     "pcie.acs-redirect",
@@ -54,6 +56,10 @@ probe_pages!(
     "probe.gpu-health",
     "probe.hang",
     "probe.hang-inject",
+    "probe.doorbell-layout",
+    "probe.doorbell-latency",
+    "probe.doorbell-mlx5",
+    "probe.p2p-bandwidth",
 );
 
 pub fn page(id: &str) -> Option<&'static str> {

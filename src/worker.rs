@@ -47,6 +47,8 @@ fn run(task: &str, args: &[String]) -> Result<serde_json::Value, String> {
         "health" => crate::probe::health::worker(),
         "registration" => crate::probe::registration::worker(args),
         "hang" => crate::probe::hang::worker(args),
+        "doorbell" => crate::probe::doorbell::worker(args),
+        "p2p" => crate::probe::p2p::worker(args),
         // Self-tests of the runner (deadline, crash, result protocol); no GPU needed.
         "selftest-sleep" => {
             let secs: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(60);

@@ -157,3 +157,74 @@ fn check_queries_live_libraries_in_a_worker_and_static_skips_them() {
     let st = v["findings"][0]["status"].as_str().unwrap().to_string();
     assert!(st == "skip", "--static never queries the libraries: {st}");
 }
+
+#[test]
+fn doorbell_probe_without_a_gpu_skips_and_flags_are_validated() {
+    let (code, out, err) = run(&["probe", "--doorbell", "--format", "json"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    let ids: Vec<(&str, &str)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["id"].as_str().unwrap(), f["status"].as_str().unwrap()))
+        .collect();
+    if ids.contains(&("probe.cuda", "skip")) {
+        // No GPU: both the CUDA side and the NIC side say why, and the run is not a failure.
+        assert_eq!(code, 0, "{ids:?}");
+        assert!(ids.contains(&("probe.doorbell-mlx5", "skip")), "{ids:?}");
+    } else if ids.iter().any(|(_, s)| *s == "error") {
+        assert_eq!(code, 3, "{ids:?}");
+    }
+    // Flags that only make sense with --doorbell are usage errors without it.
+    let (code, _, err) = run(&["probe", "--hang", "--allow-mmio-write"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--doorbell"), "{err}");
+    let (code, _, err) = run(&["probe", "--registration", "--lspci", "nic.txt"]);
+    assert_eq!(code, 2, "{err}");
+    // And `probe` alone names all three probes.
+    let (code, _, err) = run(&["probe"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--doorbell"), "{err}");
+}
+
+/// The H200 capture of `probe --doorbell`: its raw worker output, fed through today's finding
+/// logic, gives the findings that were reported on the machine.
+#[test]
+fn h200_doorbell_capture_rederives_its_findings() {
+    for name in ["h200-probe-doorbell.json", "h200-probe-doorbell-ptx.json"] {
+        let path = repo().join("fixtures/reports").join(name);
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let raw: gdrdoctor::probe::doorbell::DoorbellOutput =
+            serde_json::from_value(report["probe"]["doorbell"].clone()).unwrap();
+        assert!(raw.flavours.iter().all(|f| f.rings >= 10_000), "{name}");
+        assert_eq!(raw.layouts.len(), 7, "{name}");
+        let got = gdrdoctor::probe::doorbell::findings(&raw);
+        let statuses: Vec<(String, String)> = got
+            .iter()
+            .map(|f| (f.id.clone(), format!("{:?}", f.status).to_lowercase()))
+            .collect();
+        let want: Vec<(String, String)> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["id"].as_str().unwrap().to_string(),
+                    f["status"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(statuses, want, "{name}");
+        // The carried PTX (NVRTC 12.0) has no st.mmio: the probe says it ran st.release.sys.
+        if name.contains("ptx") {
+            assert!(!raw.st_mmio_native);
+            let ev = &got[1].evidence;
+            assert!(
+                ev.iter().any(|e| e.observed.contains("no st.mmio")),
+                "{ev:?}"
+            );
+        }
+    }
+}

@@ -400,3 +400,87 @@ fn live_facts_from_the_snapshot_feed_the_checks_and_the_verdict() {
     );
     assert_eq!(find(&r, "gpu.gdr-support", "node").status, Status::Skip);
 }
+
+/// Issue 7: GPU pairs from the constructed multi-GPU fixtures.
+#[test]
+fn gpu_pairs_nvlink_and_p2p_verdicts() {
+    let status_of = |scenario: &str, id: &str| -> Vec<(String, String)> {
+        let r = report_for(&repo().join("fixtures/sysroots").join(scenario));
+        r.findings
+            .iter()
+            .filter(|f| f.id == id)
+            .map(|f| (f.subject.clone(), format!("{:?}", f.status).to_lowercase()))
+            .collect()
+    };
+    // Healthy HGX: 28 pairs over NVSwitch, every GPU with 18 links.
+    let p = status_of("hgx-h200x8-cx7x8-healthy", "gpu.p2p");
+    assert_eq!(p.len(), 28);
+    assert!(p.iter().all(|(_, s)| s == "pass"), "{p:?}");
+    // Two links down on GPU 4 only.
+    let n = status_of("hgx-h200x8-cx7x8-nvlink-down", "gpu.nvlink");
+    let warned: Vec<&str> = n
+        .iter()
+        .filter(|(_, s)| s == "warn")
+        .map(|(b, _)| b.as_str())
+        .collect();
+    assert_eq!(warned, vec!["0000:98:00.0"], "{n:?}");
+    // No fabric manager: one node-level fail naming the cause.
+    let r = report_for(&repo().join("fixtures/sysroots/hgx-h200x8-cx7x8-no-fabricmanager"));
+    let f: Vec<_> = r.findings.iter().filter(|f| f.id == "gpu.p2p").collect();
+    assert_eq!(f.len(), 1);
+    assert!(
+        f[0].message.contains("SYSTEM_NOT_READY"),
+        "{}",
+        f[0].message
+    );
+    assert!(f[0]
+        .remediation
+        .as_deref()
+        .unwrap_or("")
+        .contains("nvidia-fabricmanager"));
+    // PCIe-only with ACS: same-switch pairs warn, cross-switch pairs pass as "no p2p, expected".
+    let p = status_of("pcie-h200x8-cx7x4-p2p-blocked", "gpu.p2p");
+    let warns: Vec<&str> = p
+        .iter()
+        .filter(|(_, s)| s == "warn")
+        .map(|(b, _)| b.as_str())
+        .collect();
+    assert_eq!(
+        warns,
+        vec![
+            "0000:18:00.0|0000:19:00.0",
+            "0000:28:00.0|0000:29:00.0",
+            "0000:98:00.0|0000:99:00.0",
+            "0000:a8:00.0|0000:a9:00.0"
+        ]
+    );
+    assert_eq!(
+        status_of("pcie-h200x8-cx7x4-p2p-blocked", "gpu.nvlink"),
+        vec![("node".to_string(), "skip".to_string())]
+    );
+    // The real single-GPU capture: no pair, no NVLink.
+    assert_eq!(
+        status_of("h200-vm-live", "gpu.p2p"),
+        vec![("node".to_string(), "skip".to_string())]
+    );
+}
+
+/// `probe --p2p`'s theoretical link rate from the fixtures' NVML facts.
+#[test]
+fn p2p_theoretical_rates() {
+    let node = |s: &str| {
+        gdrdoctor::app::load_node(Some(&repo().join("fixtures/sysroots").join(s)), false)
+            .unwrap()
+            .1
+    };
+    let hgx = node("hgx-h200x8-cx7x8-healthy");
+    let (t, how) =
+        gdrdoctor::probe::p2p::theoretical(&hgx, "0000:18:00.0", "0000:c8:00.0").unwrap();
+    assert_eq!(t, 450.0, "{how}");
+    assert!(how.contains("NVLink 4.0"), "{how}");
+    let pcie = node("pcie-h200x8-cx7x4-p2p-blocked");
+    let (t, how) =
+        gdrdoctor::probe::p2p::theoretical(&pcie, "0000:18:00.0", "0000:19:00.0").unwrap();
+    assert!((t - 63.0).abs() < 0.1, "{t} {how}");
+    assert!(how.starts_with("PCIe Gen5 x16"), "{how}");
+}

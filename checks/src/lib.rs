@@ -7,10 +7,12 @@
 
 pub mod checks;
 pub mod derive;
+pub mod doorbell;
 pub mod gdr;
 pub mod inventory;
 pub mod model;
 pub mod names;
+pub mod p2p;
 pub mod parse;
 pub mod pci;
 pub mod report;

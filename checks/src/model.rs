@@ -130,6 +130,25 @@ pub struct NvmlFacts {
     pub cuda_driver_version: Option<i32>,
     pub nvml_version: Option<String>,
     pub gpus: Vec<NvmlGpu>,
+    /// Every GPU pair (a < b in NVML order): topology and P2P status.
+    #[serde(default)]
+    pub pairs: Vec<NvmlPair>,
+}
+
+/// One GPU pair as NVML sees it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct NvmlPair {
+    pub a: String,
+    pub b: String,
+    /// `nvmlDeviceGetTopologyCommonAncestor`: `internal`, `single` (one PCIe switch), `multiple`
+    /// (several switches), `hostbridge`, `node` (same NUMA node), `system` (across sockets).
+    pub common_ancestor: Option<String>,
+    /// `nvmlDeviceGetP2PStatus` per capability (`read`, `write`, `nvlink`, `atomics`, `prop`):
+    /// `ok`, `chipset-not-supported`, `gpu-not-supported`, `ioh-topology-not-supported`,
+    /// `disabled-by-regkey`, `not-supported`, `unknown`.
+    pub p2p: BTreeMap<String, String>,
+    #[serde(default)]
+    pub errors: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -167,6 +186,13 @@ pub struct NvLink {
     pub link: u32,
     pub active: bool,
     pub remote_bdf: Option<String>,
+    /// `nvmlDeviceGetNvLinkRemoteDeviceType`: `gpu`, `switch`, `ibmnpu`, `unknown`.
+    #[serde(default)]
+    pub remote_type: Option<String>,
+    /// `nvmlDeviceGetNvLinkVersion`, the raw `nvmlNvlinkVersion_t` code: 1 = 1.0, 2 = 2.0,
+    /// 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0 (H100/H200), 7 = 5.0 (B200).
+    #[serde(default)]
+    pub version: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -176,6 +202,25 @@ pub struct CudaFacts {
     pub devices: Vec<CudaDevice>,
     /// The library file that was loaded (from /proc/self/maps), to spot toolkit stubs.
     pub library: Option<String>,
+    /// Every ordered GPU pair: `cuDeviceCanAccessPeer` and `cuDeviceGetP2PAttribute`.
+    #[serde(default)]
+    pub peers: Vec<CudaPeer>,
+}
+
+/// Peer access from `a` to `b` (CUDA ordinals; PCI addresses beside them).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CudaPeer {
+    pub a: i32,
+    pub b: i32,
+    pub a_bdf: String,
+    pub b_bdf: String,
+    /// `cuDeviceCanAccessPeer`.
+    pub can_access: Option<bool>,
+    /// `CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK` (0 is best).
+    pub performance_rank: Option<i32>,
+    /// `CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`.
+    pub native_atomic: Option<bool>,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -380,6 +425,11 @@ impl PciDevice {
     pub fn is_nvidia_gpu(&self) -> bool {
         self.vendor_id.get() == Some(&0x10de)
             && self.class_code().is_some_and(|c| (c >> 16) == 0x03)
+    }
+    /// An NVSwitch (NVIDIA, class 0x0680 "other bridge"), as HGX boards expose them.
+    pub fn is_nvswitch(&self) -> bool {
+        self.vendor_id.get() == Some(&0x10de)
+            && self.class_code().is_some_and(|c| (c >> 8) == 0x0680)
     }
     pub fn is_bridge(&self) -> bool {
         self.class_code().is_some_and(|c| (c >> 8) == 0x0604)

@@ -4,7 +4,7 @@
 //! inside the worker, which reports it.
 
 use cudarc::driver::sys;
-use gdrdoctor_checks::model::{CudaDevice, CudaFacts};
+use gdrdoctor_checks::model::{CudaDevice, CudaFacts, CudaPeer};
 use std::ffi::{c_char, c_int};
 
 /// A failed driver call: the function and the CUresult name.
@@ -180,9 +180,54 @@ pub fn facts() -> Result<CudaFacts, String> {
             total_memory: total_mem(d),
         });
     }
+    let mut peers = Vec::new();
+    for a in &devices {
+        for b in &devices {
+            if a.ordinal != b.ordinal {
+                peers.push(peer(a, b));
+            }
+        }
+    }
     Ok(CudaFacts {
         driver_version,
         devices,
         library: loaded_library(),
+        peers,
     })
+}
+
+/// `cuDeviceCanAccessPeer` and the P2P attributes from `a` to `b`.
+fn peer(a: &CudaDevice, b: &CudaDevice) -> CudaPeer {
+    let mut p = CudaPeer {
+        a: a.ordinal,
+        b: b.ordinal,
+        a_bdf: a.bdf.clone(),
+        b_bdf: b.bdf.clone(),
+        ..Default::default()
+    };
+    let (da, db) = match (device(a.ordinal), device(b.ordinal)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => {
+            p.error = Some(e.to_string());
+            return p;
+        }
+    };
+    let mut v: c_int = 0;
+    // SAFETY: writes one int.
+    match check("cuDeviceCanAccessPeer", unsafe {
+        sys::cuDeviceCanAccessPeer(&mut v, da, db)
+    }) {
+        Ok(()) => p.can_access = Some(v != 0),
+        Err(e) => p.error = Some(e.to_string()),
+    }
+    let attr = |at: sys::CUdevice_P2PAttribute| -> Option<i32> {
+        let mut v: c_int = 0;
+        // SAFETY: writes one int.
+        let r = unsafe { sys::cuDeviceGetP2PAttribute(&mut v, at, da, db) };
+        (r == sys::CUresult::CUDA_SUCCESS).then_some(v)
+    };
+    use sys::CUdevice_P2PAttribute as P;
+    p.performance_rank = attr(P::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK);
+    p.native_atomic = attr(P::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED).map(|v| v != 0);
+    p
 }

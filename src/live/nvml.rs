@@ -1,7 +1,8 @@
 //! NVML, loaded at run time by nvml-wrapper (no link-time dependency). A missing library or
 //! driver is an error value, never a crash. Called inside the live-facts worker.
 
-use gdrdoctor_checks::model::{NvLink, NvmlFacts, NvmlGpu, RemappedRows};
+use gdrdoctor_checks::model::{NvLink, NvmlFacts, NvmlGpu, NvmlPair, RemappedRows};
+use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
 use nvml_wrapper::Nvml;
 
 /// The error text of an NVML failure, with libloading's source chain (its Display alone is
@@ -28,6 +29,7 @@ pub fn facts() -> Result<NvmlFacts, String> {
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
         nvml_version: nvml.sys_nvml_version().ok(),
         gpus: Vec::new(),
+        pairs: Vec::new(),
     };
     let n = nvml
         .device_count()
@@ -98,6 +100,12 @@ pub fn facts() -> Result<NvmlFacts, String> {
                     } else {
                         None
                     },
+                    remote_type: if active {
+                        remote_device_type(&nvml, &d, l)
+                    } else {
+                        None
+                    },
+                    version: w.version().ok(),
                 }),
                 Err(_) => break,
             }
@@ -105,7 +113,106 @@ pub fn facts() -> Result<NvmlFacts, String> {
         g.errors = errs;
         f.gpus.push(g);
     }
+    f.pairs = pairs(&nvml, n);
     Ok(f)
+}
+
+/// Topology and P2P status of every GPU pair.
+fn pairs(nvml: &Nvml, n: u32) -> Vec<NvmlPair> {
+    let mut out = Vec::new();
+    let devs: Vec<Option<nvml_wrapper::Device<'_>>> =
+        (0..n).map(|i| nvml.device_by_index(i).ok()).collect();
+    let bdf = |d: &nvml_wrapper::Device<'_>| {
+        d.pci_info()
+            .map(|p| crate::live::cuda::normalize_bdf(&p.bus_id))
+            .unwrap_or_default()
+    };
+    for i in 0..devs.len() {
+        for j in i + 1..devs.len() {
+            let (Some(a), Some(b)) = (&devs[i], &devs[j]) else {
+                continue;
+            };
+            let mut p = NvmlPair {
+                a: bdf(a),
+                b: bdf(b),
+                ..Default::default()
+            };
+            match nvml.topology_common_ancestor(a, b) {
+                Ok(l) => {
+                    p.common_ancestor = Some(
+                        match l {
+                            TopologyLevel::Internal => "internal",
+                            TopologyLevel::Single => "single",
+                            TopologyLevel::Multiple => "multiple",
+                            TopologyLevel::HostBridge => "hostbridge",
+                            TopologyLevel::Node => "node",
+                            TopologyLevel::System => "system",
+                        }
+                        .to_string(),
+                    )
+                }
+                Err(e) => p.errors.push(format!(
+                    "nvmlDeviceGetTopologyCommonAncestor: {}",
+                    err_text(&e)
+                )),
+            }
+            for (name, idx) in [
+                ("read", P2pCapabilitiesIndex::Read),
+                ("write", P2pCapabilitiesIndex::Write),
+                ("nvlink", P2pCapabilitiesIndex::NvLink),
+                ("atomics", P2pCapabilitiesIndex::Atomics),
+                ("prop", P2pCapabilitiesIndex::Prop),
+            ] {
+                match a.p2p_status(b, idx) {
+                    Ok(s) => {
+                        p.p2p.insert(name.to_string(), p2p_name(s).to_string());
+                    }
+                    Err(e) => p
+                        .errors
+                        .push(format!("nvmlDeviceGetP2PStatus({name}): {}", err_text(&e))),
+                }
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `nvmlDeviceGetNvLinkRemoteDeviceType`, called raw: nvml-wrapper 0.13 passes a temporary as
+/// the out-pointer and always answers `Unknown`.
+fn remote_device_type(nvml: &Nvml, d: &nvml_wrapper::Device<'_>, link: u32) -> Option<String> {
+    let f = nvml
+        .lib()
+        .nvmlDeviceGetNvLinkRemoteDeviceType
+        .as_ref()
+        .ok()?;
+    let mut t: std::os::raw::c_uint = 255;
+    // SAFETY: the handle comes from a live Device of this Nvml; the out-pointer is ours.
+    let r = unsafe { f(d.handle(), link, &mut t) };
+    if r != 0 {
+        return None;
+    }
+    Some(
+        match t {
+            0 => "gpu",
+            1 => "ibmnpu",
+            2 => "switch",
+            _ => "unknown",
+        }
+        .to_string(),
+    )
+}
+
+fn p2p_name(s: P2pStatus) -> &'static str {
+    match s {
+        P2pStatus::Ok => "ok",
+        P2pStatus::ChipsetNotSupported => "chipset-not-supported",
+        P2pStatus::GpuNotSupported => "gpu-not-supported",
+        P2pStatus::IohTopologyNotSupported => "ioh-topology-not-supported",
+        P2pStatus::DisabledByRegkey => "disabled-by-regkey",
+        P2pStatus::NotSupported => "not-supported",
+        P2pStatus::Unknown => "unknown",
+    }
 }
 
 /// Row remapping (A100/H100/H200) is not wrapped by nvml-wrapper: call the raw symbol.

@@ -181,6 +181,9 @@ pub enum Class {
     Silent,
     /// The waiter is alive and re-reading memory; the value just never arrives.
     SpinStall,
+    /// The waiter spins on its own GPU's memory for a value a peer GPU should write over peer
+    /// access, and the peer's write never came.
+    RemoteWait,
 }
 
 impl Class {
@@ -191,6 +194,7 @@ impl Class {
             Class::StaleRead => "stale-read",
             Class::Silent => "silent",
             Class::SpinStall => "spin-stall",
+            Class::RemoteWait => "remote-wait",
         }
     }
     pub fn explain(self) -> &'static str {
@@ -200,6 +204,7 @@ impl Class {
             Class::StaleRead => "memory already holds the awaited value but the waiter keeps seeing the old one: its load is hoisted or cached (missing volatile / ld.acquire)",
             Class::Silent => "the waiter stopped sending heartbeats: it spins in a loop without instrumentation (or trapped, or was preempted)",
             Class::SpinStall => "the waiter is alive and re-reads memory, but nobody writes the awaited value",
+            Class::RemoteWait => "the waiter is alive and re-reads its own gpu's memory for a value a peer gpu should write over peer access (nvlink or pcie p2p); the peer's write never arrived",
         }
     }
     pub fn fix(self) -> &'static str {
@@ -209,6 +214,7 @@ impl Class {
             Class::StaleRead => "poll with volatile or ld.acquire loads (cuda::atomic_ref load(acquire), NVSHMEM-style) and publish with st.release / __threadfence_system() before the flag",
             Class::Silent => "use instrumented waits with a periodic heartbeat and abort check; attach cuda-gdb to see where the warp spins (docs/guides/hangs.md)",
             Class::SpinStall => "find who should write the awaited address (the site names it): a peer that never posts, a lost RDMA write, a doorbell that never reached the NIC",
+            Class::RemoteWait => "look at the peer gpu the verdict names: its kernel finished without writing this address (a wrong offset, or a pointer taken from the wrong device or context), never started, or cannot reach this gpu (peer access not enabled: cuCtxEnablePeerAccess; `gdrdoctor check --only gpu.p2p`)",
         }
     }
 }
@@ -228,6 +234,9 @@ pub struct Stalled {
     pub waited_ms: f64,
     pub heartbeat_age_ms: f64,
     pub phase: String,
+    /// The wait's comparison: `==` or `>=`.
+    #[serde(default)]
+    pub cmp: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -243,6 +252,9 @@ pub struct Verdict {
     pub started: usize,
     pub capacity: Option<u32>,
     pub writer: Option<String>,
+    /// For `remote-wait`: the peer GPU that should have written (ordinal and PCI address).
+    #[serde(default)]
+    pub peer: Option<String>,
     /// Host wall clock (ns since the epoch) of the verdict.
     pub at_realtime_ns: u64,
 }
@@ -278,6 +290,9 @@ pub struct HangOutput {
     pub gt_calibration_rtt_ns: u64,
     pub scenarios: Vec<ScenarioResult>,
     pub bench: Option<Bench>,
+    /// The peer GPU of the cross-GPU scenarios (`loopback` when it is this GPU), or why none.
+    #[serde(default)]
+    pub peer: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -305,6 +320,9 @@ pub struct Options {
     pub scenarios: Vec<String>,
     pub bench: usize,
     pub force_ptx: bool,
+    /// The peer GPU (CUDA ordinal) of the cross-GPU scenarios; the same ordinal runs them in
+    /// loopback on one GPU.
+    pub peer: Option<i32>,
 }
 
 impl Options {
@@ -321,6 +339,9 @@ impl Options {
             } else {
                 "auto".into()
             },
+            self.peer
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "-".into()),
         ]
     }
     pub fn from_args(a: &[String]) -> Options {
@@ -341,6 +362,7 @@ impl Options {
                 .unwrap_or_default(),
             bench: num(5, 0) as usize,
             force_ptx: a.get(6).is_some_and(|s| s == "ptx"),
+            peer: a.get(7).and_then(|s| s.parse().ok()),
         }
     }
 }
@@ -357,11 +379,13 @@ pub static SCENARIOS: &[(&str, &str, Option<Class>, &str)] = &[
     ("stale-read", "inject", Some(Class::StaleRead), "the waiter loads the flag once (a hoisted load) and compares that register forever"),
     ("silent", "inject", Some(Class::Silent), "the waiter spins without heartbeats (it still honours abort)"),
     ("ignore-abort", "inject", Some(Class::Silent), "the waiter spins without heartbeats and never checks the abort flag: the worker must be killed"),
+    ("remote-wait", "inject", Some(Class::RemoteWait), "a waiter spins on a flag in its own gpu's memory that a kernel on the peer gpu should set over peer access; the peer's kernel writes the neighbouring word instead"),
     ("control:occupancy", "control", None, "grid-barrier at exactly the resident capacity"),
     ("control:ordering", "control", None, "the same producer/consumer pair on independent streams"),
     ("control:stale-read", "control", None, "the hoisted-load kernel's neighbour with a correct acquire load, flag set after 20 ms"),
     ("control:silent", "control", None, "the heartbeat-less waiter with a producer that sets its flag after 20 ms"),
     ("control:ignore-abort", "control", None, "the abort-ignoring waiter with a producer that sets its flag after 20 ms"),
+    ("control:remote-wait", "control", None, "the same pair: the peer gpu's kernel sets the flag over peer access after 20 ms"),
 ];
 
 pub const DEFAULT_SCENARIOS: &[&str] = &["handoff", "grid-barrier", "pingpong", "ring"];
@@ -372,6 +396,7 @@ pub const INJECTIONS: &[&str] = &[
     "stale-read",
     "silent",
     "ignore-abort",
+    "remote-wait",
 ];
 
 /// The host-mapped region, as the detector sees it: plain memory, no CUDA handle in reach.
@@ -379,6 +404,8 @@ struct View {
     mapped: *mut u8,
     opts: Options,
     offset_ns: i64,
+    /// The peer GPU, described for verdicts (`GPU1 0000:..`).
+    peer_desc: Option<String>,
 }
 
 // SAFETY: the mapped region is shared memory read with atomics; the pointer stays valid for the
@@ -393,6 +420,19 @@ struct Gpu {
     streams: [sys::CUstream; 2],
     funcs: kernels::Module,
     sms: i32,
+    /// Device memory of this GPU that the peer writes (remote flags), 4 KiB.
+    remote: u64,
+    peer: Result<Peer, String>,
+}
+
+/// The peer GPU of the cross-GPU scenarios.
+struct Peer {
+    ctx: sys::CUcontext,
+    own_ctx: sys::CUcontext,
+    /// `None`: loopback, use this GPU's module.
+    funcs: Option<kernels::Module>,
+    stream: sys::CUstream,
+    loopback: bool,
 }
 
 impl std::ops::Deref for Gpu {
@@ -472,6 +512,8 @@ struct Launch {
     rec_base: usize,
     args: Vec<Arg>,
     cooperative: bool,
+    /// Launched on the peer GPU (its context, module and stream).
+    on_peer: bool,
 }
 
 enum Step {
@@ -509,8 +551,16 @@ impl Gpu {
                     let lr = self.launch(li);
                     lr.launch_id.store(li as u32, Ordering::Relaxed);
                     lr.state.store(L_ENQUEUED, Ordering::Release);
-                    let f = *self
-                        .funcs
+                    let peer = if l.on_peer {
+                        Some(self.peer.as_ref().map_err(|e| e.clone())?)
+                    } else {
+                        None
+                    };
+                    let module = match peer.and_then(|p| p.funcs.as_ref()) {
+                        Some(m) => m,
+                        None => &self.funcs,
+                    };
+                    let f = *module
                         .functions
                         .get(l.func)
                         .ok_or_else(|| format!("kernel {} not loaded", l.func))?;
@@ -532,7 +582,15 @@ impl Gpu {
                             Arg::U32(v) => (v as *mut u32).cast::<c_void>(),
                         })
                         .collect();
-                    let stream = self.streams[l.stream];
+                    let stream = match peer {
+                        Some(p) => p.stream,
+                        None => self.streams[l.stream],
+                    };
+                    let switch = peer.filter(|p| !p.loopback);
+                    if let Some(p) = switch {
+                        // SAFETY: the peer's primary context, retained by the worker.
+                        cu("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(p.ctx) })?;
+                    }
                     // SAFETY: params point into `vals`, alive across the call; the driver copies them.
                     let r = unsafe {
                         if l.cooperative {
@@ -564,6 +622,12 @@ impl Gpu {
                             )
                         }
                     };
+                    if let Some(p) = switch {
+                        // SAFETY: back to this GPU's context.
+                        cu("cuCtxSetCurrent", unsafe {
+                            sys::cuCtxSetCurrent(p.own_ctx)
+                        })?;
+                    }
                     cu(
                         if l.cooperative {
                             "cuLaunchCooperativeKernel"
@@ -601,6 +665,14 @@ impl Gpu {
             cu("cuStreamSynchronize", unsafe {
                 sys::cuStreamSynchronize(s)
             })?;
+        }
+        if let Ok(p) = &self.peer {
+            if !p.loopback {
+                // SAFETY: as above, for the peer's stream.
+                cu("cuStreamSynchronize", unsafe {
+                    sys::cuStreamSynchronize(p.stream)
+                })?;
+            }
         }
         Ok(())
     }
@@ -735,8 +807,22 @@ fn classify(
         .unwrap_or_default();
     let _ = k0;
     let mem = memory(&primary);
+    let writer_on_peer = site
+        .and_then(|s| s.writer)
+        .and_then(|l| {
+            plan.steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::Launch(x) => Some(x),
+                    _ => None,
+                })
+                .nth(l)
+        })
+        .is_some_and(|x| x.on_peer);
     let class = if never_started > 0 && all_started_wait {
         Class::ForwardProgress
+    } else if writer_on_peer {
+        Class::RemoteWait
     } else if writer_state == Some(L_ENQUEUED) {
         Class::Ordering
     } else if mem.is_some_and(|m| m == primary.expected) && primary.observed != primary.expected {
@@ -767,6 +853,7 @@ fn classify(
             waited_ms: waited,
             heartbeat_age_ms: (now - w.t_beat[*k]).as_secs_f64() * 1e3,
             phase: phase_name(s.phase).into(),
+            cmp: if s.cmp == 1 { ">=" } else { "==" }.into(),
         }
     };
     let list: Vec<Stalled> = stalled.iter().take(16).map(describe).collect();
@@ -792,6 +879,11 @@ fn classify(
                 }
             )
         }),
+        peer: if writer_on_peer {
+            g.peer_desc.clone()
+        } else {
+            None
+        },
         at_realtime_ns: at,
     }
 }
@@ -818,6 +910,7 @@ fn plan_for(g: &Gpu, name: &str) -> Result<Plan, String> {
             rec_base: rec,
             args: vec![flag(fl), Arg::U64(1), Arg::U32(site), Arg::U32(flavour)],
             cooperative: false,
+            on_peer: false,
         })
     };
     let set = |fl: usize, delay_ms: u64, stream: usize, rec: usize| {
@@ -829,6 +922,7 @@ fn plan_for(g: &Gpu, name: &str) -> Result<Plan, String> {
             rec_base: rec,
             args: vec![flag(fl), Arg::U64(1), Arg::U64(delay_ms * 1_000_000)],
             cooperative: false,
+            on_peer: false,
         })
     };
     let site = |id: u32, what: &str, fl: usize, writer: Option<usize>| Site {
@@ -859,6 +953,7 @@ fn plan_for(g: &Gpu, name: &str) -> Result<Plan, String> {
             rec_base: 0,
             args: vec![flag(0), Arg::U64(1), Arg::U32(5)],
             cooperative,
+            on_peer: false,
         })
     };
     let pair = |cons_flavour: u32, delay: u64, fl: usize| Plan {
@@ -902,6 +997,46 @@ fn plan_for(g: &Gpu, name: &str) -> Result<Plan, String> {
             notes: vec![],
         },
         "control:ignore-abort" => pair(3, 20, 5),
+        "remote-wait" | "control:remote-wait" => {
+            let peer = g.peer.as_ref().map_err(|e| format!("no peer gpu: {e}"))?;
+            // SAFETY: 4 KiB of this GPU's memory, owned by the worker; nothing runs.
+            cu("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(g.remote, 0, 4096) })?;
+            let target = if name == "remote-wait" { g.remote + 64 } else { g.remote };
+            let desc = g.peer_desc.clone().unwrap_or_else(|| "the peer gpu".into());
+            let mut notes = vec![format!("peer: {desc}")];
+            if peer.loopback {
+                notes.push("loopback: the peer is this gpu (one gpu available), so the flag is written by a second kernel of the same gpu; the peer-access path itself is not exercised".into());
+            }
+            Plan {
+                steps: vec![
+                    Step::Launch(Launch {
+                        func: "hp_wait_flag",
+                        grid: 1,
+                        block: 32,
+                        stream: 0,
+                        rec_base: 0,
+                        args: vec![Arg::U64(g.remote), Arg::U64(1), Arg::U32(7), Arg::U32(0)],
+                        cooperative: false,
+                        on_peer: false,
+                    }),
+                    Step::Launch(Launch {
+                        func: "hp_set_flag",
+                        grid: 1,
+                        block: 32,
+                        stream: 1,
+                        rec_base: 1,
+                        args: vec![Arg::U64(target), Arg::U64(1), Arg::U64(20_000_000)],
+                        cooperative: false,
+                        on_peer: true,
+                    }),
+                ],
+                // No host-readable copy of the flag: it lives in device memory.
+                sites: vec![Site { id: 7, what: format!("flag in this gpu's memory that {desc} writes over peer access"), flag: None, writer: Some(1) }],
+                ranges: vec![(0, 0, 1), (1, 1, 1)],
+                capacity: None,
+                notes,
+            }
+        }
         "grid-barrier" | "control:occupancy" | "occupancy" => {
             let cap = capacity()?;
             let extra = if name == "occupancy" { 8 } else { 0 };
@@ -970,7 +1105,13 @@ fn run_scenario(g: &Gpu, name: &str) -> Result<ScenarioResult, String> {
             r.completed = true;
             r.elapsed_ms = t0.elapsed().as_secs_f64() * 1e3;
             g.sync()?;
-            if plan.sites.iter().any(|s| s.writer == Some(1)) && n >= 2 {
+            // Wake-up time needs both %globaltimer readings from one GPU.
+            let cross_gpu = plan
+                .steps
+                .iter()
+                .any(|s| matches!(s, Step::Launch(l) if l.on_peer))
+                && g.peer.as_ref().is_ok_and(|p| !p.loopback);
+            if plan.sites.iter().any(|s| s.writer == Some(1)) && n >= 2 && !cross_gpu {
                 let consumer_end = g.launch(0).end_gt.load(Ordering::Acquire);
                 let producer_end = g.launch(1).end_gt.load(Ordering::Acquire);
                 if consumer_end >= producer_end && producer_end > 0 {
@@ -1036,6 +1177,7 @@ fn run_protocol(
             rec_base: 0,
             args,
             cooperative: false,
+            on_peer: false,
         })],
         sites: vec![],
         ranges: vec![],
@@ -1181,6 +1323,76 @@ fn calibrate(g: &Gpu) -> Result<(i64, u64), String> {
     Ok(best)
 }
 
+/// Retain the peer GPU's context, load the kernels there, and let it write this GPU's memory
+/// (`cuCtxEnablePeerAccess` from the peer's context). Leaves `own` current.
+fn setup_peer(
+    p: i32,
+    own_ordinal: i32,
+    own: sys::CUcontext,
+    force_ptx: bool,
+) -> Result<Peer, String> {
+    let dp = cuda::device(p).map_err(|e| e.to_string())?;
+    let da = cuda::device(own_ordinal).map_err(|e| e.to_string())?;
+    let mut can: i32 = 0;
+    // SAFETY: writes one int.
+    cu("cuDeviceCanAccessPeer", unsafe {
+        sys::cuDeviceCanAccessPeer(&mut can, dp, da)
+    })?;
+    if can == 0 {
+        return Err(format!("cuDeviceCanAccessPeer(GPU{p} -> GPU{own_ordinal}) = 0: the peer cannot write this gpu's memory (see `gdrdoctor check --only gpu.p2p`)"));
+    }
+    use sys::CUdevice_attribute as A;
+    let cc = (
+        cuda::attribute(dp, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0),
+        cuda::attribute(dp, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).unwrap_or(0),
+    );
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    let mut stream: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: the peer's primary context, kept for the worker's lifetime.
+    unsafe {
+        cu(
+            "cuDevicePrimaryCtxRetain",
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, dp),
+        )?;
+        cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+    }
+    let r = (|| -> Result<kernels::Module, String> {
+        let funcs = kernels::load(
+            kernels::HANG_CU,
+            kernels::HANG_PTX,
+            "kernels/hang.cu",
+            cc,
+            &["hp_set_flag"],
+            force_ptx,
+        )?;
+        // SAFETY: stream in the peer's context; peer access from it to our context.
+        unsafe {
+            cu("cuStreamCreate", sys::cuStreamCreate(&mut stream, 1))?;
+            let e = sys::cuCtxEnablePeerAccess(own, 0);
+            if e != sys::CUresult::CUDA_SUCCESS
+                && e != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+            {
+                cu("cuCtxEnablePeerAccess", e)?;
+            }
+        }
+        Ok(funcs)
+    })();
+    // SAFETY: back to our context whatever happened; on failure give the peer's context back.
+    unsafe {
+        sys::cuCtxSetCurrent(own);
+        if r.is_err() {
+            sys::cuDevicePrimaryCtxRelease_v2(dp);
+        }
+    }
+    Ok(Peer {
+        ctx,
+        own_ctx: own,
+        funcs: Some(r?),
+        stream,
+        loopback: false,
+    })
+}
+
 /// `__worker hang ARGS`: prints the result itself (possibly early, on escalation).
 pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     let opts = Options::from_args(args);
@@ -1237,6 +1449,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     let mut host: *mut c_void = std::ptr::null_mut();
     let mut dev: sys::CUdeviceptr = 0;
     let mut dev_mem: sys::CUdeviceptr = 0;
+    let mut remote: sys::CUdeviceptr = 0;
     let mut streams: [sys::CUstream; 2] = [std::ptr::null_mut(); 2];
     // SAFETY: allocations and streams owned by the worker for its lifetime.
     unsafe {
@@ -1249,21 +1462,56 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0),
         )?;
         cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut dev_mem, 4096))?;
+        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut remote, 4096))?;
         for s in streams.iter_mut() {
             cu("cuStreamCreate", sys::cuStreamCreate(s, 1))?; // CU_STREAM_NON_BLOCKING
         }
     }
+    let peer = match opts.peer {
+        None => Err("no peer gpu requested".to_string()),
+        Some(p) if p == opts.ordinal => Ok(Peer {
+            ctx,
+            own_ctx: ctx,
+            funcs: None,
+            stream: streams[1],
+            loopback: true,
+        }),
+        Some(p) if p >= cuda::device_count().unwrap_or(0) => Err(format!(
+            "GPU{p} is not visible to cuda here ({} device(s); CUDA_VISIBLE_DEVICES?)",
+            cuda::device_count().unwrap_or(0)
+        )),
+        Some(p) => setup_peer(p, opts.ordinal, ctx, opts.force_ptx),
+    };
+    let peer_desc = opts.peer.map(|p| {
+        let bdf = cuda::device(p)
+            .ok()
+            .and_then(|d| cuda::pci_bus_id(d).ok())
+            .unwrap_or_default();
+        if p == opts.ordinal {
+            format!("GPU{p} {bdf} (loopback)")
+        } else {
+            format!("GPU{p} {bdf}")
+        }
+    });
+    out.peer = match (&peer, &peer_desc) {
+        (Ok(_), d) => d.clone(),
+        (Err(e), _) if opts.peer.is_some() => Some(format!("peer setup failed: {e}")),
+        _ => None,
+    };
     let mut g = Gpu {
         view: View {
             mapped: host.cast(),
             opts: opts.clone(),
             offset_ns: 0,
+            peer_desc,
         },
         mapped_dev: dev,
         dev_mem,
         streams,
         funcs,
         sms: out.sms,
+        remote,
+        peer,
     };
     let (off, rtt) = calibrate(&g)?;
     g.view.offset_ns = off;
@@ -1304,6 +1552,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             sys::cuStreamDestroy_v2(s);
         }
         sys::cuMemFree_v2(g.dev_mem);
+        sys::cuMemFree_v2(g.remote);
         sys::cuMemFreeHost(host);
         sys::cuDevicePrimaryCtxRelease_v2(d);
     }
@@ -1377,8 +1626,10 @@ mod tests {
                     scenarios: vec![],
                     bench: 0,
                     force_ptx: false,
+                    peer: None,
                 },
                 offset_ns: 0,
+                peer_desc: Some("GPU1 0000:28:00.0".into()),
             }
         }
     }
@@ -1417,6 +1668,7 @@ mod tests {
                     rec_base: 0,
                     args: vec![],
                     cooperative: false,
+                    on_peer: false,
                 })
             })
             .collect();
@@ -1547,6 +1799,39 @@ mod tests {
     }
 
     #[test]
+    fn remote_wait_names_the_peer_whose_write_never_came() {
+        let mut f = Fake::new();
+        let v = f.view(40);
+        set_rec(&v, 0, PH_WAITING, 7, 0, 1, 0, realtime_ns());
+        // The peer's kernel ran to the end without writing the awaited word.
+        v.launch(1).state.store(L_DONE, Ordering::Release);
+        let mut p = plan(
+            vec![Site {
+                id: 7,
+                what: "flag in this gpu's memory".into(),
+                flag: None,
+                writer: Some(1),
+            }],
+            vec![(0, 0, 1), (1, 1, 1)],
+            2,
+        );
+        if let Step::Launch(l) = &mut p.steps[1] {
+            l.on_peer = true;
+        }
+        let (c, verdict) = class(run(&v, &p, true));
+        assert_eq!(c, Class::RemoteWait);
+        assert_eq!(verdict.peer.as_deref(), Some("GPU1 0000:28:00.0"));
+        assert!(verdict.writer.unwrap().contains("finished"));
+        // The same plan with the writer on this GPU is a plain spin stall, not remote-wait.
+        if let Step::Launch(l) = &mut p.steps[1] {
+            l.on_peer = false;
+        }
+        let (c, verdict) = class(run(&v, &p, true));
+        assert_eq!(c, Class::SpinStall);
+        assert!(verdict.peer.is_none());
+    }
+
+    #[test]
     fn forward_progress_when_blocks_never_started() {
         let mut f = Fake::new();
         let v = f.view(40);
@@ -1626,8 +1911,21 @@ mod tests {
             scenarios: vec!["never-set".into(), "ring".into()],
             bench: 3,
             force_ptx: true,
+            peer: Some(2),
         };
         let back = Options::from_args(&o.to_args());
+        assert_eq!(back.peer, Some(2));
+        assert_eq!(
+            Options::from_args(
+                &Options {
+                    peer: None,
+                    ..o.clone()
+                }
+                .to_args()
+            )
+            .peer,
+            None
+        );
         assert_eq!(
             (
                 back.ordinal,

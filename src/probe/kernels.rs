@@ -63,6 +63,17 @@ fn nvrtc(src: &str, name: &str, cc: (i32, i32)) -> Result<String, String> {
         .map_err(|e| format!("NVRTC: {e:?}"))
 }
 
+fn load_data(text: &str) -> Result<sys::CUmodule, String> {
+    let c = CString::new(text).map_err(|e| format!("PTX contains a NUL byte: {e}"))?;
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: c is a NUL-terminated PTX image that outlives the call.
+    cuda::check("cuModuleLoadData", unsafe {
+        sys::cuModuleLoadData(&mut module, c.as_ptr().cast())
+    })
+    .map_err(|e: CuError| e.to_string())?;
+    Ok(module)
+}
+
 /// Load a module and fetch `names`, preferring NVRTC; the caller holds a current context.
 pub fn load(
     src: &str,
@@ -81,13 +92,20 @@ pub fn load(
             Err(why) => (ptx.to_string(), format!("embedded ptx ({why})")),
         }
     };
-    let c = CString::new(text).map_err(|e| format!("PTX contains a NUL byte: {e}"))?;
-    let mut module: sys::CUmodule = std::ptr::null_mut();
-    // SAFETY: c is a NUL-terminated PTX image that outlives the call.
-    cuda::check("cuModuleLoadData", unsafe {
-        sys::cuModuleLoadData(&mut module, c.as_ptr().cast())
-    })
-    .map_err(|e: CuError| format!("{e} ({source})"))?;
+    let (module, source) = match load_data(&text) {
+        Ok(m) => (m, source),
+        // An NVRTC newer than the driver emits a PTX ISA the driver's JIT rejects
+        // (CUDA_ERROR_UNSUPPORTED_PTX_VERSION): fall back to the carried PTX.
+        Err(e) if !force_ptx && text != ptx => {
+            let m = load_data(ptx)
+                .map_err(|e2| format!("{e} ({source}); the carried PTX failed too: {e2}"))?;
+            (
+                m,
+                format!("embedded ptx (the driver rejected {source}: {e})"),
+            )
+        }
+        Err(e) => return Err(format!("{e} ({source})")),
+    };
     let mut functions = BTreeMap::new();
     for n in names {
         let cn = CString::new(*n).map_err(|e| e.to_string())?;

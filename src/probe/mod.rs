@@ -1,9 +1,11 @@
 //! `gdrdoctor probe`: live probes, each in a worker process (see [`runner`]), reported with the
 //! same findings, renderers and exit codes as `check`.
 
+pub mod doorbell;
 pub mod hang;
 pub mod health;
 pub mod kernels;
+pub mod p2p;
 pub mod registration;
 pub mod runner;
 
@@ -22,6 +24,10 @@ pub static PROBE_IDS: &[(&str, &str)] = &[
     ("probe.gpu-health", "the gpu is healthy in a fresh process after a probe worker was killed"),
     ("probe.hang", "spin-wait protocols complete without a stall (and how fast); a stall says who waits on what"),
     ("probe.hang-inject", "each injected hang is detected, localised and classified, and the gpu recovers"),
+    ("probe.doorbell-layout", "the gpu rings emulated mlx5 doorbells at the offsets the formula gives, and nowhere else"),
+    ("probe.doorbell-latency", "gpu doorbell write to host visibility per store flavour, and whether the payload lands first"),
+    ("probe.doorbell-mlx5", "a real mlx5 uar: doorbell address inside bar0 at a register offset, and mappable by the gpu"),
+    ("probe.p2p-bandwidth", "peer copy bandwidth and latency per gpu pair, against the link's theoretical rate"),
 ];
 
 /// Human text for a CUDA error name, with the usual cause.
@@ -430,6 +436,9 @@ pub fn hang(
         }
         let mut o = opts.clone();
         o.scenarios = group;
+        if !o.scenarios.iter().any(|s| s.ends_with("remote-wait")) {
+            o.peer = None;
+        }
         if i == 1 {
             o.bench = 0;
         }
@@ -503,6 +512,33 @@ pub fn hang(
         } else if let Some(f) = run.failure() {
             out.push(Finding::new("probe.cuda", Status::Error, "node", f));
         }
+        if parsed.is_none()
+            && matches!(
+                run.outcome,
+                runner::Outcome::TimedOut | runner::Outcome::Signaled(_)
+            )
+        {
+            // Killed (deadline, signal, crash) before it printed a result: say so, with what
+            // it printed, instead of leaving only the health check.
+            let tail: Vec<&str> = run.raw.iter().rev().take(3).map(String::as_str).collect();
+            out.push(
+                Finding::new(
+                    "probe.hang",
+                    Status::Error,
+                    "node",
+                    format!(
+                        "the hang worker ({}) was stopped before it reported: {:?}",
+                        o.scenarios.join(", "),
+                        run.outcome
+                    ),
+                )
+                .evidence(
+                    "last worker output",
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+                )
+                .fix("raise --timeout if the run was simply long; otherwise check `dmesg` for Xid errors and rerun with fewer scenarios (--inject NAME)"),
+            );
+        }
         raw.insert(key.into(), v);
         if let Some(p) = parsed {
             outputs.push(p);
@@ -543,7 +579,7 @@ fn stall_text(v: &hang::Verdict) -> String {
         .map(|m| format!(", memory holds {m}"))
         .unwrap_or_default();
     let mut t = format!(
-        "{}: block {} warp {} (SM {}) waits at site {} ({}) for *{} == {}, sees {}{mem}, for {:.0} ms",
+        "{}: block {} warp {} (SM {}) waits at site {} ({}) for *{} {} {}, sees {}{mem}, for {:.0} ms",
         v.class.as_str(),
         s.block,
         s.warp,
@@ -551,6 +587,7 @@ fn stall_text(v: &hang::Verdict) -> String {
         s.site,
         s.site_what,
         s.addr,
+        if s.cmp.is_empty() { "==" } else { s.cmp.as_str() },
         s.expected,
         s.observed,
         s.waited_ms
@@ -571,6 +608,12 @@ fn stall_text(v: &hang::Verdict) -> String {
     if let Some(w) = &v.writer {
         if v.class == hang::Class::Ordering {
             t.push_str(&format!("; writer {w}"));
+        }
+        if v.class == hang::Class::RemoteWait {
+            t.push_str(&format!(
+                "; the write should come from {} ({w})",
+                v.peer.as_deref().unwrap_or("the peer gpu")
+            ));
         }
     }
     t
@@ -693,12 +736,13 @@ fn bench_finding(gpu: &str, b: &hang::Bench) -> Finding {
         (med(&b.pingpong_rtt_ns_instrumented) / med(&b.pingpong_rtt_ns_bare) - 1.0) * 100.0;
     let thr_over =
         (1.0 - med(&b.ring_items_per_s_instrumented) / med(&b.ring_items_per_s_bare)) * 100.0;
+    let thr_delta = -thr_over;
     Finding::new(
         "probe.hang",
         Status::Pass,
         format!("{gpu}/bench"),
         format!(
-            "detection latency p50 {:.1} ms p99 {:.1} ms at threshold {:.0} ms ({} stalls); instrumentation +{rtt_over:.1}% round trip, -{thr_over:.1}% ring throughput; host poll {:.1} ns per record",
+            "detection latency p50 {:.1} ms p99 {:.1} ms at threshold {:.0} ms ({} stalls); instrumentation {rtt_over:+.1}% round trip, {thr_delta:+.1}% ring throughput; host poll {:.1} ns per record",
             med(&b.detect_latency_ms),
             pct(&b.detect_latency_ms, 0.99),
             b.detect_threshold_ms,

@@ -36,6 +36,8 @@ pub struct Topo {
     pub gpus: Vec<TopoGpu>,
     pub nics: Vec<TopoNic>,
     pub pairs: Vec<GdrPair>,
+    /// Every GPU pair: NVLink, PCIe path, NVML P2P status and CUDA peer access.
+    pub gpu_pairs: Vec<gdrdoctor_checks::p2p::GpuPair>,
 }
 
 pub fn build(node: &Node) -> Topo {
@@ -76,6 +78,63 @@ pub fn build(node: &Node) -> Topo {
         gpus,
         nics,
         pairs: gdr::verdicts(node),
+        gpu_pairs: gdrdoctor_checks::p2p::pairs(node),
+    }
+}
+
+/// The GPU x GPU block: `NV<n>` or the PCIe path, `!` where peer access is missing.
+fn render_gpu_pairs(t: &Topo, o: &mut String) {
+    if t.gpus.len() < 2 {
+        return;
+    }
+    let cell = |a: &str, b: &str| -> String {
+        if a == b {
+            return "X".into();
+        }
+        match t
+            .gpu_pairs
+            .iter()
+            .find(|p| (p.a == a && p.b == b) || (p.a == b && p.b == a))
+        {
+            Some(p) => {
+                let no_peer = p.cuda_both() == Some(false)
+                    || (p.cuda_both().is_none()
+                        && (p.status("read").is_some_and(|s| s != "ok")
+                            || p.status("write").is_some_and(|s| s != "ok")));
+                format!("{}{}", p.cell(), if no_peer { "!" } else { "" })
+            }
+            None => "?".into(),
+        }
+    };
+    let _ = writeln!(o);
+    let _ = write!(o, "{:<20}", "");
+    for g in &t.gpus {
+        let _ = write!(o, "{:<7}", format!("GPU{}", g.index));
+    }
+    let _ = writeln!(o);
+    for a in &t.gpus {
+        let _ = write!(o, "{:<20}", format!("GPU{} {}", a.index, &a.bdf[5..]));
+        for b in &t.gpus {
+            let _ = write!(o, "{:<7}", cell(&a.bdf, &b.bdf));
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "GPU pairs: NV<n> = n NVLinks (direct or through NVSwitch), else the PCIe path; ! = no peer access"
+    );
+    let blocked = t
+        .gpu_pairs
+        .iter()
+        .filter(|p| p.cuda_both() == Some(false))
+        .count();
+    if blocked > 0 {
+        let _ = writeln!(
+            o,
+            "{blocked} of {} GPU pairs have no peer access: see `gdrdoctor check --only gpu.p2p`",
+            t.gpu_pairs.len()
+        );
     }
 }
 
@@ -88,7 +147,8 @@ pub fn render_text(t: &Topo) -> String {
             t.gpus.len(),
             t.nics.len()
         );
-        return o;
+        render_gpu_pairs(t, &mut o);
+        return trim_lines(&o);
     }
     let w = t
         .nics
@@ -195,6 +255,7 @@ pub fn render_text(t: &Topo) -> String {
             );
         }
     }
+    render_gpu_pairs(t, &mut o);
     trim_lines(&o)
 }
 

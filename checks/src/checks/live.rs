@@ -147,3 +147,239 @@ pub fn row_remap(node: &Node) -> Vec<Finding> {
         })
         .collect()
 }
+
+/// `gpu.p2p`: every GPU pair that should reach each other over NVLink or a PCIe switch does.
+pub fn p2p(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gpu.p2p";
+    let gpus = crate::derive::gpus(node);
+    if gpus.len() < 2 {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            format!("{} nvidia gpu(s): no gpu pair", gpus.len()),
+        )];
+    }
+    // NVSwitch systems without the fabric manager: CUDA itself refuses to start.
+    if let Some(r) = node.live.cuda.reason() {
+        if r.contains("SYSTEM_NOT_READY") {
+            let switched = crate::p2p::nvswitches(node) > 0
+                || node
+                    .live
+                    .nvml
+                    .get()
+                    .is_some_and(|n| n.gpus.iter().any(|g| crate::p2p::switch_links(g) > 0));
+            let why = if switched {
+                "the nvlink fabric is not initialised: an nvswitch system without a running fabric manager"
+            } else {
+                "the driver is not ready (on nvswitch systems: the fabric manager is not running)"
+            };
+            return vec![Finding::new(ID, Status::Fail, "node", format!("cuda reports CUDA_ERROR_SYSTEM_NOT_READY: {why}"))
+                .evidence("libcuda.so.1", r.to_string())
+                .fix("`systemctl enable --now nvidia-fabricmanager` (its version must match the driver's exactly; `nvidia-smi -q | grep -A2 Fabric` shows the state), then rerun")];
+        }
+    }
+    if node.live.nvml.get().is_none() {
+        return vec![absent(ID, node, &node.live.nvml)];
+    }
+    let mut out = Vec::new();
+    for p in crate::p2p::pairs(node) {
+        let subject = format!("{}|{}", p.a, p.b);
+        let links = p.nvlinks();
+        let via = if p.nvlinks_direct >= p.nvlinks_switch {
+            "direct nvlinks"
+        } else {
+            "nvlinks through nvswitch"
+        };
+        let nvl = p.status("nvlink");
+        let rw_ok = p.status("read") == Some("ok") && p.status("write") == Some("ok");
+        let rw_bad = ["read", "write"]
+            .into_iter()
+            .find_map(|c| p.status(c).filter(|s| *s != "ok"));
+        let cuda = p.cuda_both();
+        let pcie = p.pcie.clone().unwrap_or_else(|| "?".into());
+        let mut f = if p.p2p.is_empty() && cuda.is_none() {
+            Finding::new(ID, Status::Skip, &subject, format!("no nvml p2p status or cuda peer facts for this pair ({}): a snapshot taken before gdrdoctor recorded them, or the query failed", p.cell()))
+        } else if links > 0 {
+            if nvl.is_some_and(|s| s != "ok") || rw_bad.is_some() || cuda == Some(false) {
+                let why = match (rw_bad, nvl, cuda) {
+                    (Some(s), _, _) => format!(
+                        "nvml p2p read/write is `{s}` ({})",
+                        crate::p2p::explain_status(s)
+                    ),
+                    (_, Some(s), _) if s != "ok" => format!(
+                        "nvml p2p over nvlink is `{s}` ({})",
+                        crate::p2p::explain_status(s)
+                    ),
+                    _ => "cuda refuses peer access (cuDeviceCanAccessPeer = 0)".to_string(),
+                };
+                let consequence = if rw_bad.is_some() {
+                    "nccl stops with ncclUnhandledCudaError between them (unless NCCL_IGNORE_DISABLED_P2P=1, which sends the traffic through host memory)"
+                } else {
+                    "nccl logs `Could not enable P2P` and carries this pair through host memory instead of nvlink"
+                };
+                let f = Finding::new(
+                    ID,
+                    Status::Fail,
+                    &subject,
+                    format!("{links} {via} join these gpus but {why}: {consequence}"),
+                );
+                if p.nvlinks_switch > 0 {
+                    f.fix("on nvswitch systems nvlink p2p needs the fabric manager: `systemctl status nvidia-fabricmanager` (version equal to the driver's), `nvidia-smi -q | grep -A2 Fabric` must say Completed; then `nvidia-smi nvlink -s` for link errors")
+                } else {
+                    f.fix("`nvidia-smi nvlink -s` and `nvidia-smi nvlink -e` for down or erroring links; reseat the bridge or reset the gpus (`nvidia-smi -r`)")
+                }
+            } else {
+                Finding::new(
+                    ID,
+                    Status::Pass,
+                    &subject,
+                    format!("peer access over {links} {via}"),
+                )
+            }
+        } else if matches!(pcie.as_str(), "PIX" | "PXB") {
+            if !rw_ok && !p.p2p.is_empty() || cuda == Some(false) {
+                let why = match rw_bad {
+                    Some(s) => format!("nvml p2p is `{s}`: {}", crate::p2p::explain_status(s)),
+                    None => "cuda refuses peer access (cuDeviceCanAccessPeer = 0)".to_string(),
+                };
+                Finding::new(ID, Status::Warn, &subject, format!("gpus share a pcie switch ({pcie}) but {why}"))
+                    .fix("look at `pcie.acs-redirect` and `iommu.mode` in this report: ACS redirection on the switch ports or a translating iommu sends every p2p transfer through the root complex; `setpci` ACS off or `iommu=pt` restores direct p2p")
+            } else {
+                Finding::new(
+                    ID,
+                    Status::Pass,
+                    &subject,
+                    format!("peer access over pcie ({pcie})"),
+                )
+            }
+        } else if (rw_ok || p.p2p.is_empty()) && cuda != Some(false) {
+            Finding::new(
+                ID,
+                Status::Pass,
+                &subject,
+                format!("peer access over pcie through the cpu ({pcie})"),
+            )
+        } else {
+            let why = match rw_bad {
+                Some(s) => format!("nvml: {}", crate::p2p::explain_status(s)),
+                None => "cuda refuses peer access".to_string(),
+            };
+            Finding::new(ID, Status::Pass, &subject, format!("no peer access across {pcie} without nvlink ({why}); nccl stages these transfers through host memory, as expected"))
+        };
+        f = f.evidence("path", p.cell());
+        if let Some(a) = &p.nvml_ancestor {
+            f = f.evidence("nvmlDeviceGetTopologyCommonAncestor", a.clone());
+        }
+        if !p.p2p.is_empty() {
+            let s: Vec<String> = p.p2p.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            f = f.evidence("nvmlDeviceGetP2PStatus", s.join(" "));
+        }
+        if let (Some(x), Some(y)) = (p.cuda_ab, p.cuda_ba) {
+            f = f.evidence(
+                "cuDeviceCanAccessPeer a->b / b->a",
+                format!("{} / {}", u8::from(x), u8::from(y)),
+            );
+        }
+        out.push(f);
+    }
+    out
+}
+
+/// `gpu.nvlink`: every GPU has as many active NVLinks as its peers, and where they go.
+pub fn nvlink(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gpu.nvlink";
+    let gpus = crate::derive::gpus(node);
+    if gpus.is_empty() {
+        return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
+    }
+    let Some(nvml) = node.live.nvml.get() else {
+        return vec![absent(ID, node, &node.live.nvml)];
+    };
+    let active = |g: &NvmlGpu| g.nvlinks.iter().filter(|l| l.active).count();
+    let switches = crate::p2p::nvswitches(node);
+    let most = nvml.gpus.iter().map(active).max().unwrap_or(0);
+    if nvml.gpus.iter().all(|g| g.nvlinks.is_empty()) {
+        return vec![Finding::new(ID, Status::Skip, "node", "no gpu reports nvlinks (pcie-only gpus, or a virtual machine without nvlink passthrough)")];
+    }
+    let mut out = Vec::new();
+    for g in gpus {
+        let Some(n) = nvml_for(node, &g.bdf) else {
+            out.push(Finding::new(
+                ID,
+                Status::Error,
+                &g.bdf,
+                "nvml does not list this gpu",
+            ));
+            continue;
+        };
+        let k = active(n);
+        let down: Vec<String> = n
+            .nvlinks
+            .iter()
+            .filter(|l| !l.active)
+            .map(|l| l.link.to_string())
+            .collect();
+        let sw = crate::p2p::switch_links(n);
+        let mut to_gpu: std::collections::BTreeMap<&str, usize> = Default::default();
+        let mut other = 0usize;
+        for l in n
+            .nvlinks
+            .iter()
+            .filter(|l| l.active && l.remote_type.as_deref() != Some("switch"))
+        {
+            if l.remote_type.as_deref() == Some("gpu") {
+                *to_gpu
+                    .entry(l.remote_bdf.as_deref().unwrap_or("?"))
+                    .or_default() += 1;
+            } else {
+                other += 1;
+            }
+        }
+        let ends = {
+            let mut v = Vec::new();
+            if sw > 0 {
+                v.push(format!("{sw} to nvswitch"));
+            }
+            v.extend(to_gpu.iter().map(|(b, c)| format!("{c} to {b}")));
+            if other > 0 {
+                v.push(format!("{other} to a device of unknown type"));
+            }
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let version = n.nvlinks.iter().find_map(|l| l.version);
+        let mut f = if k == 0 && most > 0 {
+            Finding::new(ID, Status::Fail, &g.bdf, format!("all {} nvlinks down while other gpus have {most} active: this gpu reaches its peers over pcie only", n.nvlinks.len()))
+                .fix("`nvidia-smi nvlink -s -i <gpu>` and `nvidia-smi nvlink -e`; check `dmesg` for Xid 74 (nvlink error); reset the gpu (`nvidia-smi -r -i <gpu>`) or reseat; on nvswitch systems restart nvidia-fabricmanager")
+        } else if k < most {
+            Finding::new(ID, Status::Warn, &g.bdf, format!("{k} of {} nvlinks active where other gpus have {most}: links {} down, so this gpu's nvlink bandwidth is {}% of its peers'", n.nvlinks.len(), down.join(", "), k * 100 / most.max(1)))
+                .fix("`nvidia-smi nvlink -s -i <gpu>` for the down links and `nvidia-smi nvlink -e` for errors; Xid 74 in `dmesg` names failing links")
+        } else if k == 0 && switches > 0 {
+            Finding::new(ID, Status::Fail, &g.bdf, format!("no nvlink active on any gpu although {switches} nvswitch(es) are on the pci bus: the fabric manager is not running or the links did not train"))
+                .fix("`systemctl enable --now nvidia-fabricmanager` (same version as the driver), then `nvidia-smi nvlink -s`; `journalctl -u nvidia-fabricmanager` says why training failed")
+        } else if k == 0 {
+            Finding::new(ID, Status::Skip, &g.bdf, "no active nvlink")
+        } else {
+            Finding::new(
+                ID,
+                Status::Pass,
+                &g.bdf,
+                format!("{k} nvlinks active ({ends})"),
+            )
+        };
+        f = f.evidence(
+            "nvmlDeviceGetNvLinkState",
+            format!("{k} active of {}", n.nvlinks.len()),
+        );
+        if let Some(v) = version {
+            f = f.evidence("nvmlDeviceGetNvLinkVersion", v.to_string());
+        }
+        f = f.evidence("remote ends", ends);
+        out.push(f);
+    }
+    out
+}

@@ -104,6 +104,16 @@ pub static CHECKS: &[CheckDef] = &[
         run: live::row_remap,
     },
     CheckDef {
+        id: "gpu.nvlink",
+        title: "every gpu has as many active nvlinks as its peers; where they go",
+        run: live::nvlink,
+    },
+    CheckDef {
+        id: "gpu.p2p",
+        title: "gpu pairs joined by nvlink or a pcie switch have peer access (nvml and cuda)",
+        run: live::p2p,
+    },
+    CheckDef {
         id: "gpu.bar1",
         title: "each gpu's bar1 aperture is large enough to map its memory for rdma",
         run: pcie::gpu_bar1,

@@ -1,0 +1,1064 @@
+//! `probe --doorbell`: the doorbell arithmetic and the GPU-to-NIC write path
+//! (gdr-ground-truth §4). Worker side.
+//!
+//! Always, as a self-test of the GPU side: an emulated doorbell page in host-mapped memory. The
+//! GPU rings a table of layouts computed with the mlx5 formula and the host checks every write
+//! landed where it should and nowhere else; then, per store flavour, the GPU waits for a host
+//! token, writes a payload and the doorbell, and the host times token -> doorbell seen over
+//! thousands of rings, beside the floor (a mapped-memory ping-pong, halved), and counts rings
+//! whose payload was not yet visible when the doorbell was.
+//!
+//! With an mlx5 device (libibverbs + libmlx5 at run time): allocate a UAR, compute its doorbell's
+//! physical address from BAR0 (sysfs `resource`, cross-checked with config space and an optional
+//! saved `lspci -vv`), check it (`gdrdoctor_checks::doorbell::check`), and map it for the GPU
+//! (`cuMemHostRegister` with the IO-memory flag + `cuMemHostGetDevicePointer`). Nothing is
+//! written to the NIC.
+
+use crate::live::cuda;
+use crate::probe::kernels;
+use cudarc::driver::sys;
+use gdrdoctor_checks::doorbell::{self as db, Uar, UarKind};
+use serde::{Deserialize, Serialize};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub const DOORBELL_CU: &str = include_str!("../../kernels/doorbell.cu");
+pub const DOORBELL_PTX: &str = include_str!("../../kernels/ptx/doorbell.ptx");
+
+pub const FLAVOURS: [(&str, u32); 6] = [
+    ("floor (ping-pong, no payload, st.volatile echo)", 5),
+    ("st.global (weak, no fence)", 0),
+    ("st.global.wt (write-through)", 1),
+    ("st.release.sys", 2),
+    ("st.mmio.relaxed.sys", 3),
+    ("__threadfence_system + st.volatile", 4),
+];
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LayoutResult {
+    pub name: String,
+    pub expected_offset: u64,
+    pub alternate_offset: Option<u64>,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FlavourResult {
+    pub flavour: String,
+    pub rings: usize,
+    /// Token written by the host -> doorbell seen by the host, ns.
+    pub rtt_p50_ns: f64,
+    pub rtt_p99_ns: f64,
+    /// Rings whose payload was not yet fully visible when the doorbell was.
+    pub payload_late: usize,
+    /// For st.mmio: whether the PTX had the instruction (else it ran st.release.sys).
+    pub native: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Mlx5Result {
+    pub device: String,
+    pub pci: Option<String>,
+    pub uar_type: String,
+    pub page_id: Option<u64>,
+    pub reg_offset: Option<u64>,
+    pub bar0_resource: Option<(u64, u64)>,
+    pub bar0_config: Option<u64>,
+    pub bar0_lspci: Option<(u64, u64)>,
+    pub doorbell_phys: Option<u64>,
+    pub issues: Vec<String>,
+    pub gpu_map: Option<String>,
+    pub gpu_map_ok: bool,
+    /// Addresses the known mistakes would give for this UAR (where they differ from the right one).
+    #[serde(default)]
+    pub trap_addresses: Vec<String>,
+    /// With --allow-mmio-write: what one GPU store to the doorbell did.
+    pub mmio_write: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DoorbellOutput {
+    pub gpu: String,
+    pub kernel_source: String,
+    pub st_mmio_native: bool,
+    pub layouts: Vec<LayoutResult>,
+    pub stray_writes: Vec<u64>,
+    pub flavours: Vec<FlavourResult>,
+    pub mlx5: Vec<Mlx5Result>,
+    pub mlx5_skipped: Option<String>,
+    pub page_size: u64,
+}
+
+fn cu(call: &'static str, r: sys::CUresult) -> Result<(), String> {
+    cuda::check(call, r).map_err(|e| e.to_string())
+}
+
+const BAR_SIZE: usize = 1 << 20;
+
+fn launch(
+    f: sys::CUfunction,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+) -> Result<(), String> {
+    // SAFETY: params point to values the caller keeps alive across the call.
+    cu("cuLaunchKernel", unsafe {
+        sys::cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            32,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+}
+
+fn launch1(
+    f: sys::CUfunction,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+) -> Result<(), String> {
+    // SAFETY: params point to values the caller keeps alive across the call.
+    cu("cuLaunchKernel", unsafe {
+        sys::cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    })
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[(((v.len() - 1) as f64) * p).round() as usize]
+}
+
+/// `__worker doorbell ORDINAL RINGS [LSPCI_FILE] [write|read-only] [ptx|nvrtc]`.
+pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
+    let ordinal: i32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let rings: u32 = args
+        .get(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10_000)
+        .clamp(10, 1_000_000);
+    let lspci = args
+        .get(2)
+        .filter(|p| !p.is_empty())
+        .and_then(|p| std::fs::read_to_string(p).ok());
+    let allow_write = args.get(3).is_some_and(|a| a == "write");
+    let force_ptx = args.get(4).is_some_and(|a| a == "ptx");
+    if let Some(p) = cuda::library_problem() {
+        return Err(p);
+    }
+    cuda::init().map_err(|e| e.to_string())?;
+    let d = cuda::device(ordinal).map_err(|e| e.to_string())?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let mut out = DoorbellOutput {
+        gpu: cuda::pci_bus_id(d).unwrap_or_default(),
+        page_size: page,
+        ..Default::default()
+    };
+    use sys::CUdevice_attribute as A;
+    let cc = (
+        cuda::attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0),
+        cuda::attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).unwrap_or(0),
+    );
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: primary context of our device, released at the end.
+    unsafe {
+        cu(
+            "cuDevicePrimaryCtxRetain",
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, d),
+        )?;
+        cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+    }
+    let m = kernels::load(
+        DOORBELL_CU,
+        DOORBELL_PTX,
+        "kernels/doorbell.cu",
+        cc,
+        &["db_layouts", "db_ring", "db_poke"],
+        force_ptx,
+    )?;
+    out.kernel_source = m.source.clone();
+    let size = BAR_SIZE + 4096 * 2;
+    let mut host: *mut c_void = std::ptr::null_mut();
+    let mut dev: sys::CUdeviceptr = 0;
+    let mut stream: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: allocations owned by the worker.
+    unsafe {
+        cu(
+            "cuMemHostAlloc",
+            sys::cuMemHostAlloc(&mut host, size, 0x02 | 0x01),
+        )?;
+        cu(
+            "cuMemHostGetDevicePointer",
+            sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0),
+        )?;
+        cu("cuStreamCreate", sys::cuStreamCreate(&mut stream, 1))?;
+        std::ptr::write_bytes(host.cast::<u8>(), 0, size);
+    }
+    let base = host.cast::<u8>();
+    // Region: [BAR 1 MiB][layout table, info, go, abort, payload, doorbell].
+    let tbl_off = BAR_SIZE;
+    let info_off = BAR_SIZE + 1024;
+    let go_off = BAR_SIZE + 2048;
+    let abort_off = BAR_SIZE + 2112;
+    let payload_off = BAR_SIZE + 2176;
+    let db_off = BAR_SIZE + 2304;
+    // 1. Layout table.
+    let layouts = db::emulated_layouts();
+    for (i, (_, u, alt)) in layouts.iter().enumerate() {
+        let half = match (alt, u.kind) {
+            (true, UarKind::BlueFlame { bf_reg_size }) => bf_reg_size / 2,
+            _ => 0,
+        };
+        let vals = [u.unit(), u.page_id, u.reg_offset, half];
+        for (k, v) in vals.iter().enumerate() {
+            // SAFETY: the table fits in the 1 KiB after the emulated BAR.
+            unsafe { base.add(tbl_off + i * 32 + k * 8).cast::<u64>().write(*v) };
+        }
+    }
+    let f_layouts = *m.functions.get("db_layouts").ok_or("db_layouts")?;
+    let (mut a0, mut a1, mut a2, mut a3) = (
+        dev,
+        dev + tbl_off as u64,
+        layouts.len() as u32,
+        dev + info_off as u64,
+    );
+    launch(
+        f_layouts,
+        stream,
+        &mut [
+            (&mut a0 as *mut u64).cast(),
+            (&mut a1 as *mut u64).cast(),
+            (&mut a2 as *mut u32).cast(),
+            (&mut a3 as *mut u64).cast(),
+        ],
+    )?;
+    // SAFETY: waits for a kernel that does not wait on anything.
+    cu("cuStreamSynchronize", unsafe {
+        sys::cuStreamSynchronize(stream)
+    })?;
+    // SAFETY: info word written by the kernel.
+    out.st_mmio_native = unsafe { base.add(info_off).cast::<u32>().read_volatile() } == 1;
+    let mut expected: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    for (i, (name, u, alt)) in layouts.iter().enumerate() {
+        let off = u.doorbell_phys() - u.bar0;
+        let alt_off = match (alt, u.kind) {
+            (true, UarKind::BlueFlame { bf_reg_size }) => Some(off ^ (bf_reg_size / 2)),
+            _ => None,
+        };
+        expected.insert(off, i as u64 + 1);
+        if let Some(a) = alt_off {
+            expected.insert(a, i as u64 + 1 + 0x100);
+        }
+        // SAFETY: offsets inside the emulated BAR (checked by the layout table's construction).
+        let got = unsafe { base.add(off as usize).cast::<u64>().read_volatile() };
+        let got_alt =
+            alt_off.map(|a| unsafe { base.add(a as usize).cast::<u64>().read_volatile() });
+        out.layouts.push(LayoutResult {
+            name: name.to_string(),
+            expected_offset: off,
+            alternate_offset: alt_off,
+            ok: got == i as u64 + 1 && got_alt.is_none_or(|g| g == i as u64 + 1 + 0x100),
+        });
+    }
+    for w in 0..BAR_SIZE / 8 {
+        // SAFETY: inside the emulated BAR.
+        let v = unsafe { base.add(w * 8).cast::<u64>().read_volatile() };
+        if v != 0 && expected.get(&((w * 8) as u64)) != Some(&v) {
+            out.stray_writes.push((w * 8) as u64);
+        }
+    }
+    // 2. Latency and ordering per store flavour.
+    let f_ring = *m.functions.get("db_ring").ok_or("db_ring")?;
+    // SAFETY: the control words live in our mapped region for the worker's lifetime.
+    let (go, dbw, abort) = unsafe {
+        (
+            &*(base.add(go_off) as *const AtomicU64),
+            &*(base.add(db_off) as *const AtomicU64),
+            &*(base.add(abort_off) as *const AtomicU32),
+        )
+    };
+    for (name, fl) in FLAVOURS {
+        crate::worker::progress(&format!("probe --doorbell: {name}"));
+        go.store(0, Ordering::SeqCst);
+        dbw.store(0, Ordering::SeqCst);
+        let n = rings + 100;
+        let (mut p0, mut p1, mut p2, mut p3, mut p4, mut p5) = (
+            dev + go_off as u64,
+            dev + payload_off as u64,
+            dev + db_off as u64,
+            n,
+            fl,
+            dev + abort_off as u64,
+        );
+        launch(
+            f_ring,
+            stream,
+            &mut [
+                (&mut p0 as *mut u64).cast(),
+                (&mut p1 as *mut u64).cast(),
+                (&mut p2 as *mut u64).cast(),
+                (&mut p3 as *mut u32).cast(),
+                (&mut p4 as *mut u32).cast(),
+                (&mut p5 as *mut u64).cast(),
+            ],
+        )?;
+        let mut rtts = Vec::with_capacity(rings as usize);
+        let mut late = 0usize;
+        for i in 1..=u64::from(n) {
+            let t0 = Instant::now();
+            go.store(i, Ordering::Release);
+            loop {
+                if dbw.load(Ordering::Acquire) == i {
+                    break;
+                }
+                if t0.elapsed() > Duration::from_secs(5) {
+                    abort.store(1, Ordering::Release);
+                    return Err(format!("the GPU did not ring ({name}) within 5 s"));
+                }
+                std::hint::spin_loop();
+            }
+            let dt = t0.elapsed().as_nanos() as f64;
+            if fl != 5 {
+                // SAFETY: payload words inside our mapped region.
+                let ok = (0..8).all(
+                    |k| unsafe { base.add(payload_off + 8 * k).cast::<u64>().read_volatile() } >= i,
+                );
+                if !ok && i > 100 {
+                    late += 1;
+                }
+            }
+            if i > 100 {
+                rtts.push(dt);
+            }
+        }
+        // SAFETY: the kernel returns after the last token.
+        cu("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(stream)
+        })?;
+        out.flavours.push(FlavourResult {
+            flavour: name.to_string(),
+            rings: rtts.len(),
+            rtt_p50_ns: pct(&mut rtts, 0.5),
+            rtt_p99_ns: pct(&mut rtts, 0.99),
+            payload_late: late,
+            native: fl != 3 || out.st_mmio_native,
+        });
+    }
+    // 3. A real mlx5 UAR, when there is one.
+    let poke = if allow_write {
+        m.functions.get("db_poke").copied().map(|f| (f, stream))
+    } else {
+        None
+    };
+    match mlx5(page, lspci.as_deref(), poke, out.st_mmio_native) {
+        Ok(v) => out.mlx5 = v,
+        Err(e) => out.mlx5_skipped = Some(e),
+    }
+    // SAFETY: everything finished; release what we own.
+    unsafe {
+        sys::cuStreamDestroy_v2(stream);
+        sys::cuMemFreeHost(host);
+        sys::cuDevicePrimaryCtxRelease_v2(d);
+    }
+    serde_json::to_value(&out).map_err(|e| e.to_string())
+}
+
+fn sysfs_bar0(bdf: &str) -> Option<(u64, u64)> {
+    let t = std::fs::read_to_string(format!("/sys/bus/pci/devices/{bdf}/resource")).ok()?;
+    let r = gdrdoctor_checks::parse::resource_file(&t).ok()?;
+    r.first()
+        .filter(|r| r.is_set())
+        .map(|r| (r.start, r.size()))
+}
+
+fn config_bar0(bdf: &str) -> Option<u64> {
+    let b = std::fs::read(format!("/sys/bus/pci/devices/{bdf}/config")).ok()?;
+    let cs = gdrdoctor_checks::pci::config::decode(&b);
+    cs.bars
+        .iter()
+        .find(|b| b.index == 0 && !b.io)
+        .map(|b| b.address)
+}
+
+/// Allocate a UAR on every mlx5 device and check its doorbell address and GPU mapping.
+fn mlx5(
+    page: u64,
+    lspci: Option<&str>,
+    poke: Option<(sys::CUfunction, sys::CUstream)>,
+    st_mmio_native: bool,
+) -> Result<Vec<Mlx5Result>, String> {
+    let v = crate::verbs::Verbs::load().map_err(|e| e.to_string())?;
+    if let Err(e) = v.mlx5dv() {
+        return Err(format!("libmlx5 not usable: {e}"));
+    }
+    let devs = v
+        .devices()
+        .map_err(|e| format!("ibv_get_device_list: {}", e.message))?;
+    let all = devs.len();
+    let devs: Vec<_> = devs
+        .into_iter()
+        .filter(|d| d.is_mlx5 != Some(false))
+        .collect();
+    if devs.is_empty() {
+        return Err(if all == 0 {
+            "no RDMA device (ibv_get_device_list returned none)".into()
+        } else {
+            format!("none of the {all} RDMA devices is an mlx5 device")
+        });
+    }
+    let mut out = Vec::new();
+    for d in devs {
+        let mut r = Mlx5Result {
+            device: d.name.clone(),
+            ..Default::default()
+        };
+        let pci = std::fs::canonicalize(format!("/sys/class/infiniband/{}/device", d.name))
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        r.pci = pci.clone();
+        let Ok(ctx) = v.open(&d.name) else {
+            r.error = Some("cannot open the device".into());
+            out.push(r);
+            continue;
+        };
+        // Non-cached dedicated (rdma-core >= 45), else BlueFlame.
+        let (uar, kind) = match ctx.alloc_devx_uar(crate::verbs::MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED)
+        {
+            Ok(u) => (u, UarKind::NonCached),
+            Err(nc) => match ctx.alloc_devx_uar(crate::verbs::MLX5DV_UAR_ALLOC_TYPE_BF) {
+                Ok(u) => (u, UarKind::BlueFlame { bf_reg_size: 512 }),
+                Err(e) => {
+                    r.error = Some(format!(
+                        "mlx5dv_devx_alloc_uar: non-cached dedicated: {}; BlueFlame: {}",
+                        nc.message, e.message
+                    ));
+                    out.push(r);
+                    continue;
+                }
+            },
+        };
+        r.uar_type = match kind {
+            UarKind::NonCached => "non-cached dedicated".into(),
+            UarKind::BlueFlame { .. } => "BlueFlame".into(),
+            UarKind::DbrLess => "DBR-less".into(),
+        };
+        let reg = uar.reg_addr() as u64;
+        let base = uar.base_addr() as u64;
+        r.page_id = Some(u64::from(uar.page_id()));
+        r.reg_offset = Some(reg.wrapping_sub(base));
+        r.bar0_resource = pci.as_deref().and_then(sysfs_bar0);
+        r.bar0_config = pci.as_deref().and_then(config_bar0);
+        r.bar0_lspci = lspci.and_then(|t| db::bar0_from_lspci(t, pci.as_deref()));
+        if lspci.is_some() && r.bar0_lspci.is_none() {
+            r.issues.push(format!(
+                "the saved lspci text has no `Region 0: Memory at` line for {}",
+                pci.as_deref().unwrap_or("this device")
+            ));
+        }
+        if let Some((bar0, bar0_size)) = r.bar0_resource {
+            let u = Uar {
+                sys_page: page,
+                uar_4k: None,
+                bar0,
+                bar0_size,
+                page_id: u64::from(uar.page_id()),
+                reg_offset: reg.wrapping_sub(base),
+                kind,
+                mmap_off: u64::try_from(uar.mmap_off()).unwrap_or(0),
+            };
+            r.doorbell_phys = Some(u.doorbell_phys());
+            r.issues.extend(
+                db::check(&u, None)
+                    .into_iter()
+                    .map(|i| format!("{}: {}", i.kind, i.message)),
+            );
+            // What the classic mistakes would compute: compare with your own code's address.
+            r.trap_addresses = db::trap_addresses(&u)
+                .into_iter()
+                .filter(|(_, a)| *a != u.doorbell_phys())
+                .map(|(n, a)| format!("{n}: 0x{a:x}"))
+                .collect();
+            if let Some(c) = r.bar0_config {
+                if c != bar0 {
+                    r.issues.push(format!(
+                        "bar0: sysfs resource 0x{bar0:x}, config space 0x{c:x}"
+                    ));
+                }
+            }
+            if let Some((l, _)) = r.bar0_lspci {
+                if l != bar0 {
+                    r.issues.push(format!(
+                        "bar0: sysfs resource 0x{bar0:x}, saved lspci 0x{l:x}"
+                    ));
+                }
+            }
+        } else {
+            r.error = Some(format!(
+                "BAR0 of {} not readable from /sys/bus/pci/devices/*/resource",
+                pci.as_deref().unwrap_or(&d.name)
+            ));
+            drop(uar);
+            out.push(r);
+            continue;
+        }
+        // GPU mapping of the doorbell page (read-only use: nothing is written).
+        let page_start = (reg & !(page - 1)) as *mut c_void;
+        // SAFETY: registers the mmapped UAR page with IO-memory semantics; unregistered below.
+        let rr =
+            unsafe { sys::cuMemHostRegister_v2(page_start, page as usize, 0x01 | 0x02 | 0x04) };
+        match cuda::check("cuMemHostRegister(IOMEMORY)", rr) {
+            Ok(()) => {
+                let mut dp: sys::CUdeviceptr = 0;
+                // SAFETY: the page was just registered.
+                let g = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dp, page_start, 0) };
+                r.gpu_map_ok = g == sys::CUresult::CUDA_SUCCESS;
+                let gpu_db = dp + (reg - page_start as u64);
+                r.gpu_map = Some(if r.gpu_map_ok {
+                    format!("mapped for the GPU at 0x{gpu_db:x}")
+                } else {
+                    format!("cuMemHostGetDevicePointer: {g:?}")
+                });
+                if let (true, Some((f, stream))) = (r.gpu_map_ok, poke) {
+                    // One GPU store of 0 to the doorbell of our own dedicated UAR (no queue
+                    // attached): the write path completes or faults.
+                    let (mut a0, mut a1) = (gpu_db, 0u64);
+                    let res = launch1(
+                        f,
+                        stream,
+                        &mut [(&mut a0 as *mut u64).cast(), (&mut a1 as *mut u64).cast()],
+                    )
+                    // SAFETY: waits for the one-store kernel.
+                    .and_then(|()| {
+                        cu("cuStreamSynchronize", unsafe {
+                            sys::cuStreamSynchronize(stream)
+                        })
+                    });
+                    r.mmio_write = Some(match res {
+                        Ok(()) => format!(
+                            "the GPU wrote the doorbell register ({}, value 0) without a fault",
+                            if st_mmio_native {
+                                "st.mmio.relaxed.sys"
+                            } else {
+                                "st.release.sys"
+                            }
+                        ),
+                        Err(e) => format!("the GPU write to the doorbell failed: {e}"),
+                    });
+                }
+                // SAFETY: unregister what we registered.
+                unsafe { sys::cuMemHostUnregister(page_start) };
+            }
+            Err(e) => {
+                let t = e.to_string();
+                r.gpu_map = Some(
+                    if t.contains("NOT_PERMITTED")
+                        || t.contains("NOT_SUPPORTED")
+                        || t.contains("INVALID_VALUE")
+                    {
+                        format!("{t}: mapping NIC MMIO for the GPU needs PeerMappingOverride=1 in NVreg_RegistryDwords or CAP_SYS_ADMIN (dmesg: `osCreateOsDescriptorFromIoMemory(): permission denied, allowPeermapping=0`)")
+                    } else {
+                        t
+                    },
+                );
+            }
+        }
+        drop(uar);
+        out.push(r);
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parent side: run the worker, turn its output into findings.
+
+use crate::probe::runner;
+use gdrdoctor_checks::model::Node;
+use gdrdoctor_checks::report::{Finding, Status};
+
+/// What `probe --doorbell` was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub ordinal: i32,
+    pub rings: u32,
+    /// A saved `lspci -vv` of the NIC, to cross-check BAR0.
+    pub lspci: Option<std::path::PathBuf>,
+    pub allow_mmio_write: bool,
+    /// Use the PTX carried in the binary even when NVRTC is available.
+    pub force_ptx: bool,
+}
+
+impl Options {
+    fn to_args(&self) -> Vec<String> {
+        vec![
+            self.ordinal.to_string(),
+            self.rings.to_string(),
+            self.lspci
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            if self.allow_mmio_write {
+                "write".into()
+            } else {
+                "read-only".into()
+            },
+            if self.force_ptx {
+                "ptx".into()
+            } else {
+                "nvrtc".into()
+            },
+        ]
+    }
+}
+
+/// Run the doorbell probe in a worker.
+pub fn run(
+    node: &Node,
+    o: &Options,
+    deadline: Duration,
+) -> (Vec<Finding>, Option<serde_json::Value>) {
+    let mut out = Vec::new();
+    if gdrdoctor_checks::derive::gpus(node).is_empty() {
+        out.push(Finding::new(
+            "probe.cuda",
+            Status::Skip,
+            "node",
+            "no nvidia gpu on the pci bus: nothing to probe",
+        ));
+        out.push(Finding::new(
+            "probe.doorbell-mlx5",
+            Status::Skip,
+            "node",
+            "no nvidia gpu on the pci bus: no GPU-initiated doorbells to check",
+        ));
+        return (out, None);
+    }
+    if let Some(p) = &o.lspci {
+        if let Err(e) = std::fs::metadata(p) {
+            out.push(Finding::new(
+                "probe.doorbell-mlx5",
+                Status::Error,
+                "node",
+                format!("--lspci {}: {e}", p.display()),
+            ));
+            return (out, None);
+        }
+    }
+    let progress = runner::Progress::new("probe --doorbell: starting the worker");
+    let run = runner::run("doorbell", &o.to_args(), deadline, &|m| progress.update(m));
+    progress.finish();
+    let run = match run {
+        Ok(r) => r,
+        Err(e) => {
+            out.push(Finding::new("probe.cuda", Status::Error, "node", e));
+            return (out, None);
+        }
+    };
+    let result = run.result.clone();
+    if let Some(e) = result
+        .as_ref()
+        .and_then(|v| v.get("error"))
+        .and_then(|e| e.as_str())
+    {
+        out.push(Finding::new(
+            "probe.cuda",
+            Status::Error,
+            "node",
+            format!("the doorbell probe could not run: {e}"),
+        ));
+        crate::probe::health_after_kill(&run, &mut out);
+        return (out, result);
+    }
+    let parsed: Option<DoorbellOutput> = result
+        .as_ref()
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    let Some(d) = parsed else {
+        out.push(Finding::new(
+            "probe.cuda",
+            Status::Error,
+            "node",
+            run.failure()
+                .unwrap_or_else(|| "the doorbell worker printed no result".into()),
+        ));
+        crate::probe::health_after_kill(&run, &mut out);
+        return (out, result);
+    };
+    out.extend(findings(&d));
+    (out, result)
+}
+
+/// Store flavours whose memory-model semantics put the payload before the doorbell (a release
+/// store, or a system fence before the store). `st.mmio.relaxed.sys` is relaxed: it needs a
+/// fence of its own before it, as do the weak stores.
+fn ordered(flavour: &str) -> bool {
+    flavour.starts_with("st.release") || flavour.starts_with("__threadfence")
+}
+
+/// Findings from one worker's output (pure: the tests feed it constructed outputs).
+pub fn findings(d: &DoorbellOutput) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let subject = if d.gpu.is_empty() {
+        "gpu".to_string()
+    } else {
+        d.gpu.to_lowercase()
+    };
+    // Layouts.
+    let bad: Vec<&LayoutResult> = d.layouts.iter().filter(|l| !l.ok).collect();
+    let mut f = if d.layouts.is_empty() {
+        Finding::new(
+            "probe.doorbell-layout",
+            Status::Error,
+            &subject,
+            "the worker rang no layouts",
+        )
+    } else if bad.is_empty() && d.stray_writes.is_empty() {
+        Finding::new(
+            "probe.doorbell-layout",
+            Status::Pass,
+            &subject,
+            format!("the GPU rang {} doorbell layouts (4 KiB and 64 KiB pages, BlueFlame alternation, DBR-less) at the offsets the mlx5 formula gives, and wrote nowhere else", d.layouts.len()),
+        )
+    } else {
+        Finding::new(
+            "probe.doorbell-layout",
+            Status::Fail,
+            &subject,
+            format!(
+                "{} of {} layouts missed their doorbell, {} stray writes in the emulated BAR: the GPU's address arithmetic differs from BAR0 + page_id * unit + offset",
+                bad.len(),
+                d.layouts.len(),
+                d.stray_writes.len()
+            ),
+        )
+        .fix("see docs/guides/doorbell.md: the unit is 4 KiB only when the HCA uses 4 KiB UARs; reg_addr - base_addr is taken modulo 4096 when page_id already names the 4 KiB UAR")
+    };
+    for l in &d.layouts {
+        f = f.evidence(
+            &l.name,
+            format!(
+                "BAR0 + 0x{:x}{} {}",
+                l.expected_offset,
+                l.alternate_offset
+                    .map(|a| format!(" / 0x{a:x}"))
+                    .unwrap_or_default(),
+                if l.ok { "ok" } else { "MISSED" }
+            ),
+        );
+    }
+    if !d.stray_writes.is_empty() {
+        let s: Vec<String> = d
+            .stray_writes
+            .iter()
+            .take(8)
+            .map(|w| format!("0x{w:x}"))
+            .collect();
+        f = f.evidence("stray writes at", s.join(", "));
+    }
+    out.push(f);
+    // Latency and ordering.
+    if d.flavours.is_empty() {
+        out.push(Finding::new(
+            "probe.doorbell-latency",
+            Status::Error,
+            &subject,
+            "no store flavour was measured",
+        ));
+    } else {
+        let floor = d.flavours.iter().find(|f| f.flavour.starts_with("floor"));
+        let ordered_late: Vec<&FlavourResult> = d
+            .flavours
+            .iter()
+            .filter(|f| f.payload_late > 0 && ordered(&f.flavour))
+            .collect();
+        let weak_late: Vec<&FlavourResult> = d
+            .flavours
+            .iter()
+            .filter(|f| f.payload_late > 0 && !ordered_late.iter().any(|o| o.flavour == f.flavour))
+            .collect();
+        let best = d
+            .flavours
+            .iter()
+            .filter(|f| f.payload_late == 0 && ordered(&f.flavour))
+            .min_by(|a, b| a.rtt_p50_ns.total_cmp(&b.rtt_p50_ns));
+        let rings = d.flavours.iter().map(|f| f.rings).min().unwrap_or(0);
+        let summary = format!(
+            "gpu doorbell write -> host sees it: {} ~{:.0} ns one way (round trip p50 {:.0} ns, floor ping-pong RTT/2 = {:.0} ns) over {rings} rings",
+            best.map(|b| b.flavour.as_str()).unwrap_or("no ordered flavour"),
+            best.map(|b| (b.rtt_p50_ns - floor.map(|f| f.rtt_p50_ns / 2.0).unwrap_or(0.0)).max(0.0)).unwrap_or(0.0),
+            best.map(|b| b.rtt_p50_ns).unwrap_or(0.0),
+            floor.map(|f| f.rtt_p50_ns / 2.0).unwrap_or(0.0),
+        );
+        let mut f = if !ordered_late.is_empty() {
+            Finding::new(
+                "probe.doorbell-latency",
+                Status::Fail,
+                &subject,
+                format!(
+                    "{}: the payload was not visible when the doorbell was, with a release/fenced store ({} rings)",
+                    ordered_late.iter().map(|f| f.flavour.as_str()).collect::<Vec<_>>().join(", "),
+                    ordered_late.iter().map(|f| f.payload_late).sum::<usize>()
+                ),
+            )
+            .fix("the host-mapped path reorders release stores: check `dmesg` for PCIe errors and whether the GPU sits behind a switch with relaxed ordering forced on (see docs/guides/doorbell.md)")
+        } else if !weak_late.is_empty() {
+            Finding::new("probe.doorbell-latency", Status::Warn, &subject, format!(
+                "{summary}; weak stores let the doorbell overtake the payload in {} rings ({}): ring doorbells with st.release.sys, or a system fence before st.mmio",
+                weak_late.iter().map(|f| f.payload_late).sum::<usize>(),
+                weak_late.iter().map(|f| f.flavour.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+            .fix("write the WQE, then ring the doorbell with st.release.sys (or st.mmio.relaxed.sys after a fence.sc.sys / __threadfence_system()), never a plain st.global")
+        } else {
+            Finding::new("probe.doorbell-latency", Status::Pass, &subject, summary)
+        };
+        for fl in &d.flavours {
+            f = f.evidence(
+                &fl.flavour,
+                format!(
+                    "p50 {:.0} ns, p99 {:.0} ns round trip{}{}{}",
+                    fl.rtt_p50_ns,
+                    fl.rtt_p99_ns,
+                    match floor {
+                        Some(fl0) if !fl.flavour.starts_with("floor") => format!(
+                            " (one way ~{:.0} ns)",
+                            (fl.rtt_p50_ns - fl0.rtt_p50_ns / 2.0).max(0.0)
+                        ),
+                        _ => String::new(),
+                    },
+                    if fl.flavour.starts_with("floor") {
+                        String::new()
+                    } else {
+                        format!(", payload late in {}", fl.payload_late)
+                    },
+                    if fl.native {
+                        ""
+                    } else {
+                        " (no st.mmio in this PTX: ran st.release.sys)"
+                    }
+                ),
+            );
+        }
+        out.push(f);
+    }
+    // The real NIC.
+    if d.mlx5.is_empty() {
+        let why = d
+            .mlx5_skipped
+            .clone()
+            .unwrap_or_else(|| "no mlx5 device".into());
+        out.push(Finding::new(
+            "probe.doorbell-mlx5",
+            Status::Skip,
+            "node",
+            format!("no real doorbell checked: {why}"),
+        ));
+    }
+    for r in &d.mlx5 {
+        let subject = r.device.clone();
+        let mut f = if let Some(e) = &r.error {
+            let f = Finding::new("probe.doorbell-mlx5", Status::Error, &subject, e.clone());
+            if e.starts_with("mlx5dv_devx_alloc_uar") {
+                f.fix("mlx5dv_devx_alloc_uar needs DEVX: a recent MLNX_OFED or upstream rdma-core with the mlx5_ib module; check `ibv_devinfo -v` and `dmesg`")
+            } else if e.starts_with("BAR0") {
+                f.fix("read the NIC's BAR0 as root (`sudo gdrdoctor probe --doorbell`): sysfs `resource` shows zeros to other users")
+            } else {
+                f.fix("`ibv_devinfo -d <device>` must open it: check /dev/infiniband permissions and that mlx5_ib is loaded")
+            }
+        } else if !r.issues.is_empty() {
+            Finding::new("probe.doorbell-mlx5", Status::Fail, &subject, format!("doorbell address check failed: {}", r.issues.join("; ")))
+                .fix("compute the doorbell as BAR0 + page_id * unit + (reg_addr - base_addr) % 4096; see docs/guides/doorbell.md")
+        } else if !r.gpu_map_ok {
+            Finding::new(
+                "probe.doorbell-mlx5",
+                Status::Fail,
+                &subject,
+                format!("doorbell address correct but the GPU cannot map it: {}", r.gpu_map.clone().unwrap_or_default()),
+            )
+            .fix("add PeerMappingOverride=1 to the driver's registry (`options nvidia NVreg_RegistryDwords=\"PeerMappingOverride=1;\"` in /etc/modprobe.d, then reload the driver) or run with CAP_SYS_ADMIN")
+        } else {
+            Finding::new(
+                "probe.doorbell-mlx5",
+                Status::Pass,
+                &subject,
+                format!(
+                    "{} UAR doorbell at 0x{:x} inside BAR0, at a register offset, {}",
+                    r.uar_type,
+                    r.doorbell_phys.unwrap_or(0),
+                    r.gpu_map.clone().unwrap_or_default()
+                ),
+            )
+        };
+        if let Some(p) = &r.pci {
+            f = f.evidence("pci", p.clone());
+        }
+        if let (Some(pid), Some(off)) = (r.page_id, r.reg_offset) {
+            f = f.evidence(
+                "page_id / reg_addr - base_addr",
+                format!("{pid} / 0x{off:x}"),
+            );
+        }
+        if let Some((b, s)) = r.bar0_resource {
+            f = f.evidence("BAR0 (sysfs resource)", format!("0x{b:x} size 0x{s:x}"));
+        }
+        if let Some(b) = r.bar0_config {
+            f = f.evidence("BAR0 (config space)", format!("0x{b:x}"));
+        }
+        if let Some((b, s)) = r.bar0_lspci {
+            f = f.evidence("BAR0 (saved lspci -vv)", format!("0x{b:x} size 0x{s:x}"));
+        }
+        for t in &r.trap_addresses {
+            f = f.evidence("a classic mistake would compute", t.clone());
+        }
+        if let Some(w) = &r.mmio_write {
+            if w.contains("failed") && f.status == Status::Pass {
+                f.status = Status::Fail;
+                f.message = format!("the GPU could map the doorbell but its write failed: {w}");
+                f = f.fix("check `dmesg` for Xid 13/31 (GPU MMU fault) and AER errors on the NIC; the NIC BAR may be behind an IOMMU or an ACS-redirecting switch");
+            }
+            f = f.evidence("--allow-mmio-write", w.clone());
+        }
+        out.push(f);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn sample() -> DoorbellOutput {
+        DoorbellOutput {
+            gpu: "0000:18:00.0".into(),
+            layouts: db::emulated_layouts()
+                .iter()
+                .map(|(n, u, _)| LayoutResult {
+                    name: n.to_string(),
+                    expected_offset: u.doorbell_phys(),
+                    alternate_offset: None,
+                    ok: true,
+                })
+                .collect(),
+            flavours: FLAVOURS
+                .iter()
+                .map(|(n, _)| FlavourResult {
+                    flavour: n.to_string(),
+                    rings: 10_000,
+                    rtt_p50_ns: 1500.0,
+                    rtt_p99_ns: 2000.0,
+                    payload_late: 0,
+                    native: true,
+                })
+                .collect(),
+            mlx5_skipped: Some("no mlx5 RDMA device".into()),
+            ..Default::default()
+        }
+    }
+
+    fn status(f: &[Finding], id: &str) -> Status {
+        f.iter().find(|x| x.id == id).map(|x| x.status).unwrap()
+    }
+
+    #[test]
+    fn healthy_output_passes_and_skips_mlx5() {
+        let f = findings(&sample());
+        assert_eq!(status(&f, "probe.doorbell-layout"), Status::Pass);
+        assert_eq!(status(&f, "probe.doorbell-latency"), Status::Pass);
+        assert_eq!(status(&f, "probe.doorbell-mlx5"), Status::Skip);
+    }
+
+    #[test]
+    fn missed_layout_stray_write_and_late_payload_are_caught() {
+        let mut d = sample();
+        d.layouts[3].ok = false;
+        d.stray_writes.push(0x10800);
+        let f = findings(&d);
+        assert_eq!(status(&f, "probe.doorbell-layout"), Status::Fail);
+        let mut d = sample();
+        d.flavours[1].payload_late = 3; // st.global weak
+        assert_eq!(
+            status(&findings(&d), "probe.doorbell-latency"),
+            Status::Warn
+        );
+        d.flavours[3].payload_late = 1; // st.release.sys
+        assert_eq!(
+            status(&findings(&d), "probe.doorbell-latency"),
+            Status::Fail
+        );
+    }
+
+    #[test]
+    fn mlx5_results_map_to_statuses() {
+        let mut d = sample();
+        let ok = Mlx5Result {
+            device: "mlx5_0".into(),
+            uar_type: "NonCached".into(),
+            doorbell_phys: Some(0x1000_0800),
+            gpu_map_ok: true,
+            gpu_map: Some("mapped".into()),
+            ..Default::default()
+        };
+        d.mlx5 = vec![
+            ok.clone(),
+            Mlx5Result {
+                device: "mlx5_1".into(),
+                issues: vec!["outside-bar0: x".into()],
+                ..ok.clone()
+            },
+            Mlx5Result {
+                device: "mlx5_2".into(),
+                gpu_map_ok: false,
+                gpu_map: Some("CUDA_ERROR_NOT_PERMITTED".into()),
+                ..ok.clone()
+            },
+            Mlx5Result {
+                device: "mlx5_3".into(),
+                error: Some("mlx5dv_devx_alloc_uar: EOPNOTSUPP".into()),
+                ..ok
+            },
+        ];
+        let f: Vec<(String, Status)> = findings(&d)
+            .into_iter()
+            .filter(|f| f.id == "probe.doorbell-mlx5")
+            .map(|f| (f.subject, f.status))
+            .collect();
+        assert_eq!(
+            f,
+            vec![
+                ("mlx5_0".into(), Status::Pass),
+                ("mlx5_1".into(), Status::Fail),
+                ("mlx5_2".into(), Status::Fail),
+                ("mlx5_3".into(), Status::Error)
+            ]
+        );
+        assert!(findings(&d)
+            .iter()
+            .find(|f| f.subject == "mlx5_2")
+            .unwrap()
+            .remediation
+            .as_deref()
+            .unwrap_or("")
+            .contains("PeerMappingOverride"));
+    }
+}
