@@ -430,6 +430,8 @@ fn mlx5(
         });
     }
     let mut out = Vec::new();
+    // A faulting GPU write leaves the CUDA context unusable: later devices are not mapped.
+    let mut faulted: Option<String> = None;
     for d in devs {
         let mut r = Mlx5Result {
             device: d.name.clone(),
@@ -498,7 +500,11 @@ fn mlx5(
             // What the classic mistakes would compute: compare with your own code's address.
             r.trap_addresses = db::trap_addresses(&u)
                 .into_iter()
-                .filter(|(_, a)| *a != u.doorbell_phys())
+                // A DBR-less address is a mistake only for a DBR-less doorbell.
+                .filter(|(n, a)| {
+                    *a != u.doorbell_phys()
+                        && (*n != "dbr-less-from-base" || u.kind == UarKind::DbrLess)
+                })
                 .map(|(n, a)| format!("{n}: 0x{a:x}"))
                 .collect();
             if let Some(c) = r.bar0_config {
@@ -541,7 +547,9 @@ fn mlx5(
                 } else {
                     format!("cuMemHostGetDevicePointer: {g:?}")
                 });
-                if let (true, Some((f, stream))) = (r.gpu_map_ok, poke) {
+                if let Some(why) = &faulted {
+                    r.mmio_write = Some(format!("not written: {why}"));
+                } else if let (true, Some((f, stream))) = (r.gpu_map_ok, poke) {
                     // One GPU store of 0 to the doorbell of our own dedicated UAR (no queue
                     // attached): the write path completes or faults.
                     let (mut a0, mut a1) = (gpu_db, 0u64);
@@ -565,7 +573,11 @@ fn mlx5(
                                 "st.release.sys"
                             }
                         ),
-                        Err(e) => format!("the GPU write to the doorbell failed: {e}"),
+                        Err(e) => {
+                            faulted =
+                                Some(format!("the GPU write to {}'s doorbell faulted", d.name));
+                            format!("the GPU write to the doorbell failed: {e}")
+                        }
                     });
                 }
                 // SAFETY: unregister what we registered.
@@ -881,7 +893,7 @@ pub fn findings(d: &DoorbellOutput) -> Vec<Finding> {
             if e.starts_with("mlx5dv_devx_alloc_uar") {
                 f.fix("mlx5dv_devx_alloc_uar needs DEVX: a recent MLNX_OFED or upstream rdma-core with the mlx5_ib module; check `ibv_devinfo -v` and `dmesg`")
             } else if e.starts_with("BAR0") {
-                f.fix("read the NIC's BAR0 as root (`sudo gdrdoctor probe --doorbell`): sysfs `resource` shows zeros to other users")
+                f.fix("check that /sys/bus/pci/devices/<nic>/resource exists and is readable (`cat` it), and run as root (`sudo gdrdoctor probe --doorbell`); inside a container the host's sysfs must be visible")
             } else {
                 f.fix("`ibv_devinfo -d <device>` must open it: check /dev/infiniband permissions and that mlx5_ib is loaded")
             }
@@ -933,7 +945,7 @@ pub fn findings(d: &DoorbellOutput) -> Vec<Finding> {
         if let Some(w) = &r.mmio_write {
             if w.contains("failed") && f.status == Status::Pass {
                 f.status = Status::Fail;
-                f.message = format!("the GPU could map the doorbell but its write failed: {w}");
+                f.message = format!("doorbell address correct and mapped, but {w}");
                 f = f.fix("check `dmesg` for Xid 13/31 (GPU MMU fault) and AER errors on the NIC; the NIC BAR may be behind an IOMMU or an ACS-redirecting switch");
             }
             f = f.evidence("--allow-mmio-write", w.clone());
