@@ -1559,6 +1559,9 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     serde_json::to_value(&out).map_err(|e| e.to_string())
 }
 
+/// Rounds of the overhead measurement (each: ping-pong and ring, bare and instrumented).
+const BENCH_ROUNDS: usize = 11;
+
 fn bench(g: &Gpu, n: usize) -> Result<Bench, String> {
     let mut b = Bench {
         detect_threshold_ms: g.opts.threshold.as_secs_f64() * 1e3,
@@ -1574,8 +1577,13 @@ fn bench(g: &Gpu, n: usize) -> Result<Bench, String> {
             return Err("never-set did not abort cleanly".into());
         }
     }
-    for i in 0..5 {
-        crate::worker::progress(&format!("bench: ping-pong and ring {}/5", i + 1));
+    // Bare and instrumented interleaved, BENCH_ROUNDS times: the medians compare runs that saw
+    // the same clocks and the same neighbours.
+    for i in 0..BENCH_ROUNDS {
+        crate::worker::progress(&format!(
+            "bench: ping-pong and ring {}/{BENCH_ROUNDS}",
+            i + 1
+        ));
         b.pingpong_rtt_ns_bare.push(pingpong(g, 20_000, false)?);
         b.pingpong_rtt_ns_instrumented
             .push(pingpong(g, 20_000, true)?);

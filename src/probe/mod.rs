@@ -750,6 +750,6 @@ fn bench_finding(gpu: &str, b: &hang::Bench) -> Finding {
             b.poll_ns_per_record
         ),
     )
-    .evidence("ping-pong rtt ns bare / instrumented (median of 5)", format!("{:.0} / {:.0}", med(&b.pingpong_rtt_ns_bare), med(&b.pingpong_rtt_ns_instrumented)))
-    .evidence("ring items/s bare / instrumented (median of 5)", format!("{:.3e} / {:.3e}", med(&b.ring_items_per_s_bare), med(&b.ring_items_per_s_instrumented)))
+    .evidence(format!("ping-pong rtt ns bare / instrumented (median of {})", b.pingpong_rtt_ns_bare.len()), format!("{:.0} / {:.0}", med(&b.pingpong_rtt_ns_bare), med(&b.pingpong_rtt_ns_instrumented)))
+    .evidence(format!("ring items/s bare / instrumented (median of {})", b.ring_items_per_s_bare.len()), format!("{:.3e} / {:.3e}", med(&b.ring_items_per_s_bare), med(&b.ring_items_per_s_instrumented)))
 }
