@@ -1544,7 +1544,16 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         }
     }
     if opts.bench > 0 {
-        out.bench = Some(bench(&g, opts.bench)?);
+        // A bench failure is reported as such, and keeps the scenario results.
+        match bench(&g, opts.bench) {
+            Ok(b) => out.bench = Some(b),
+            Err(e) => out.scenarios.push(ScenarioResult {
+                name: "bench".into(),
+                kind: "error".into(),
+                notes: vec![format!("the benchmark failed: {e}")],
+                ..Default::default()
+            }),
+        }
     }
     // SAFETY: every kernel finished; release what we allocated.
     unsafe {

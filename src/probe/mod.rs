@@ -541,6 +541,17 @@ pub fn hang(
         }
         raw.insert(key.into(), v);
         if let Some(p) = parsed {
+            // Scenarios the worker never reached (it left early after an escalation).
+            for name in &o.scenarios {
+                if !p.scenarios.iter().any(|s| &s.name == name) {
+                    out.push(Finding::new(
+                        "probe.hang",
+                        Status::Error,
+                        format!("{}/{name}", p.gpu),
+                        "did not run: the worker stopped after an earlier scenario's kernel ignored the abort",
+                    ));
+                }
+            }
             outputs.push(p);
         }
     }
