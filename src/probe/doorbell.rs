@@ -606,7 +606,6 @@ fn mlx5(
 // ---------------------------------------------------------------------------------------------
 // Parent side: run the worker, turn its output into findings.
 
-use crate::probe::runner;
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::{Finding, Status};
 
@@ -652,13 +651,8 @@ pub fn run(
     deadline: Duration,
 ) -> (Vec<Finding>, Option<serde_json::Value>) {
     let mut out = Vec::new();
-    if gdrdoctor_checks::derive::gpus(node).is_empty() {
-        out.push(Finding::new(
-            "probe.cuda",
-            Status::Skip,
-            "node",
-            "no nvidia gpu on the pci bus: nothing to probe",
-        ));
+    if let Some(f) = crate::probe::no_gpu(node) {
+        out.push(f);
         out.push(Finding::new(
             "probe.doorbell-mlx5",
             Status::Skip,
@@ -678,22 +672,11 @@ pub fn run(
             return (out, None);
         }
     }
-    let progress = runner::Progress::new("probe --doorbell: starting the worker");
-    let run = runner::run("doorbell", &o.to_args(), deadline, &|m| progress.update(m));
-    progress.finish();
-    let run = match run {
-        Ok(r) => r,
-        Err(e) => {
-            out.push(Finding::new("probe.cuda", Status::Error, "node", e));
-            return (out, None);
-        }
+    let Some(run) = crate::probe::start("doorbell", &o.to_args(), deadline, &mut out) else {
+        return (out, None);
     };
     let result = run.result.clone();
-    if let Some(e) = result
-        .as_ref()
-        .and_then(|v| v.get("error"))
-        .and_then(|e| e.as_str())
-    {
+    if let Some(e) = crate::probe::worker_error(result.as_ref()) {
         out.push(Finding::new(
             "probe.cuda",
             Status::Error,

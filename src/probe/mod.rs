@@ -49,8 +49,36 @@ pub fn explain_cuda(err: &str) -> &'static str {
     }
 }
 
-fn gpus_on_pci(node: &Node) -> usize {
-    gdrdoctor_checks::derive::gpus(node).len()
+/// The skip every probe reports on a node without an NVIDIA GPU, or `None` when there is one.
+pub(crate) fn no_gpu(node: &Node) -> Option<Finding> {
+    gdrdoctor_checks::derive::gpus(node).is_empty().then(|| {
+        Finding::new(
+            "probe.cuda",
+            Status::Skip,
+            "node",
+            "no nvidia gpu on the pci bus: nothing to probe",
+        )
+    })
+}
+
+/// Start a probe worker with a progress line; a worker that cannot start is a `probe.cuda`
+/// error pushed to `out`.
+pub(crate) fn start(
+    task: &str,
+    args: &[String],
+    deadline: Duration,
+    out: &mut Vec<Finding>,
+) -> Option<runner::WorkerRun> {
+    let progress = runner::Progress::new(&format!("probe --{task}: starting the worker"));
+    let run = runner::run(task, args, deadline, &|m| progress.update(m));
+    progress.finish();
+    run.map_err(|e| out.push(Finding::new("probe.cuda", Status::Error, "node", e)))
+        .ok()
+}
+
+/// The `error` a worker reported instead of a result (CUDA missing, device not found, ...).
+pub(crate) fn worker_error(result: Option<&serde_json::Value>) -> Option<&str> {
+    result.and_then(|v| v.get("error")).and_then(|e| e.as_str())
 }
 
 /// Run the registration probe and turn its measurements into findings.
@@ -61,28 +89,16 @@ pub fn registration(
     deadline: Duration,
 ) -> (Vec<Finding>, Option<serde_json::Value>) {
     let mut out = Vec::new();
-    if gpus_on_pci(node) == 0 {
-        out.push(Finding::new(
-            "probe.cuda",
-            Status::Skip,
-            "node",
-            "no nvidia gpu on the pci bus: nothing to probe",
-        ));
+    if let Some(f) = no_gpu(node) {
+        out.push(f);
         return (out, None);
     }
-    let progress = runner::Progress::new("probe --registration: starting the worker");
     let args: Vec<String> = vec![
         gpu.map(|g| g.to_string()).unwrap_or_else(|| "-1".into()),
         repeat.to_string(),
     ];
-    let run = runner::run("registration", &args, deadline, &|m| progress.update(m));
-    progress.finish();
-    let run = match run {
-        Ok(r) => r,
-        Err(e) => {
-            out.push(Finding::new("probe.cuda", Status::Error, "node", e));
-            return (out, None);
-        }
+    let Some(run) = start("registration", &args, deadline, &mut out) else {
+        return (out, None);
     };
     if let Some(f) = run.failure() {
         out.push(Finding::new("probe.cuda", Status::Error, "node", f.clone()));
@@ -412,13 +428,8 @@ pub fn hang(
     deadline: Duration,
 ) -> (Vec<Finding>, Option<serde_json::Value>) {
     let mut out = Vec::new();
-    if gpus_on_pci(node) == 0 {
-        out.push(Finding::new(
-            "probe.cuda",
-            Status::Skip,
-            "node",
-            "no nvidia gpu on the pci bus: nothing to probe",
-        ));
+    if let Some(f) = no_gpu(node) {
+        out.push(f);
         return (out, None);
     }
     // The abort-ignoring injection ends its worker: run it (and its control) in a worker of its
@@ -442,23 +453,12 @@ pub fn hang(
         if i == 1 {
             o.bench = 0;
         }
-        let progress = runner::Progress::new("probe --hang: starting the worker");
-        let run = runner::run("hang", &o.to_args(), deadline, &|m| progress.update(m));
-        progress.finish();
-        let run = match run {
-            Ok(r) => r,
-            Err(e) => {
-                out.push(Finding::new("probe.cuda", Status::Error, "node", e));
-                continue;
-            }
+        let Some(run) = start("hang", &o.to_args(), deadline, &mut out) else {
+            continue;
         };
         let key = if i == 0 { "hang" } else { "hang-escalation" };
         let result = run.result.clone();
-        if let Some(e) = result
-            .as_ref()
-            .and_then(|v| v.get("error"))
-            .and_then(|e| e.as_str())
-        {
+        if let Some(e) = worker_error(result.as_ref()) {
             out.push(Finding::new(
                 "probe.cuda",
                 Status::Error,

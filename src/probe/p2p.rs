@@ -5,7 +5,6 @@
 //! copies inside the GPU as a reference and the pairs are skipped.
 
 use crate::live::cuda;
-use crate::probe::runner;
 use cudarc::driver::sys;
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::{Finding, Status};
@@ -436,13 +435,8 @@ pub fn run(
     deadline: Duration,
 ) -> (Vec<Finding>, Option<serde_json::Value>) {
     let mut out = Vec::new();
-    if gdrdoctor_checks::derive::gpus(node).is_empty() {
-        out.push(Finding::new(
-            "probe.cuda",
-            Status::Skip,
-            "node",
-            "no nvidia gpu on the pci bus: nothing to probe",
-        ));
+    if let Some(f) = crate::probe::no_gpu(node) {
+        out.push(f);
         return (out, None);
     }
     let args = vec![
@@ -450,22 +444,11 @@ pub fn run(
         size_mib.to_string(),
         reps.to_string(),
     ];
-    let progress = runner::Progress::new("probe --p2p: starting the worker");
-    let run = runner::run("p2p", &args, deadline, &|m| progress.update(m));
-    progress.finish();
-    let run = match run {
-        Ok(r) => r,
-        Err(e) => {
-            out.push(Finding::new("probe.cuda", Status::Error, "node", e));
-            return (out, None);
-        }
+    let Some(run) = crate::probe::start("p2p", &args, deadline, &mut out) else {
+        return (out, None);
     };
     let result = run.result.clone();
-    if let Some(e) = result
-        .as_ref()
-        .and_then(|v| v.get("error"))
-        .and_then(|e| e.as_str())
-    {
+    if let Some(e) = crate::probe::worker_error(result.as_ref()) {
         out.push(Finding::new(
             "probe.cuda",
             Status::Error,
