@@ -88,6 +88,38 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
     })
 }
 
+/// Render a report, write it to `output` (atomically) or stdout, and return its exit code.
+fn deliver(
+    report: &gdrdoctor_checks::report::Report,
+    format: render::Format,
+    color: ColorChoice,
+    verbose: bool,
+    output: Option<&Path>,
+    fail_on: FailOn,
+) -> i32 {
+    let color = output.is_none() && color_enabled(color);
+    colored::control::set_override(color);
+    let style = Style {
+        color,
+        verbose,
+        warn_is_failure: fail_on == FailOn::Warn,
+    };
+    let text = render::render(report, format, &style);
+    match output {
+        Some(path) => {
+            if let Err(e) = write_atomic(path, &text) {
+                return err(e);
+            }
+        }
+        None => {
+            if !emit(&text) {
+                return EXIT_USAGE;
+            }
+        }
+    }
+    report.summary.exit_code
+}
+
 pub fn color_enabled(choice: ColorChoice) -> bool {
     match choice {
         ColorChoice::Always => true,
@@ -328,27 +360,14 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     };
     let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
     report.probe = Some(serde_json::Value::Object(raw));
-    let color = args.output.is_none() && color_enabled(args.color);
-    colored::control::set_override(color);
-    let style = Style {
-        color,
-        verbose: args.verbose,
-        warn_is_failure: opts.fail_on == FailOn::Warn,
-    };
-    let text = render::render(&report, args.format, &style);
-    match &args.output {
-        Some(path) => {
-            if let Err(e) = write_atomic(path, &text) {
-                return err(e);
-            }
-        }
-        None => {
-            if !emit(&text) {
-                return EXIT_USAGE;
-            }
-        }
-    }
-    report.summary.exit_code
+    deliver(
+        &report,
+        args.format,
+        args.color,
+        args.verbose,
+        args.output.as_deref(),
+        opts.fail_on,
+    )
 }
 
 fn topo_smi(file: &Path, format: TopoFormat) -> i32 {
@@ -428,27 +447,14 @@ fn check(args: &CheckArgs) -> i32 {
         allow_incomplete: args.allow_incomplete,
     };
     let report = gdrdoctor_checks::build_report(&node, &opts);
-    let color = args.output.is_none() && color_enabled(args.color);
-    colored::control::set_override(color);
-    let style = Style {
-        color,
-        verbose: args.verbose,
-        warn_is_failure: opts.fail_on == FailOn::Warn,
-    };
-    let text = render::render(&report, args.format, &style);
-    match &args.output {
-        Some(path) => {
-            if let Err(e) = write_atomic(path, &text) {
-                return err(e);
-            }
-        }
-        None => {
-            if !emit(&text) {
-                return EXIT_USAGE;
-            }
-        }
-    }
-    report.summary.exit_code
+    deliver(
+        &report,
+        args.format,
+        args.color,
+        args.verbose,
+        args.output.as_deref(),
+        opts.fail_on,
+    )
 }
 
 fn list(format: ListFormat) -> i32 {
