@@ -120,29 +120,6 @@ fn launch(
     })
 }
 
-fn launch1(
-    f: sys::CUfunction,
-    stream: sys::CUstream,
-    params: &mut [*mut c_void],
-) -> Result<(), String> {
-    // SAFETY: params point to values the caller keeps alive across the call.
-    cu("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(
-            f,
-            1,
-            1,
-            1,
-            1,
-            1,
-            1,
-            0,
-            stream,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    })
-}
-
 fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -553,7 +530,7 @@ fn mlx5(
                     // One GPU store of 0 to the doorbell of our own dedicated UAR (no queue
                     // attached): the write path completes or faults.
                     let (mut a0, mut a1) = (gpu_db, 0u64);
-                    let res = launch1(
+                    let res = launch(
                         f,
                         stream,
                         &mut [(&mut a0 as *mut u64).cast(), (&mut a1 as *mut u64).cast()],
