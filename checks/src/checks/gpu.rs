@@ -1,7 +1,9 @@
-//! `gpu.*` and `driver.*`: NVIDIA GPUs on the bus and the kernel driver serving them.
+//! `gpu.*`: NVIDIA GPUs on the bus, their BAR1 aperture, and what the live libraries (CUDA
+//! attributes, NVML state) say about them. On a sysroot without `gdrdoctor/live.json`, or with
+//! `check --static`, the live checks skip; on a live node where the library cannot be loaded they
+//! report an error naming it.
 
-use crate::derive::{self, flavor_name};
-use crate::model::{Fact, Node};
+use crate::model::{CudaDevice, Fact, Node, NvmlGpu, PciDevice, SourceKind};
 use crate::names;
 use crate::parse;
 use crate::report::{Finding, Status};
@@ -78,109 +80,458 @@ pub fn present(node: &Node) -> Vec<Finding> {
     out
 }
 
-pub fn driver(node: &Node) -> Vec<Finding> {
-    const ID: &str = "driver.nvidia";
-    const SRC: &str = "/proc/driver/nvidia/version";
-    // GPUs this host's driver should own (not those passed through to VMs).
-    let gpus: Vec<_> = derive::gpus(node)
-        .into_iter()
-        .filter(|g| !matches!(g.driver.get(), Some(Some(d)) if d.starts_with("vfio")))
-        .collect();
-    match &node.nvidia.version_file {
-        Fact::Known { value: Some(text), .. } => match parse::nvidia_version(text) {
-            Some((ver, flavor)) => {
-                let mut f = Finding::new(
-                    ID,
-                    Status::Pass,
-                    "node",
-                    format!("nvidia driver {ver}, {}", flavor_name(flavor)),
-                )
-                .evidence(SRC, text.lines().next().unwrap_or_default().trim().to_string());
-                if let Some(g) = node.nvidia.gpus.get() {
-                    f = f.evidence("/proc/driver/nvidia/gpus", format!("{} gpus initialised by the driver", g.len()));
-                    if !gpus.is_empty() && g.len() < gpus.len() {
-                        f.status = Status::Fail;
-                        f.message = format!(
-                            "nvidia driver {ver} initialised {} of {} nvidia gpus on the pci bus",
-                            g.len(),
-                            gpus.len()
-                        );
-                        f = f.fix("read `dmesg | grep -iE 'nvrm|xid'` for the GPU the driver failed to initialise; a GPU that fell off the bus needs a node reboot or reseat");
-                    }
-                }
-                vec![f]
-            }
-            None => vec![Finding::new(ID, Status::Error, "node", "nvidia driver version file has an unrecognised format")
-                .evidence(SRC, text.lines().next().unwrap_or_default().to_string())],
-        },
-        Fact::Known { value: None, .. } if node.pci.get().is_none() => vec![Finding::new(
-            ID,
-            Status::Error,
-            "node",
-            "the nvidia driver is not loaded, and whether this node has nvidia gpus is unknown",
-        )
-        .evidence(SRC, "absent")
-        .evidence(node.pci.source(), node.pci.describe(|_| String::new()))],
-        Fact::Known { value: None, .. } if gpus.is_empty() => vec![Finding::new(
-            ID,
+/// The finding for an absent live fact.
+fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
+    let reason = f.reason().unwrap_or_default();
+    let quiet = node.source == SourceKind::Sysroot || reason.starts_with("not queried");
+    if quiet {
+        Finding::new(
+            id,
             Status::Skip,
             "node",
-            "no nvidia gpu and no nvidia driver on this node",
+            format!("live-only fact not available: {reason}"),
         )
-        .evidence(SRC, "absent")],
-        Fact::Known { value: None, .. } => vec![Finding::new(ID, Status::Fail, "node", "the nvidia kernel driver is not loaded")
-            .expect(SRC, "absent", "present")
-            .fix("`modprobe nvidia` (install the driver first if `modinfo nvidia` fails; prefer the open kernel modules, `nvidia-open` packages, which dma-buf needs)")],
-        Fact::Absent { reason, .. } => vec![Finding::new(ID, Status::Error, "node", "cannot read the nvidia driver version")
-            .evidence(SRC, format!("unknown ({reason})"))],
+    } else {
+        Finding::new(id, Status::Error, "node", format!("cannot query {}: {reason}", f.source()))
+            .evidence(f.source(), reason.to_string())
+            .fix("run on the node with the NVIDIA driver's user-space libraries on the loader path (inside containers: the NVIDIA container toolkit); `gdrdoctor check --static` skips these checks")
     }
 }
 
-pub fn grdma_override(node: &Node) -> Vec<Finding> {
-    const ID: &str = "driver.grdma-override";
-    const SRC: &str = "/proc/driver/nvidia/params";
-    match &node.nvidia.params {
-        Fact::Known { value, .. } => {
-            let raw = value.get("GrdmaPciTopoCheckOverride");
-            if let Some(r) = raw {
-                if parse::registry_number(r).is_none() {
-                    return vec![Finding::new(
-                        ID,
-                        Status::Error,
-                        "node",
-                        format!("GrdmaPciTopoCheckOverride has an unrecognised value {r:?}"),
-                    )
-                    .evidence(SRC, format!("GrdmaPciTopoCheckOverride: {r}"))];
-                }
+fn cuda_for<'a>(node: &'a Node, bdf: &str) -> Option<&'a CudaDevice> {
+    node.live
+        .cuda
+        .get()
+        .and_then(|c| c.devices.iter().find(|d| d.bdf == bdf))
+}
+
+fn nvml_for<'a>(node: &'a Node, bdf: &str) -> Option<&'a NvmlGpu> {
+    node.live
+        .nvml
+        .get()
+        .and_then(|c| c.gpus.iter().find(|d| d.bdf == bdf))
+}
+
+fn ordering(v: Option<i32>) -> &'static str {
+    match v {
+        Some(0) => "NONE (consumers must flush)",
+        Some(100) => "OWNER",
+        Some(200) => "ALL_DEVICES",
+        _ => "unknown",
+    }
+}
+
+pub fn gdr_support(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gpu.gdr-support";
+    let gpus = crate::derive::gpus(node);
+    if gpus.is_empty() {
+        return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
+    }
+    if node.live.cuda.get().is_none() {
+        return vec![absent(ID, node, &node.live.cuda)];
+    }
+    let mut out = Vec::new();
+    for g in gpus {
+        let Some(d) = cuda_for(node, &g.bdf) else {
+            out.push(Finding::new(
+                ID,
+                Status::Skip,
+                &g.bdf,
+                "cuda does not see this gpu (CUDA_VISIBLE_DEVICES, or it is not usable)",
+            ));
+            continue;
+        };
+        let facts = format!(
+            "cc {}.{}, GPU_DIRECT_RDMA_SUPPORTED={}, DMA_BUF_SUPPORTED={}, WRITES_ORDERING={}, FLUSH_WRITES_OPTIONS={}, VMM GDR={}",
+            d.cc_major,
+            d.cc_minor,
+            opt(d.gpu_direct_rdma_supported),
+            opt(d.dma_buf_supported),
+            ordering(d.gpu_direct_rdma_writes_ordering),
+            opt(d.gpu_direct_rdma_flush_writes_options),
+            opt(d.gpu_direct_rdma_with_cuda_vmm_supported)
+        );
+        let src = "cuDeviceGetAttribute";
+        let f = match d.gpu_direct_rdma_supported {
+            Some(1) => Finding::new(ID, Status::Pass, &g.bdf, format!("cuda reports gpudirect rdma supported ({}, dma-buf {})", d.name, if d.dma_buf_supported == Some(1) { "supported" } else { "not supported" })).evidence(src, facts),
+            Some(0) => Finding::new(ID, Status::Fail, &g.bdf, format!("cuda reports GPU_DIRECT_RDMA_SUPPORTED=0 for {}: nccl turns gdr off for this gpu, silently", d.name))
+                .expect(src, facts, "GPU_DIRECT_RDMA_SUPPORTED=1")
+                .fix("this GPU or platform does not support GPUDirect RDMA (e.g. unified-memory platforms such as DGX Spark report 0); use a GPU/platform that does, or accept host staging"),
+            Some(v) => Finding::new(ID, Status::Warn, &g.bdf, format!("cuda reports an unexpected GPU_DIRECT_RDMA_SUPPORTED={v}"))
+                .evidence(src, facts),
+            None => Finding::new(ID, Status::Warn, &g.bdf, "the cuda driver does not know CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED (driver older than 11.3): nccl falls back to a trial registration")
+                .evidence(src, facts)
+                .fix("update the NVIDIA driver"),
+        };
+        out.push(f);
+    }
+    out
+}
+
+fn opt(v: Option<i32>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_else(|| "?".into())
+}
+
+pub fn persistence(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gpu.persistence";
+    let gpus = crate::derive::gpus(node);
+    if gpus.is_empty() {
+        return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
+    }
+    if node.live.nvml.get().is_none() {
+        return vec![absent(ID, node, &node.live.nvml)];
+    }
+    gpus.iter()
+        .map(|g| match nvml_for(node, &g.bdf).and_then(|n| n.persistence_mode) {
+            Some(true) => Finding::new(ID, Status::Pass, &g.bdf, "persistence mode on"),
+            Some(false) => Finding::new(ID, Status::Warn, &g.bdf, "persistence mode off: the driver tears the gpu down when the last client exits, so every job start pays the initialisation and ecc scrubbing again")
+                .expect("nvmlDeviceGetPersistenceMode", "Disabled", "Enabled")
+                .fix("`systemctl enable --now nvidia-persistenced` (or `nvidia-smi -pm 1` until reboot)"),
+            None => Finding::new(ID, Status::Error, &g.bdf, "nvml did not report persistence mode for this gpu"),
+        })
+        .collect()
+}
+
+pub fn row_remap(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gpu.row-remap";
+    let gpus = crate::derive::gpus(node);
+    if gpus.is_empty() {
+        return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
+    }
+    if node.live.nvml.get().is_none() {
+        return vec![absent(ID, node, &node.live.nvml)];
+    }
+    gpus.iter()
+        .map(|g| {
+            let Some(n) = nvml_for(node, &g.bdf) else {
+                return Finding::new(ID, Status::Error, &g.bdf, "nvml does not list this gpu");
+            };
+            match (n.remapped_rows, n.retired_pages_pending) {
+                (Some(r), _) if r.failure => Finding::new(ID, Status::Fail, &g.bdf, "row remapping failed: the gpu ran out of spare rows")
+                    .evidence("nvmlDeviceGetRemappedRows", format!("correctable {} uncorrectable {} pending {} failure {}", r.correctable, r.uncorrectable, r.pending, r.failure))
+                    .fix("the GPU needs replacing (field diagnostic / RMA); drain the node"),
+                (Some(r), _) if r.pending => Finding::new(ID, Status::Fail, &g.bdf, "row remaps are pending: the gpu must be reset before the remapping takes effect")
+                    .evidence("nvmlDeviceGetRemappedRows", format!("correctable {} uncorrectable {} pending true", r.correctable, r.uncorrectable))
+                    .fix("drain the node and reset the GPU (`nvidia-smi -r -i <n>`) or reboot"),
+                (_, Some(true)) => Finding::new(ID, Status::Fail, &g.bdf, "retired pages are pending: the gpu must be reset")
+                    .fix("drain the node and reset the GPU (`nvidia-smi -r -i <n>`) or reboot"),
+                (Some(r), _) => Finding::new(ID, Status::Pass, &g.bdf, format!("no pending row remaps ({} correctable, {} uncorrectable remapped so far)", r.correctable, r.uncorrectable)),
+                (None, Some(false)) => Finding::new(ID, Status::Pass, &g.bdf, "no pending retired pages"),
+                (None, None) => Finding::new(ID, Status::Skip, &g.bdf, "nvml reports neither row remapping nor page retirement for this gpu"),
             }
-            let v = raw.and_then(|v| parse::registry_number(v));
-            match v {
-                Some(2) => vec![Finding::new(ID, Status::Fail, "node", "the nvidia driver is told to refuse every gpudirect rdma mapping (GrdmaPciTopoCheckOverride=2)")
-                    .expect(SRC, "GrdmaPciTopoCheckOverride: 2", "0 (driver decides)")
-                    .fix("remove `NVreg_GrdmaPciTopoCheckOverride=2` from /etc/modprobe.d/*.conf, rebuild the initramfs and reload the nvidia module")],
-                Some(n) => vec![Finding::new(ID, Status::Pass, "node", format!("GrdmaPciTopoCheckOverride={n} ({})", if n == 1 { "forced allow" } else { "driver decides" }))
-                    .evidence(SRC, format!("GrdmaPciTopoCheckOverride: {n}"))],
-                None => vec![Finding::new(ID, Status::Pass, "node", "no GrdmaPciTopoCheckOverride in the driver parameters (driver decides)")
-                    .evidence(SRC, "GrdmaPciTopoCheckOverride not listed")],
-            }
-        }
-        Fact::Absent { reason, .. } => {
-            if matches!(node.nvidia.version_file, Fact::Known { value: None, .. }) {
-                vec![Finding::new(
-                    ID,
-                    Status::Skip,
-                    "node",
-                    "nvidia driver not loaded",
-                )]
+        })
+        .collect()
+}
+
+/// `gpu.p2p`: every GPU pair that should reach each other over NVLink or a PCIe switch does.
+pub fn p2p(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gpu.p2p";
+    let gpus = crate::derive::gpus(node);
+    if gpus.len() < 2 {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            format!("{} nvidia gpu(s): no gpu pair", gpus.len()),
+        )];
+    }
+    // NVSwitch systems without the fabric manager: CUDA itself refuses to start.
+    if let Some(r) = node.live.cuda.reason() {
+        if r.contains("SYSTEM_NOT_READY") {
+            let switched = crate::p2p::nvswitches(node) > 0
+                || node
+                    .live
+                    .nvml
+                    .get()
+                    .is_some_and(|n| n.gpus.iter().any(|g| crate::p2p::switch_links(g) > 0));
+            let why = if switched {
+                "the nvlink fabric is not initialised: an nvswitch system without a running fabric manager"
             } else {
-                vec![Finding::new(
-                    ID,
-                    Status::Error,
-                    "node",
-                    "cannot read the nvidia driver parameters",
-                )
-                .evidence(SRC, format!("unknown ({reason})"))]
-            }
+                "the driver is not ready (on nvswitch systems: the fabric manager is not running)"
+            };
+            return vec![Finding::new(ID, Status::Fail, "node", format!("cuda reports CUDA_ERROR_SYSTEM_NOT_READY: {why}"))
+                .evidence("libcuda.so.1", r.to_string())
+                .fix("`systemctl enable --now nvidia-fabricmanager` (its version must match the driver's exactly; `nvidia-smi -q | grep -A2 Fabric` shows the state), then rerun")];
         }
     }
+    if node.live.nvml.get().is_none() {
+        return vec![absent(ID, node, &node.live.nvml)];
+    }
+    let mut out = Vec::new();
+    for p in crate::p2p::pairs(node) {
+        let subject = format!("{}|{}", p.a, p.b);
+        let links = p.nvlinks();
+        let via = if p.nvlinks_direct >= p.nvlinks_switch {
+            "direct nvlinks"
+        } else {
+            "nvlinks through nvswitch"
+        };
+        let nvl = p.status("nvlink");
+        let rw_ok = p.status("read") == Some("ok") && p.status("write") == Some("ok");
+        let rw_bad = ["read", "write"]
+            .into_iter()
+            .find_map(|c| p.status(c).filter(|s| *s != "ok"));
+        let cuda = p.cuda_both();
+        let pcie = p.pcie.clone().unwrap_or_else(|| "?".into());
+        let mut f = if p.p2p.is_empty() && cuda.is_none() {
+            Finding::new(ID, Status::Skip, &subject, format!("no nvml p2p status or cuda peer facts for this pair ({}): a snapshot taken before gdrdoctor recorded them, or the query failed", p.cell()))
+        } else if links > 0 {
+            if nvl.is_some_and(|s| s != "ok") || rw_bad.is_some() || cuda == Some(false) {
+                let why = match (rw_bad, nvl, cuda) {
+                    (Some(s), _, _) => format!(
+                        "nvml p2p read/write is `{s}` ({})",
+                        crate::p2p::explain_status(s)
+                    ),
+                    (_, Some(s), _) if s != "ok" => format!(
+                        "nvml p2p over nvlink is `{s}` ({})",
+                        crate::p2p::explain_status(s)
+                    ),
+                    _ => "cuda refuses peer access (cuDeviceCanAccessPeer = 0)".to_string(),
+                };
+                let consequence = if rw_bad.is_some() {
+                    "nccl stops with ncclUnhandledCudaError between them (unless NCCL_IGNORE_DISABLED_P2P=1, which sends the traffic through host memory)"
+                } else {
+                    "nccl logs `Could not enable P2P` and carries this pair through host memory instead of nvlink"
+                };
+                let f = Finding::new(
+                    ID,
+                    Status::Fail,
+                    &subject,
+                    format!("{links} {via} join these gpus but {why}: {consequence}"),
+                );
+                if p.nvlinks_switch > 0 {
+                    f.fix("on nvswitch systems nvlink p2p needs the fabric manager: `systemctl status nvidia-fabricmanager` (version equal to the driver's), `nvidia-smi -q | grep -A2 Fabric` must say Completed; then `nvidia-smi nvlink -s` for link errors")
+                } else {
+                    f.fix("`nvidia-smi nvlink -s` and `nvidia-smi nvlink -e` for down or erroring links; reseat the bridge or reset the gpus (`nvidia-smi -r`)")
+                }
+            } else {
+                Finding::new(
+                    ID,
+                    Status::Pass,
+                    &subject,
+                    format!("peer access over {links} {via}"),
+                )
+            }
+        } else if matches!(pcie.as_str(), "PIX" | "PXB") {
+            if !rw_ok && !p.p2p.is_empty() || cuda == Some(false) {
+                let why = match rw_bad {
+                    Some(s) => format!("nvml p2p is `{s}`: {}", crate::p2p::explain_status(s)),
+                    None => "cuda refuses peer access (cuDeviceCanAccessPeer = 0)".to_string(),
+                };
+                Finding::new(ID, Status::Warn, &subject, format!("gpus share a pcie switch ({pcie}) but {why}"))
+                    .fix("look at `pcie.acs-redirect` and `iommu.mode` in this report: ACS redirection on the switch ports or a translating iommu sends every p2p transfer through the root complex; `setpci` ACS off or `iommu=pt` restores direct p2p")
+            } else {
+                Finding::new(
+                    ID,
+                    Status::Pass,
+                    &subject,
+                    format!("peer access over pcie ({pcie})"),
+                )
+            }
+        } else if (rw_ok || p.p2p.is_empty()) && cuda != Some(false) {
+            Finding::new(
+                ID,
+                Status::Pass,
+                &subject,
+                format!("peer access over pcie through the cpu ({pcie})"),
+            )
+        } else {
+            let why = match rw_bad {
+                Some(s) => format!("nvml: {}", crate::p2p::explain_status(s)),
+                None => "cuda refuses peer access".to_string(),
+            };
+            Finding::new(ID, Status::Pass, &subject, format!("no peer access across {pcie} without nvlink ({why}); nccl stages these transfers through host memory, as expected"))
+        };
+        f = f.evidence("path", p.cell());
+        if let Some(a) = &p.nvml_ancestor {
+            f = f.evidence("nvmlDeviceGetTopologyCommonAncestor", a.clone());
+        }
+        if !p.p2p.is_empty() {
+            let s: Vec<String> = p.p2p.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            f = f.evidence("nvmlDeviceGetP2PStatus", s.join(" "));
+        }
+        if let (Some(x), Some(y)) = (p.cuda_ab, p.cuda_ba) {
+            f = f.evidence(
+                "cuDeviceCanAccessPeer a->b / b->a",
+                format!("{} / {}", u8::from(x), u8::from(y)),
+            );
+        }
+        out.push(f);
+    }
+    out
+}
+
+/// `gpu.nvlink`: every GPU has as many active NVLinks as its peers, and where they go.
+pub fn nvlink(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gpu.nvlink";
+    let gpus = crate::derive::gpus(node);
+    if gpus.is_empty() {
+        return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
+    }
+    let Some(nvml) = node.live.nvml.get() else {
+        return vec![absent(ID, node, &node.live.nvml)];
+    };
+    let active = |g: &NvmlGpu| g.nvlinks.iter().filter(|l| l.active).count();
+    let switches = crate::p2p::nvswitches(node);
+    let most = nvml.gpus.iter().map(active).max().unwrap_or(0);
+    if nvml.gpus.iter().all(|g| g.nvlinks.is_empty()) {
+        return vec![Finding::new(ID, Status::Skip, "node", "no gpu reports nvlinks (pcie-only gpus, or a virtual machine without nvlink passthrough)")];
+    }
+    let mut out = Vec::new();
+    for g in gpus {
+        let Some(n) = nvml_for(node, &g.bdf) else {
+            out.push(Finding::new(
+                ID,
+                Status::Error,
+                &g.bdf,
+                "nvml does not list this gpu",
+            ));
+            continue;
+        };
+        let k = active(n);
+        let down: Vec<String> = n
+            .nvlinks
+            .iter()
+            .filter(|l| !l.active)
+            .map(|l| l.link.to_string())
+            .collect();
+        let sw = crate::p2p::switch_links(n);
+        let mut to_gpu: std::collections::BTreeMap<&str, usize> = Default::default();
+        let mut other = 0usize;
+        for l in n
+            .nvlinks
+            .iter()
+            .filter(|l| l.active && l.remote_type.as_deref() != Some("switch"))
+        {
+            if l.remote_type.as_deref() == Some("gpu") {
+                *to_gpu
+                    .entry(l.remote_bdf.as_deref().unwrap_or("?"))
+                    .or_default() += 1;
+            } else {
+                other += 1;
+            }
+        }
+        let ends = {
+            let mut v = Vec::new();
+            if sw > 0 {
+                v.push(format!("{sw} to nvswitch"));
+            }
+            v.extend(to_gpu.iter().map(|(b, c)| format!("{c} to {b}")));
+            if other > 0 {
+                v.push(format!("{other} to a device of unknown type"));
+            }
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let version = n.nvlinks.iter().find_map(|l| l.version);
+        let mut f = if k == 0 && most > 0 {
+            Finding::new(ID, Status::Fail, &g.bdf, format!("all {} nvlinks down while other gpus have {most} active: this gpu reaches its peers over pcie only", n.nvlinks.len()))
+                .fix("`nvidia-smi nvlink -s -i <gpu>` and `nvidia-smi nvlink -e`; check `dmesg` for Xid 74 (nvlink error); reset the gpu (`nvidia-smi -r -i <gpu>`) or reseat; on nvswitch systems restart nvidia-fabricmanager")
+        } else if k < most {
+            Finding::new(ID, Status::Warn, &g.bdf, format!("{k} of {} nvlinks active where other gpus have {most}: links {} down, so this gpu's nvlink bandwidth is {}% of its peers'", n.nvlinks.len(), down.join(", "), k * 100 / most.max(1)))
+                .fix("`nvidia-smi nvlink -s -i <gpu>` for the down links and `nvidia-smi nvlink -e` for errors; Xid 74 in `dmesg` names failing links")
+        } else if k == 0 && switches > 0 {
+            Finding::new(ID, Status::Fail, &g.bdf, format!("no nvlink active on any gpu although {switches} nvswitch(es) are on the pci bus: the fabric manager is not running or the links did not train"))
+                .fix("`systemctl enable --now nvidia-fabricmanager` (same version as the driver), then `nvidia-smi nvlink -s`; `journalctl -u nvidia-fabricmanager` says why training failed")
+        } else if k == 0 {
+            Finding::new(ID, Status::Skip, &g.bdf, "no active nvlink")
+        } else {
+            Finding::new(
+                ID,
+                Status::Pass,
+                &g.bdf,
+                format!("{k} nvlinks active ({ends})"),
+            )
+        };
+        f = f.evidence(
+            "nvmlDeviceGetNvLinkState",
+            format!("{k} active of {}", n.nvlinks.len()),
+        );
+        if let Some(v) = version {
+            f = f.evidence("nvmlDeviceGetNvLinkVersion", v.to_string());
+        }
+        f = f.evidence("remote ends", ends);
+        out.push(f);
+    }
+    out
+}
+
+/// Memory of common datacenter GPUs (MiB, as nvidia-smi reports it), by PCI device id: used to
+/// judge BAR1 when NVML is not available.
+const GPU_MEMORY_MIB: &[(u16, u64, &str)] = &[
+    (0x2335, 143_771, "H200 SXM 141GB"),
+    (0x233b, 143_771, "H200 NVL"),
+    (0x2330, 81_559, "H100 SXM5 80GB"),
+    (0x2331, 81_559, "H100 PCIe 80GB"),
+    (0x20b0, 40_960, "A100 SXM4 40GB"),
+    (0x20b2, 81_920, "A100 SXM4 80GB"),
+    (0x20b5, 81_920, "A100 PCIe 80GB"),
+    (0x20f1, 40_960, "A100 PCIe 40GB"),
+    (0x26b9, 46_068, "L40S"),
+    (0x26b5, 46_068, "L40"),
+    (0x1db1, 16_160, "V100 SXM2 16GB"),
+];
+
+/// The GPU's BAR1 (frame-buffer aperture): the first memory BAR after BAR0.
+pub fn bar1(d: &PciDevice) -> Option<crate::model::Resource> {
+    let res = d.resources.get()?;
+    let bar0 = res.iter().find(|r| r.index == 0 && r.is_set())?;
+    let next = if bar0.mem64() { 2 } else { 1 };
+    res.iter()
+        .find(|r| r.index >= next && r.index < 6 && r.is_set() && r.is_mem())
+        .copied()
+}
+
+pub fn gpu_bar1(node: &Node) -> Vec<Finding> {
+    const ID: &str = "gpu.bar1";
+    let gpus = crate::derive::gpus(node);
+    if gpus.is_empty() {
+        return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
+    }
+    let mut out = Vec::new();
+    for g in gpus {
+        let src = format!("{}/resource", g.sysfs_path);
+        let Some(b1) = bar1(g) else {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    &g.bdf,
+                    "cannot find bar1 (the frame-buffer aperture)",
+                )
+                .evidence(
+                    src,
+                    g.resources.describe(|r| format!("{} resources", r.len())),
+                ),
+            );
+            continue;
+        };
+        let size = b1.size();
+        let mem = g
+            .device_id
+            .get()
+            .and_then(|id| GPU_MEMORY_MIB.iter().find(|(d, _, _)| d == id))
+            .map(|(_, m, n)| (*m << 20, *n));
+        let observed = format!(
+            "BAR{} {} at 0x{:x}",
+            b1.index,
+            parse::human_bytes(size),
+            b1.start
+        );
+        let f = match mem {
+            Some((m, model)) if size < m => Finding::new(ID, Status::Warn, &g.bdf, format!("bar1 is {} but the {model} has {} of memory: at most that much gpu memory can be registered for rdma at once", parse::human_bytes(size), parse::human_bytes(m)))
+                .expect(src, observed, format!(">= {}", parse::human_bytes(m)))
+                .fix("enable Above 4G Decoding and Resizable BAR in the BIOS (and `NVreg_EnableResizableBar=1` where the driver needs it), then reboot; `nvidia-smi -q -d MEMORY` shows BAR1 Memory Usage"),
+            Some((m, model)) => Finding::new(ID, Status::Pass, &g.bdf, format!("bar1 {} covers the {model}'s {} of memory", parse::human_bytes(size), parse::human_bytes(m))).evidence(src, observed),
+            None if size <= 256 << 20 => Finding::new(ID, Status::Warn, &g.bdf, format!("bar1 is only {}: gpudirect rdma can map at most that much gpu memory", parse::human_bytes(size)))
+                .expect(src, observed, "a bar1 as large as the gpu memory")
+                .fix("enable Above 4G Decoding and Resizable BAR in the BIOS, then reboot"),
+            None => Finding::new(ID, Status::Pass, &g.bdf, format!("bar1 is {} (gpu memory size is a live fact; not compared)", parse::human_bytes(size))).evidence(src, observed),
+        };
+        out.push(f);
+    }
+    out
 }

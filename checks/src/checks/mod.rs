@@ -7,14 +7,15 @@
 use crate::model::Node;
 use crate::report::Finding;
 
+pub mod driver;
+pub mod gdr;
 pub mod gpu;
 pub mod iommu;
 pub mod kmod;
-pub mod live;
 pub mod mem;
 pub mod pcie;
 pub mod rdma;
-pub mod topology;
+pub mod topo;
 
 /// A registered check.
 pub struct CheckDef {
@@ -41,12 +42,12 @@ pub static CHECKS: &[CheckDef] = &[
     CheckDef {
         id: "driver.nvidia",
         title: "the nvidia kernel driver is loaded; its version and flavor",
-        run: gpu::driver,
+        run: driver::driver,
     },
     CheckDef {
         id: "driver.grdma-override",
         title: "the nvidia driver does not refuse gpudirect rdma mappings by registry override",
-        run: gpu::grdma_override,
+        run: driver::grdma_override,
     },
     CheckDef {
         id: "kmod.nvidia-peermem",
@@ -91,32 +92,32 @@ pub static CHECKS: &[CheckDef] = &[
     CheckDef {
         id: "gpu.gdr-support",
         title: "cuda reports gpudirect rdma (and dma-buf) support for each gpu",
-        run: live::gdr_support,
+        run: gpu::gdr_support,
     },
     CheckDef {
         id: "gpu.persistence",
         title: "gpus run in persistence mode",
-        run: live::persistence,
+        run: gpu::persistence,
     },
     CheckDef {
         id: "gpu.row-remap",
         title: "no gpu has pending row remaps or retired pages",
-        run: live::row_remap,
+        run: gpu::row_remap,
     },
     CheckDef {
         id: "gpu.nvlink",
         title: "every gpu has as many active nvlinks as its peers; where they go",
-        run: live::nvlink,
+        run: gpu::nvlink,
     },
     CheckDef {
         id: "gpu.p2p",
         title: "gpu pairs joined by nvlink or a pcie switch have peer access (nvml and cuda)",
-        run: live::p2p,
+        run: gpu::p2p,
     },
     CheckDef {
         id: "gpu.bar1",
         title: "each gpu's bar1 aperture is large enough to map its memory for rdma",
-        run: pcie::gpu_bar1,
+        run: gpu::gpu_bar1,
     },
     CheckDef {
         id: "pcie.bars",
@@ -146,22 +147,22 @@ pub static CHECKS: &[CheckDef] = &[
     CheckDef {
         id: "topo.nic-distance",
         title: "every gpu has a nic within nccl's gdr distance (pix/pxb)",
-        run: topology::nic_distance,
+        run: topo::nic_distance,
     },
     CheckDef {
         id: "topo.nic-numa",
         title: "nics sit on numa nodes that host gpus",
-        run: topology::nic_numa,
+        run: topo::nic_numa,
     },
     CheckDef {
         id: "topo.rails",
         title: "every gpu has the same number of close nics",
-        run: topology::rails,
+        run: topo::rails,
     },
     CheckDef {
         id: "gdr.gpu",
         title: "per gpu: nccl would use gpudirect rdma with at least one nic, and why not",
-        run: topology::per_gpu,
+        run: gdr::per_gpu,
     },
 ];
 

@@ -1,0 +1,114 @@
+//! `driver.*`: the NVIDIA kernel driver: loaded, its version and flavor, and registry overrides
+//! that refuse GPUDirect RDMA mappings.
+
+use crate::derive::{self, flavor_name};
+use crate::model::{Fact, Node};
+use crate::parse;
+use crate::report::{Finding, Status};
+
+pub fn driver(node: &Node) -> Vec<Finding> {
+    const ID: &str = "driver.nvidia";
+    const SRC: &str = "/proc/driver/nvidia/version";
+    // GPUs this host's driver should own (not those passed through to VMs).
+    let gpus: Vec<_> = derive::gpus(node)
+        .into_iter()
+        .filter(|g| !matches!(g.driver.get(), Some(Some(d)) if d.starts_with("vfio")))
+        .collect();
+    match &node.nvidia.version_file {
+        Fact::Known { value: Some(text), .. } => match parse::nvidia_version(text) {
+            Some((ver, flavor)) => {
+                let mut f = Finding::new(
+                    ID,
+                    Status::Pass,
+                    "node",
+                    format!("nvidia driver {ver}, {}", flavor_name(flavor)),
+                )
+                .evidence(SRC, text.lines().next().unwrap_or_default().trim().to_string());
+                if let Some(g) = node.nvidia.gpus.get() {
+                    f = f.evidence("/proc/driver/nvidia/gpus", format!("{} gpus initialised by the driver", g.len()));
+                    if !gpus.is_empty() && g.len() < gpus.len() {
+                        f.status = Status::Fail;
+                        f.message = format!(
+                            "nvidia driver {ver} initialised {} of {} nvidia gpus on the pci bus",
+                            g.len(),
+                            gpus.len()
+                        );
+                        f = f.fix("read `dmesg | grep -iE 'nvrm|xid'` for the GPU the driver failed to initialise; a GPU that fell off the bus needs a node reboot or reseat");
+                    }
+                }
+                vec![f]
+            }
+            None => vec![Finding::new(ID, Status::Error, "node", "nvidia driver version file has an unrecognised format")
+                .evidence(SRC, text.lines().next().unwrap_or_default().to_string())],
+        },
+        Fact::Known { value: None, .. } if node.pci.get().is_none() => vec![Finding::new(
+            ID,
+            Status::Error,
+            "node",
+            "the nvidia driver is not loaded, and whether this node has nvidia gpus is unknown",
+        )
+        .evidence(SRC, "absent")
+        .evidence(node.pci.source(), node.pci.describe(|_| String::new()))],
+        Fact::Known { value: None, .. } if gpus.is_empty() => vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "no nvidia gpu and no nvidia driver on this node",
+        )
+        .evidence(SRC, "absent")],
+        Fact::Known { value: None, .. } => vec![Finding::new(ID, Status::Fail, "node", "the nvidia kernel driver is not loaded")
+            .expect(SRC, "absent", "present")
+            .fix("`modprobe nvidia` (install the driver first if `modinfo nvidia` fails; prefer the open kernel modules, `nvidia-open` packages, which dma-buf needs)")],
+        Fact::Absent { reason, .. } => vec![Finding::new(ID, Status::Error, "node", "cannot read the nvidia driver version")
+            .evidence(SRC, format!("unknown ({reason})"))],
+    }
+}
+
+pub fn grdma_override(node: &Node) -> Vec<Finding> {
+    const ID: &str = "driver.grdma-override";
+    const SRC: &str = "/proc/driver/nvidia/params";
+    match &node.nvidia.params {
+        Fact::Known { value, .. } => {
+            let raw = value.get("GrdmaPciTopoCheckOverride");
+            if let Some(r) = raw {
+                if parse::registry_number(r).is_none() {
+                    return vec![Finding::new(
+                        ID,
+                        Status::Error,
+                        "node",
+                        format!("GrdmaPciTopoCheckOverride has an unrecognised value {r:?}"),
+                    )
+                    .evidence(SRC, format!("GrdmaPciTopoCheckOverride: {r}"))];
+                }
+            }
+            let v = raw.and_then(|v| parse::registry_number(v));
+            match v {
+                Some(2) => vec![Finding::new(ID, Status::Fail, "node", "the nvidia driver is told to refuse every gpudirect rdma mapping (GrdmaPciTopoCheckOverride=2)")
+                    .expect(SRC, "GrdmaPciTopoCheckOverride: 2", "0 (driver decides)")
+                    .fix("remove `NVreg_GrdmaPciTopoCheckOverride=2` from /etc/modprobe.d/*.conf, rebuild the initramfs and reload the nvidia module")],
+                Some(n) => vec![Finding::new(ID, Status::Pass, "node", format!("GrdmaPciTopoCheckOverride={n} ({})", if n == 1 { "forced allow" } else { "driver decides" }))
+                    .evidence(SRC, format!("GrdmaPciTopoCheckOverride: {n}"))],
+                None => vec![Finding::new(ID, Status::Pass, "node", "no GrdmaPciTopoCheckOverride in the driver parameters (driver decides)")
+                    .evidence(SRC, "GrdmaPciTopoCheckOverride not listed")],
+            }
+        }
+        Fact::Absent { reason, .. } => {
+            if matches!(node.nvidia.version_file, Fact::Known { value: None, .. }) {
+                vec![Finding::new(
+                    ID,
+                    Status::Skip,
+                    "node",
+                    "nvidia driver not loaded",
+                )]
+            } else {
+                vec![Finding::new(
+                    ID,
+                    Status::Error,
+                    "node",
+                    "cannot read the nvidia driver parameters",
+                )
+                .evidence(SRC, format!("unknown ({reason})"))]
+            }
+        }
+    }
+}
