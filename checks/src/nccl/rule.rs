@@ -409,11 +409,12 @@ pub fn threshold(env: &NcclEnv, v: Version) -> (Level, String, String) {
     }
     let c2c = env.gdr_c2c.as_ref();
     match c2c {
+        // NCCL holds P2C; over PCIe that accepts exactly PIX and PXB, so it is shown as PXB.
         Some(s) if v.c2c_as_threshold() && s.value => (
             Level::Kind(PathKind::P2c),
-            "P2C".into(),
+            "PXB".into(),
             format!(
-                "{}: PXB over PCIe, P2C through the GPU's own C2C-attached CPU",
+                "{}: P2C, which is PXB over PCIe plus a NIC on the GPU's own C2C-attached CPU",
                 s.source
             ),
         ),
