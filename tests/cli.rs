@@ -250,7 +250,10 @@ fn topo_text_json_and_the_gpu_machine_snapshot() {
     );
     // Every GPU reaches every NIC with GDR: its own at PIX, the others through their local
     // GPU over NVLink (PXN, marked +).
-    assert!(out.contains("64 of 64 pairs") && out.contains("NODE+"), "{out}");
+    assert!(
+        out.contains("64 of 64 pairs") && out.contains("NODE+"),
+        "{out}"
+    );
     assert!(out.contains("Rules: NCCL 2.30.7 rules"), "{out}");
     let (_, j, _) = run(&["topo", "--sysroot", &healthy(), "--format", "json"]);
     let v: serde_json::Value = serde_json::from_str(&j).unwrap();
@@ -269,7 +272,10 @@ fn topo_text_json_and_the_gpu_machine_snapshot() {
     // An older NCCL's rules: 2.11 has no PXN.
     let (code, text, _) = run(&["topo", "--sysroot", &healthy(), "--nccl-version", "2.11.4"]);
     assert_eq!(code, 0);
-    assert!(text.contains("8 of 64 pairs") && text.contains("--nccl-version 2.11.4"), "{text}");
+    assert!(
+        text.contains("8 of 64 pairs") && text.contains("--nccl-version 2.11.4"),
+        "{text}"
+    );
     let (code, _, err) = run(&["topo", "--sysroot", &healthy(), "--nccl-version", "banana"]);
     assert_eq!(code, 2);
     assert!(err.contains("not an NCCL 2.x version"), "{err}");

@@ -169,7 +169,10 @@ fn healthy_pairs_match_the_hgx_layout() {
     );
     // Across sockets: SYS, PXN too (NVSwitch connects every GPU).
     assert_eq!(pair("0000:18:00.0", "mlx5_7").path, "SYS");
-    assert_eq!(pair("0000:18:00.0", "mlx5_7").nccl_path.as_deref(), Some("PXN"));
+    assert_eq!(
+        pair("0000:18:00.0", "mlx5_7").nccl_path.as_deref(),
+        Some("PXN")
+    );
     assert_eq!(
         r.gdr
             .iter()
@@ -305,7 +308,10 @@ fn unbalanced_rails_like_the_a800_capture() {
     assert_eq!(f.status, Status::Warn);
     assert!(f.message.starts_with("asymmetric rails"), "{}", f.message);
     assert!(
-        f.remediation.as_deref().unwrap().contains("NVLink neighbour (PXN)"),
+        f.remediation
+            .as_deref()
+            .unwrap()
+            .contains("NVLink neighbour (PXN)"),
         "{f:?}"
     );
     // GPU 1 has no NIC of its own; PXN through GPU 0 serves it.
@@ -346,7 +352,10 @@ fn nccl_net_gdr_level_from_the_environment_is_honoured() {
         assert_eq!(on, enabled, "NCCL_NET_GDR_LEVEL={val}");
         let p = r.gdr.iter().find(|p| p.gpu == "0000:28:00.0").unwrap();
         assert!(
-            p.threshold_source.as_deref().unwrap().contains(&format!("NCCL_NET_GDR_LEVEL={val} from test")),
+            p.threshold_source
+                .as_deref()
+                .unwrap()
+                .contains(&format!("NCCL_NET_GDR_LEVEL={val} from test")),
             "{p:?}"
         );
     }

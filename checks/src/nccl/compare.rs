@@ -257,3 +257,111 @@ pub fn compare_p2p(sys: &System, d: &Decision, observed: &[ObservedP2p]) -> Vec<
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::nccl::env::NcclEnv;
+    use crate::nccl::rule::{decide, Config};
+    use crate::nccl::{topo_dump, Chosen, Version};
+
+    const DUMP: &str = r#"<system version="1">
+  <cpu numaid="0" arch="x86_64" vendor="GenuineIntel">
+    <pci busid="0000:16:00.0" class="0x060400">
+      <pci busid="0000:18:00.0" class="0x030200"><gpu dev="0" sm="90" rank="0" gdr="1"><nvlink target="0000:05:00.0" count="18" tclass="0x068000"/></gpu></pci>
+      <pci busid="0000:19:00.0" class="0x020700"><nic><net name="mlx5_0" dev="0" port="1" gdr="1"/></nic></pci>
+    </pci>
+    <pci busid="0000:26:00.0" class="0x060400">
+      <pci busid="0000:28:00.0" class="0x030200"><gpu dev="1" sm="90" rank="1" gdr="1"><nvlink target="0000:05:00.0" count="18" tclass="0x068000"/></gpu></pci>
+    </pci>
+  </cpu>
+</system>"#;
+
+    fn decided(env: &[(&str, &str)]) -> (System, Decision) {
+        let s = topo_dump::parse(DUMP).unwrap().system();
+        let v = Version::new(2, 28, 9);
+        let m = env
+            .iter()
+            .map(|(k, x)| (k.to_string(), x.to_string()))
+            .collect();
+        let d = decide(
+            &s,
+            &Config {
+                rules: Chosen {
+                    version: v,
+                    source: "test".into(),
+                    assumed: false,
+                },
+                env: NcclEnv::parse(Some(&m), "env", v),
+            },
+        );
+        (s, d)
+    }
+
+    fn obs(gpu: &str, dir: Dir, gdr: bool, via: Option<&str>) -> Observed {
+        Observed {
+            gpu: gpu.into(),
+            nic: "mlx5_0".into(),
+            dir,
+            gdr,
+            via: via.map(str::to_string),
+            source: format!("Channel 00/0 [{}]", dir.as_str()),
+        }
+    }
+
+    #[test]
+    fn agreement_passes_and_disagreement_fails_with_both_sides() {
+        let (s, d) = decided(&[]);
+        // GPU 1 has no NIC of its own: PXN through GPU 0 (NET/IB/0(0)/GDRDMA).
+        let f = compare(
+            &s,
+            &d,
+            &[
+                obs("0000:18:00.0", Dir::Send, true, None),
+                obs("0000:18:00.0", Dir::Send, true, None),
+                obs("0000:28:00.0", Dir::Send, true, Some("0000:18:00.0")),
+                obs("0000:28:00.0", Dir::Receive, false, None),
+                obs("0000:99:00.0", Dir::Receive, false, None),
+            ],
+        );
+        assert_eq!(f.len(), 4, "two lines of one pair fold into one finding");
+        assert_eq!(f[0].status, Status::Pass);
+        assert_eq!(f[0].evidence.len(), 2);
+        assert!(f[0].evidence[1].source.contains("NCCL 2.28.9 rules"));
+        assert_eq!(f[1].status, Status::Pass, "{:?}", f[1]);
+        assert!(f[1].evidence[1].observed.contains("via 0000:18:00.0 (PXN)"));
+        assert_eq!(f[2].status, Status::Fail, "{:?}", f[2]);
+        assert!(f[2]
+            .message
+            .contains("used no gdr where gdrdoctor predicted gdr"));
+        assert!(f[2].remediation.is_some());
+        assert_eq!(f[3].status, Status::Error);
+    }
+
+    #[test]
+    fn gpu_pair_transport_against_the_p2p_prediction() {
+        // Our two-GPU machine: NCCL ran `via P2P/CUMEM`, and `via SHM/direct/direct` with
+        // NCCL_P2P_DISABLE=1 (knowledge/gdr-ground-truth.md, "Observed").
+        let (s, d) = decided(&[]);
+        let o = |t: &str| ObservedP2p {
+            a: "0000:18:00.0".into(),
+            b: "0000:28:00.0".into(),
+            transport: t.into(),
+            source: "log".into(),
+        };
+        assert_eq!(
+            compare_p2p(&s, &d, &[o("P2P/CUMEM")])[0].status,
+            Status::Pass
+        );
+        assert_eq!(
+            compare_p2p(&s, &d, &[o("SHM/direct/direct")])[0].status,
+            Status::Fail
+        );
+        let (s, d) = decided(&[("NCCL_P2P_DISABLE", "1")]);
+        assert_eq!(
+            compare_p2p(&s, &d, &[o("SHM/direct/direct")])[0].status,
+            Status::Pass
+        );
+    }
+}
