@@ -563,3 +563,51 @@ fn p2p_theoretical_rates() {
     assert!((t - 63.0).abs() < 0.1, "{t} {how}");
     assert!(how.starts_with("PCIe Gen5 x16"), "{how}");
 }
+
+#[test]
+fn grace_hopper_nic_on_its_own_grace_is_p2c() {
+    let dir = fixture("gh200x2-cx7x2-c2c");
+    let r = report_for(&dir);
+    let pair = |g: &str, n: &str| r.gdr.iter().find(|p| p.gpu == g && p.nic == n).unwrap();
+    // PCIe PHB (nvidia-smi NODE), but NCCL counts the GPU's own Grace as C2C + PCIe = P2C.
+    let p = pair("0000:16:00.0", "mlx5_0");
+    assert_eq!(
+        (
+            p.path.as_str(),
+            p.nvidia_smi.as_deref(),
+            p.nccl_path.as_deref(),
+            p.enabled
+        ),
+        ("PHB", Some("NODE"), Some("P2C"), true)
+    );
+    assert!(p.notes[0].starts_with("P2C:"), "{:?}", p.notes);
+    // The other Grace's NIC is SYS, and there is no NVLink for PXN.
+    assert!(!pair("0000:16:00.0", "mlx5_1").enabled);
+    assert_eq!(find(&r, "gdr.gpu", "0000:16:00.0").status, Status::Pass);
+    // Older NCCLs: no C2C rule before 2.26, NCCL_NET_GDR_C2C off by default in 2.26.
+    let mut root = gdrdoctor::reader::Root::sysroot(&dir).unwrap();
+    let m = gdrdoctor::meta::read(&root).unwrap();
+    root.set_complete(true);
+    let mut node = gdrdoctor::collect::collect(&root, m.as_ref());
+    node.live = gdrdoctor::meta::read_live(&root);
+    for (v, on) in [
+        ("2.25.1", false),
+        ("2.26.6", false),
+        ("2.27.3", true),
+        ("2.28.9", true),
+    ] {
+        gdrdoctor::app::apply_nccl_version(&mut node, Some(v));
+        let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
+        let p = r
+            .gdr
+            .iter()
+            .find(|p| p.gpu == "0000:16:00.0" && p.nic == "mlx5_0")
+            .unwrap();
+        assert_eq!(p.enabled, on, "NCCL {v}: {p:?}");
+        assert!(p
+            .rules
+            .as_deref()
+            .unwrap()
+            .contains(&format!("--nccl-version {v}")));
+    }
+}
