@@ -340,9 +340,12 @@ impl Ctx<'_> {
         // 2.26-2.28: a C2C-attached GPU's NIC on its own CPU counts as C2C.
         let gdr_c2c = self.env.gdr_c2c.as_ref().map(|s| s.value).unwrap_or(false);
         if !self.v.c2c_as_threshold() && gdr_c2c {
-            if self.v.has_p2c() && distance == PathKind::P2c {
-                distance = PathKind::C2c;
-            } else if !self.v.has_p2c() && distance == PathKind::Phb && self.c2c(cg) == Some(true) {
+            let c2c_pair = if self.v.has_p2c() {
+                distance == PathKind::P2c
+            } else {
+                distance == PathKind::Phb && self.c2c(cg) == Some(true)
+            };
+            if c2c_pair {
                 distance = PathKind::C2c;
             }
         }
@@ -541,6 +544,7 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
     // only the GPU's closest NICs, v2.29.7-1 L712-727).
     let mut c2c_unknown: Vec<usize> = Vec::new();
     if v.has_p2c() {
+        #[allow(clippy::needless_range_loop)]
         for g in 0..ng {
             let best = (0..nn)
                 .filter(|n| used[*n])
@@ -559,11 +563,7 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                             sys.gpus[g].c2c_source
                         ));
                     }
-                    None => {
-                        if !c2c_unknown.contains(&g) {
-                            c2c_unknown.push(g);
-                        }
-                    }
+                    None if !c2c_unknown.contains(&g) => c2c_unknown.push(g),
                     _ => {}
                 }
             }
