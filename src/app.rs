@@ -37,15 +37,17 @@ pub fn main() -> i32 {
             sysroot,
             format,
             nvidia_smi: Some(file),
+            nccl_version,
         } => {
             let _ = sysroot;
-            topo_smi(&file, format)
+            topo_smi(&file, format, nccl_version.as_deref())
         }
         Command::Topo {
             sysroot,
             format,
             nvidia_smi: None,
-        } => topo(sysroot.as_deref(), format),
+            nccl_version,
+        } => topo(sysroot.as_deref(), format, nccl_version.as_deref()),
         Command::List { format } => list(format),
         Command::Explain { id } => explain(&id),
         Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
@@ -195,7 +197,29 @@ pub fn load_node(
     } else {
         node.live = meta::read_live(&opened.root);
     }
+    if opened.root.is_live() && !live_libs {
+        // Reading the library files is cheap and initialises nothing: no worker needed.
+        node.live.nccl = crate::live::nccl::discover_live(false);
+    }
     Ok((opened, node))
+}
+
+/// `--nccl-version`: the rules of that version, whatever the node has.
+pub fn apply_nccl_version(node: &mut gdrdoctor_checks::model::Node, version: Option<&str>) {
+    use gdrdoctor_checks::model::Fact;
+    let Some(v) = version else { return };
+    match &mut node.live.nccl {
+        Fact::Known { value, .. } => value.requested = Some(v.to_string()),
+        f @ Fact::Absent { .. } => {
+            *f = Fact::known(
+                gdrdoctor_checks::nccl::NcclFacts {
+                    requested: Some(v.to_string()),
+                    ..Default::default()
+                },
+                "--nccl-version",
+            )
+        }
+    }
 }
 
 /// NVML, CUDA and libibverbs facts from a worker process (20 s deadline).
@@ -370,7 +394,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     )
 }
 
-fn topo_smi(file: &Path, format: TopoFormat) -> i32 {
+fn topo_smi(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
     let text = if file.as_os_str() == "-" {
         let mut s = String::new();
         if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
@@ -389,7 +413,7 @@ fn topo_smi(file: &Path, format: TopoFormat) -> i32 {
             file.display()
         ));
     };
-    let t = render::topo::build_smi(&m);
+    let t = render::topo::build_smi(&m, nccl_version, &collect::relevant_env());
     let out = match format {
         TopoFormat::Text => render::topo::render_smi(&m, &t),
         TopoFormat::Json => format!("{}\n", serde_json::to_string_pretty(&t).unwrap_or_default()),
@@ -401,11 +425,12 @@ fn topo_smi(file: &Path, format: TopoFormat) -> i32 {
     }
 }
 
-fn topo(sysroot: Option<&Path>, format: TopoFormat) -> i32 {
-    let (_opened, node) = match load_node(sysroot, false) {
+fn topo(sysroot: Option<&Path>, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
+    let (_opened, mut node) = match load_node(sysroot, false) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
+    apply_nccl_version(&mut node, nccl_version);
     let t = render::topo::build(&node);
     let text = match format {
         TopoFormat::Text => render::topo::render_text(&t),
@@ -434,10 +459,11 @@ fn check(args: &CheckArgs) -> i32 {
                 .join(", ")
         ));
     }
-    let (_opened, node) = match load_node(args.sysroot.as_deref(), !args.static_only) {
+    let (_opened, mut node) = match load_node(args.sysroot.as_deref(), !args.static_only) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
+    apply_nccl_version(&mut node, args.nccl_version.as_deref());
     let opts = RunOptions {
         selection,
         fail_on: match args.fail_on {

@@ -52,9 +52,16 @@ pub enum Command {
     #[command(
         after_long_help = "Like `nvidia-smi topo -m`, but for GPUs against RDMA devices, with NCCL's own \
 decision per pair: `*` marks the pairs NCCL would use GPUDirect RDMA for, and every GPU without \
-one gets the reason. NCCL_NET_GDR_LEVEL in the environment is honoured (with --sysroot, the \
-snapshot's environment overlaid by the current one).\n\nExamples:\n  gdrdoctor topo\n  \
-gdrdoctor topo --format json\n  NCCL_NET_GDR_LEVEL=SYS gdrdoctor topo\n  gdrdoctor topo --sysroot node.tar.gz"
+one gets the reason. The rules are those of the NCCL found on the node (libnccl.so.2 on the \
+loader path or in a Python environment; --nccl-version to choose), with PXN (sends through an \
+NVLink peer), the read gate (sends from pre-Ampere GPUs without NVLink) and Grace C2C. The NCCL_* \
+variables that change the answer are honoured: NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ, \
+NCCL_NET_GDR_C2C, NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_PXN_DISABLE, NCCL_P2P_LEVEL, NCCL_P2P_DISABLE \
+(with --sysroot, the snapshot's environment overlaid by the current one).\n\nExamples:\n  \
+gdrdoctor topo\n  gdrdoctor topo --format json\n  NCCL_NET_GDR_LEVEL=SYS gdrdoctor topo\n  \
+NCCL_IB_HCA=^mlx5_4 gdrdoctor topo     # what if the job excludes a NIC\n  \
+gdrdoctor topo --nccl-version 2.18.6   # judge for an older NCCL\n  \
+gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt --nccl-version 2.21.5"
     )]
     Topo {
         /// Read a snapshot instead of the live node
@@ -67,6 +74,10 @@ gdrdoctor topo --format json\n  NCCL_NET_GDR_LEVEL=SYS gdrdoctor topo\n  gdrdoct
         /// per-pair distance verdict and the rail balance, for bug reports without a snapshot
         #[arg(long, value_name = "FILE", conflicts_with = "sysroot")]
         nvidia_smi: Option<PathBuf>,
+        /// Judge with this NCCL version's rules (e.g. 2.18.6) instead of the libnccl.so.2
+        /// found on the node (or, with none found, the newest rules gdrdoctor knows)
+        #[arg(long, value_name = "X.Y.Z", value_parser = parse_nccl_version)]
+        nccl_version: Option<String>,
     },
     /// Live probes on this node's GPUs (each in a worker process with a deadline)
     #[command(after_long_help = concat!(
@@ -260,6 +271,17 @@ pub struct CheckArgs {
     /// Do not query NVML, the CUDA driver and libibverbs (files only: faster, no worker process)
     #[arg(long = "static")]
     pub static_only: bool,
+    /// Judge GDR with this NCCL version's rules (e.g. 2.18.6) instead of the libnccl.so.2
+    /// found on the node (or, with none found, the newest rules gdrdoctor knows)
+    #[arg(long, value_name = "X.Y.Z", value_parser = parse_nccl_version)]
+    pub nccl_version: Option<String>,
+}
+
+/// `--nccl-version`: `2.28.9`, `2.28` or `v2.28.9-1`.
+fn parse_nccl_version(s: &str) -> Result<String, String> {
+    gdrdoctor_checks::nccl::Version::parse(s)
+        .map(|v| v.to_string())
+        .ok_or_else(|| format!("`{s}` is not an NCCL 2.x version (expected e.g. 2.28.9)"))
 }
 
 pub fn exit_codes_text() -> &'static str {

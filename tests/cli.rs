@@ -114,7 +114,7 @@ fn json_junit_prometheus_are_well_formed() {
     let dr: gdrdoctor_checks::report::Report = serde_json::from_str(&dj).unwrap();
     let n = dr.findings.len();
     assert!(
-        x.contains(&format!("tests=\"{n}\"")) && x.contains("failures=\"2\""),
+        x.contains(&format!("tests=\"{n}\"")) && x.contains("failures=\"1\""),
         "{x}"
     );
     assert!(x.contains("name=\"rdma.ports [mlx5_3/1]\""), "{x}");
@@ -248,12 +248,37 @@ fn topo_text_json_and_the_gpu_machine_snapshot() {
         out.contains("GPU0 18:00.0") && out.contains("PIX*"),
         "{out}"
     );
-    assert!(out.contains("8 of 64 pairs"), "{out}");
+    // Every GPU reaches every NIC with GDR: its own at PIX, the others through their local
+    // GPU over NVLink (PXN, marked +).
+    assert!(
+        out.contains("64 of 64 pairs") && out.contains("NODE+"),
+        "{out}"
+    );
+    assert!(out.contains("Rules: NCCL 2.30.7 rules"), "{out}");
     let (_, j, _) = run(&["topo", "--sysroot", &healthy(), "--format", "json"]);
     let v: serde_json::Value = serde_json::from_str(&j).unwrap();
     assert_eq!(v["gpus"].as_array().unwrap().len(), 8);
     assert_eq!(v["pairs"].as_array().unwrap().len(), 64);
     assert_eq!(v["gdr_level"], "PXB");
+    // Without PXN only the 8 own pairs, and the others say why.
+    let out = Command::new(bin())
+        .args(["topo", "--sysroot", &healthy()])
+        .env("NCCL_PXN_DISABLE", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("8 of 64 pairs"), "{text}");
+    assert!(text.contains("NCCL_PXN_DISABLE=1 from"), "{text}");
+    // An older NCCL's rules: 2.11 has no PXN.
+    let (code, text, _) = run(&["topo", "--sysroot", &healthy(), "--nccl-version", "2.11.4"]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains("8 of 64 pairs") && text.contains("--nccl-version 2.11.4"),
+        "{text}"
+    );
+    let (code, _, err) = run(&["topo", "--sysroot", &healthy(), "--nccl-version", "banana"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not an NCCL 2.x version"), "{err}");
     // The captured H200 VM has one GPU and no RDMA device.
     let h200 = fixture("h200-vm-live").display().to_string();
     let (code, out, _) = run(&["topo", "--sysroot", &h200]);

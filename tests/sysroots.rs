@@ -104,15 +104,23 @@ fn down_port_fails_its_device_only() {
     assert!(f.message.contains("DOWN"));
     assert!(f.remediation.as_deref().unwrap().contains("cable"));
     assert_eq!(find(&r, "rdma.ports", "mlx5_2/1").status, Status::Pass);
-    // ... and the GPU paired with it loses GDR, for that reason.
-    let g = find(&r, "gdr.gpu", "0000:48:00.0");
-    assert_eq!(g.status, Status::Fail);
+    // ... and the GPU paired with it loses its own NIC, for that reason; NCCL then sends
+    // through an NVLink peer that has GDR to its NIC (PXN), so the GPU keeps GDR.
+    let p = r
+        .gdr
+        .iter()
+        .find(|p| p.gpu == "0000:48:00.0" && p.nic == "mlx5_3")
+        .unwrap();
+    assert!(!p.enabled);
     assert!(
-        g.message.contains("mlx5_3 has no ACTIVE port"),
-        "{}",
-        g.message
+        p.reasons[0].contains("mlx5_3 has no ACTIVE port"),
+        "{:?}",
+        p.reasons
     );
-    assert_eq!(r.summary.fail, 2);
+    let g = find(&r, "gdr.gpu", "0000:48:00.0");
+    assert_eq!(g.status, Status::Pass, "{}", g.message);
+    assert!(g.message.contains("via PXN"), "{}", g.message);
+    assert_eq!(r.summary.fail, 1);
 }
 
 #[test]
@@ -146,20 +154,36 @@ fn healthy_pairs_match_the_hgx_layout() {
         (p.path.as_str(), p.enabled, p.mechanism.as_deref()),
         ("PIX", true, Some("dmabuf"))
     );
-    // Another NIC on the same socket: NCCL PHB, nvidia-smi NODE, off by default.
+    // Another NIC on the same socket: NCCL PHB, nvidia-smi NODE. NCCL sends to it through
+    // GPU 1, its local GPU, over NVLink (PXN, src/graph/paths.cc v2.30.7-1 L812-840).
     let p = pair("0000:18:00.0", "mlx5_1");
     assert_eq!(
-        (p.path.as_str(), p.nvidia_smi.as_deref(), p.enabled),
-        ("PHB", Some("NODE"), false)
+        (
+            p.path.as_str(),
+            p.nvidia_smi.as_deref(),
+            p.enabled,
+            p.nccl_path.as_deref(),
+            p.via.as_deref()
+        ),
+        ("PHB", Some("NODE"), true, Some("PXN"), Some("0000:28:00.0"))
     );
-    assert!(
-        p.reasons[0].contains("beyond NCCL_NET_GDR_LEVEL PXB"),
-        "{:?}",
-        p.reasons
-    );
-    // Across sockets: SYS.
+    // Across sockets: SYS, PXN too (NVSwitch connects every GPU).
     assert_eq!(pair("0000:18:00.0", "mlx5_7").path, "SYS");
-    assert_eq!(r.gdr.iter().filter(|p| p.enabled).count(), 8);
+    assert_eq!(
+        pair("0000:18:00.0", "mlx5_7").nccl_path.as_deref(),
+        Some("PXN")
+    );
+    assert_eq!(
+        r.gdr
+            .iter()
+            .filter(|p| p.enabled && p.via.is_none())
+            .count(),
+        8
+    );
+    assert_eq!(r.gdr.iter().filter(|p| p.enabled).count(), 64);
+    // The threshold and its source are on every pair.
+    assert_eq!(p.threshold.as_deref(), Some("PXB"));
+    assert!(p.threshold_source.as_deref().unwrap().contains("default"));
     // Config space decoded into the inventory (root capture: 4096 bytes).
     let dsp = r
         .inventory
@@ -211,13 +235,17 @@ fn acs_redirect_names_the_bridge_bits_pairs_and_both_fixes() {
 #[test]
 fn nic_on_the_other_socket() {
     let r = report_for(&fixture("hgx-h200x8-cx7x8-nic-other-socket"));
+    // GPU 3 has no close NIC, but NVLink peers with PIX NICs: PXN keeps GDR for it, and no
+    // finding may say its traffic is staged through host memory.
     let g = find(&r, "gdr.gpu", "0000:48:00.0");
-    assert_eq!(g.status, Status::Fail);
-    assert!(g.message.contains("PHB"), "{}", g.message);
-    assert_eq!(
-        find(&r, "topo.nic-distance", "0000:48:00.0").status,
-        Status::Warn
-    );
+    assert_eq!(g.status, Status::Pass, "{}", g.message);
+    assert!(g.message.contains("via PXN"), "{}", g.message);
+    let d = find(&r, "topo.nic-distance", "0000:48:00.0");
+    assert_eq!(d.status, Status::Warn);
+    assert!(d.message.contains("pxn"), "{}", d.message);
+    for f in r.findings.iter().filter(|f| f.subject == "0000:48:00.0") {
+        assert!(!f.message.contains("host memory"), "{f:?}");
+    }
     assert_eq!(find(&r, "topo.nic-numa", "node").status, Status::Warn);
     assert_eq!(find(&r, "topo.rails", "node").status, Status::Warn);
     // The moved NIC (now on socket 1, on a root port without a switch) is SYS from GPU 3.
@@ -255,9 +283,17 @@ fn gpus_sharing_a_nic() {
     let r = report_for(&fixture("hgx-h200x8-cx7x4-shared-nics"));
     assert_eq!(r.gdr.len(), 32);
     assert_eq!(
-        r.gdr.iter().filter(|p| p.enabled).count(),
+        r.gdr
+            .iter()
+            .filter(|p| p.enabled && p.via.is_none())
+            .count(),
         8,
         "each of the 8 GPUs pairs with its switch's NIC"
+    );
+    assert_eq!(
+        r.gdr.iter().filter(|p| p.enabled).count(),
+        32,
+        "the other NICs through their local GPU (PXN)"
     );
     let f = find(&r, "topo.rails", "node");
     assert_eq!(f.status, Status::Pass);
@@ -271,7 +307,15 @@ fn unbalanced_rails_like_the_a800_capture() {
     let f = find(&r, "topo.rails", "node");
     assert_eq!(f.status, Status::Warn);
     assert!(f.message.starts_with("asymmetric rails"), "{}", f.message);
-    assert_eq!(find(&r, "gdr.gpu", "0000:28:00.0").status, Status::Fail);
+    assert!(
+        f.remediation
+            .as_deref()
+            .unwrap()
+            .contains("NVLink neighbour (PXN)"),
+        "{f:?}"
+    );
+    // GPU 1 has no NIC of its own; PXN through GPU 0 serves it.
+    assert_eq!(find(&r, "gdr.gpu", "0000:28:00.0").status, Status::Pass);
 }
 
 #[test]
@@ -282,6 +326,12 @@ fn nccl_net_gdr_level_from_the_environment_is_honoured() {
     let m = gdrdoctor::meta::read(&root).unwrap();
     root.set_complete(true);
     let mut node = gdrdoctor::collect::collect(&root, m.as_ref());
+    // Without the live facts NVLink is unknown, and so is PXN: GPU 1 is undecided.
+    let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
+    let p = r.gdr.iter().find(|p| p.gpu == "0000:28:00.0").unwrap();
+    assert!(!p.enabled && !p.undecided.is_empty(), "{p:?}");
+    assert_eq!(find(&r, "gdr.gpu", "0000:28:00.0").status, Status::Error);
+    node.live = gdrdoctor::meta::read_live(&root);
     for (val, enabled) in [
         ("SYS", true),
         ("PHB", true),
@@ -290,13 +340,42 @@ fn nccl_net_gdr_level_from_the_environment_is_honoured() {
         ("2", false),
     ] {
         node.env = Fact::known(
-            [("NCCL_NET_GDR_LEVEL".to_string(), val.to_string())].into(),
+            [
+                ("NCCL_NET_GDR_LEVEL".to_string(), val.to_string()),
+                ("NCCL_PXN_DISABLE".to_string(), "1".to_string()),
+            ]
+            .into(),
             "test",
         );
         let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
         let on = r.gdr.iter().any(|p| p.gpu == "0000:28:00.0" && p.enabled);
         assert_eq!(on, enabled, "NCCL_NET_GDR_LEVEL={val}");
+        let p = r.gdr.iter().find(|p| p.gpu == "0000:28:00.0").unwrap();
+        assert!(
+            p.threshold_source
+                .as_deref()
+                .unwrap()
+                .contains(&format!("NCCL_NET_GDR_LEVEL={val} from test")),
+            "{p:?}"
+        );
     }
+    // With PXN (the default) GPU 1 sends through GPU 0, whose NICs are PIX: within PXB.
+    node.env = Fact::known(
+        [("NCCL_NET_GDR_LEVEL".to_string(), "PXB".to_string())].into(),
+        "test",
+    );
+    let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
+    assert!(r
+        .gdr
+        .iter()
+        .any(|p| p.gpu == "0000:28:00.0" && p.enabled && p.via.as_deref() == Some("0000:18:00.0")));
+    // ... but not with NCCL_NET_GDR_LEVEL=LOC: the peer's PIX is beyond it too.
+    node.env = Fact::known(
+        [("NCCL_NET_GDR_LEVEL".to_string(), "0".to_string())].into(),
+        "test",
+    );
+    let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
+    assert!(!r.gdr.iter().any(|p| p.enabled));
 }
 
 #[test]
@@ -483,4 +562,52 @@ fn p2p_theoretical_rates() {
         gdrdoctor::probe::p2p::theoretical(&pcie, "0000:18:00.0", "0000:19:00.0").unwrap();
     assert!((t - 63.0).abs() < 0.1, "{t} {how}");
     assert!(how.starts_with("PCIe Gen5 x16"), "{how}");
+}
+
+#[test]
+fn grace_hopper_nic_on_its_own_grace_is_p2c() {
+    let dir = fixture("gh200x2-cx7x2-c2c");
+    let r = report_for(&dir);
+    let pair = |g: &str, n: &str| r.gdr.iter().find(|p| p.gpu == g && p.nic == n).unwrap();
+    // PCIe PHB (nvidia-smi NODE), but NCCL counts the GPU's own Grace as C2C + PCIe = P2C.
+    let p = pair("0000:16:00.0", "mlx5_0");
+    assert_eq!(
+        (
+            p.path.as_str(),
+            p.nvidia_smi.as_deref(),
+            p.nccl_path.as_deref(),
+            p.enabled
+        ),
+        ("PHB", Some("NODE"), Some("P2C"), true)
+    );
+    assert!(p.notes[0].starts_with("P2C:"), "{:?}", p.notes);
+    // The other Grace's NIC is SYS, and there is no NVLink for PXN.
+    assert!(!pair("0000:16:00.0", "mlx5_1").enabled);
+    assert_eq!(find(&r, "gdr.gpu", "0000:16:00.0").status, Status::Pass);
+    // Older NCCLs: no C2C rule before 2.26, NCCL_NET_GDR_C2C off by default in 2.26.
+    let mut root = gdrdoctor::reader::Root::sysroot(&dir).unwrap();
+    let m = gdrdoctor::meta::read(&root).unwrap();
+    root.set_complete(true);
+    let mut node = gdrdoctor::collect::collect(&root, m.as_ref());
+    node.live = gdrdoctor::meta::read_live(&root);
+    for (v, on) in [
+        ("2.25.1", false),
+        ("2.26.6", false),
+        ("2.27.3", true),
+        ("2.28.9", true),
+    ] {
+        gdrdoctor::app::apply_nccl_version(&mut node, Some(v));
+        let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
+        let p = r
+            .gdr
+            .iter()
+            .find(|p| p.gpu == "0000:16:00.0" && p.nic == "mlx5_0")
+            .unwrap();
+        assert_eq!(p.enabled, on, "NCCL {v}: {p:?}");
+        assert!(p
+            .rules
+            .as_deref()
+            .unwrap()
+            .contains(&format!("--nccl-version {v}")));
+    }
 }

@@ -1,52 +1,51 @@
-//! The GDR verdict per GPU x NIC pair, following NCCL's decision chain (gdr-ground-truth §1):
-//! NIC support (peer-memory client, or dma-buf), GPU support (a live CUDA attribute), the NIC
-//! port being ACTIVE, and the path type against `NCCL_NET_GDR_LEVEL` (`ncclTopoCheckGdr()`).
+//! The GDR verdict per GPU x NIC pair for a node: the node's facts turned into the inputs of
+//! NCCL's rule ([`crate::nccl::rule::decide`], the one function `topo`, `gdr.gpu` and
+//! `diagnose` share), and its verdicts turned into the report's [`GdrPair`]s.
+//!
+//! What this module supplies from the node (gdr-ground-truth §1): NIC support (peer-memory
+//! client, or dma-buf with the per-GPU CUDA attribute and NCCL's per-NIC probe), GPU support
+//! (a live CUDA attribute), the PCIe path of every pair from NCCL's tree ([`crate::topo`]),
+//! NVLink between GPUs (NVML, else NVSwitches on the PCI bus), the compute capability (CUDA,
+//! else the GPU model), NVLink-C2C attachment (the GPU model on an Arm CPU), the NCCL version
+//! on the node and the `NCCL_*` environment.
 
 use crate::derive::{self, PathAnswer};
-use crate::model::{Fact, Node, RdmaDevice};
+use crate::model::{CpuVendor, Fact, Node, RdmaDevice};
+use crate::nccl::env::Level as EnvLevel;
+use crate::nccl::rule::{self, Config, Decision, Support, System, Verdict};
+use crate::nccl::{self, PathKind};
 use crate::report::GdrPair;
-use crate::topo::{self, Endpoint, PathType, PciIndex};
+use crate::topo::{self, Endpoint, PciIndex};
 
 /// The distance threshold and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Level {
+    /// The threshold in NCCL 2.29+ numbering ([`crate::topo::PathType`] values), so that
+    /// `(path as u8) <= value` holds exactly for the PCIe paths within it.
     pub value: u8,
-    /// How to call the threshold to a user: NCCL's name, except that the default P2C is shown
-    /// as PXB (they accept the same paths unless a C2C CPU is involved).
-    pub name: &'static str,
+    /// NCCL's name of the threshold (`PXB`, `P2C`, `PHB`, ...).
+    pub name: String,
     pub source: String,
 }
 
-/// `NCCL_NET_GDR_LEVEL` if set (and valid), else P2C when `NCCL_NET_GDR_C2C` is not 0 (the
-/// default since NCCL 2.27/2.29), else PXB. On PCIe-only systems P2C and PXB accept the same
-/// paths (P2C only occurs through a C2C CPU).
-pub fn level(node: &Node) -> Level {
-    let env = node.env.get();
-    if let Some(v) = env.and_then(|e| e.get("NCCL_NET_GDR_LEVEL")) {
-        if let Some(l) = topo::parse_level(v) {
-            return Level {
-                value: l,
-                name: topo::level_name(l),
-                source: format!("NCCL_NET_GDR_LEVEL={v}"),
-            };
-        }
-    }
-    let c2c = env
-        .and_then(|e| e.get("NCCL_NET_GDR_C2C"))
-        .map(|v| v.trim() != "0")
-        .unwrap_or(true);
-    if c2c {
-        Level {
-            value: PathType::P2c as u8,
-            name: "PXB",
-            source: "NCCL's default: PXB, or P2C through a C2C CPU".into(),
-        }
-    } else {
-        Level {
-            value: PathType::Pxb as u8,
-            name: "PXB",
-            source: "NCCL's default with NCCL_NET_GDR_C2C=0".into(),
-        }
+/// The threshold of `cfg`, as a [`Level`].
+pub fn level_of(cfg: &Config) -> Level {
+    let (lvl, name, source) = rule::threshold(&cfg.env, cfg.rules.version);
+    let kind = match lvl {
+        EnvLevel::Kind(k) => k,
+        // 2.4-2.5: GDR below the integer (PIX 0, PXB 1, PHB 2, NODE 3, SYS 4).
+        EnvLevel::Legacy(n) => match n {
+            i64::MIN..=0 => PathKind::Loc,
+            1 => PathKind::Pix,
+            2 => PathKind::Pxb,
+            3 | 4 => PathKind::Phb,
+            _ => PathKind::Sys,
+        },
+    };
+    Level {
+        value: nccl::version::NEWEST.value(kind).unwrap_or(u8::MAX),
+        name,
+        source,
     }
 }
 
@@ -58,6 +57,8 @@ pub struct Context<'a> {
     pub level: Level,
     pub peermem: PathAnswer,
     pub dmabuf: PathAnswer,
+    /// The NCCL version and environment that apply.
+    pub config: Config,
 }
 
 impl<'a> Context<'a> {
@@ -82,189 +83,375 @@ impl<'a> Context<'a> {
                     .collect()
             })
             .unwrap_or_default();
+        let config = nccl::config(node);
         Context {
             index,
             gpus,
             nics,
-            level: level(node),
+            level: level_of(&config),
             peermem: derive::peermem_path(node),
             dmabuf: derive::dmabuf_path(node),
+            config,
         }
     }
 }
 
-fn has_active_port(d: &RdmaDevice) -> Option<bool> {
-    d.ports
-        .get()
-        .map(|p| p.iter().any(|p| p.state_name() == Some("ACTIVE")))
-}
-
-/// The verdict for every GPU x RDMA device pair.
-pub fn verdicts(node: &Node) -> Vec<GdrPair> {
-    let cx = Context::new(node);
-    let mut out = Vec::new();
-    for g in &cx.gpus {
-        for (nic, ep) in &cx.nics {
-            out.push(pair(node, &cx, g, nic, ep.as_ref()));
-        }
-    }
-    out
-}
-
-pub fn pair(
-    node: &Node,
-    cx: &Context<'_>,
-    g: &Endpoint,
-    nic: &RdmaDevice,
-    ep: Option<&Endpoint>,
-) -> GdrPair {
-    let mut reasons = Vec::new();
-    let mut assumptions = Vec::new();
-    let mut enabled = true;
-    let (path, smi) = match ep {
-        Some(n) => {
-            let p = topo::path(g, n);
-            (Some(p.nccl), Some(p.smi))
-        }
-        None => (None, None),
-    };
-    // (1)+(3) NIC support: NCCL_PTR_CUDA from the peer-memory files, or dma-buf.
-    let mechanism = match (cx.dmabuf.available, cx.peermem.available) {
-        (Some(true), _) => Some("dmabuf"),
-        (_, Some(true)) => Some("peermem"),
+/// Compute capability from the GPU model when CUDA did not say: the chip code name in the
+/// pci.ids name (`GH100` Hopper 9.0, `GA100` 8.0, `GV100` 7.0, ...). A heuristic, and said so.
+fn cc_from_name(name: &str) -> Option<(i32, i32)> {
+    let chip = name.split_whitespace().find(|w| {
+        w.len() >= 4
+            && w.chars().take(2).all(|c| c.is_ascii_uppercase())
+            && w.chars().nth(2).is_some_and(|c| c.is_ascii_digit())
+    })?;
+    match &chip[..2] {
+        "GK" => Some((3, 5)),
+        "GM" => Some((5, 0)),
+        "GP" => Some((6, 0)),
+        "GV" => Some((7, 0)),
+        "TU" => Some((7, 5)),
+        "GA" if chip.starts_with("GA100") => Some((8, 0)),
+        "GA" => Some((8, 6)),
+        "AD" => Some((8, 9)),
+        "GH" => Some((9, 0)),
+        "GB" if chip.starts_with("GB1") => Some((10, 0)),
+        "GB" => Some((12, 0)),
         _ => None,
-    };
-    match (cx.peermem.available, cx.dmabuf.available) {
-        (Some(false), Some(false)) => {
-            enabled = false;
-            reasons.push(format!(
-                "NIC-level GDR off (NCCL: \"GPU Direct RDMA Disabled for HCA\"): no peer-memory client, and no dma-buf path: {}",
-                cx.dmabuf.reasons.join("; ")
-            ));
-        }
-        (Some(true), _) | (_, Some(true)) => {}
-        _ => {
-            enabled = false;
-            reasons.push(format!(
-                "cannot tell whether the NIC supports GDR: {}",
-                cx.peermem
-                    .reasons
-                    .iter()
-                    .chain(cx.dmabuf.reasons.iter())
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ));
-        }
     }
-    let mut mechanism = mechanism;
-    // NCCL's per-device dma-buf probe (D02) and the GPU's own dma-buf attribute (D03).
-    if mechanism == Some("dmabuf") {
-        let cuda_dev = node
-            .live
-            .cuda
-            .get()
-            .and_then(|c| c.devices.iter().find(|d| d.bdf == g.bdf));
-        let probe = node
-            .live
-            .verbs
-            .get()
-            .and_then(|v| v.dmabuf_probe.get(&nic.name).copied().flatten());
-        let gpu_no = cuda_dev.is_some_and(|d| d.dma_buf_supported == Some(0));
-        let nic_no = matches!(probe, Some(95) | Some(93));
-        if gpu_no || nic_no {
-            mechanism = if cx.peermem.available == Some(true) {
-                Some("peermem")
+}
+
+/// GH200 module device ids (pci.ids: `2342 GH100 [GH200 120GB / 480GB]`, `2348 GH100 [GH200
+/// 144G HBM3e]`): GPUs that reach their Grace CPU over NVLink-C2C.
+const C2C_DEVICE_IDS: [u16; 2] = [0x2342, 0x2348];
+
+fn c2c_of(node: &Node, bdf: &str, idx: &PciIndex<'_>) -> (Option<bool>, String) {
+    let x86 = matches!(node.arch.get().map(String::as_str), Some("x86_64"))
+        || matches!(
+            node.cpu_vendor.get(),
+            Some(CpuVendor::Intel) | Some(CpuVendor::Amd)
+        );
+    if x86 {
+        return (Some(false), "x86 CPU: no NVLink-C2C to the CPU".to_string());
+    }
+    let dev = idx.get(bdf);
+    let name = dev.map(crate::names::device_name).unwrap_or_default();
+    let grace_model = dev
+        .and_then(|d| d.device_id.get().copied())
+        .is_some_and(|id| C2C_DEVICE_IDS.contains(&id))
+        || ["GH200", "GB200", "GB300"].iter().any(|m| name.contains(m));
+    if grace_model {
+        return (
+            Some(true),
+            format!("{name} is a Grace superchip GPU (by its PCI device id: heuristic)"),
+        );
+    }
+    if derive::is_arm(node) {
+        (
+            None,
+            format!("{name} on an Arm CPU: NVLink-C2C attachment not known"),
+        )
+    } else {
+        (Some(false), format!("{name} is not a Grace superchip GPU"))
+    }
+}
+
+/// The rule's view of the node.
+pub fn system(node: &Node, cx: &Context<'_>) -> System {
+    let cuda = node.live.cuda.get();
+    let cuda_dev = |bdf: &str| cuda.and_then(|c| c.devices.iter().find(|d| d.bdf == bdf));
+    let gpus: Vec<rule::Gpu> = cx
+        .gpus
+        .iter()
+        .map(|g| {
+            let (cc, cc_source) = match cuda_dev(&g.bdf) {
+                Some(d) => (
+                    Some((d.cc_major, d.cc_minor)),
+                    "CUDA compute capability".to_string(),
+                ),
+                None => {
+                    let name = cx
+                        .index
+                        .get(&g.bdf)
+                        .map(crate::names::device_name)
+                        .unwrap_or_default();
+                    match cc_from_name(&name) {
+                        Some(cc) => (
+                            Some(cc),
+                            format!("GPU model {name} (CUDA not queried: heuristic)"),
+                        ),
+                        None => (None, format!("unknown for {name}")),
+                    }
+                }
+            };
+            let (c2c, c2c_source) = c2c_of(node, &g.bdf, &cx.index);
+            rule::Gpu {
+                id: g.bdf.clone(),
+                cc,
+                cc_source,
+                c2c,
+                c2c_source,
+            }
+        })
+        .collect();
+    let nics: Vec<rule::Nic> = cx
+        .nics
+        .iter()
+        .map(|(d, _)| rule::Nic {
+            name: d.name.clone(),
+            ports: d.ports.get().map(|ps| {
+                ps.iter()
+                    .map(|p| (p.port, p.state_name() == Some("ACTIVE")))
+                    .collect()
+            }),
+        })
+        .collect();
+    let mut paths = Vec::new();
+    let mut smi = Vec::new();
+    for g in &cx.gpus {
+        let (mut pr, mut sr) = (Vec::new(), Vec::new());
+        for (_, ep) in &cx.nics {
+            match ep {
+                Some(n) => {
+                    let p = topo::path(g, n);
+                    pr.push(Some(PathKind::from_pcie(p.nccl)));
+                    sr.push(Some(p.smi.as_str().to_string()));
+                }
+                None => {
+                    pr.push(None);
+                    sr.push(None);
+                }
+            }
+        }
+        paths.push(pr);
+        smi.push(sr);
+    }
+    let gpu_paths = cx
+        .gpus
+        .iter()
+        .map(|a| {
+            cx.gpus
+                .iter()
+                .map(|b| Some(PathKind::from_pcie(topo::path(a, b).nccl)))
+                .collect()
+        })
+        .collect();
+    // NVLink: NVML when it was queried, else the NVSwitches of an HGX board on the PCI bus.
+    let ng = cx.gpus.len();
+    let mut nvlink = vec![vec![None; ng]; ng];
+    let nvml_gpus: Vec<&str> = node
+        .live
+        .nvml
+        .get()
+        .map(|n| n.gpus.iter().map(|g| g.bdf.as_str()).collect())
+        .unwrap_or_default();
+    let switches = crate::p2p::nvswitches(node);
+    let nvlink_source = if !nvml_gpus.is_empty() {
+        "NVML NVLink state".to_string()
+    } else if switches > 0 {
+        format!(
+            "assumed from {switches} NVSwitch(es) on the PCI bus (NVML not queried: run `gdrdoctor check` for the live links)"
+        )
+    } else {
+        format!(
+            "not known: NVML not queried ({})",
+            node.live.nvml.reason().unwrap_or("no NVLink facts")
+        )
+    };
+    let pairs = if !nvml_gpus.is_empty() {
+        crate::p2p::pairs(node)
+    } else {
+        Vec::new()
+    };
+    for (a, ga) in cx.gpus.iter().enumerate() {
+        for (b, gb) in cx.gpus.iter().enumerate() {
+            if a == b {
+                continue;
+            }
+            nvlink[a][b] = if nvml_gpus.contains(&ga.bdf.as_str())
+                && nvml_gpus.contains(&gb.bdf.as_str())
+            {
+                let n = pairs
+                    .iter()
+                    .find(|p| (p.a == ga.bdf && p.b == gb.bdf) || (p.a == gb.bdf && p.b == ga.bdf))
+                    .map(|p| p.nvlinks())
+                    .unwrap_or(0);
+                Some(n > 0)
+            } else if switches > 0 {
+                Some(true)
             } else {
                 None
             };
-            if mechanism.is_none() {
-                enabled = false;
-                reasons.push(if nic_no {
-                    format!("dma-buf refused by {} (ibv_reg_dmabuf_mr probe errno {}) and no peer-memory client", nic.name, probe.unwrap_or(0))
-                } else {
-                    "CUDA reports DMA_BUF_SUPPORTED=0 on this gpu and there is no peer-memory client".into()
-                });
-            }
+        }
+    }
+    let support = cx
+        .gpus
+        .iter()
+        .map(|g| {
+            cx.nics
+                .iter()
+                .map(|(nic, _)| support(node, cx, &g.bdf, nic))
+                .collect()
+        })
+        .collect();
+    System {
+        gpus,
+        nics,
+        paths,
+        smi,
+        nvlink,
+        nvlink_source,
+        gpu_paths,
+        support,
+        amd_two_gpus: node.cpu_vendor.get() == Some(&CpuVendor::Amd) && ng <= 2,
+    }
+}
+
+/// Whether NCCL can register this GPU's memory with this NIC, from the node's facts.
+fn support(node: &Node, cx: &Context<'_>, gpu: &str, nic: &RdmaDevice) -> Support {
+    let mut s = Support {
+        peermem: cx.peermem.available,
+        ..Default::default()
+    };
+    let cuda_dev = node
+        .live
+        .cuda
+        .get()
+        .and_then(|c| c.devices.iter().find(|d| d.bdf == gpu));
+    let probe = node
+        .live
+        .verbs
+        .get()
+        .and_then(|v| v.dmabuf_probe.get(&nic.name).copied().flatten());
+    s.dmabuf = cx.dmabuf.available;
+    s.nic_off = format!(
+        "NIC-level GDR off (NCCL: \"GPU Direct RDMA Disabled for HCA\"): no peer-memory client, and no dma-buf path: {}",
+        cx.dmabuf.reasons.join("; ")
+    );
+    s.unknown = format!(
+        "cannot tell whether the NIC supports GDR: {}",
+        cx.peermem
+            .reasons
+            .iter()
+            .chain(cx.dmabuf.reasons.iter())
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    // NCCL's per-device dma-buf probe (D02) and the GPU's own dma-buf attribute (D03).
+    if s.dmabuf == Some(true) {
+        let gpu_no = cuda_dev.is_some_and(|d| d.dma_buf_supported == Some(0));
+        let nic_no = matches!(probe, Some(95) | Some(93));
+        if gpu_no || nic_no {
+            s.dmabuf = Some(false);
+            s.nic_off = if nic_no {
+                format!(
+                    "dma-buf refused by {} (ibv_reg_dmabuf_mr probe errno {}) and no peer-memory client",
+                    nic.name,
+                    probe.unwrap_or(0)
+                )
+            } else {
+                "CUDA reports DMA_BUF_SUPPORTED=0 on this gpu and there is no peer-memory client"
+                    .into()
+            };
         }
         if cuda_dev.is_none() {
-            assumptions.push(
+            s.assumptions.push(
                 "dma-buf: CUDA DMA_BUF_SUPPORTED on this gpu (live fact, not known here)".into(),
             );
         }
         if probe.is_none() {
-            assumptions.push(format!(
+            s.assumptions.push(format!(
                 "dma-buf: NCCL's ibv_reg_dmabuf_mr probe on {} (live fact, not known here)",
                 nic.name
             ));
         }
     }
     // (4) GPU support: a CUDA attribute, live only.
-    match node
-        .live
-        .cuda
-        .get()
-        .and_then(|c| c.devices.iter().find(|d| d.bdf == g.bdf))
-    {
-        Some(d) if d.gpu_direct_rdma_supported == Some(0) => {
-            enabled = false;
-            reasons.push(
-                "CUDA reports GPU_DIRECT_RDMA_SUPPORTED=0 for this gpu: NCCL turns GDR off for it"
-                    .into(),
-            );
-        }
-        Some(d) if d.gpu_direct_rdma_supported == Some(1) => {}
-        _ => assumptions
+    s.gpu_off =
+        "CUDA reports GPU_DIRECT_RDMA_SUPPORTED=0 for this gpu: NCCL turns GDR off for it".into();
+    match cuda_dev.and_then(|d| d.gpu_direct_rdma_supported) {
+        Some(0) => s.gpu = Some(false),
+        Some(_) => s.gpu = Some(true),
+        None => s
+            .assumptions
             .push("gpu: CUDA GPU_DIRECT_RDMA_SUPPORTED=1 (live fact, not known here)".into()),
     }
-    // NCCL only uses ACTIVE ports.
-    match has_active_port(nic) {
-        Some(false) => {
-            enabled = false;
-            reasons.push(format!(
-                "{} has no ACTIVE port: NCCL does not use it",
-                nic.name
-            ));
-        }
-        None => assumptions.push(format!("port state of {} unknown", nic.name)),
-        Some(true) => {}
-    }
-    // (5) Distance against the level.
-    match path {
-        Some(p) if (p as u8) > cx.level.value => {
-            enabled = false;
-            reasons.push(format!(
-                "path {} is beyond NCCL_NET_GDR_LEVEL {} ({}): NCCL silently stages through host memory",
-                p.as_str(),
-                cx.level.name,
-                cx.level.source
-            ));
-        }
-        Some(_) => {}
-        None => {
-            enabled = false;
-            reasons.push(format!("the PCI location of {} is unknown", nic.name));
+    s
+}
+
+/// The context, the rule's inputs, and NCCL's decision for the node.
+pub fn decision(node: &Node) -> (Context<'_>, System, Decision) {
+    let cx = Context::new(node);
+    let sys = system(node, &cx);
+    let d = rule::decide(&sys, &cx.config);
+    (cx, sys, d)
+}
+
+/// A verdict as the report's pair.
+pub fn to_pair(sys: &System, d: &Decision, v: &Verdict) -> GdrPair {
+    let mut reasons: Vec<String> = Vec::new();
+    for r in v.send.reasons.iter().chain(v.receive.reasons.iter()) {
+        if !reasons.contains(r) {
+            reasons.push(r.clone());
         }
     }
+    let pcie = v.pcie.map(|k| k.as_str().to_string());
     GdrPair {
-        gpu: g.bdf.clone(),
-        nic: nic.name.clone(),
-        path: path
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_else(|| "?".into()),
-        nvidia_smi: smi.map(|s| s.as_str().to_string()),
-        enabled,
-        mechanism: if enabled {
-            mechanism.map(str::to_string)
+        gpu: sys.gpus[v.gpu].id.clone(),
+        nic: sys.nics[v.nic].name.clone(),
+        path: pcie.clone().unwrap_or_else(|| "?".into()),
+        nvidia_smi: sys
+            .smi
+            .get(v.gpu)
+            .and_then(|r| r.get(v.nic))
+            .cloned()
+            .flatten(),
+        enabled: v.enabled(),
+        mechanism: if v.enabled() {
+            v.mechanism.map(str::to_string)
         } else {
             None
         },
         reasons,
-        assumptions,
+        assumptions: v.assumptions.clone(),
+        send: (!v.send.undecided).then_some(v.send.gdr),
+        receive: (!v.receive.undecided).then_some(v.receive.gdr),
+        nccl_path: v.path.map(|k| k.as_str().to_string()),
+        via: v.via.and_then(|p| sys.gpus.get(p)).map(|g| g.id.clone()),
+        pci_mode: v.send.pci_mode || v.receive.pci_mode,
+        threshold: Some(d.threshold.clone()),
+        threshold_source: Some(d.threshold_source.clone()),
+        rules: Some(d.rules.describe()),
+        undecided: v.undecided.clone(),
+        notes: v.notes.clone(),
     }
+}
+
+/// The verdict for every GPU x RDMA device pair.
+pub fn verdicts(node: &Node) -> Vec<GdrPair> {
+    let (_, sys, d) = decision(node);
+    d.verdicts.iter().map(|v| to_pair(&sys, &d, v)).collect()
 }
 
 /// The NUMA node of a fact, for messages.
 pub fn numa_text(n: &Fact<i32>) -> String {
     n.get().map(|v| v.to_string()).unwrap_or_else(|| "?".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compute_capability_from_the_model_name() {
+        assert_eq!(cc_from_name("NVIDIA GH100 [H200 SXM 141GB]"), Some((9, 0)));
+        assert_eq!(cc_from_name("NVIDIA GA100 [A100 SXM4 80GB]"), Some((8, 0)));
+        assert_eq!(
+            cc_from_name("NVIDIA GV100GL [Tesla V100 SXM2 32GB]"),
+            Some((7, 0))
+        );
+        assert_eq!(cc_from_name("NVIDIA TU104GL [Tesla T4]"), Some((7, 5)));
+        assert_eq!(cc_from_name("NVIDIA AD102GL [L40S]"), Some((8, 9)));
+        assert_eq!(cc_from_name("10de:9999"), None);
+    }
 }

@@ -12,6 +12,7 @@ pub mod gdr;
 pub mod inventory;
 pub mod model;
 pub mod names;
+pub mod nccl;
 pub mod p2p;
 pub mod parse;
 pub mod pci;

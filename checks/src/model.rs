@@ -111,6 +111,14 @@ pub struct LiveFacts {
     pub nvml: Fact<NvmlFacts>,
     pub cuda: Fact<CudaFacts>,
     pub verbs: Fact<VerbsFacts>,
+    /// The NCCL libraries on the node and their versions (read from the files, nothing
+    /// initialised), or `--nccl-version`.
+    #[serde(default = "nccl_not_recorded")]
+    pub nccl: Fact<crate::nccl::NcclFacts>,
+}
+
+fn nccl_not_recorded() -> Fact<crate::nccl::NcclFacts> {
+    Fact::absent("libnccl.so.2", "not recorded in this snapshot")
 }
 
 impl LiveFacts {
@@ -119,6 +127,7 @@ impl LiveFacts {
             nvml: Fact::absent("libnvidia-ml.so.1", reason),
             cuda: Fact::absent("libcuda.so.1", reason),
             verbs: Fact::absent("libibverbs.so.1", reason),
+            nccl: Fact::absent("libnccl.so.2", reason),
         }
     }
 }

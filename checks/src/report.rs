@@ -330,6 +330,39 @@ pub struct GdrPair {
     /// Live-only facts the verdict assumes (a sysroot or a node without CUDA cannot tell).
     #[serde(default)]
     pub assumptions: Vec<String>,
+    /// GDR for sends (the NIC reads GPU memory; NCCL's `read=1`), when decided. `enabled` is
+    /// true when either direction uses GDR: the read gate can leave sends staged through host
+    /// memory while receives use GDR.
+    #[serde(default)]
+    pub send: Option<bool>,
+    /// GDR for receives (the NIC writes GPU memory; `read=0`).
+    #[serde(default)]
+    pub receive: Option<bool>,
+    /// NCCL's path after its rewrites: `PXN` (sends through `via`), `P2C` (a NIC on the GPU's
+    /// own C2C-attached CPU), else the same as `path`.
+    #[serde(default)]
+    pub nccl_path: Option<String>,
+    /// The NVLink peer GPU that proxies this GPU's sends to the NIC (PXN).
+    #[serde(default)]
+    pub via: Option<String>,
+    /// NCCL maps GPU memory for the NIC in PCIe mode (`/GDRDMA(PCI)`: a C2C GPU whose NIC
+    /// is not reached through its own CPU).
+    #[serde(default)]
+    pub pci_mode: bool,
+    /// The distance threshold applied (`PXB`, `P2C`, `PHB`, ...) and where it came from.
+    #[serde(default)]
+    pub threshold: Option<String>,
+    #[serde(default)]
+    pub threshold_source: Option<String>,
+    /// Whose rules: `NCCL 2.28.9 rules (libnccl.so.2 2.28.9 at ...)`.
+    #[serde(default)]
+    pub rules: Option<String>,
+    /// Why the verdict could not be decided (unknown inputs); empty when it was.
+    #[serde(default)]
+    pub undecided: Vec<String>,
+    /// How the verdict came about beyond the reasons (PXN, P2C, forced reads).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

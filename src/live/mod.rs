@@ -2,6 +2,7 @@
 //! in a worker process so that a wedged driver cannot hang `check`.
 
 pub mod cuda;
+pub mod nccl;
 pub mod nvml;
 
 use gdrdoctor_checks::model::{Fact, LiveFacts, VerbsFacts};
@@ -46,5 +47,10 @@ pub fn gather() -> LiveFacts {
         Ok(v) => Fact::known(v, "libibverbs.so.1"),
         Err(e) => Fact::absent("libibverbs.so.1", e),
     };
-    LiveFacts { nvml, cuda, verbs }
+    LiveFacts {
+        nvml,
+        cuda,
+        verbs,
+        nccl: nccl::discover(),
+    }
 }

@@ -1,8 +1,9 @@
 //! `gdrdoctor topo`: the GPU x NIC matrix, like `nvidia-smi topo -m` but with NCCL's path type
 //! and the GDR verdict per pair.
 
-use gdrdoctor_checks::gdr::{self, Context};
+use gdrdoctor_checks::gdr;
 use gdrdoctor_checks::model::Node;
+use gdrdoctor_checks::nccl::{self, rule};
 use gdrdoctor_checks::report::GdrPair;
 use gdrdoctor_checks::topo;
 use serde::Serialize;
@@ -38,10 +39,40 @@ pub struct Topo {
     pub pairs: Vec<GdrPair>,
     /// Every GPU pair: NVLink, PCIe path, NVML P2P status and CUDA peer access.
     pub gpu_pairs: Vec<gdrdoctor_checks::p2p::GpuPair>,
+    /// Whose rules the verdicts follow: `NCCL 2.28.9 rules (libnccl.so.2 2.28.9 at ...)`.
+    pub nccl_rules: String,
+    /// Node-wide remarks from the environment (PXN disabled, ignored values, ...).
+    pub notes: Vec<String>,
+    /// NCCL's P2P decision per GPU pair under NCCL_P2P_LEVEL / NCCL_P2P_DISABLE.
+    pub gpu_p2p: Vec<TopoP2p>,
+}
+
+/// NCCL's P2P answer for one GPU pair.
+#[derive(Debug, Serialize)]
+pub struct TopoP2p {
+    pub a: String,
+    pub b: String,
+    pub path: Option<String>,
+    /// `None`: not known.
+    pub p2p: Option<bool>,
+    pub reason: String,
+}
+
+fn p2p_of(sys: &rule::System, d: &rule::Decision) -> Vec<TopoP2p> {
+    d.p2p
+        .iter()
+        .map(|p| TopoP2p {
+            a: sys.gpus[p.a].id.clone(),
+            b: sys.gpus[p.b].id.clone(),
+            path: p.path.map(|k| k.as_str().to_string()),
+            p2p: p.p2p,
+            reason: p.reason.clone(),
+        })
+        .collect()
 }
 
 pub fn build(node: &Node) -> Topo {
-    let cx = Context::new(node);
+    let (cx, sys, d) = gdr::decision(node);
     let gpus = cx
         .gpus
         .iter()
@@ -73,13 +104,65 @@ pub fn build(node: &Node) -> Topo {
         .collect();
     Topo {
         schema: "gdrdoctor.topo/v1",
-        gdr_level: cx.level.name.to_string(),
-        gdr_level_source: cx.level.source.clone(),
+        gdr_level: d.threshold.clone(),
+        gdr_level_source: d.threshold_source.clone(),
         gpus,
         nics,
-        pairs: gdr::verdicts(node),
+        pairs: d
+            .verdicts
+            .iter()
+            .map(|v| gdr::to_pair(&sys, &d, v))
+            .collect(),
         gpu_pairs: gdrdoctor_checks::p2p::pairs(node),
+        nccl_rules: d.rules.describe(),
+        notes: d.notes.clone(),
+        gpu_p2p: p2p_of(&sys, &d),
     }
+}
+
+/// The cell mark of a pair: `*` GDR, `+` GDR with sends through an NVLink peer (PXN), `r` GDR
+/// for receives only, `?` undecided, nothing for no GDR.
+pub fn mark(p: &GdrPair) -> &'static str {
+    match (p.enabled, p.via.is_some(), p.send, p.receive) {
+        (true, true, _, _) => "+",
+        (true, false, Some(true), Some(true)) => "*",
+        (true, false, Some(false), _) => "r",
+        (true, false, _, Some(false)) => "s",
+        (true, false, _, _) => "?",
+        (false, _, _, _) if !p.undecided.is_empty() => "?",
+        _ => "",
+    }
+}
+
+fn legend(o: &mut String, pairs: &[GdrPair], level: &str, source: &str, rules: &str) {
+    let on = pairs.iter().filter(|p| p.enabled).count();
+    let _ = writeln!(
+        o,
+        "* = NCCL uses GPUDirect RDMA for this pair ({on} of {} pairs); threshold {level} ({source})",
+        pairs.len()
+    );
+    if pairs.iter().any(|p| p.via.is_some() && p.enabled) {
+        let _ = writeln!(
+            o,
+            "+ = GDR with sends through an NVLink peer GPU (PXN): the peer's proxy posts to the NIC"
+        );
+    }
+    if pairs.iter().any(|p| mark(p) == "s") {
+        let _ = writeln!(o, "s = GDR for sends only");
+    }
+    if pairs.iter().any(|p| mark(p) == "r") {
+        let _ = writeln!(
+            o,
+            "r = GDR for receives only: the read gate keeps sends staged through host memory (NCCL_NET_GDR_READ=1 lifts it)"
+        );
+    }
+    if pairs.iter().any(|p| mark(p) == "?") {
+        let _ = writeln!(
+            o,
+            "? = undecided (for one direction or both): an input NCCL uses is not known here"
+        );
+    }
+    let _ = writeln!(o, "Rules: {rules}");
 }
 
 /// The GPU x GPU block: `NV<n>` or the PCIe path, `!` where peer access is missing.
@@ -168,11 +251,7 @@ pub fn render_text(t: &Topo) -> String {
         for n in &t.nics {
             let p = t.pairs.iter().find(|p| p.gpu == g.bdf && p.nic == n.ibdev);
             let cell = match p {
-                Some(p) => format!(
-                    "{}{}",
-                    p.nvidia_smi.as_deref().unwrap_or(&p.path),
-                    if p.enabled { "*" } else { "" }
-                ),
+                Some(p) => format!("{}{}", p.nvidia_smi.as_deref().unwrap_or(&p.path), mark(p)),
                 None => "?".into(),
             };
             let _ = write!(o, "{cell:<w$}");
@@ -205,14 +284,16 @@ pub fn render_text(t: &Topo) -> String {
         let _ = write!(o, "{s:<w$}");
     }
     let _ = writeln!(o, "\n");
-    let on = t.pairs.iter().filter(|p| p.enabled).count();
-    let _ = writeln!(
-        o,
-        "* = NCCL uses GPUDirect RDMA for this pair ({on} of {} pairs); threshold {} ({})",
-        t.pairs.len(),
-        t.gdr_level,
-        t.gdr_level_source
+    legend(
+        &mut o,
+        &t.pairs,
+        &t.gdr_level,
+        &t.gdr_level_source,
+        &t.nccl_rules,
     );
+    for n in &t.notes {
+        let _ = writeln!(o, "Note: {n}");
+    }
     let _ = writeln!(o, "Path names as nvidia-smi topo -m: PIX one PCIe switch, PXB several switches, PHB through the host bridge,");
     let _ = writeln!(
         o,
@@ -245,13 +326,52 @@ pub fn render_text(t: &Topo) -> String {
             .iter()
             .min_by_key(|p| topo::parse_level(&p.path).unwrap_or(u8::MAX))
         {
+            let undecided = pairs.iter().find(|p| !p.undecided.is_empty());
+            match undecided {
+                Some(u) => {
+                    let _ = writeln!(o, "GPU{} is undecided: {}", g.index, u.undecided.join("; "));
+                }
+                None => {
+                    let _ = writeln!(
+                        o,
+                        "GPU{} has no GDR: nearest {} ({}): {}",
+                        g.index,
+                        best.nic,
+                        best.path,
+                        best.reasons.join("; ")
+                    );
+                }
+            }
+        }
+    }
+    // PXN and the read gate, per GPU that has them.
+    for g in &t.gpus {
+        let pairs: Vec<&GdrPair> = t.pairs.iter().filter(|p| p.gpu == g.bdf).collect();
+        if pairs
+            .iter()
+            .any(|p| p.enabled && p.via.is_none() && p.send != Some(false))
+        {
+            continue;
+        }
+        if let Some(p) = pairs.iter().find(|p| p.enabled && p.via.is_some()) {
+            let peer = t
+                .gpus
+                .iter()
+                .find(|x| Some(&x.bdf) == p.via.as_ref())
+                .map(|x| format!("GPU{}", x.index))
+                .unwrap_or_else(|| p.via.clone().unwrap_or_default());
             let _ = writeln!(
                 o,
-                "GPU{} has no GDR: nearest {} ({}): {}",
+                "GPU{} has GDR through {peer} via PXN: its own path to {} is {}; NCCL sends through {peer} over NVLink",
+                g.index, p.nic, p.path
+            );
+        } else if let Some(p) = pairs.iter().find(|p| p.enabled && p.send == Some(false)) {
+            let _ = writeln!(
+                o,
+                "GPU{} has GDR for receives only ({}): {}",
                 g.index,
-                best.nic,
-                best.path,
-                best.reasons.join("; ")
+                p.nic,
+                p.reasons.join("; ")
             );
         }
     }
@@ -269,9 +389,47 @@ pub struct SmiTopo {
     pub close_nics: std::collections::BTreeMap<String, Vec<String>>,
     /// A one-line verdict on the rails (balanced, uneven, asymmetric).
     pub rails: String,
+    /// NCCL's rule on the matrix: the threshold, whose rules, and every pair's verdict
+    /// (support and ports assumed: a matrix does not show them).
+    pub gdr_level: String,
+    pub gdr_level_source: String,
+    pub nccl_rules: String,
+    pub notes: Vec<String>,
+    pub verdicts: Vec<GdrPair>,
+    pub gpu_p2p: Vec<TopoP2p>,
 }
 
-pub fn build_smi(m: &gdrdoctor_checks::smi::Matrix) -> SmiTopo {
+/// The rules and environment for evidence: `--nccl-version` or the newest rules, and the
+/// environment gdrdoctor runs in (to ask "what if").
+fn evidence_config(
+    version: Option<&str>,
+    env: &std::collections::BTreeMap<String, String>,
+) -> rule::Config {
+    let facts = version.map(|v| nccl::NcclFacts {
+        requested: Some(v.to_string()),
+        ..Default::default()
+    });
+    let rules = nccl::choose(
+        facts.as_ref(),
+        Some("a pasted matrix does not say; pass --nccl-version"),
+    );
+    let env = nccl::env::NcclEnv::parse(Some(env), "the current environment", rules.version);
+    rule::Config { rules, env }
+}
+
+pub fn build_smi(
+    m: &gdrdoctor_checks::smi::Matrix,
+    nccl_version: Option<&str>,
+    env: &std::collections::BTreeMap<String, String>,
+) -> SmiTopo {
+    let sys = nccl::evidence::from_smi(m);
+    let cfg = evidence_config(nccl_version, env);
+    let d = rule::decide(&sys, &cfg);
+    let verdicts: Vec<GdrPair> = d
+        .verdicts
+        .iter()
+        .map(|v| gdr::to_pair(&sys, &d, v))
+        .collect();
     let pairs = m.pairs();
     let mut close: std::collections::BTreeMap<String, Vec<String>> =
         std::collections::BTreeMap::new();
@@ -320,6 +478,12 @@ pub fn build_smi(m: &gdrdoctor_checks::smi::Matrix) -> SmiTopo {
         pairs,
         close_nics: close,
         rails,
+        gdr_level: d.threshold.clone(),
+        gdr_level_source: d.threshold_source.clone(),
+        nccl_rules: d.rules.describe(),
+        notes: d.notes.clone(),
+        gpu_p2p: p2p_of(&sys, &d),
+        verdicts,
     }
 }
 
@@ -345,36 +509,64 @@ pub fn render_smi(m: &gdrdoctor_checks::smi::Matrix, t: &SmiTopo) -> String {
                 .pairs
                 .iter()
                 .find(|p| &p.gpu == g && p.nic == m.nic_name(n));
-            let cell = p
-                .map(|p| {
-                    format!(
-                        "{}{}",
-                        p.path,
-                        if p.gdr_by_distance == Some(true) {
-                            "*"
-                        } else {
-                            ""
-                        }
-                    )
-                })
-                .unwrap_or_else(|| "?".into());
+            let v = t
+                .verdicts
+                .iter()
+                .find(|p| &p.gpu == g && p.nic == m.nic_name(n));
+            let cell = match (p, v) {
+                (Some(p), Some(v)) => format!("{}{}", p.path, mark(v)),
+                (Some(p), None) => p.path.clone(),
+                _ => "?".into(),
+            };
             let _ = write!(o, "{cell:<w$}");
         }
         let _ = writeln!(o);
     }
-    let _ = writeln!(o, "\n* = within NCCL's default GDR distance (PIX/PXB). From a pasted matrix only the distance rule is");
+    let _ = writeln!(o);
+    legend(
+        &mut o,
+        &t.verdicts,
+        &t.gdr_level,
+        &t.gdr_level_source,
+        &t.nccl_rules,
+    );
     let _ = writeln!(
         o,
-        "known; peer memory, dma-buf and port state need `gdrdoctor check` on the node."
+        "From a pasted matrix, peer memory, dma-buf and port state are assumed to work; `gdrdoctor check` on the node tells."
     );
+    for n in &t.notes {
+        let _ = writeln!(o, "Note: {n}");
+    }
     let _ = writeln!(o, "rails: {}", t.rails);
+    for g in m.gpus() {
+        if let Some(v) = t
+            .verdicts
+            .iter()
+            .find(|v| &v.gpu == g && v.enabled && v.via.is_some())
+        {
+            if !t
+                .verdicts
+                .iter()
+                .any(|x| &x.gpu == g && x.enabled && x.via.is_none())
+            {
+                let _ = writeln!(
+                    o,
+                    "{g}: GDR through {} via PXN (own path to {} is {}; sends go over NVLink to the peer)",
+                    v.via.as_deref().unwrap_or("?"),
+                    v.nic,
+                    v.path
+                );
+            }
+        }
+    }
     for g in m.gpus() {
         if !t.close_nics.contains_key(g) {
             let _ = writeln!(o, "{g}: its row is not in the pasted matrix (cut short?)");
         }
     }
     for (g, v) in &t.close_nics {
-        if v.is_empty() {
+        let served = t.verdicts.iter().any(|x| &x.gpu == g && x.enabled);
+        if v.is_empty() && !served {
             let nearest =
                 t.pairs
                     .iter()

@@ -1,13 +1,35 @@
-//! `gdr.*`: the GDR verdict per GPU, from the per-pair decision in [`crate::gdr`].
+//! `gdr.*`: the GDR verdict per GPU, from NCCL's per-pair decision ([`crate::gdr::decision`]).
 
-use crate::gdr::{self, Context};
+use crate::gdr;
 use crate::model::Node;
-use crate::report::{Finding, Status};
+use crate::report::{Finding, GdrPair, Status};
 use crate::topo;
+
+/// How a pair is used, for messages: `PIX`, `PHB via PXN through 0000:18:00.0`, `P2C`.
+pub fn route(p: &GdrPair) -> String {
+    match (&p.via, p.nccl_path.as_deref()) {
+        (Some(v), _) => format!("{} to it, sends through {v} via PXN", p.path),
+        (None, Some(n)) if n != p.path => format!("{} counted as {n}", p.path),
+        _ => p.path.clone(),
+    }
+}
+
+/// `gdr`, `no gdr`, `gdr for receives only`, for evidence lines.
+pub fn state(p: &GdrPair) -> &'static str {
+    match (p.enabled, p.send, p.receive) {
+        (false, _, _) if !p.undecided.is_empty() => "undecided",
+        (false, _, _) => "no gdr",
+        (true, Some(false), _) => "gdr for receives only",
+        (true, _, Some(false)) => "gdr for sends only",
+        (true, None, _) => "gdr for receives, sends undecided",
+        (true, _, None) => "gdr for sends, receives undecided",
+        (true, _, _) => "gdr",
+    }
+}
 
 pub fn per_gpu(node: &Node) -> Vec<Finding> {
     const ID: &str = "gdr.gpu";
-    let cx = Context::new(node);
+    let (cx, sys, d) = gdr::decision(node);
     if cx.gpus.is_empty() {
         return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
     }
@@ -20,14 +42,25 @@ pub fn per_gpu(node: &Node) -> Vec<Finding> {
         )];
     }
     let mut out = Vec::new();
-    for g in &cx.gpus {
-        let mut pairs: Vec<_> = cx
-            .nics
+    for (gi, g) in cx.gpus.iter().enumerate() {
+        let mut pairs: Vec<GdrPair> = d
+            .verdicts
             .iter()
-            .map(|(n, ep)| gdr::pair(node, &cx, g, n, ep.as_ref()))
+            .filter(|v| v.gpu == gi)
+            .map(|v| gdr::to_pair(&sys, &d, v))
             .collect();
-        pairs.sort_by_key(|p| (!p.enabled, path_rank(&p.path)));
-        let on: Vec<&crate::report::GdrPair> = pairs.iter().filter(|p| p.enabled).collect();
+        let full = |p: &GdrPair| p.send == Some(true) && p.receive == Some(true);
+        pairs.sort_by_key(|p| {
+            (
+                !(p.enabled && full(p)),
+                !p.enabled,
+                p.via.is_some(),
+                path_rank(&p.path),
+            )
+        });
+        let on: Vec<&GdrPair> = pairs.iter().filter(|p| p.enabled && full(p)).collect();
+        let partial: Vec<&GdrPair> = pairs.iter().filter(|p| p.enabled && !full(p)).collect();
+        let undecided: Vec<&GdrPair> = pairs.iter().filter(|p| !p.undecided.is_empty()).collect();
         let assumptions = pairs
             .first()
             .map(|p| p.assumptions.clone())
@@ -44,21 +77,44 @@ pub fn per_gpu(node: &Node) -> Vec<Finding> {
                         .map(|p| p.nic.as_str())
                         .collect::<Vec<_>>()
                         .join(" "),
-                    best.path,
+                    route(best),
                     best.mechanism.as_deref().unwrap_or("?")
                 ),
             )
-        } else if pairs.iter().all(|p| {
-            p.reasons
-                .iter()
-                .any(|r| r.starts_with("cannot tell") || r.contains("is unknown"))
-        }) {
-            let best = &pairs[0];
+        } else if let Some(best) = partial.first() {
+            let why = best
+                .reasons
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "one direction is off".into());
+            Finding::new(
+                ID,
+                Status::Warn,
+                &g.bdf,
+                format!(
+                    "{} with {} nic(s): {} ({}): {why}",
+                    state(best),
+                    partial.len(),
+                    partial
+                        .iter()
+                        .map(|p| p.nic.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    route(best)
+                ),
+            )
+            .fix("to have NCCL use GDR for sends too, run the job with NCCL_NET_GDR_READ=1 (measure: NCCL keeps sends off GDR on such GPUs because host-staged sends were faster there)")
+        } else if !undecided.is_empty() {
             Finding::new(
                 ID,
                 Status::Error,
                 &g.bdf,
-                format!("cannot decide gdr for any nic: {}", best.reasons.join("; ")),
+                format!(
+                    "cannot decide gdr for {} of {} nic(s): {}",
+                    undecided.len(),
+                    pairs.len(),
+                    undecided[0].undecided.join("; ")
+                ),
             )
         } else {
             let best = &pairs[0];
@@ -66,19 +122,32 @@ pub fn per_gpu(node: &Node) -> Vec<Finding> {
                 .fix("fix the first reason above; `gdrdoctor topo` shows every pair and `gdrdoctor explain gdr.gpu` the decision chain")
         };
         for p in pairs.iter().take(4) {
+            let why: Vec<String> = p
+                .reasons
+                .iter()
+                .chain(p.undecided.iter())
+                .chain(p.notes.iter())
+                .cloned()
+                .collect();
             f = f.evidence(
                 format!("{}|{}", p.gpu, p.nic),
                 format!(
                     "{} {}{}",
-                    p.path,
-                    if p.enabled { "gdr" } else { "no gdr" },
-                    if p.reasons.is_empty() {
+                    route(p),
+                    state(p),
+                    if why.is_empty() {
                         String::new()
                     } else {
-                        format!(": {}", p.reasons.join("; "))
+                        format!(": {}", why.join("; "))
                     }
                 ),
             );
+        }
+        f = f
+            .evidence("nccl threshold", d.threshold_text())
+            .evidence("nccl rules", d.rules.describe());
+        for n in &d.notes {
+            f = f.evidence("nccl environment", n.clone());
         }
         for a in assumptions {
             f = f.evidence("assumption", a);

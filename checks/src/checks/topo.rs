@@ -46,6 +46,7 @@ pub fn nic_distance(node: &Node) -> Vec<Finding> {
         )];
     }
     let lvl = cx.level.value;
+    let pxn = pxn_served(node);
     distances(&cx)
         .into_iter()
         .map(|(g, _, v)| {
@@ -57,12 +58,25 @@ pub fn nic_distance(node: &Node) -> Vec<Finding> {
                 let close: Vec<&str> = v.iter().filter(|(_, _, p, _)| (*p as u8) <= lvl).map(|(n, _, _, _)| n.as_str()).collect();
                 Finding::new(ID, Status::Pass, &g, format!("nearest nic {best_nic} at {} (within {}): {}", best.as_str(), cx.level.name, close.join(" ")))
                     .evidence("pci topology (nccl model)", listing)
+            } else if let Some((nic, via)) = pxn.iter().find(|(x, _, _)| *x == g).map(|(_, n, v)| (n, v)) {
+                Finding::new(ID, Status::Warn, &g, format!("no nic within {} of this gpu: the nearest, {best_nic}, is {}; nccl sends its traffic through {via} over nvlink (pxn) and uses gdr there ({nic})", cx.level.name, best.as_str()))
+                    .expect("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
+                    .fix("PXN keeps GDR but adds an NVLink hop and shares the peer's NIC; for a NIC of its own move one into a slot under this GPU's PCIe switch (see `gdrdoctor topo`)")
             } else {
                 Finding::new(ID, Status::Warn, &g, format!("no nic within {} of this gpu: the nearest, {best_nic}, is {}; nccl turns gdr off for it by default and stages through host memory", cx.level.name, best.as_str()))
                     .expect("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
                     .fix("move a NIC into a slot under the same PCIe switch as this GPU (see `gdrdoctor topo`); or accept the host-memory path; forcing `NCCL_NET_GDR_LEVEL=PHB`/`SYS` enables GDR through the CPU, which is often slower")
             }
         })
+        .collect()
+}
+
+/// (gpu, nic, peer) for every GPU that reaches a NIC through an NVLink peer with GDR (PXN).
+fn pxn_served(node: &Node) -> Vec<(String, String, String)> {
+    crate::gdr::verdicts(node)
+        .into_iter()
+        .filter(|p| p.enabled)
+        .filter_map(|p| p.via.clone().map(|v| (p.gpu, p.nic, v)))
         .collect()
 }
 
@@ -241,9 +255,22 @@ pub fn rails(node: &Node) -> Vec<Finding> {
             .filter(|(_, s)| s.len() == max)
             .map(|(g, _)| g)
             .collect();
+        let pxn = pxn_served(node);
+        let served = none
+            .iter()
+            .filter(|g| pxn.iter().any(|(x, _, _)| x == **g))
+            .count();
+        let until = if served == none.len() {
+            "until then NCCL sends the NIC-less GPUs' traffic through an NVLink neighbour (PXN), with GDR from the neighbour".to_string()
+        } else if served == 0 {
+            "until then NCCL stages the NIC-less GPUs' traffic through host memory (no PXN peer)"
+                .to_string()
+        } else {
+            format!("until then {served} of the NIC-less GPUs send through an NVLink neighbour (PXN) and the others stage through host memory")
+        };
         return vec![Finding::new(ID, Status::Warn, "node", format!("asymmetric rails: {} gpu(s) have no close nic while {} have {max}", none.len(), rich.len()))
             .expect(src, listing, "the same number of close nics for every gpu")
-            .fix("rebalance NICs across the PCIe switches so every GPU has one under its switch (one NIC per GPU is the HGX rail layout); until then NCCL sends the NIC-less GPUs' traffic through host memory or through a neighbour (PXN)")];
+            .fix(format!("rebalance NICs across the PCIe switches so every GPU has one under its switch (one NIC per GPU is the HGX rail layout); {until}"))];
     }
     if min != max {
         return vec![Finding::new(

@@ -1,0 +1,457 @@
+//! Which NCCL is on the node, and its version, read without initialising anything.
+//!
+//! Where a process would find `libnccl.so.2`, in the loader's order: `LD_LIBRARY_PATH`, the
+//! entries of `/etc/ld.so.cache`, the default directories; then the Python environments that
+//! carry NCCL as the `nvidia-nccl-cu*` wheel (`site-packages/nvidia/nccl/lib`), including
+//! virtual environments under `/opt/*/.venv`, `$VIRTUAL_ENV` and `$CONDA_PREFIX`.
+//!
+//! The version comes from the library file itself: NCCL keeps its banner
+//! `NCCL version 2.28.9+cuda13.0` as one string so that `strings` can show it (src/init.cc
+//! v2.30.7-1 L693-696, "Pre-process the string so that running strings on the lib can quickly
+//! reveal the version"). Failing that: the versioned file name the symlink points to
+//! (`libnccl.so.2.28.9`), the wheel's `dist-info` directory, and last, only inside a worker
+//! process, `ncclGetVersion()` through `dlopen` (it initialises nothing but runs the library's
+//! constructors, which is why it is last).
+
+use gdrdoctor_checks::model::Fact;
+use gdrdoctor_checks::nccl::{NcclFacts, NcclLibrary, Version};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+const LIB: &str = "libnccl.so.2";
+const BANNER: &[u8] = b"NCCL version ";
+
+/// The default library directories of the loader (and CUDA's), x86_64 and aarch64.
+const DEFAULT_DIRS: &[&str] = &[
+    "/lib64",
+    "/usr/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib/sbsa-linux-gnu",
+    "/usr/lib/sbsa-linux-gnu",
+    "/usr/local/lib",
+    "/usr/lib",
+    "/usr/local/cuda/lib64",
+    "/usr/local/nccl/lib",
+];
+
+/// Python library directories (globs with one `*` per component) that hold site-packages.
+const PYTHON_DIRS: &[&str] = &[
+    "/usr/lib/python3*/site-packages",
+    "/usr/lib/python3/dist-packages",
+    "/usr/local/lib/python3*/site-packages",
+    "/usr/local/lib/python3*/dist-packages",
+    "/usr/lib64/python3*/site-packages",
+    "/opt/conda/lib/python3*/site-packages",
+    "/opt/*/.venv/lib/python3*/site-packages",
+    "/opt/*/venv/lib/python3*/site-packages",
+    "/opt/*/lib/python3*/site-packages",
+    "/root/.local/lib/python3*/site-packages",
+];
+
+/// Everything found on this node (live). `dlopen`: allow the last-resort `ncclGetVersion`
+/// (only in a worker process).
+pub fn discover_live(dlopen: bool) -> Fact<NcclFacts> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let mut extra_python = Vec::new();
+    for k in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(v) = env(k) {
+            extra_python.push(format!("{v}/lib/python3*/site-packages"));
+        }
+    }
+    if let Some(h) = env("HOME") {
+        extra_python.push(format!("{h}/.local/lib/python3*/site-packages"));
+    }
+    let facts = discover_in(
+        Path::new("/"),
+        env("LD_LIBRARY_PATH").as_deref(),
+        &extra_python,
+        dlopen,
+    );
+    Fact::known(
+        facts,
+        "libnccl.so.2 files (loader path, ld.so.cache, Python environments)",
+    )
+}
+
+/// In the worker: everything, with the dlopen fallback.
+pub fn discover() -> Fact<NcclFacts> {
+    discover_live(true)
+}
+
+/// Search under `root` (`/` live; a directory in tests).
+pub fn discover_in(
+    root: &Path,
+    ld_library_path: Option<&str>,
+    extra_python: &[String],
+    dlopen: bool,
+) -> NcclFacts {
+    let at = |p: &str| root.join(p.trim_start_matches('/'));
+    let mut found: Vec<(PathBuf, String)> = Vec::new();
+    let mut searched = Vec::new();
+    let add = |path: PathBuf, origin: &str, found: &mut Vec<(PathBuf, String)>| {
+        if path.exists() && !found.iter().any(|(p, _)| same_file(p, &path)) {
+            found.push((path, origin.to_string()));
+        }
+    };
+    if let Some(lp) = ld_library_path {
+        searched.push("LD_LIBRARY_PATH".to_string());
+        for d in lp.split(':').filter(|d| !d.is_empty()) {
+            add(at(d).join(LIB), "LD_LIBRARY_PATH", &mut found);
+        }
+    }
+    searched.push("/etc/ld.so.cache".to_string());
+    if let Ok(bytes) = std::fs::read(at("/etc/ld.so.cache")) {
+        for p in ld_cache_paths(&bytes) {
+            add(at(&p), "ld.so.cache", &mut found);
+        }
+    }
+    searched.push("the default library directories".to_string());
+    for d in DEFAULT_DIRS {
+        add(at(d).join(LIB), "default library directory", &mut found);
+    }
+    searched.push("Python environments (nvidia/nccl/lib)".to_string());
+    let mut site_dirs: Vec<PathBuf> = Vec::new();
+    for pattern in PYTHON_DIRS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(extra_python.iter().cloned())
+    {
+        for d in glob(&at(&pattern)) {
+            if !site_dirs.contains(&d) {
+                site_dirs.push(d);
+            }
+        }
+    }
+    for d in &site_dirs {
+        add(
+            d.join("nvidia/nccl/lib").join(LIB),
+            "Python wheel nvidia-nccl",
+            &mut found,
+        );
+    }
+    let libraries = found
+        .into_iter()
+        .map(|(path, origin)| {
+            let shown = match path.strip_prefix(root) {
+                Ok(rel) if root != Path::new("/") => format!("/{}", rel.display()),
+                _ => path.display().to_string(),
+            };
+            let mut lib = NcclLibrary {
+                path: shown,
+                origin,
+                ..Default::default()
+            };
+            match read_version(&path) {
+                Ok(Some((v, how))) => {
+                    lib.version = Some(v);
+                    lib.how = Some(how);
+                }
+                Ok(None) => {
+                    if let Some(v) = wheel_version(&path) {
+                        lib.version = Some(v);
+                        lib.how = Some("wheel metadata (dist-info)".into());
+                    } else if dlopen {
+                        match get_version_dlopen(&path) {
+                            Ok(v) => {
+                                lib.version = Some(v);
+                                lib.how = Some("ncclGetVersion through dlopen".into());
+                            }
+                            Err(e) => lib.error = Some(e),
+                        }
+                    } else {
+                        lib.error = Some(
+                            "no version string in the file, and no versioned file name".into(),
+                        );
+                    }
+                }
+                Err(e) => lib.error = Some(e),
+            }
+            lib
+        })
+        .collect();
+    NcclFacts {
+        libraries,
+        searched,
+        requested: None,
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// Absolute paths of `libnccl.so.2` in an `ld.so.cache` (either format): its strings are
+/// NUL-terminated; the values are absolute paths.
+pub fn ld_cache_paths(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|s| s.first() == Some(&b'/') && s.ends_with(b"/libnccl.so.2"))
+        .filter_map(|s| std::str::from_utf8(s).ok())
+        .map(str::to_string)
+        .fold(Vec::new(), |mut v, s| {
+            if !v.contains(&s) {
+                v.push(s);
+            }
+            v
+        })
+}
+
+/// Expand a path whose components may contain one `*` each (no `**`).
+fn glob(pattern: &Path) -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from("/")];
+    for comp in pattern.components() {
+        let c = comp.as_os_str().to_string_lossy();
+        if c == "/" {
+            continue;
+        }
+        let mut next = Vec::new();
+        for base in &out {
+            if let Some((pre, post)) = c.split_once('*') {
+                let Ok(rd) = std::fs::read_dir(base) else {
+                    continue;
+                };
+                let mut names: Vec<String> = rd
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| {
+                        n.len() >= pre.len() + post.len() && n.starts_with(pre) && n.ends_with(post)
+                    })
+                    .collect();
+                names.sort();
+                next.extend(names.into_iter().map(|n| base.join(n)));
+            } else {
+                let p = base.join(c.as_ref());
+                if p.exists() {
+                    next.push(p);
+                }
+            }
+        }
+        out = next;
+        if out.is_empty() {
+            break;
+        }
+    }
+    out
+}
+
+/// The version from the banner string in the file, else from the versioned file name.
+pub fn read_version(path: &Path) -> Result<Option<(String, String)>, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(v) = scan_banner(f).map_err(|e| format!("{}: {e}", path.display()))? {
+        return Ok(Some((v, "version string in the file".into())));
+    }
+    let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let name = real
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(rest) = name.strip_prefix("libnccl.so.") {
+        if let Some(v) = Version::parse(rest) {
+            if rest.matches('.').count() >= 2 {
+                return Ok(Some((v.to_string(), format!("file name {name}"))));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Find `NCCL version X.Y.Z` in a stream, 1 MiB at a time (the library is hundreds of MiB;
+/// the string sits in .rodata).
+pub fn scan_banner(mut r: impl Read) -> std::io::Result<Option<String>> {
+    enum Hit {
+        Found(String),
+        /// A banner cut by the end of the data, at this offset.
+        Partial(usize),
+        Nothing,
+    }
+    fn search(data: &[u8], eof: bool) -> Hit {
+        let mut from = 0;
+        while let Some(i) = find(&data[from..], BANNER) {
+            let start = from + i + BANNER.len();
+            let tail = &data[start..];
+            let end = tail
+                .iter()
+                .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-')))
+                .unwrap_or(tail.len());
+            if end == tail.len() && !eof && tail.len() < 64 {
+                return Hit::Partial(from + i);
+            }
+            // The format string "NCCL version %s" has no version after it: skip such hits.
+            if let Some(v) = Version::parse(&String::from_utf8_lossy(&tail[..end.min(64)])) {
+                return Hit::Found(v.to_string());
+            }
+            from = start;
+        }
+        Hit::Nothing
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    let mut carry: Vec<u8> = Vec::new();
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            return Ok(match search(&carry, true) {
+                Hit::Found(v) => Some(v),
+                _ => None,
+            });
+        }
+        carry.extend_from_slice(&buf[..n]);
+        match search(&carry, false) {
+            Hit::Found(v) => return Ok(Some(v)),
+            Hit::Partial(at) => {
+                carry.drain(..at);
+            }
+            Hit::Nothing => {
+                // Keep a tail long enough to hold the start of a banner.
+                let keep = BANNER.len().min(carry.len());
+                let cut = carry.len() - keep;
+                carry.drain(..cut);
+            }
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `site-packages/nvidia_nccl_cu12-2.28.9.dist-info` beside `site-packages/nvidia/nccl/lib`.
+fn wheel_version(lib: &Path) -> Option<String> {
+    let site = lib.parent()?.parent()?.parent()?.parent()?;
+    let mut names: Vec<String> = std::fs::read_dir(site)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("nvidia_nccl") && n.ends_with(".dist-info"))
+        .collect();
+    names.sort();
+    names.iter().find_map(|n| {
+        let v = n.trim_end_matches(".dist-info").rsplit('-').next()?;
+        Version::parse(v).map(|v| v.to_string())
+    })
+}
+
+/// `ncclGetVersion()` through dlopen: the last resort, in a worker process only.
+fn get_version_dlopen(path: &Path) -> Result<String, String> {
+    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+    // SAFETY: loading a shared library runs its constructors; this is called only inside a
+    // worker process, and only when the file carries no readable version.
+    let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
+        .map_err(|e| format!("dlopen {}: {e}", path.display()))?;
+    // SAFETY: ncclGetVersion(int*) -> ncclResult_t (int), src/nccl.h.in.
+    let f: libloading::os::unix::Symbol<unsafe extern "C" fn(*mut i32) -> i32> =
+        unsafe { lib.get(b"ncclGetVersion\0") }
+            .map_err(|e| format!("{}: ncclGetVersion: {e}", path.display()))?;
+    let mut code: i32 = 0;
+    // SAFETY: a valid pointer to an int.
+    let rc = unsafe { f(&mut code) };
+    if rc != 0 {
+        return Err(format!("{}: ncclGetVersion returned {rc}", path.display()));
+    }
+    Version::from_code(i64::from(code))
+        .map(|v| v.to_string())
+        .ok_or_else(|| format!("{}: ncclGetVersion gave {code}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn banner_found_across_chunk_boundaries_and_format_strings_skipped() {
+        let mut data = vec![b'x'; (1 << 20) - 8];
+        data.extend_from_slice(b"\0NCCL version %s\0");
+        data.extend_from_slice(b"NCCL version 2.28.9+cuda13.0\0tail");
+        assert_eq!(scan_banner(&data[..]).unwrap().as_deref(), Some("2.28.9"));
+        let mut data = vec![b'y'; (1 << 20) - 5];
+        data.extend_from_slice(b"NCCL version 2.30.7+cuda12.9\0");
+        assert_eq!(scan_banner(&data[..]).unwrap().as_deref(), Some("2.30.7"));
+        assert_eq!(scan_banner(&b"no banner here"[..]).unwrap(), None);
+    }
+
+    #[test]
+    fn cache_entries_are_the_absolute_paths() {
+        let cache = b"glibc-ld.so.cache1.1\0\0libnccl.so.2\0/usr/lib/x86_64-linux-gnu/libnccl.so.2\0libc.so.6\0/lib/libc.so.6\0";
+        assert_eq!(
+            ld_cache_paths(cache),
+            vec!["/usr/lib/x86_64-linux-gnu/libnccl.so.2"]
+        );
+    }
+
+    #[test]
+    fn finds_system_and_wheel_libraries_in_loader_order() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let sys = root.join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&sys).unwrap();
+        std::fs::write(
+            sys.join("libnccl.so.2.28.3"),
+            b"\x7fELF....NCCL version 2.28.3+cuda12.9\0",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("libnccl.so.2.28.3", sys.join("libnccl.so.2")).unwrap();
+        let site = root.join("opt/app/.venv/lib/python3.12/site-packages");
+        let lib = site.join("nvidia/nccl/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join("libnccl.so.2"), b"stripped, no banner").unwrap();
+        std::fs::create_dir_all(site.join("nvidia_nccl_cu12-2.28.9.dist-info")).unwrap();
+        let byname = root.join("usr/local/lib");
+        std::fs::create_dir_all(&byname).unwrap();
+        std::fs::write(byname.join("libnccl.so.2.18.6"), b"no banner").unwrap();
+        std::os::unix::fs::symlink("libnccl.so.2.18.6", byname.join("libnccl.so.2")).unwrap();
+        let f = discover_in(root, None, &[], false);
+        let got: Vec<(String, Option<String>, String)> = f
+            .libraries
+            .iter()
+            .map(|l| (l.path.clone(), l.version.clone(), l.origin.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "/usr/lib/x86_64-linux-gnu/libnccl.so.2".to_string(),
+                    Some("2.28.3".to_string()),
+                    "default library directory".to_string()
+                ),
+                (
+                    "/usr/local/lib/libnccl.so.2".to_string(),
+                    Some("2.18.6".to_string()),
+                    "default library directory".to_string()
+                ),
+                (
+                    "/opt/app/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
+                        .to_string(),
+                    Some("2.28.9".to_string()),
+                    "Python wheel nvidia-nccl".to_string()
+                ),
+            ]
+        );
+        assert_eq!(
+            f.libraries[1].how.as_deref(),
+            Some("file name libnccl.so.2.18.6")
+        );
+        assert_eq!(
+            f.libraries[2].how.as_deref(),
+            Some("wheel metadata (dist-info)")
+        );
+        let c = gdrdoctor_checks::nccl::choose(Some(&f), None);
+        assert_eq!(c.version.to_string(), "2.28.3");
+        assert!(c.source.contains("also on this node: 2.18.6"));
+    }
+
+    #[test]
+    fn ld_library_path_comes_first_and_nothing_found_is_said() {
+        let t = tempfile::tempdir().unwrap();
+        let f = discover_in(t.path(), Some("/nowhere"), &[], false);
+        assert!(f.libraries.is_empty());
+        assert_eq!(f.searched[0], "LD_LIBRARY_PATH");
+        let c = gdrdoctor_checks::nccl::choose(Some(&f), None);
+        assert!(c.assumed && c.source.contains("no libnccl.so.2 found"));
+    }
+}
