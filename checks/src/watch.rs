@@ -252,7 +252,10 @@ impl Header {
     }
     pub fn kernels_range(&self) -> (u64, u64) {
         let start = u64::from(self.kernel_offset);
-        (start, start + u64::from(self.kernel_count) * KERNEL_SIZE as u64)
+        (
+            start,
+            start + u64::from(self.kernel_count) * KERNEL_SIZE as u64,
+        )
     }
 }
 
@@ -358,7 +361,11 @@ pub fn parse_header(b: &[u8], file_len: u64) -> Result<Header, String> {
         ));
     }
     let mut regions = [
-        ("header and control", 0, (CONTROL_OFFSET + CONTROL_SIZE) as u64),
+        (
+            "header and control",
+            0,
+            (CONTROL_OFFSET + CONTROL_SIZE) as u64,
+        ),
         ("sites", h.sites_range().0, h.sites_range().1),
         ("kernels", h.kernels_range().0, h.kernels_range().1),
         ("words", h.words_range().0, h.words_range().1),
@@ -376,7 +383,9 @@ pub fn parse_header(b: &[u8], file_len: u64) -> Result<Header, String> {
             ));
         }
         if start % 8 != 0 {
-            return Err(format!("the {name} region starts at {start}, not 8-byte aligned"));
+            return Err(format!(
+                "the {name} region starts at {start}, not 8-byte aligned"
+            ));
         }
     }
     regions.sort_by_key(|r| r.1);
@@ -416,7 +425,11 @@ pub fn parse_sites(h: &Header, table: &[u8]) -> BTreeMap<u32, Site> {
             id,
             Site {
                 id,
-                name: if named { name_at(b, 0, 40) } else { String::new() },
+                name: if named {
+                    name_at(b, 0, 40)
+                } else {
+                    String::new()
+                },
                 line,
                 writer_kind: if named { u32_at(b, 44) } else { 0 },
                 writer_device: if named { i32_at(b, 48) } else { -1 },
@@ -607,7 +620,8 @@ pub fn record_problem(r: &Record, kernels: &[Kernel]) -> Option<String> {
             k.records().end
         ));
     }
-    let want = k.rec_base as usize + r.block as usize * k.warps_per_block as usize + r.warp as usize;
+    let want =
+        k.rec_base as usize + r.block as usize * k.warps_per_block as usize + r.warp as usize;
     if r.warp >= k.warps_per_block || want != r.index as usize {
         return Some(format!(
             "record {} says block {} warp {}, which is record {want} of kernel {}",
@@ -742,7 +756,12 @@ impl Tracker {
     fn ages(&self, index: u32, now: u64) -> (u64, u64) {
         self.obs
             .get(&index)
-            .map(|o| (now.saturating_sub(o.since), now.saturating_sub(o.beat_since)))
+            .map(|o| {
+                (
+                    now.saturating_sub(o.since),
+                    now.saturating_sub(o.beat_since),
+                )
+            })
             .unwrap_or((0, 0))
     }
 }
@@ -1132,7 +1151,10 @@ fn classify(
                 .then(|| v.kernels.get(s.writer_kernel as usize))
                 .flatten()
                 .map(|wk| format!("writer {}", v.writer_state(wk).1))
-                .or_else(|| (s.writer_kind != WRITER_UNKNOWN).then(|| format!("writer: {}", writer_name(s.writer_kind))))
+                .or_else(|| {
+                    (s.writer_kind != WRITER_UNKNOWN)
+                        .then(|| format!("writer: {}", writer_name(s.writer_kind)))
+                })
         })
         .unwrap_or_else(|| "heartbeats arrive, the value does not".into());
     (Class::SpinStall, writer)
@@ -1362,7 +1384,13 @@ pub fn findings(a: &AreaReport) -> Vec<Finding> {
         if !w.why.is_empty() {
             f = f.evidence("verdict", w.why.clone());
         }
-        f = f.evidence("watch", format!("{watch_line}; detected {:.0} ms after the wait began", first.detected_after_ms));
+        f = f.evidence(
+            "watch",
+            format!(
+                "{watch_line}; detected {:.0} ms after the wait began",
+                first.detected_after_ms
+            ),
+        );
         for e in eps.iter().take(8) {
             f = f.evidence(
                 "waiter",
@@ -1664,8 +1692,32 @@ mod tests {
         let mut i = Img::new(64, 16, 4, 8);
         let k = i.kernel("ring", 2, 1);
         i.launch(k);
-        i.record(k, 1, 0, 0, PH_WAITING, 3, 0x10, 5, 4, 10 * S - 1_000, 10 * S);
-        i.record(k, 1, 1, 0, PH_PROGRESS, 4, 0x18, 5, 5, 10 * S - 1_000, 10 * S);
+        i.record(
+            k,
+            1,
+            0,
+            0,
+            PH_WAITING,
+            3,
+            0x10,
+            5,
+            4,
+            10 * S - 1_000,
+            10 * S,
+        );
+        i.record(
+            k,
+            1,
+            1,
+            0,
+            PH_PROGRESS,
+            4,
+            0x18,
+            5,
+            5,
+            10 * S - 1_000,
+            10 * S,
+        );
         let a = i.analyse(10 * S + 1_000_000, 1000);
         assert!(a.stalled.is_empty() && a.slow.is_empty(), "{a:?}");
         assert_eq!((a.counts.waiting, a.counts.progress), (1, 1));
@@ -1678,7 +1730,19 @@ mod tests {
         i.launch(k);
         i.site(4, "consumer waits head", WRITER_SAME_GPU, -1, -1);
         i.record(k, 1, 0, 0, PH_STARTED, 0, 0, 0, 0, 0, 0);
-        i.record(k, 1, 1, 0, PH_WAITING, 4, 0xdead0, 1001, 1000, 10 * S, 12 * S);
+        i.record(
+            k,
+            1,
+            1,
+            0,
+            PH_WAITING,
+            4,
+            0xdead0,
+            1001,
+            1000,
+            10 * S,
+            12 * S,
+        );
         let a = i.analyse(12 * S + 1_000_000, 1000);
         assert_eq!(a.stalled.len(), 1, "{a:?}");
         let w = &a.stalled[0];
@@ -1687,7 +1751,11 @@ mod tests {
         assert_eq!((w.expected.as_str(), w.observed.as_str()), ("1001", "1000"));
         assert_eq!(w.addr, "0xdead0");
         assert!((w.waited_ms - 2001.0).abs() < 1.0, "{}", w.waited_ms);
-        assert!(w.text().contains("site 4 (consumer waits head)"), "{}", w.text());
+        assert!(
+            w.text().contains("site 4 (consumer waits head)"),
+            "{}",
+            w.text()
+        );
         assert!(w.why.contains("same gpu"), "{}", w.why);
     }
 
@@ -1696,7 +1764,19 @@ mod tests {
         let mut i = Img::new(64, 16, 4, 8);
         let k = i.kernel("ring", 1, 1);
         i.launch(k);
-        i.record(k, 1, 0, 0, PH_WAITING, 1, 0x10, 1, 0, 10 * S, 10 * S + 600_000_000);
+        i.record(
+            k,
+            1,
+            0,
+            0,
+            PH_WAITING,
+            1,
+            0x10,
+            1,
+            0,
+            10 * S,
+            10 * S + 600_000_000,
+        );
         let a = i.analyse(10 * S + 600_000_000, 1000);
         assert!(a.stalled.is_empty());
         assert_eq!(a.slow.len(), 1);
@@ -1714,14 +1794,27 @@ mod tests {
         }
         let a = i.analyse(12 * S, 1000);
         assert_eq!(a.stalled.len(), 3);
-        assert!(a.stalled.iter().all(|w| w.class == Some(Class::ForwardProgress)));
-        assert!(a.stalled[0].why.contains("1 of 4 blocks never started"), "{}", a.stalled[0].why);
+        assert!(a
+            .stalled
+            .iter()
+            .all(|w| w.class == Some(Class::ForwardProgress)));
+        assert!(
+            a.stalled[0].why.contains("1 of 4 blocks never started"),
+            "{}",
+            a.stalled[0].why
+        );
         // Records of an older launch in the missing block do not count as started.
         i.record(k, 0, 3, 0, PH_DONE, 5, 0x10, 1, 1, S, S);
-        assert_eq!(i.analyse(12 * S, 1000).stalled[0].class, Some(Class::ForwardProgress));
+        assert_eq!(
+            i.analyse(12 * S, 1000).stalled[0].class,
+            Some(Class::ForwardProgress)
+        );
         // The fourth block of this launch started and finished: not forward progress.
         i.record(k, 1, 3, 0, PH_DONE, 5, 0x10, 1, 1, S, S);
-        assert_eq!(i.analyse(12 * S, 1000).stalled[0].class, Some(Class::SpinStall));
+        assert_eq!(
+            i.analyse(12 * S, 1000).stalled[0].class,
+            Some(Class::SpinStall)
+        );
     }
 
     #[test]
@@ -1735,15 +1828,26 @@ mod tests {
         i.record(cons, 1, 0, 0, PH_WAITING, 1, 0x10, 1, 0, 10 * S, 12 * S);
         let a = i.analyse(12 * S, 1000);
         assert_eq!(a.stalled[0].class, Some(Class::Ordering));
-        assert!(a.stalled[0].why.contains("never started"), "{}", a.stalled[0].why);
+        assert!(
+            a.stalled[0].why.contains("never started"),
+            "{}",
+            a.stalled[0].why
+        );
         // Once the producer's newest launch started, it is not ordering.
         i.record(prod, 1, 0, 0, PH_DONE, 0, 0, 0, 0, 0, 0);
         let a = i.analyse(12 * S, 1000);
         assert_eq!(a.stalled[0].class, Some(Class::SpinStall));
-        assert!(a.stalled[0].why.contains("finished"), "{}", a.stalled[0].why);
+        assert!(
+            a.stalled[0].why.contains("finished"),
+            "{}",
+            a.stalled[0].why
+        );
         // A second launch handed out and not started: ordering again.
         i.launch(prod);
-        assert_eq!(i.analyse(12 * S, 1000).stalled[0].class, Some(Class::Ordering));
+        assert_eq!(
+            i.analyse(12 * S, 1000).stalled[0].class,
+            Some(Class::Ordering)
+        );
     }
 
     #[test]
@@ -1769,7 +1873,10 @@ mod tests {
         let k = i.kernel("k", 1, 1);
         i.launch(k);
         i.record(k, 1, 0, 0, PH_WAITING, 2, 0x10, 1, 0, 10 * S, 10 * S);
-        assert_eq!(i.analyse(12 * S, 1000).stalled[0].class, Some(Class::Silent));
+        assert_eq!(
+            i.analyse(12 * S, 1000).stalled[0].class,
+            Some(Class::Silent)
+        );
     }
 
     #[test]
@@ -1821,7 +1928,9 @@ mod tests {
         r.warp = 0;
         assert!(record_problem(&r, &kernels).is_some());
         r.kernel = 9;
-        assert!(record_problem(&r, &kernels).unwrap().contains("not declared"));
+        assert!(record_problem(&r, &kernels)
+            .unwrap()
+            .contains("not declared"));
         r.phase = 9;
         assert!(record_problem(&r, &kernels).is_some());
     }
@@ -1875,9 +1984,22 @@ mod tests {
         let stall: Vec<_> = f.iter().filter(|f| f.id == "watch.stall").collect();
         assert_eq!(stall.len(), 1, "{f:#?}");
         assert_eq!(stall[0].status, Status::Fail);
-        assert!(stall[0].message.starts_with("forward-progress: kernel barrier block 0"), "{}", stall[0].message);
+        assert!(
+            stall[0]
+                .message
+                .starts_with("forward-progress: kernel barrier block 0"),
+            "{}",
+            stall[0].message
+        );
         assert!(stall[0].message.contains("(+2 more waiters)"));
-        assert_eq!(stall[0].evidence.iter().filter(|e| e.source == "waiter").count(), 3);
+        assert_eq!(
+            stall[0]
+                .evidence
+                .iter()
+                .filter(|e| e.source == "waiter")
+                .count(),
+            3
+        );
         assert!(stall[0].remediation.is_some());
         // A damaged area is one error naming the file.
         let bad = AreaReport {

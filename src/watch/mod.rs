@@ -482,8 +482,10 @@ impl Watched {
                 None => Vec::new(),
             };
             let gone = snap.is_none()
-                || process_state(self.name_pid, snap.as_ref().map_or(0, |s| s.header.start_ticks))
-                    != "running";
+                || process_state(
+                    self.name_pid,
+                    snap.as_ref().map_or(0, |s| s.header.start_ticks),
+                ) != "running";
             if still.is_empty() || gone {
                 self.rep.abort_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
                 self.rep.abort_still_waiting.clear();
@@ -599,10 +601,8 @@ pub fn findings(o: &Options, reports: &[AreaReport]) -> Vec<Finding> {
                 format!("no progress area in {}: no instrumented job runs on this node", o.dir.display()),
             ),
         };
-        let mut f = Finding::new("watch.area", status, "node", msg).evidence(
-            o.dir.display().to_string(),
-            "no gdrdoctor-<pid>-<n> file",
-        );
+        let mut f = Finding::new("watch.area", status, "node", msg)
+            .evidence(o.dir.display().to_string(), "no gdrdoctor-<pid>-<n> file");
         if status == Status::Error {
             f = f.fix("add kernels/include/gdrdoctor/progress.cuh to the job (docs/guides/watch.md); a job in a container keeps its /dev/shm private: pass --shm-dir /proc/<pid>/root/dev/shm");
         }
