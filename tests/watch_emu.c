@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
 
     /* Every scenario: a consumer kernel of 2 blocks x 2 warps, the waiter is block 1 warp 0. */
     int beating = 1, abortable = 0, healthy = 0;
+    /* EMU_ABORTABLE=1: every scenario honours the abort and then exits, as watch_demo does. */
+    int exit_on_abort = getenv("EMU_ABORTABLE") != NULL;
     gdrdoctor_record* waiter = NULL;
     gdrdoctor_record* beaters[4];
     int nb = 0;
@@ -155,6 +157,7 @@ int main(int argc, char** argv) {
         gdrdoctor_progress_cleanup(&P);
         return 2;
     }
+    if (exit_on_abort) abortable = 1;
     unsigned long long t0 = AGO(2000);
     if (!healthy && !waiter) {
         waiter = rec_of(lc, 1, 0);
@@ -183,10 +186,14 @@ int main(int argc, char** argv) {
             for (i = 0; i < nb; i++) beat(beaters[i], seen);
         }
         if (abortable && gdrdoctor_progress_aborted(&P)) {
-            publish(waiter, GDRDOCTOR_PH_ABORTED, cmp, site, addr, want, seen, t0, now_ns());
+            int i;
+            for (i = 0; i < nb; i++)
+                publish(beaters[i], GDRDOCTOR_PH_ABORTED, cmp, site, addr, want, seen, t0, now_ns());
             aborted = 1;
+            if (exit_on_abort) break;
         }
     }
+    if (aborted) printf("done aborted=1\n");
     gdrdoctor_progress_cleanup(&P);
     return 0;
 }
