@@ -342,7 +342,8 @@ fn damaged_or_foreign_areas_are_errors_naming_the_file() {
     let j = job("spin-stall", 0);
     let h = w::parse_header(&std::fs::read(&j.path).unwrap(), u64::MAX).unwrap();
     let rec0 = h.record_offset as usize;
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<u8>)>, u32)> = vec![
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Damage, u32)> = vec![
         ("bad magic", Box::new(|b: &mut Vec<u8>| b[0] = b'X'), j.pid),
         (
             "layout version 7",

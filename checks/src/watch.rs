@@ -382,7 +382,7 @@ pub fn parse_header(b: &[u8], file_len: u64) -> Result<Header, String> {
                 h.area_size
             ));
         }
-        if start % 8 != 0 {
+        if !start.is_multiple_of(8) {
             return Err(format!(
                 "the {name} region starts at {start}, not 8-byte aligned"
             ));
@@ -460,10 +460,11 @@ impl Kernel {
     }
     /// The generation of the newest launch (the 24 bits a record carries; 0 is skipped).
     pub fn newest_gen(&self) -> Option<u32> {
-        (self.enqueued > 0).then(|| match self.enqueued & 0xff_ffff {
+        let g = match self.enqueued & 0xff_ffff {
             0 => 1,
             g => g,
-        })
+        };
+        (self.enqueued > 0).then_some(g)
     }
 }
 
@@ -645,7 +646,7 @@ pub fn memory_at(h: &Header, words: &[u8], r: &Record) -> Option<u64> {
             continue;
         }
         let off = r.addr - base;
-        if off + width > len || off % width != 0 {
+        if off + width > len || !off.is_multiple_of(width) {
             continue;
         }
         let off = off as usize;
@@ -1637,7 +1638,8 @@ mod tests {
     #[test]
     fn damaged_headers_are_errors_naming_the_problem() {
         let base = Img::new(64, 16, 4, 8);
-        let cases: Vec<(Box<dyn Fn(&mut Img)>, &str)> = vec![
+        type Damage = Box<dyn Fn(&mut Img)>;
+        let cases: Vec<(Damage, &str)> = vec![
             (Box::new(|i: &mut Img| i.u64(0, 0)), "no magic"),
             (Box::new(|i: &mut Img| i.u64(0, 0x1234)), "bad magic"),
             (Box::new(|i: &mut Img| i.u32(8, 2)), "layout version 2"),
