@@ -416,6 +416,30 @@ fn damaged_or_foreign_areas_are_errors_naming_the_file() {
 }
 
 #[test]
+fn a_record_that_never_reads_consistently_is_not_healthy() {
+    let j = job("spin-stall", 0);
+    let h = w::parse_header(&std::fs::read(&j.path).unwrap(), u64::MAX).unwrap();
+    // The waiter (consumer block 1 warp 0: record 2) caught in the middle of an update.
+    let seq = h.record_offset as usize + 2 * w::RECORD_SIZE;
+    let (dir, _) = damaged(&j, j.pid, |b| b[seq] |= 1);
+    let (code, v, _) = watch(&[
+        "--all",
+        "--once",
+        "-q",
+        "--shm-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{v}");
+    let s = findings(&v, "watch.stall");
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0]["status"], "error");
+    assert!(s[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("1 record(s) never read consistently"));
+}
+
+#[test]
 fn a_leftover_area_of_a_dead_job_is_a_warning_with_its_last_records() {
     let j = job("spin-stall", 0);
     // A pid that is not running: a child that already exited.

@@ -1327,7 +1327,19 @@ pub fn findings(a: &AreaReport) -> Vec<Finding> {
         a.threshold_ms, a.poll_ms, a.polls, a.watched_ms
     );
     if groups.is_empty() && alive {
-        out.push(
+        let f = if a.counts.unstable > 0 {
+            // A record that never reads consistently hides whatever it holds: not healthy.
+            Finding::new(
+                "watch.stall",
+                Status::Error,
+                &subject,
+                format!(
+                    "no stall among the records read, but {} record(s) never read consistently (seqlock odd or changing on every retry): their waits are unknown",
+                    a.counts.unstable
+                ),
+            )
+            .fix("a warp stopped in the middle of an update (its kernel was killed) or something else writes the area; watch again, and if it persists treat the job as hung (gdrdoctor watch --abort, cuda-gdb)")
+        } else {
             Finding::new(
                 "watch.stall",
                 Status::Pass,
@@ -1337,8 +1349,10 @@ pub fn findings(a: &AreaReport) -> Vec<Finding> {
                     a.threshold_ms, a.counts.waiting, a.longest_wait_ms
                 ),
             )
-            .evidence(&a.path, counts_text(&a.counts))
-            .evidence("watch", watch_line.clone()),
+        };
+        out.push(
+            f.evidence(&a.path, counts_text(&a.counts))
+                .evidence("watch", watch_line.clone()),
         );
     }
     for ((_, _, class), eps) in groups {
