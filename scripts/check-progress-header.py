@@ -55,6 +55,15 @@ def main():
     a = ap.parse_args()
     lib = a.nvrtc or load_gen_ptx().find_nvrtc()
     nvrtc = ctypes.CDLL(lib)
+    for defines in ([], ["-DGDRDOCTOR_PROGRESS_PRINTF"]):
+        compile_once(nvrtc, lib, a.arch, defines)
+
+
+def compile_once(nvrtc, lib, arch, defines):
+    class A:
+        pass
+    a = A()
+    a.arch = arch
     header = open(HEADER, "rb").read()
     prog = ctypes.c_void_p()
     headers = (ctypes.c_char_p * 1)(header)
@@ -62,7 +71,7 @@ def main():
     r = nvrtc.nvrtcCreateProgram(ctypes.byref(prog), KERNEL.encode(), b"progress_check.cu", 1, headers, names)
     if r != 0:
         sys.exit("nvrtcCreateProgram: %d" % r)
-    opts = ["--gpu-architecture=" + a.arch, "--std=c++14", "-default-device"]
+    opts = ["--gpu-architecture=" + a.arch, "--std=c++14", "-default-device"] + defines
     copts = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     r = nvrtc.nvrtcCompileProgram(prog, len(opts), copts)
     size = ctypes.c_size_t()
@@ -78,8 +87,9 @@ def main():
     if ".func" not in text or "wait_slow" not in text:
         sys.exit("progress.cuh under NVRTC: the slow path was inlined (no .func wait_slow in the PTX)")
     warnings = log.value.decode(errors="replace").strip()
-    print("progress.cuh compiles under NVRTC (%s, %s): %d bytes of PTX%s"
-          % (os.path.basename(lib), a.arch, len(text), ("; log: " + warnings) if warnings else ""))
+    print("progress.cuh compiles under NVRTC (%s, %s%s): %d bytes of PTX%s"
+          % (os.path.basename(lib), a.arch, "".join(" " + d for d in defines), len(text),
+             ("; log: " + warnings) if warnings else ""))
 
 
 if __name__ == "__main__":
