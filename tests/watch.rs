@@ -23,7 +23,9 @@ fn include_dir() -> PathBuf {
 
 /// Compile a C file of tests/ with the header; the executable's path.
 fn build(name: &str, src: &Path) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gdrdoctor-watch-test-{}", std::process::id()));
+    // Cargo's scratch directory for integration tests (under target/): nothing left in /tmp.
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("watch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join(name);
     let out = Command::new("cc")
