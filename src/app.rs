@@ -51,6 +51,7 @@ pub fn main() -> i32 {
         Command::List { format } => list(format),
         Command::Explain { id } => explain(&id),
         Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
+        Command::Watch(args) => crate::watch::command(&args),
     }
 }
 
@@ -91,7 +92,7 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
 }
 
 /// Render a report, write it to `output` (atomically) or stdout, and return its exit code.
-fn deliver(
+pub(crate) fn deliver(
     report: &gdrdoctor_checks::report::Report,
     format: render::Format,
     color: ColorChoice,
@@ -493,6 +494,10 @@ fn list(format: ListFormat) -> i32 {
             }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
             for (id, title) in crate::probe::PROBE_IDS {
+                s.push_str(&format!("{id:<w$}  {title}\n"));
+            }
+            s.push_str("\nwatch findings (gdrdoctor watch):\n");
+            for (id, title) in gdrdoctor_checks::watch::IDS {
                 s.push_str(&format!("{id:<w$}  {title}\n"));
             }
             s

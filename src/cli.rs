@@ -101,6 +101,31 @@ worker process that the parent kills at the deadline, then a fresh process confi
         "     a CI gate must not read this as healthy unless it passes --allow-incomplete"
     ))]
     Probe(ProbeArgs),
+    /// Watch your own kernels (instrumented with kernels/include/gdrdoctor/progress.cuh) for
+    /// stalled spin-waits: who waits on what, for how long, and why
+    #[command(after_long_help = concat!(
+        "A job that includes kernels/include/gdrdoctor/progress.cuh publishes one record per warp in \
+/dev/shm/gdrdoctor-<pid>-<n>. watch reads those files (it needs no CUDA and never writes to the job \
+unless --abort) and reports every waiter stalled for --threshold or longer: kernel, block, warp, SM, \
+wait site, address, expected and observed value, for how long, and the class of cause \
+(spin-stall, forward-progress, ordering, stale-read, silent, remote-wait: those of \
+`probe --hang`). Live stalls are printed on stderr as they happen; the report (--format) comes \
+at the end: when the job exits, on Ctrl-C, after --duration, or at once with --once. \
+docs/guides/watch.md shows how to instrument a kernel in three lines.\n\n",
+        "Examples:\n",
+        "  gdrdoctor watch --pid 4242                 # follow one job until it exits\n",
+        "  gdrdoctor watch --pid 4242 --once          # snapshot a hung job now (like py-spy dump)\n",
+        "  gdrdoctor watch --all --once --format json # every instrumented job on this node\n",
+        "  gdrdoctor watch --pid 4242 --once --abort  # ... and ask its stalled waits to return\n",
+        "  gdrdoctor watch --pid 4242 --threshold 200 --duration 60\n",
+        "  gdrdoctor watch --pid 4242 --shm-dir /proc/4242/root/dev/shm   # a job in a container\n\n",
+        "Exit codes (as check):\n",
+        "  0  no stall (warnings allowed unless --fail-on warn)\n",
+        "  1  a waiter stalled (or --abort did not free it)\n",
+        "  2  gdrdoctor could not run (usage error, unreadable --shm-dir, --pid without area or process)\n",
+        "  3  nothing stalled, but an area could not be read (damaged or foreign: status error)"
+    ))]
+    Watch(WatchArgs),
     /// List every check: id, category and what it verifies
     List {
         /// Output format
@@ -206,6 +231,59 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub allow_incomplete: bool,
     /// Show evidence for passing probes too
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Watch the areas of this process only
+    #[arg(long, value_name = "PID", conflicts_with = "all")]
+    pub pid: Option<u32>,
+    /// Watch every area in --shm-dir (the default without --pid)
+    #[arg(long)]
+    pub all: bool,
+    /// Take one snapshot (three polls) and report, instead of following the job until it exits
+    #[arg(long)]
+    pub once: bool,
+    /// Set the cooperative abort flag of every job with a stalled waiter (the only write watch
+    /// makes), then wait --grace for the waiters to leave; the instrumented waits return 1
+    #[arg(long)]
+    pub abort: bool,
+    /// A wait unsatisfied for this long is a stall (slow at half)
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub threshold: u64,
+    /// How often to read the areas
+    #[arg(long, value_name = "MS", default_value_t = 10)]
+    pub poll_ms: u64,
+    /// With --abort: how long the stalled waiters get to leave their waits
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    pub grace: u64,
+    /// Stop following after this many seconds (0: when the watched jobs exit)
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    pub duration: u64,
+    /// Where the jobs publish their areas (a container's: /proc/<pid>/root/dev/shm)
+    #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
+    pub shm_dir: PathBuf,
+    /// Do not print live stall lines on stderr
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Output format
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the report to FILE instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// When to color the table
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// The lowest status that makes the exit code 1
+    #[arg(long, value_enum, default_value_t = FailOnArg::Fail)]
+    pub fail_on: FailOnArg,
+    /// Exit 0 instead of 3 when an area could not be read
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Show evidence for passing findings too
     #[arg(long, short = 'v')]
     pub verbose: bool,
 }

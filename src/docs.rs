@@ -62,10 +62,22 @@ probe_pages!(
     "probe.p2p-bandwidth",
 );
 
+macro_rules! watch_pages {
+    ($($id:literal),* $(,)?) => {
+        /// Pages of the watch finding ids (`gdrdoctor_checks::watch::IDS`).
+        pub static WATCH_PAGES: &[(&str, &str)] = &[
+            $(($id, include_str!(concat!("../docs/checks/", $id, ".md"))),)*
+        ];
+    };
+}
+
+watch_pages!("watch.area", "watch.stall", "watch.abort");
+
 pub fn page(id: &str) -> Option<&'static str> {
     PAGES
         .iter()
         .chain(PROBE_PAGES.iter())
+        .chain(WATCH_PAGES.iter())
         .find(|(i, _)| *i == id)
         .map(|(_, p)| *p)
 }

@@ -12,4 +12,5 @@ pub mod reader;
 pub mod render;
 pub mod snapshot;
 pub mod verbs;
+pub mod watch;
 pub mod worker;

@@ -20,6 +20,7 @@ pub mod report;
 pub mod smi;
 pub mod testing;
 pub mod topo;
+pub mod watch;
 
 use report::{FailOn, Report};
 
