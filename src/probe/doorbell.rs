@@ -14,17 +14,13 @@
 //! (`cuMemHostRegister` with the IO-memory flag + `cuMemHostGetDevicePointer`). Nothing is
 //! written to the NIC.
 
-use crate::live::cuda;
+use crate::live::cuda::{Context, Driver, Function, KernelArg, Stream};
+use crate::live::{os, verbs};
 use crate::probe::kernels;
-use cudarc::driver::sys;
 use gdrdoctor_checks::doorbell::{self as db, Uar, UarKind};
 use serde::{Deserialize, Serialize};
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-pub const DOORBELL_CU: &str = include_str!("../../kernels/doorbell.cu");
-pub const DOORBELL_PTX: &str = include_str!("../../kernels/ptx/doorbell.ptx");
 
 pub const FLAVOURS: [(&str, u32); 6] = [
     ("floor (ping-pong, no payload, st.volatile echo)", 5),
@@ -91,33 +87,15 @@ pub struct DoorbellOutput {
     pub page_size: u64,
 }
 
-fn cu(call: &'static str, r: sys::CUresult) -> Result<(), String> {
-    cuda::check(call, r).map_err(|e| e.to_string())
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
 }
 
 const BAR_SIZE: usize = 1 << 20;
 
-fn launch(
-    f: sys::CUfunction,
-    stream: sys::CUstream,
-    params: &mut [*mut c_void],
-) -> Result<(), String> {
-    // SAFETY: params point to values the caller keeps alive across the call.
-    cu("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(
-            f,
-            1,
-            1,
-            1,
-            32,
-            1,
-            1,
-            0,
-            stream,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    })
+/// One warp of `f` on `stream` (the doorbell kernels run one thread's work per launch).
+fn launch(f: &Function, stream: &Stream, args: &[KernelArg]) -> Result<(), String> {
+    f.launch(1, 32, stream, args).map_err(err)
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -142,59 +120,26 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         .and_then(|p| std::fs::read_to_string(p).ok());
     let allow_write = args.get(3).is_some_and(|a| a == "write");
     let force_ptx = args.get(4).is_some_and(|a| a == "ptx");
-    if let Some(p) = cuda::library_problem() {
-        return Err(p);
-    }
-    cuda::init().map_err(|e| e.to_string())?;
-    let d = cuda::device(ordinal).map_err(|e| e.to_string())?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let drv = Driver::init().map_err(err)?;
+    let d = drv.device(ordinal).map_err(err)?;
+    let page = os::page_size().max(4096);
     let mut out = DoorbellOutput {
-        gpu: cuda::pci_bus_id(d).unwrap_or_default(),
+        gpu: d.bdf().unwrap_or_default(),
         page_size: page,
         ..Default::default()
     };
-    use sys::CUdevice_attribute as A;
-    let cc = (
-        cuda::attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0),
-        cuda::attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).unwrap_or(0),
-    );
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: primary context of our device, released at the end.
-    unsafe {
-        cu(
-            "cuDevicePrimaryCtxRetain",
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, d),
-        )?;
-        cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
-    }
+    let ctx = d.primary_context().map_err(err)?;
     let m = kernels::load(
-        DOORBELL_CU,
-        DOORBELL_PTX,
-        "kernels/doorbell.cu",
-        cc,
+        &ctx,
+        &kernels::DOORBELL,
         &["db_layouts", "db_ring", "db_poke"],
         force_ptx,
     )?;
     out.kernel_source = m.source.clone();
-    let size = BAR_SIZE + 4096 * 2;
-    let mut host: *mut c_void = std::ptr::null_mut();
-    let mut dev: sys::CUdeviceptr = 0;
-    let mut stream: sys::CUstream = std::ptr::null_mut();
-    // SAFETY: allocations owned by the worker.
-    unsafe {
-        cu(
-            "cuMemHostAlloc",
-            sys::cuMemHostAlloc(&mut host, size, 0x02 | 0x01),
-        )?;
-        cu(
-            "cuMemHostGetDevicePointer",
-            sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0),
-        )?;
-        cu("cuStreamCreate", sys::cuStreamCreate(&mut stream, 1))?;
-        std::ptr::write_bytes(host.cast::<u8>(), 0, size);
-    }
-    let base = host.cast::<u8>();
+    let mapped = ctx.alloc_mapped_host(BAR_SIZE + 4096 * 2).map_err(err)?;
+    let stream = ctx.stream().map_err(err)?;
+    let mem = mapped.region();
+    let dev = mapped.device_ptr();
     // Region: [BAR 1 MiB][layout table, info, go, abort, payload, doorbell].
     let tbl_off = BAR_SIZE;
     let info_off = BAR_SIZE + 1024;
@@ -211,34 +156,31 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         };
         let vals = [u.unit(), u.page_id, u.reg_offset, half];
         for (k, v) in vals.iter().enumerate() {
-            // SAFETY: the table fits in the 1 KiB after the emulated BAR.
-            unsafe { base.add(tbl_off + i * 32 + k * 8).cast::<u64>().write(*v) };
+            mem.u64_at(tbl_off + i * 32 + k * 8)
+                .store(*v, Ordering::Relaxed);
         }
     }
-    let f_layouts = *m.functions.get("db_layouts").ok_or("db_layouts")?;
-    let (mut a0, mut a1, mut a2, mut a3) = (
-        dev,
-        dev + tbl_off as u64,
-        layouts.len() as u32,
-        dev + info_off as u64,
-    );
     launch(
-        f_layouts,
-        stream,
-        &mut [
-            (&mut a0 as *mut u64).cast(),
-            (&mut a1 as *mut u64).cast(),
-            (&mut a2 as *mut u32).cast(),
-            (&mut a3 as *mut u64).cast(),
+        m.get("db_layouts")?,
+        &stream,
+        &[
+            KernelArg::U64(dev),
+            KernelArg::U64(dev + tbl_off as u64),
+            KernelArg::U32(layouts.len() as u32),
+            KernelArg::U64(dev + info_off as u64),
         ],
     )?;
-    // SAFETY: waits for a kernel that does not wait on anything.
-    cu("cuStreamSynchronize", unsafe {
-        sys::cuStreamSynchronize(stream)
-    })?;
-    // SAFETY: info word written by the kernel.
-    out.st_mmio_native = unsafe { base.add(info_off).cast::<u32>().read_volatile() } == 1;
+    // Waits for a kernel that does not wait on anything.
+    stream.synchronize().map_err(err)?;
+    out.st_mmio_native = mem.u32_at(info_off).load(Ordering::Acquire) == 1;
     let mut expected: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    let word = |off: u64| -> Option<u64> {
+        usize::try_from(off)
+            .ok()
+            .filter(|o| *o < BAR_SIZE)
+            .and_then(|o| mem.get_u64(o))
+            .map(|w| w.load(Ordering::Acquire))
+    };
     for (i, (name, u, alt)) in layouts.iter().enumerate() {
         let off = u.doorbell_phys() - u.bar0;
         let alt_off = match (alt, u.kind) {
@@ -249,57 +191,44 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         if let Some(a) = alt_off {
             expected.insert(a, i as u64 + 1 + 0x100);
         }
-        // SAFETY: offsets inside the emulated BAR (checked by the layout table's construction).
-        let got = unsafe { base.add(off as usize).cast::<u64>().read_volatile() };
-        let got_alt =
-            alt_off.map(|a| unsafe { base.add(a as usize).cast::<u64>().read_volatile() });
+        let got = word(off);
+        let got_alt = alt_off.map(word);
         out.layouts.push(LayoutResult {
             name: name.to_string(),
             expected_offset: off,
             alternate_offset: alt_off,
-            ok: got == i as u64 + 1 && got_alt.is_none_or(|g| g == i as u64 + 1 + 0x100),
+            ok: got == Some(i as u64 + 1)
+                && got_alt.is_none_or(|g| g == Some(i as u64 + 1 + 0x100)),
         });
     }
     for w in 0..BAR_SIZE / 8 {
-        // SAFETY: inside the emulated BAR.
-        let v = unsafe { base.add(w * 8).cast::<u64>().read_volatile() };
+        let v = mem.u64_at(w * 8).load(Ordering::Acquire);
         if v != 0 && expected.get(&((w * 8) as u64)) != Some(&v) {
             out.stray_writes.push((w * 8) as u64);
         }
     }
     // 2. Latency and ordering per store flavour.
-    let f_ring = *m.functions.get("db_ring").ok_or("db_ring")?;
-    // SAFETY: the control words live in our mapped region for the worker's lifetime.
-    let (go, dbw, abort) = unsafe {
-        (
-            &*(base.add(go_off) as *const AtomicU64),
-            &*(base.add(db_off) as *const AtomicU64),
-            &*(base.add(abort_off) as *const AtomicU32),
-        )
-    };
+    let f_ring = m.get("db_ring")?;
+    let (go, dbw, abort) = (
+        mem.u64_at(go_off),
+        mem.u64_at(db_off),
+        mem.u32_at(abort_off),
+    );
     for (name, fl) in FLAVOURS {
         crate::worker::progress(&format!("probe --doorbell: {name}"));
         go.store(0, Ordering::SeqCst);
         dbw.store(0, Ordering::SeqCst);
         let n = rings + 100;
-        let (mut p0, mut p1, mut p2, mut p3, mut p4, mut p5) = (
-            dev + go_off as u64,
-            dev + payload_off as u64,
-            dev + db_off as u64,
-            n,
-            fl,
-            dev + abort_off as u64,
-        );
         launch(
             f_ring,
-            stream,
-            &mut [
-                (&mut p0 as *mut u64).cast(),
-                (&mut p1 as *mut u64).cast(),
-                (&mut p2 as *mut u64).cast(),
-                (&mut p3 as *mut u32).cast(),
-                (&mut p4 as *mut u32).cast(),
-                (&mut p5 as *mut u64).cast(),
+            &stream,
+            &[
+                KernelArg::U64(dev + go_off as u64),
+                KernelArg::U64(dev + payload_off as u64),
+                KernelArg::U64(dev + db_off as u64),
+                KernelArg::U32(n),
+                KernelArg::U32(fl),
+                KernelArg::U64(dev + abort_off as u64),
             ],
         )?;
         let mut rtts = Vec::with_capacity(rings as usize);
@@ -319,10 +248,8 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             }
             let dt = t0.elapsed().as_nanos() as f64;
             if fl != 5 {
-                // SAFETY: payload words inside our mapped region.
-                let ok = (0..8).all(
-                    |k| unsafe { base.add(payload_off + 8 * k).cast::<u64>().read_volatile() } >= i,
-                );
+                let ok =
+                    (0..8).all(|k| mem.u64_at(payload_off + 8 * k).load(Ordering::Acquire) >= i);
                 if !ok && i > 100 {
                     late += 1;
                 }
@@ -331,10 +258,8 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
                 rtts.push(dt);
             }
         }
-        // SAFETY: the kernel returns after the last token.
-        cu("cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(stream)
-        })?;
+        // The kernel returns after the last token.
+        stream.synchronize().map_err(err)?;
         out.flavours.push(FlavourResult {
             flavour: name.to_string(),
             rings: rtts.len(),
@@ -346,19 +271,13 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     }
     // 3. A real mlx5 UAR, when there is one.
     let poke = if allow_write {
-        m.functions.get("db_poke").copied().map(|f| (f, stream))
+        Some((m.get("db_poke")?, &stream))
     } else {
         None
     };
-    match mlx5(page, lspci.as_deref(), poke, out.st_mmio_native) {
+    match mlx5(&ctx, page, lspci.as_deref(), poke, out.st_mmio_native) {
         Ok(v) => out.mlx5 = v,
         Err(e) => out.mlx5_skipped = Some(e),
-    }
-    // SAFETY: everything finished; release what we own.
-    unsafe {
-        sys::cuStreamDestroy_v2(stream);
-        sys::cuMemFreeHost(host);
-        sys::cuDevicePrimaryCtxRelease_v2(d);
     }
     serde_json::to_value(&out).map_err(|e| e.to_string())
 }
@@ -382,12 +301,13 @@ fn config_bar0(bdf: &str) -> Option<u64> {
 
 /// Allocate a UAR on every mlx5 device and check its doorbell address and GPU mapping.
 fn mlx5(
+    gpu: &Context,
     page: u64,
     lspci: Option<&str>,
-    poke: Option<(sys::CUfunction, sys::CUstream)>,
+    poke: Option<(&Function, &Stream)>,
     st_mmio_native: bool,
 ) -> Result<Vec<Mlx5Result>, String> {
-    let v = crate::verbs::Verbs::load().map_err(|e| e.to_string())?;
+    let v = verbs::Verbs::load().map_err(|e| e.to_string())?;
     if let Err(e) = v.mlx5dv() {
         return Err(format!("libmlx5 not usable: {e}"));
     }
@@ -424,10 +344,9 @@ fn mlx5(
             continue;
         };
         // Non-cached dedicated (rdma-core >= 45), else BlueFlame.
-        let (uar, kind) = match ctx.alloc_devx_uar(crate::verbs::MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED)
-        {
+        let (uar, kind) = match ctx.alloc_devx_uar(verbs::MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED) {
             Ok(u) => (u, UarKind::NonCached),
-            Err(nc) => match ctx.alloc_devx_uar(crate::verbs::MLX5DV_UAR_ALLOC_TYPE_BF) {
+            Err(nc) => match ctx.alloc_devx_uar(verbs::MLX5DV_UAR_ALLOC_TYPE_BF) {
                 Ok(u) => (u, UarKind::BlueFlame { bf_reg_size: 512 }),
                 Err(e) => {
                     r.error = Some(format!(
@@ -508,39 +427,21 @@ fn mlx5(
             continue;
         }
         // GPU mapping of the doorbell page (read-only use: nothing is written).
-        let page_start = (reg & !(page - 1)) as *mut c_void;
-        // SAFETY: registers the mmapped UAR page with IO-memory semantics; unregistered below.
-        let rr =
-            unsafe { sys::cuMemHostRegister_v2(page_start, page as usize, 0x01 | 0x02 | 0x04) };
-        match cuda::check("cuMemHostRegister(IOMEMORY)", rr) {
-            Ok(()) => {
-                let mut dp: sys::CUdeviceptr = 0;
-                // SAFETY: the page was just registered.
-                let g = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dp, page_start, 0) };
-                r.gpu_map_ok = g == sys::CUresult::CUDA_SUCCESS;
-                let gpu_db = dp + (reg - page_start as u64);
-                r.gpu_map = Some(if r.gpu_map_ok {
-                    format!("mapped for the GPU at 0x{gpu_db:x}")
-                } else {
-                    format!("cuMemHostGetDevicePointer: {g:?}")
+        match gpu.map_uar(&uar, page) {
+            Ok(map) => {
+                let dp = map.doorbell_device_ptr();
+                r.gpu_map_ok = dp.is_ok();
+                r.gpu_map = Some(match &dp {
+                    Ok(gpu_db) => format!("mapped for the GPU at 0x{gpu_db:x}"),
+                    Err(e) => format!("cuMemHostGetDevicePointer: {}", e.name),
                 });
                 if let Some(why) = &faulted {
                     r.mmio_write = Some(format!("not written: {why}"));
-                } else if let (true, Some((f, stream))) = (r.gpu_map_ok, poke) {
+                } else if let (Ok(gpu_db), Some((f, stream))) = (dp, poke) {
                     // One GPU store of 0 to the doorbell of our own dedicated UAR (no queue
                     // attached): the write path completes or faults.
-                    let (mut a0, mut a1) = (gpu_db, 0u64);
-                    let res = launch(
-                        f,
-                        stream,
-                        &mut [(&mut a0 as *mut u64).cast(), (&mut a1 as *mut u64).cast()],
-                    )
-                    // SAFETY: waits for the one-store kernel.
-                    .and_then(|()| {
-                        cu("cuStreamSynchronize", unsafe {
-                            sys::cuStreamSynchronize(stream)
-                        })
-                    });
+                    let res = launch(f, stream, &[KernelArg::U64(gpu_db), KernelArg::U64(0)])
+                        .and_then(|()| stream.synchronize().map_err(err));
                     r.mmio_write = Some(match res {
                         Ok(()) => format!(
                             "the GPU wrote the doorbell register ({}, value 0) without a fault",
@@ -557,8 +458,7 @@ fn mlx5(
                         }
                     });
                 }
-                // SAFETY: unregister what we registered.
-                unsafe { sys::cuMemHostUnregister(page_start) };
+                drop(map);
             }
             Err(e) => {
                 let t = e.to_string();

@@ -11,11 +11,11 @@
 //! makes the worker print what it has and `exit(3)`, and the parent kills it if needed and
 //! checks the GPU's health in a fresh process.
 
-use crate::live::cuda;
-use crate::probe::kernels;
-use cudarc::driver::sys;
+use crate::live::cuda::{Context, DeviceBuffer, Driver, Event, KernelArg, Stream};
+use crate::live::os;
+use crate::live::shared::Region;
+use crate::probe::kernels::{self, Kernels};
 use serde::{Deserialize, Serialize};
-use std::ffi::c_void;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -34,46 +34,88 @@ const L_ENQUEUED: u32 = 1;
 const L_STARTED: u32 = 2;
 const L_DONE: u32 = 3;
 
-/// One waiting agent's record (64 bytes, device-written, host-read).
-#[repr(C)]
-pub struct HangRecord {
-    pub seq: AtomicU32,
-    pub phase_site: AtomicU32,
-    pub block: AtomicU32,
-    pub smid_warp: AtomicU32,
-    pub iter: AtomicU64,
-    pub addr: AtomicU64,
-    pub expected: AtomicU64,
-    pub observed: AtomicU64,
-    pub wait_start_gt: AtomicU64,
-    pub beat_gt: AtomicU64,
+/// One waiting agent's record (64 bytes, device-written, host-read): `struct HangRecord` of
+/// kernels/hang.cu, seen through the shared region's atomics.
+#[derive(Clone, Copy)]
+pub struct HangRecord<'a> {
+    pub seq: &'a AtomicU32,
+    /// phase:8 | cmp:8 | site:16
+    pub phase_site: &'a AtomicU32,
+    pub block: &'a AtomicU32,
+    /// smid << 8 | warpid
+    pub smid_warp: &'a AtomicU32,
+    pub iter: &'a AtomicU64,
+    pub addr: &'a AtomicU64,
+    pub expected: &'a AtomicU64,
+    pub observed: &'a AtomicU64,
+    pub wait_start_gt: &'a AtomicU64,
+    pub beat_gt: &'a AtomicU64,
 }
 
-#[repr(C)]
-pub struct Control {
-    pub abort: AtomicU32,
-    pub generation: AtomicU32,
-    pub hb_ns: AtomicU64,
-    pub print_ns: AtomicU64,
-    pub slow_ns: AtomicU64,
-    pub pad: [u64; 4],
+/// `struct Control` of kernels/hang.cu (64 bytes).
+#[derive(Clone, Copy)]
+pub struct Control<'a> {
+    pub abort: &'a AtomicU32,
+    pub generation: &'a AtomicU32,
+    pub hb_ns: &'a AtomicU64,
+    pub print_ns: &'a AtomicU64,
+    pub slow_ns: &'a AtomicU64,
 }
 
-#[repr(C)]
-pub struct LaunchRecord {
-    pub state: AtomicU32,
-    pub launch_id: AtomicU32,
-    pub blocks_started: AtomicU32,
-    pub blocks_done: AtomicU32,
-    pub start_gt: AtomicU64,
-    pub end_gt: AtomicU64,
-    pub value: AtomicU64,
-    pub pad: [u64; 3],
+/// `struct LaunchRecord` of kernels/hang.cu (64 bytes).
+#[derive(Clone, Copy)]
+pub struct LaunchRecord<'a> {
+    pub state: &'a AtomicU32,
+    pub launch_id: &'a AtomicU32,
+    pub blocks_started: &'a AtomicU32,
+    pub blocks_done: &'a AtomicU32,
+    pub start_gt: &'a AtomicU64,
+    pub end_gt: &'a AtomicU64,
+    pub value: &'a AtomicU64,
 }
 
-const _: () = assert!(std::mem::size_of::<HangRecord>() == 64);
-const _: () = assert!(std::mem::size_of::<Control>() == 64);
-const _: () = assert!(std::mem::size_of::<LaunchRecord>() == 64);
+impl<'a> HangRecord<'a> {
+    fn at(m: Region<'a>, o: usize) -> HangRecord<'a> {
+        HangRecord {
+            seq: m.u32_at(o),
+            phase_site: m.u32_at(o + 4),
+            block: m.u32_at(o + 8),
+            smid_warp: m.u32_at(o + 12),
+            iter: m.u64_at(o + 16),
+            addr: m.u64_at(o + 24),
+            expected: m.u64_at(o + 32),
+            observed: m.u64_at(o + 40),
+            wait_start_gt: m.u64_at(o + 48),
+            beat_gt: m.u64_at(o + 56),
+        }
+    }
+}
+
+impl<'a> Control<'a> {
+    fn at(m: Region<'a>, o: usize) -> Control<'a> {
+        Control {
+            abort: m.u32_at(o),
+            generation: m.u32_at(o + 4),
+            hb_ns: m.u64_at(o + 8),
+            print_ns: m.u64_at(o + 16),
+            slow_ns: m.u64_at(o + 24),
+        }
+    }
+}
+
+impl<'a> LaunchRecord<'a> {
+    fn at(m: Region<'a>, o: usize) -> LaunchRecord<'a> {
+        LaunchRecord {
+            state: m.u32_at(o),
+            launch_id: m.u32_at(o + 4),
+            blocks_started: m.u32_at(o + 8),
+            blocks_done: m.u32_at(o + 12),
+            start_gt: m.u64_at(o + 16),
+            end_gt: m.u64_at(o + 24),
+            value: m.u64_at(o + 32),
+        }
+    }
+}
 
 const MAX_LAUNCHES: usize = 8;
 const MAX_FLAGS: usize = 8;
@@ -102,7 +144,7 @@ pub struct Snap {
     pub beat_gt: u64,
 }
 
-impl HangRecord {
+impl HangRecord<'_> {
     pub fn snapshot(&self) -> Snap {
         for _ in 0..64 {
             let s1 = self.seq.load(Ordering::Acquire);
@@ -399,69 +441,69 @@ pub const INJECTIONS: &[&str] = &[
     "remote-wait",
 ];
 
-/// The host-mapped region, as the detector sees it: plain memory, no CUDA handle in reach.
-struct View {
-    mapped: *mut u8,
+/// The host-mapped region, as the detector sees it: shared memory, no CUDA handle in reach.
+struct View<'a> {
+    mem: Region<'a>,
     opts: Options,
     offset_ns: i64,
     /// The peer GPU, described for verdicts (`GPU1 0000:..`).
     peer_desc: Option<String>,
 }
 
-// SAFETY: the mapped region is shared memory read with atomics; the pointer stays valid for the
-// worker's lifetime and the detector thread only reads through the atomic accessors.
-unsafe impl Sync for View {}
-unsafe impl Send for View {}
-
-struct Gpu {
-    view: View,
+struct Gpu<'a> {
+    view: View<'a>,
+    ctx: Context,
     mapped_dev: u64,
-    dev_mem: u64,
-    streams: [sys::CUstream; 2],
-    funcs: kernels::Module,
+    dev_mem: DeviceBuffer,
+    streams: [Stream; 2],
+    funcs: Kernels,
     sms: i32,
     /// Device memory of this GPU that the peer writes (remote flags), 4 KiB.
-    remote: u64,
+    remote: DeviceBuffer,
     peer: Result<Peer, String>,
 }
 
 /// The peer GPU of the cross-GPU scenarios.
 struct Peer {
-    ctx: sys::CUcontext,
-    own_ctx: sys::CUcontext,
-    /// `None`: loopback, use this GPU's module.
-    funcs: Option<kernels::Module>,
-    stream: sys::CUstream,
-    loopback: bool,
+    /// The peer's context, module and stream; `None`: loopback, this GPU's own (stream 1).
+    other: Option<PeerGpu>,
 }
 
-impl std::ops::Deref for Gpu {
-    type Target = View;
-    fn deref(&self) -> &View {
+struct PeerGpu {
+    ctx: Context,
+    funcs: Kernels,
+    stream: Stream,
+}
+
+impl Peer {
+    fn loopback(&self) -> bool {
+        self.other.is_none()
+    }
+}
+
+impl<'a> std::ops::Deref for Gpu<'a> {
+    type Target = View<'a>;
+    fn deref(&self) -> &View<'a> {
         &self.view
     }
 }
 
-impl View {
-    fn ctl(&self) -> &Control {
-        // SAFETY: the mapped region is MAPPED_SIZE bytes, page aligned, alive for the worker.
-        unsafe { &*(self.mapped.add(OFF_CTRL) as *const Control) }
+impl<'a> View<'a> {
+    fn ctl(&self) -> Control<'a> {
+        Control::at(self.mem, OFF_CTRL)
     }
-    fn launch(&self, i: usize) -> &LaunchRecord {
-        // SAFETY: as above; i < MAX_LAUNCHES by construction.
-        unsafe { &*(self.mapped.add(OFF_LAUNCH + 64 * i) as *const LaunchRecord) }
+    fn launch(&self, i: usize) -> LaunchRecord<'a> {
+        LaunchRecord::at(self.mem, OFF_LAUNCH + 64 * i)
     }
-    fn flag(&self, i: usize) -> &AtomicU64 {
-        // SAFETY: as above; i < MAX_FLAGS.
-        unsafe { &*(self.mapped.add(OFF_FLAGS + 64 * i) as *const AtomicU64) }
+    fn flag(&self, i: usize) -> &'a AtomicU64 {
+        self.mem.u64_at(OFF_FLAGS + 64 * i)
     }
-    fn rec(&self, i: usize) -> &HangRecord {
-        // SAFETY: as above; i < MAX_REC.
-        unsafe { &*(self.mapped.add(OFF_RECS + 64 * i) as *const HangRecord) }
+    fn rec(&self, i: usize) -> HangRecord<'a> {
+        HangRecord::at(self.mem, OFF_RECS + 64 * i)
     }
     fn reset(&self) {
-        // SAFETY: zero the mapped region between scenarios (no kernel is running).
-        unsafe { std::ptr::write_bytes(self.mapped, 0, MAPPED_SIZE) };
+        // Zero the mapped region between scenarios (no kernel is running).
+        self.mem.zero();
         let c = self.ctl();
         let t = self.opts.threshold.as_nanos() as u64;
         c.hb_ns.store(1_000_000, Ordering::Relaxed);
@@ -489,7 +531,7 @@ impl View {
     }
 }
 
-impl Gpu {
+impl Gpu<'_> {
     fn flag_dev(&self, i: usize) -> u64 {
         self.mapped_dev + (OFF_FLAGS + 64 * i) as u64
     }
@@ -499,10 +541,7 @@ impl Gpu {
 }
 
 /// A kernel argument.
-enum Arg {
-    U64(u64),
-    U32(u32),
-}
+type Arg = KernelArg;
 
 struct Launch {
     func: &'static str,
@@ -538,12 +577,12 @@ struct Plan {
     notes: Vec<String>,
 }
 
-fn cu(call: &'static str, r: sys::CUresult) -> Result<(), String> {
-    cuda::check(call, r).map_err(|e| e.to_string())
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
 }
 
-impl Gpu {
-    fn enqueue(&self, plan: &Plan, events: &mut Vec<sys::CUevent>) -> Result<(), String> {
+impl Gpu<'_> {
+    fn enqueue(&self, plan: &Plan, events: &mut Vec<Event>) -> Result<(), String> {
         let mut li = 0usize;
         for s in &plan.steps {
             match s {
@@ -556,103 +595,47 @@ impl Gpu {
                     } else {
                         None
                     };
-                    let module = match peer.and_then(|p| p.funcs.as_ref()) {
-                        Some(m) => m,
+                    let other = peer.and_then(|p| p.other.as_ref());
+                    let module = match other {
+                        Some(o) => &o.funcs,
                         None => &self.funcs,
                     };
-                    let f = *module
-                        .functions
-                        .get(l.func)
-                        .ok_or_else(|| format!("kernel {} not loaded", l.func))?;
-                    let mut vals: Vec<Box<Arg>> = vec![
-                        Box::new(Arg::U64(self.dev(OFF_CTRL))),
-                        Box::new(Arg::U64(self.dev(OFF_RECS + 64 * l.rec_base))),
-                        Box::new(Arg::U64(self.dev(OFF_LAUNCH + 64 * li))),
+                    let f = module.get(l.func)?;
+                    let mut args = vec![
+                        Arg::U64(self.dev(OFF_CTRL)),
+                        Arg::U64(self.dev(OFF_RECS + 64 * l.rec_base)),
+                        Arg::U64(self.dev(OFF_LAUNCH + 64 * li)),
                     ];
-                    for a in &l.args {
-                        vals.push(Box::new(match a {
-                            Arg::U64(v) => Arg::U64(*v),
-                            Arg::U32(v) => Arg::U32(*v),
-                        }));
-                    }
-                    let mut params: Vec<*mut c_void> = vals
-                        .iter_mut()
-                        .map(|b| match b.as_mut() {
-                            Arg::U64(v) => (v as *mut u64).cast::<c_void>(),
-                            Arg::U32(v) => (v as *mut u32).cast::<c_void>(),
-                        })
-                        .collect();
-                    let stream = match peer {
-                        Some(p) => p.stream,
-                        None => self.streams[l.stream],
+                    args.extend(l.args.iter().copied());
+                    let stream = match (other, peer) {
+                        (Some(o), _) => &o.stream,
+                        // Loopback: the peer's kernel runs on this GPU's second stream.
+                        (None, Some(_)) => &self.streams[1],
+                        (None, None) => &self.streams[l.stream],
                     };
-                    let switch = peer.filter(|p| !p.loopback);
-                    if let Some(p) = switch {
-                        // SAFETY: the peer's primary context, retained by the worker.
-                        cu("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(p.ctx) })?;
+                    if let Some(o) = other {
+                        o.ctx.make_current().map_err(err)?;
                     }
-                    // SAFETY: params point into `vals`, alive across the call; the driver copies them.
-                    let r = unsafe {
-                        if l.cooperative {
-                            sys::cuLaunchCooperativeKernel(
-                                f,
-                                l.grid,
-                                1,
-                                1,
-                                l.block,
-                                1,
-                                1,
-                                0,
-                                stream,
-                                params.as_mut_ptr(),
-                            )
-                        } else {
-                            sys::cuLaunchKernel(
-                                f,
-                                l.grid,
-                                1,
-                                1,
-                                l.block,
-                                1,
-                                1,
-                                0,
-                                stream,
-                                params.as_mut_ptr(),
-                                std::ptr::null_mut(),
-                            )
-                        }
+                    let r = if l.cooperative {
+                        f.launch_cooperative(l.grid, l.block, stream, &args)
+                    } else {
+                        f.launch(l.grid, l.block, stream, &args)
                     };
-                    if let Some(p) = switch {
-                        // SAFETY: back to this GPU's context.
-                        cu("cuCtxSetCurrent", unsafe {
-                            sys::cuCtxSetCurrent(p.own_ctx)
-                        })?;
+                    if other.is_some() {
+                        // Back to this GPU's context.
+                        self.ctx.make_current().map_err(err)?;
                     }
-                    cu(
-                        if l.cooperative {
-                            "cuLaunchCooperativeKernel"
-                        } else {
-                            "cuLaunchKernel"
-                        },
-                        r,
-                    )?;
+                    r.map_err(err)?;
                     li += 1;
                 }
                 Step::Record(st) => {
-                    let mut e: sys::CUevent = std::ptr::null_mut();
-                    // SAFETY: creates and records an event on our stream.
-                    unsafe {
-                        cu("cuEventCreate", sys::cuEventCreate(&mut e, 2))?;
-                        cu("cuEventRecord", sys::cuEventRecord(e, self.streams[*st]))?;
-                    }
+                    let e = self.ctx.event().map_err(err)?;
+                    e.record(&self.streams[*st]).map_err(err)?;
                     events.push(e);
                 }
                 Step::Wait(st) => {
-                    let e = *events.last().ok_or("wait without a recorded event")?;
-                    // SAFETY: e was recorded above.
-                    cu("cuStreamWaitEvent", unsafe {
-                        sys::cuStreamWaitEvent(self.streams[*st], e, 0)
-                    })?;
+                    let e = events.last().ok_or("wait without a recorded event")?;
+                    self.streams[*st].wait_event(e).map_err(err)?;
                 }
             }
         }
@@ -660,19 +643,12 @@ impl Gpu {
     }
 
     fn sync(&self) -> Result<(), String> {
-        for s in self.streams {
-            // SAFETY: every launch on the stream has finished (checked by the caller).
-            cu("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(s)
-            })?;
+        for s in &self.streams {
+            // Every launch on the stream has finished (checked by the caller).
+            s.synchronize().map_err(err)?;
         }
-        if let Ok(p) = &self.peer {
-            if !p.loopback {
-                // SAFETY: as above, for the peer's stream.
-                cu("cuStreamSynchronize", unsafe {
-                    sys::cuStreamSynchronize(p.stream)
-                })?;
-            }
+        if let Ok(Peer { other: Some(o) }) = &self.peer {
+            o.stream.synchronize().map_err(err)?;
         }
         Ok(())
     }
@@ -890,13 +866,7 @@ fn classify(
 
 fn marker(text: &str) {
     // Device printf goes through C stdio; put our markers there too so lines stay in order.
-    if let Ok(c) = std::ffi::CString::new(format!("gdrdoctor-hang-scenario {text}\n")) {
-        // SAFETY: printf with a "%s" format and a valid C string; fflush(NULL) flushes all.
-        unsafe {
-            libc::printf(c"%s".as_ptr(), c.as_ptr());
-            libc::fflush(std::ptr::null_mut());
-        }
-    }
+    os::c_stdout_line(&format!("gdrdoctor-hang-scenario {text}"));
 }
 
 fn plan_for(g: &Gpu, name: &str) -> Result<Plan, String> {
@@ -932,16 +902,11 @@ fn plan_for(g: &Gpu, name: &str) -> Result<Plan, String> {
         writer,
     };
     let capacity = || -> Result<u32, String> {
-        let f = *g
+        let n = g
             .funcs
-            .functions
-            .get("hp_last_block_sets")
-            .ok_or("hp_last_block_sets not loaded")?;
-        let mut n: i32 = 0;
-        // SAFETY: occupancy query on a loaded function.
-        cu("cuOccupancyMaxActiveBlocksPerMultiprocessor", unsafe {
-            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, f, 1024, 0)
-        })?;
+            .get("hp_last_block_sets")?
+            .max_active_blocks_per_sm(1024)
+            .map_err(err)?;
         Ok((n.max(1) as u32) * g.sms.max(1) as u32)
     };
     let barrier = |grid: u32, cooperative: bool| {
@@ -999,12 +964,13 @@ fn plan_for(g: &Gpu, name: &str) -> Result<Plan, String> {
         "control:ignore-abort" => pair(3, 20, 5),
         "remote-wait" | "control:remote-wait" => {
             let peer = g.peer.as_ref().map_err(|e| format!("no peer gpu: {e}"))?;
-            // SAFETY: 4 KiB of this GPU's memory, owned by the worker; nothing runs.
-            cu("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(g.remote, 0, 4096) })?;
-            let target = if name == "remote-wait" { g.remote + 64 } else { g.remote };
+            // 4 KiB of this GPU's memory, owned by the worker; nothing runs.
+            g.remote.memset_d8(0).map_err(err)?;
+            let remote = g.remote.device_ptr();
+            let target = if name == "remote-wait" { remote + 64 } else { remote };
             let desc = g.peer_desc.clone().unwrap_or_else(|| "the peer gpu".into());
             let mut notes = vec![format!("peer: {desc}")];
-            if peer.loopback {
+            if peer.loopback() {
                 notes.push("loopback: the peer is this gpu (one gpu available), so the flag is written by a second kernel of the same gpu; the peer-access path itself is not exercised".into());
             }
             Plan {
@@ -1015,7 +981,7 @@ fn plan_for(g: &Gpu, name: &str) -> Result<Plan, String> {
                         block: 32,
                         stream: 0,
                         rec_base: 0,
-                        args: vec![Arg::U64(g.remote), Arg::U64(1), Arg::U32(7), Arg::U32(0)],
+                        args: vec![Arg::U64(remote), Arg::U64(1), Arg::U32(7), Arg::U32(0)],
                         cooperative: false,
                         on_peer: false,
                     }),
@@ -1110,7 +1076,7 @@ fn run_scenario(g: &Gpu, name: &str) -> Result<ScenarioResult, String> {
                 .steps
                 .iter()
                 .any(|s| matches!(s, Step::Launch(l) if l.on_peer))
-                && g.peer.as_ref().is_ok_and(|p| !p.loopback);
+                && g.peer.as_ref().is_ok_and(|p| !p.loopback());
             if plan.sites.iter().any(|s| s.writer == Some(1)) && n >= 2 && !cross_gpu {
                 let consumer_end = g.launch(0).end_gt.load(Ordering::Acquire);
                 let producer_end = g.launch(1).end_gt.load(Ordering::Acquire);
@@ -1139,10 +1105,8 @@ fn run_scenario(g: &Gpu, name: &str) -> Result<ScenarioResult, String> {
             }
         }
     }
-    for e in events {
-        // SAFETY: events we created; nothing waits on them any more.
-        unsafe { sys::cuEventDestroy_v2(e) };
-    }
+    // Nothing waits on the events any more: they go with `events`.
+    drop(events);
     Ok(r)
 }
 
@@ -1185,21 +1149,14 @@ fn run_protocol(
         notes: vec![],
     };
     let mut ev = Vec::new();
-    // SAFETY: clear the device words the protocol uses.
-    cu("cuMemsetD8", unsafe {
-        sys::cuMemsetD8_v2(g.dev_mem, 0, 4096)
-    })?;
+    // Clear the device words the protocol uses.
+    g.dev_mem.memset_d8(0).map_err(err)?;
     g.enqueue(&plan, &mut ev)?;
     let t0 = Instant::now();
     // Bare (uninstrumented) protocols do not write the launch record's state: wait on the stream.
     loop {
-        // SAFETY: non-blocking query of our stream.
-        let q = unsafe { sys::cuStreamQuery(g.streams[0]) };
-        if q == sys::CUresult::CUDA_SUCCESS {
+        if g.streams[0].query().map_err(err)? {
             break;
-        }
-        if q != sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Err(format!("cuStreamQuery: {q:?}"));
         }
         if t0.elapsed() > deadline {
             g.ctl().abort.store(1, Ordering::Release);
@@ -1223,8 +1180,8 @@ fn pingpong(g: &Gpu, n: u32, instrumented: bool) -> Result<f64, String> {
         g,
         "hp_pingpong",
         vec![
-            Arg::U64(g.dev_mem),
-            Arg::U64(g.dev_mem + 128),
+            Arg::U64(g.dev_mem.device_ptr()),
+            Arg::U64(g.dev_mem.device_ptr() + 128),
             Arg::U32(n),
             Arg::U32(instrumented as u32),
         ],
@@ -1238,9 +1195,9 @@ fn ring(g: &Gpu, n: u32, instrumented: bool) -> Result<f64, String> {
         g,
         "hp_ring",
         vec![
-            Arg::U64(g.dev_mem + 256),
-            Arg::U64(g.dev_mem + 384),
-            Arg::U64(g.dev_mem + 512),
+            Arg::U64(g.dev_mem.device_ptr() + 256),
+            Arg::U64(g.dev_mem.device_ptr() + 384),
+            Arg::U64(g.dev_mem.device_ptr() + 512),
             Arg::U32(64),
             Arg::U32(n),
             Arg::U32(instrumented as u32),
@@ -1255,44 +1212,22 @@ fn ring(g: &Gpu, n: u32, instrumented: bool) -> Result<f64, String> {
 /// %globaltimer; the round trip with the smallest time wins.
 fn calibrate(g: &Gpu) -> Result<(i64, u64), String> {
     g.reset();
-    let f = *g
-        .funcs
-        .functions
-        .get("hp_clock")
-        .ok_or("hp_clock not loaded")?;
-    let req = g.dev(OFF_CALIB);
-    let resp = g.dev(OFF_CALIB + 64);
     let rounds: u32 = 200;
-    let (mut c, mut rq, mut rs, mut n) = (g.dev(OFF_CTRL), req, resp, rounds);
-    let mut params: Vec<*mut c_void> = vec![
-        (&mut c as *mut u64).cast(),
-        (&mut rq as *mut u64).cast(),
-        (&mut rs as *mut u64).cast(),
-        (&mut n as *mut u32).cast(),
-    ];
-    // SAFETY: params point to locals alive across the call.
-    cu("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(
-            f,
-            1,
-            1,
+    g.funcs
+        .get("hp_clock")?
+        .launch(
             1,
             32,
-            1,
-            1,
-            0,
-            g.streams[0],
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
+            &g.streams[0],
+            &[
+                Arg::U64(g.dev(OFF_CTRL)),
+                Arg::U64(g.dev(OFF_CALIB)),
+                Arg::U64(g.dev(OFF_CALIB + 64)),
+                Arg::U32(rounds),
+            ],
         )
-    })?;
-    // SAFETY: OFF_CALIB words are inside the mapped region.
-    let (reqa, respa) = unsafe {
-        (
-            &*(g.mapped.add(OFF_CALIB) as *const AtomicU64),
-            &*(g.mapped.add(OFF_CALIB + 64) as *const AtomicU64),
-        )
-    };
+        .map_err(err)?;
+    let (reqa, respa) = (g.mem.u64_at(OFF_CALIB), g.mem.u64_at(OFF_CALIB + 64));
     let mut best = (0i64, u64::MAX);
     for i in 1..=u64::from(rounds) {
         let before = respa.load(Ordering::Acquire);
@@ -1316,117 +1251,54 @@ fn calibrate(g: &Gpu) -> Result<(i64, u64), String> {
             best = (((t0 + t1) / 2) as i64 - gt as i64, rtt);
         }
     }
-    // SAFETY: the kernel has answered every round.
-    cu("cuStreamSynchronize", unsafe {
-        sys::cuStreamSynchronize(g.streams[0])
-    })?;
+    // The kernel has answered every round.
+    g.streams[0].synchronize().map_err(err)?;
     Ok(best)
 }
 
 /// Retain the peer GPU's context, load the kernels there, and let it write this GPU's memory
 /// (`cuCtxEnablePeerAccess` from the peer's context). Leaves `own` current.
-fn setup_peer(
-    p: i32,
-    own_ordinal: i32,
-    own: sys::CUcontext,
-    force_ptx: bool,
-) -> Result<Peer, String> {
-    let dp = cuda::device(p).map_err(|e| e.to_string())?;
-    let da = cuda::device(own_ordinal).map_err(|e| e.to_string())?;
-    let mut can: i32 = 0;
-    // SAFETY: writes one int.
-    cu("cuDeviceCanAccessPeer", unsafe {
-        sys::cuDeviceCanAccessPeer(&mut can, dp, da)
-    })?;
-    if can == 0 {
-        return Err(format!("cuDeviceCanAccessPeer(GPU{p} -> GPU{own_ordinal}) = 0: the peer cannot write this gpu's memory (see `gdrdoctor check --only gpu.p2p`)"));
+fn setup_peer(drv: &Driver, p: i32, own: &Context, force_ptx: bool) -> Result<PeerGpu, String> {
+    let dp = drv.device(p).map_err(err)?;
+    let da = own.device();
+    if !dp.can_access_peer(&da).map_err(err)? {
+        return Err(format!("cuDeviceCanAccessPeer(GPU{p} -> GPU{}) = 0: the peer cannot write this gpu's memory (see `gdrdoctor check --only gpu.p2p`)", da.ordinal()));
     }
-    use sys::CUdevice_attribute as A;
-    let cc = (
-        cuda::attribute(dp, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0),
-        cuda::attribute(dp, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).unwrap_or(0),
-    );
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    let mut stream: sys::CUstream = std::ptr::null_mut();
-    // SAFETY: the peer's primary context, kept for the worker's lifetime.
-    unsafe {
-        cu(
-            "cuDevicePrimaryCtxRetain",
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, dp),
-        )?;
-        cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
-    }
-    let r = (|| -> Result<kernels::Module, String> {
-        let funcs = kernels::load(
-            kernels::HANG_CU,
-            kernels::HANG_PTX,
-            "kernels/hang.cu",
-            cc,
-            &["hp_set_flag"],
-            force_ptx,
-        )?;
-        // SAFETY: stream in the peer's context; peer access from it to our context.
-        unsafe {
-            cu("cuStreamCreate", sys::cuStreamCreate(&mut stream, 1))?;
-            let e = sys::cuCtxEnablePeerAccess(own, 0);
-            if e != sys::CUresult::CUDA_SUCCESS
-                && e != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
-            {
-                cu("cuCtxEnablePeerAccess", e)?;
-            }
-        }
-        Ok(funcs)
+    let ctx = dp.primary_context().map_err(err)?;
+    let r = (|| -> Result<PeerGpu, String> {
+        let funcs = kernels::load(&ctx, &kernels::HANG, &["hp_set_flag"], force_ptx)?;
+        let stream = ctx.stream().map_err(err)?;
+        ctx.enable_peer_access(own).map_err(err)?;
+        Ok(PeerGpu {
+            ctx: ctx.clone(),
+            funcs,
+            stream,
+        })
     })();
-    // SAFETY: back to our context whatever happened; on failure give the peer's context back.
-    unsafe {
-        sys::cuCtxSetCurrent(own);
-        if r.is_err() {
-            sys::cuDevicePrimaryCtxRelease_v2(dp);
-        }
-    }
-    Ok(Peer {
-        ctx,
-        own_ctx: own,
-        funcs: Some(r?),
-        stream,
-        loopback: false,
-    })
+    // Back to our context whatever happened (on failure the peer's context is released with
+    // the last handle to it).
+    let _ = own.make_current();
+    r
 }
 
 /// `__worker hang ARGS`: prints the result itself (possibly early, on escalation).
 pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     let opts = Options::from_args(args);
-    if let Some(p) = cuda::library_problem() {
-        return Err(p);
-    }
-    cuda::init().map_err(|e| e.to_string())?;
-    let d = cuda::device(opts.ordinal).map_err(|e| e.to_string())?;
+    let drv = Driver::init().map_err(err)?;
+    let d = drv.device(opts.ordinal).map_err(err)?;
     let mut out = HangOutput {
-        gpu: cuda::pci_bus_id(d).unwrap_or_default(),
-        name: cuda::name(d),
+        gpu: d.bdf().unwrap_or_default(),
+        name: d.name(),
         ..Default::default()
     };
-    use sys::CUdevice_attribute as A;
-    out.sms = cuda::attribute(d, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap_or(1);
-    let cc = (
-        cuda::attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).unwrap_or(0),
-        cuda::attribute(d, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).unwrap_or(0),
-    );
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: primary context of our device; never released on a hang path (exit instead).
-    unsafe {
-        cu(
-            "cuDevicePrimaryCtxRetain",
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, d),
-        )?;
-        cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
-    }
+    out.sms = d
+        .attribute(crate::live::cuda::Attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .unwrap_or(1);
+    // The primary context of our device; never released on a hang path (exit instead).
+    let ctx = d.primary_context().map_err(err)?;
     // printf FIFO before the first launch.
     let fifo: usize = 16 << 20;
-    // SAFETY: sets a context limit before any kernel launch.
-    cu("cuCtxSetLimit", unsafe {
-        sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE, fifo)
-    })?;
+    ctx.set_printf_fifo(fifo).map_err(err)?;
     out.printf_fifo_bytes = fifo as u64;
     let names = [
         "hp_wait_flag",
@@ -1436,56 +1308,28 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         "hp_ring",
         "hp_clock",
     ];
-    let funcs = kernels::load(
-        kernels::HANG_CU,
-        kernels::HANG_PTX,
-        "kernels/hang.cu",
-        cc,
-        &names,
-        opts.force_ptx,
-    )?;
+    let funcs = kernels::load(&ctx, &kernels::HANG, &names, opts.force_ptx)?;
     out.kernel_source = funcs.source.clone();
     out.load_ms = funcs.load_ms;
-    let mut host: *mut c_void = std::ptr::null_mut();
-    let mut dev: sys::CUdeviceptr = 0;
-    let mut dev_mem: sys::CUdeviceptr = 0;
-    let mut remote: sys::CUdeviceptr = 0;
-    let mut streams: [sys::CUstream; 2] = [std::ptr::null_mut(); 2];
-    // SAFETY: allocations and streams owned by the worker for its lifetime.
-    unsafe {
-        cu(
-            "cuMemHostAlloc",
-            sys::cuMemHostAlloc(&mut host, MAPPED_SIZE, 0x02 | 0x01),
-        )?; // DEVICEMAP | PORTABLE
-        cu(
-            "cuMemHostGetDevicePointer",
-            sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0),
-        )?;
-        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut dev_mem, 4096))?;
-        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut remote, 4096))?;
-        for s in streams.iter_mut() {
-            cu("cuStreamCreate", sys::cuStreamCreate(s, 1))?; // CU_STREAM_NON_BLOCKING
-        }
-    }
+    // Allocations and streams owned by the worker for its lifetime.
+    let mapped = ctx.alloc_mapped_host(MAPPED_SIZE).map_err(err)?;
+    let dev_mem = ctx.alloc(4096).map_err(err)?;
+    let remote = ctx.alloc(4096).map_err(err)?;
+    let streams = [ctx.stream().map_err(err)?, ctx.stream().map_err(err)?];
+    let count = drv.device_count().unwrap_or(0);
     let peer = match opts.peer {
         None => Err("no peer gpu requested".to_string()),
-        Some(p) if p == opts.ordinal => Ok(Peer {
-            ctx,
-            own_ctx: ctx,
-            funcs: None,
-            stream: streams[1],
-            loopback: true,
-        }),
-        Some(p) if p >= cuda::device_count().unwrap_or(0) => Err(format!(
-            "GPU{p} is not visible to cuda here ({} device(s); CUDA_VISIBLE_DEVICES?)",
-            cuda::device_count().unwrap_or(0)
+        Some(p) if p == opts.ordinal => Ok(Peer { other: None }),
+        Some(p) if p >= count => Err(format!(
+            "GPU{p} is not visible to cuda here ({count} device(s); CUDA_VISIBLE_DEVICES?)"
         )),
-        Some(p) => setup_peer(p, opts.ordinal, ctx, opts.force_ptx),
+        Some(p) => setup_peer(&drv, p, &ctx, opts.force_ptx).map(|o| Peer { other: Some(o) }),
     };
     let peer_desc = opts.peer.map(|p| {
-        let bdf = cuda::device(p)
+        let bdf = drv
+            .device(p)
             .ok()
-            .and_then(|d| cuda::pci_bus_id(d).ok())
+            .and_then(|d| d.bdf().ok())
             .unwrap_or_default();
         if p == opts.ordinal {
             format!("GPU{p} {bdf} (loopback)")
@@ -1500,12 +1344,13 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     };
     let mut g = Gpu {
         view: View {
-            mapped: host.cast(),
+            mem: mapped.region(),
             opts: opts.clone(),
             offset_ns: 0,
             peer_desc,
         },
-        mapped_dev: dev,
+        ctx: ctx.clone(),
+        mapped_dev: mapped.device_ptr(),
         dev_mem,
         streams,
         funcs,
@@ -1555,16 +1400,10 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             }),
         }
     }
-    // SAFETY: every kernel finished; release what we allocated.
-    unsafe {
-        for s in g.streams {
-            sys::cuStreamDestroy_v2(s);
-        }
-        sys::cuMemFree_v2(g.dev_mem);
-        sys::cuMemFree_v2(g.remote);
-        sys::cuMemFreeHost(host);
-        sys::cuDevicePrimaryCtxRelease_v2(d);
-    }
+    // Every kernel finished: the streams, buffers, module and contexts go with `g`, then the
+    // mapped region (the detector's view of it went with `g`).
+    drop(g);
+    drop(mapped);
     serde_json::to_value(&out).map_err(|e| e.to_string())
 }
 
@@ -1623,18 +1462,18 @@ mod tests {
     use super::*;
 
     struct Fake {
-        buf: Vec<u64>,
+        buf: crate::live::shared::HeapRegion,
     }
 
     impl Fake {
         fn new() -> Fake {
             Fake {
-                buf: vec![0u64; MAPPED_SIZE / 8],
+                buf: crate::live::shared::HeapRegion::new(MAPPED_SIZE),
             }
         }
-        fn view(&mut self, threshold_ms: u64) -> View {
+        fn view(&mut self, threshold_ms: u64) -> View<'_> {
             View {
-                mapped: self.buf.as_mut_ptr().cast(),
+                mem: self.buf.region(),
                 opts: Options {
                     ordinal: 0,
                     threshold: Duration::from_millis(threshold_ms),

@@ -1,39 +1,22 @@
 //! Is the GPU healthy? A fresh process creates a context on every device, allocates, clears
 //! and synchronizes. Used after a probe worker had to be killed.
 
-use crate::live::cuda;
-use cudarc::driver::sys;
+use crate::live::cuda::Driver;
 use std::time::Instant;
 
 pub fn worker() -> Result<serde_json::Value, String> {
     let t0 = Instant::now();
-    if let Some(p) = cuda::library_problem() {
-        return Err(p);
-    }
-    cuda::init().map_err(|e| e.to_string())?;
-    let n = cuda::device_count().map_err(|e| e.to_string())?;
+    let drv = Driver::init().map_err(|e| e.to_string())?;
+    let n = drv.device_count().map_err(|e| e.to_string())?;
     let mut devs = Vec::new();
     for i in 0..n {
-        let d = cuda::device(i).map_err(|e| e.to_string())?;
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: plain driver calls on a device handle we got from cuDeviceGet; the buffer is
-        // ours for the duration of the block.
-        let r = unsafe {
-            cuda::check(
-                "cuDevicePrimaryCtxRetain",
-                sys::cuDevicePrimaryCtxRetain(&mut ctx, d),
-            )
-            .and_then(|_| cuda::check("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx)))
-            .and_then(|_| {
-                let mut p: sys::CUdeviceptr = 0;
-                cuda::check("cuMemAlloc", sys::cuMemAlloc_v2(&mut p, 1 << 20))?;
-                let r = cuda::check("cuMemsetD8", sys::cuMemsetD8_v2(p, 0x5a, 1 << 20))
-                    .and_then(|_| cuda::check("cuCtxSynchronize", sys::cuCtxSynchronize()));
-                let _ = sys::cuMemFree_v2(p);
-                r
-            })
-        };
-        devs.push(serde_json::json!({"ordinal": i, "bdf": cuda::pci_bus_id(d).unwrap_or_default(), "ok": r.is_ok(), "error": r.err().map(|e| e.to_string())}));
+        let d = drv.device(i).map_err(|e| e.to_string())?;
+        let r = d.primary_context().and_then(|ctx| {
+            let buf = ctx.alloc(1 << 20)?;
+            buf.memset_d8(0x5a)?;
+            ctx.synchronize()
+        });
+        devs.push(serde_json::json!({"ordinal": i, "bdf": d.bdf().unwrap_or_default(), "ok": r.is_ok(), "error": r.err().map(|e| e.to_string())}));
     }
     let ok = devs.iter().all(|d| d["ok"] == true);
     Ok(serde_json::json!({"healthy": ok, "devices": devs, "ms": t0.elapsed().as_secs_f64() * 1e3}))

@@ -4,8 +4,7 @@
 //! the parent turns the numbers into findings. On a one-GPU node the worker measures the same
 //! copies inside the GPU as a reference and the pairs are skipped.
 
-use crate::live::cuda;
-use cudarc::driver::sys;
+use crate::live::cuda::{Context, DeviceBuffer, Driver, Stream};
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::{Finding, Status};
 use serde::{Deserialize, Serialize};
@@ -41,45 +40,57 @@ pub struct P2pOutput {
     pub reference: Option<P2pPair>,
 }
 
-fn cu(call: &'static str, r: sys::CUresult) -> Result<(), String> {
-    cuda::check(call, r).map_err(|e| e.to_string())
+/// One side of a measured pair: a GPU's context, its two buffers and its stream.
+struct Side<'a> {
+    ordinal: i32,
+    ctx: &'a Context,
+    buf: [&'a DeviceBuffer; 2],
+    stream: &'a Stream,
 }
 
+/// A GPU the worker measures.
 struct Dev {
     ordinal: i32,
-    ctx: sys::CUcontext,
-    buf: [sys::CUdeviceptr; 2],
-    stream: sys::CUstream,
+    ctx: Context,
+    buf: [DeviceBuffer; 2],
+    stream: Stream,
 }
 
-/// Time `reps` copies of `size` bytes from `src` (in `sctx`) to `dst` (in `dctx`) on `stream`.
-fn copies(
-    dst: (sys::CUdeviceptr, sys::CUcontext),
-    src: (sys::CUdeviceptr, sys::CUcontext),
-    size: usize,
-    reps: u32,
-    stream: sys::CUstream,
-) -> Result<f64, String> {
-    // SAFETY: buffers of at least `size` bytes in their contexts, peer access enabled.
-    unsafe {
-        cu(
-            "cuMemcpyPeerAsync",
-            sys::cuMemcpyPeerAsync(dst.0, dst.1, src.0, src.1, size, stream),
-        )?;
-        cu("cuStreamSynchronize", sys::cuStreamSynchronize(stream))?;
-        let t0 = Instant::now();
-        for _ in 0..reps {
-            cu(
-                "cuMemcpyPeerAsync",
-                sys::cuMemcpyPeerAsync(dst.0, dst.1, src.0, src.1, size, stream),
-            )?;
+impl Dev {
+    fn side(&self) -> Side<'_> {
+        Side {
+            ordinal: self.ordinal,
+            ctx: &self.ctx,
+            buf: [&self.buf[0], &self.buf[1]],
+            stream: &self.stream,
         }
-        cu("cuStreamSynchronize", sys::cuStreamSynchronize(stream))?;
-        Ok(t0.elapsed().as_secs_f64())
     }
 }
 
-fn measure(x: &Dev, y: &Dev, size: usize, reps: u32) -> Result<P2pPair, String> {
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Time `reps` copies of `size` bytes from `src` to `dst` on `stream` (whose context is
+/// current), after one untimed warm-up copy.
+fn copies(
+    dst: &DeviceBuffer,
+    src: &DeviceBuffer,
+    size: usize,
+    reps: u32,
+    stream: &Stream,
+) -> Result<f64, String> {
+    stream.copy_peer(dst, src, size).map_err(err)?;
+    stream.synchronize().map_err(err)?;
+    let t0 = Instant::now();
+    for _ in 0..reps {
+        stream.copy_peer(dst, src, size).map_err(err)?;
+    }
+    stream.synchronize().map_err(err)?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+fn measure(x: &Side, y: &Side, size: usize, reps: u32) -> Result<P2pPair, String> {
     let mut p = P2pPair {
         a: x.ordinal,
         b: y.ordinal,
@@ -87,49 +98,35 @@ fn measure(x: &Dev, y: &Dev, size: usize, reps: u32) -> Result<P2pPair, String> 
         ..Default::default()
     };
     let bytes = size as f64 * f64::from(reps);
-    // SAFETY: x's context owns x.stream.
-    cu("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(x.ctx) })?;
-    let t = copies((y.buf[0], y.ctx), (x.buf[0], x.ctx), size, reps, x.stream)?;
+    x.ctx.make_current().map_err(err)?;
+    let t = copies(y.buf[0], x.buf[0], size, reps, x.stream)?;
     p.uni_gbps = Some(bytes / t / 1e9);
-    // SAFETY: y's context owns y.stream.
-    cu("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(y.ctx) })?;
-    let t = copies((x.buf[1], x.ctx), (y.buf[1], y.ctx), size, reps, y.stream)?;
+    y.ctx.make_current().map_err(err)?;
+    let t = copies(x.buf[1], y.buf[1], size, reps, y.stream)?;
     p.uni_back_gbps = Some(bytes / t / 1e9);
     // Both directions at once: enqueue both, then wait for both.
     let t0 = Instant::now();
-    // SAFETY: as above; each stream in its own context.
-    unsafe {
-        for _ in 0..reps {
-            cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(x.ctx))?;
-            cu(
-                "cuMemcpyPeerAsync",
-                sys::cuMemcpyPeerAsync(y.buf[0], y.ctx, x.buf[0], x.ctx, size, x.stream),
-            )?;
-            cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(y.ctx))?;
-            cu(
-                "cuMemcpyPeerAsync",
-                sys::cuMemcpyPeerAsync(x.buf[1], x.ctx, y.buf[1], y.ctx, size, y.stream),
-            )?;
-        }
-        cu("cuStreamSynchronize", sys::cuStreamSynchronize(x.stream))?;
-        cu("cuStreamSynchronize", sys::cuStreamSynchronize(y.stream))?;
+    for _ in 0..reps {
+        x.ctx.make_current().map_err(err)?;
+        x.stream.copy_peer(y.buf[0], x.buf[0], size).map_err(err)?;
+        y.ctx.make_current().map_err(err)?;
+        y.stream.copy_peer(x.buf[1], y.buf[1], size).map_err(err)?;
     }
+    x.stream.synchronize().map_err(err)?;
+    y.stream.synchronize().map_err(err)?;
     p.bidi_gbps = Some(2.0 * bytes / t0.elapsed().as_secs_f64() / 1e9);
-    // SAFETY: back to x for the latency run.
-    cu("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(x.ctx) })?;
+    // Back to x for the latency run.
+    x.ctx.make_current().map_err(err)?;
     let n = 2000;
-    let t = copies((y.buf[0], y.ctx), (x.buf[0], x.ctx), 4, n, x.stream)?;
+    let t = copies(y.buf[0], x.buf[0], 4, n, x.stream)?;
     p.latency_us = Some(t / f64::from(n) * 1e6);
     Ok(p)
 }
 
 /// `__worker p2p ORDINALS SIZE_MIB REPS` (ORDINALS comma-separated, or `all`).
 pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
-    if let Some(p) = cuda::library_problem() {
-        return Err(p);
-    }
-    cuda::init().map_err(|e| e.to_string())?;
-    let n = cuda::device_count().map_err(|e| e.to_string())?;
+    let drv = Driver::init().map_err(err)?;
+    let n = drv.device_count().map_err(err)?;
     let want: Vec<i32> = match args.first().map(String::as_str) {
         None | Some("all") | Some("") => (0..n).collect(),
         Some(list) => list
@@ -156,24 +153,14 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     };
     let mut devs = Vec::new();
     for &o in &want {
-        let d = cuda::device(o).map_err(|e| e.to_string())?;
-        out.gpus.push((o, cuda::pci_bus_id(d).unwrap_or_default()));
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        let mut buf = [0u64; 2];
-        let mut stream: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: primary context, buffers and stream owned by the worker.
-        unsafe {
-            cu(
-                "cuDevicePrimaryCtxRetain",
-                sys::cuDevicePrimaryCtxRetain(&mut ctx, d),
-            )?;
-            cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
-            for b in buf.iter_mut() {
-                cu("cuMemAlloc", sys::cuMemAlloc_v2(b, size))?;
-                cu("cuMemsetD8", sys::cuMemsetD8_v2(*b, 0x5a, size))?;
-            }
-            cu("cuStreamCreate", sys::cuStreamCreate(&mut stream, 1))?;
+        let d = drv.device(o).map_err(err)?;
+        out.gpus.push((o, d.bdf().unwrap_or_default()));
+        let ctx = d.primary_context().map_err(err)?;
+        let buf = [ctx.alloc(size).map_err(err)?, ctx.alloc(size).map_err(err)?];
+        for b in &buf {
+            b.memset_d8(0x5a).map_err(err)?;
         }
+        let stream = ctx.stream().map_err(err)?;
         devs.push(Dev {
             ordinal: o,
             ctx,
@@ -184,13 +171,12 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     if let Some(d0) = devs.first() {
         crate::worker::progress("probe --p2p: reference copies inside one gpu");
         // Inside one GPU: buf[0] -> buf[1] of the same context.
-        let twin = Dev {
-            ordinal: d0.ordinal,
-            ctx: d0.ctx,
-            buf: [d0.buf[1], d0.buf[0]],
-            stream: d0.stream,
+        let x = d0.side();
+        let twin = Side {
+            buf: [&d0.buf[1], &d0.buf[0]],
+            ..d0.side()
         };
-        match measure(d0, &twin, size, reps) {
+        match measure(&x, &twin, size, reps) {
             Ok(mut r) => {
                 r.a_bdf = out.gpus[0].1.clone();
                 r.b_bdf = r.a_bdf.clone();
@@ -219,41 +205,27 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
                 b_bdf: out.gpus[j].1.clone(),
                 ..Default::default()
             };
-            let (mut ab, mut ba) = (0i32, 0i32);
-            let (dx, dy) = match (cuda::device(x.ordinal), cuda::device(y.ordinal)) {
-                (Ok(a), Ok(b)) => (a, b),
-                _ => continue,
-            };
-            // SAFETY: write one int each.
-            unsafe {
-                sys::cuDeviceCanAccessPeer(&mut ab, dx, dy);
-                sys::cuDeviceCanAccessPeer(&mut ba, dy, dx);
-            }
-            p.can_access = ab != 0 && ba != 0;
+            let (dx, dy) = (x.ctx.device(), y.ctx.device());
+            let ab = dx.can_access_peer(&dy).unwrap_or(false);
+            let ba = dy.can_access_peer(&dx).unwrap_or(false);
+            p.can_access = ab && ba;
             if !p.can_access {
                 p.error = Some(format!(
-                    "cuDeviceCanAccessPeer: {ab} (GPU{} -> GPU{}), {ba} (back)",
-                    x.ordinal, y.ordinal
+                    "cuDeviceCanAccessPeer: {} (GPU{} -> GPU{}), {} (back)",
+                    i32::from(ab),
+                    x.ordinal,
+                    y.ordinal,
+                    i32::from(ba)
                 ));
                 out.pairs.push(p);
                 continue;
             }
-            let enable = |from: &Dev, to: &Dev| -> Result<(), String> {
-                // SAFETY: contexts retained above.
-                unsafe {
-                    cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(from.ctx))?;
-                    let e = sys::cuCtxEnablePeerAccess(to.ctx, 0);
-                    if e != sys::CUresult::CUDA_SUCCESS
-                        && e != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
-                    {
-                        cu("cuCtxEnablePeerAccess", e)?;
-                    }
-                }
-                Ok(())
-            };
-            let r = enable(x, y)
-                .and_then(|()| enable(y, x))
-                .and_then(|()| measure(x, y, size, reps));
+            let r = x
+                .ctx
+                .enable_peer_access(&y.ctx)
+                .and_then(|()| y.ctx.enable_peer_access(&x.ctx))
+                .map_err(err)
+                .and_then(|()| measure(&x.side(), &y.side(), size, reps));
             match r {
                 Ok(m) => {
                     p.uni_gbps = m.uni_gbps;
@@ -266,16 +238,8 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             out.pairs.push(p);
         }
     }
-    // SAFETY: everything synchronised; free what we allocated.
-    unsafe {
-        for d in &devs {
-            sys::cuCtxSetCurrent(d.ctx);
-            sys::cuStreamDestroy_v2(d.stream);
-            for b in d.buf {
-                sys::cuMemFree_v2(b);
-            }
-        }
-    }
+    // Everything is synchronised; the streams, buffers and contexts go with `devs`.
+    drop(devs);
     serde_json::to_value(&out).map_err(|e| e.to_string())
 }
 

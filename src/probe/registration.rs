@@ -9,9 +9,8 @@
 //! memory_peers counters and NVML's BAR1 usage before and after. Ground truth §2.2 D01-D06,
 //! §2.8 P01-P02, §2.10.
 
-use crate::live::cuda::{self, CuError};
-use crate::verbs;
-use cudarc::driver::sys;
+use crate::live::cuda::{self, Context, Driver, HostMemory};
+use crate::live::{os, verbs};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -74,30 +73,23 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 /// Allocate, export, close and free each size `reps` times; medians and p90s.
-fn repeat_timings(reps: usize) -> Vec<Timing> {
+fn repeat_timings(ctx: &Context, reps: usize) -> Vec<Timing> {
     let mut out = Vec::new();
     for &size in &SIZES {
         let (mut a, mut e, mut f) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..reps {
-            let mut p: sys::CUdeviceptr = 0;
             let t0 = Instant::now();
-            // SAFETY: allocates into p.
-            if cuda::check("cuMemAlloc", unsafe {
-                sys::cuMemAlloc_v2(&mut p, size as usize)
-            })
-            .is_err()
-            {
+            let Ok(buf) = ctx.alloc(size as usize) else {
                 break;
-            }
+            };
             a.push(t0.elapsed().as_secs_f64() * 1e6);
             let t0 = Instant::now();
-            if let Ok(fd) = export(p, size as usize) {
+            if let Ok(fd) = buf.export_dmabuf() {
                 e.push(t0.elapsed().as_secs_f64() * 1e6);
-                close_fd(fd);
+                drop(fd);
             }
             let t0 = Instant::now();
-            // SAFETY: frees what we allocated.
-            unsafe { sys::cuMemFree_v2(p) };
+            let _ = buf.free();
             f.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         out.push(Timing {
@@ -120,38 +112,6 @@ fn step(name: &str, bytes: u64, t0: Instant, r: Result<(), String>) -> Step {
         ok: r.is_ok(),
         us: t0.elapsed().as_secs_f64() * 1e6,
         error: r.err(),
-    }
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
-    }
-}
-
-fn export(ptr: sys::CUdeviceptr, size: usize) -> Result<i32, CuError> {
-    let mut fd: libc::c_int = -1;
-    // SAFETY: the handle out-pointer is an int the driver fills with a new fd.
-    cuda::check("cuMemGetHandleForAddressRange", unsafe {
-        sys::cuMemGetHandleForAddressRange(
-            (&mut fd as *mut libc::c_int).cast(),
-            ptr,
-            size,
-            sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-            0,
-        )
-    })?;
-    Ok(fd)
-}
-
-fn close_fd(fd: i32) {
-    if fd >= 0 {
-        // SAFETY: closing an fd the driver handed us.
-        unsafe { libc::close(fd) };
     }
 }
 
@@ -187,13 +147,10 @@ fn bar1_used(bdf: &str) -> Option<u64> {
 
 /// `__worker registration [ordinal]`.
 pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
-    if let Some(p) = cuda::library_problem() {
-        return Err(p);
-    }
-    cuda::init().map_err(|e| e.to_string())?;
+    let drv = Driver::init().map_err(|e| e.to_string())?;
     let mut out = Result_ {
-        driver_version: cuda::driver_version().map_err(|e| e.to_string())?,
-        page_size: page_size(),
+        driver_version: drv.version().map_err(|e| e.to_string())?,
+        page_size: os::page_size(),
         ..Default::default()
     };
     let only: Option<i32> = args
@@ -219,90 +176,70 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             Err(e) => out.verbs_skipped = Some(format!("ibv_get_device_list: {}", e.message)),
         }
     }
-    let n = cuda::device_count().map_err(|e| e.to_string())?;
+    let n = drv.device_count().map_err(|e| e.to_string())?;
     for i in (0..n).filter(|i| only.is_none_or(|o| o == *i)) {
         crate::worker::progress(&format!("gpu {i}: allocating and exporting"));
-        let d = cuda::device(i).map_err(|e| e.to_string())?;
+        let d = drv.device(i).map_err(|e| e.to_string())?;
         let mut g = GpuResult {
             ordinal: i,
-            bdf: cuda::pci_bus_id(d).unwrap_or_default(),
-            name: cuda::name(d),
+            bdf: d.bdf().unwrap_or_default(),
+            name: d.name(),
             ..Default::default()
         };
         g.bar1_used_before = bar1_used(&g.bdf);
         g.memory_peers_before = memory_peers();
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: primary context of a device handle from cuDeviceGet.
-        cuda::check("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, d)
-        })
-        .map_err(|e| e.to_string())?;
-        // SAFETY: ctx was just retained.
-        cuda::check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })
-            .map_err(|e| e.to_string())?;
-        let mut keep: Vec<(sys::CUdeviceptr, u64, i32)> = Vec::new();
+        let ctx = d.primary_context().map_err(|e| e.to_string())?;
+        // (buffer, size, its dma-buf fd when the export worked)
+        let mut keep = Vec::new();
         for &size in &SIZES {
-            let mut p: sys::CUdeviceptr = 0;
             let t0 = Instant::now();
-            // SAFETY: allocates device memory into p.
-            let r = cuda::check("cuMemAlloc", unsafe {
-                sys::cuMemAlloc_v2(&mut p, size as usize)
-            })
-            .map_err(|e| e.to_string());
-            let ok = r.is_ok();
-            g.steps.push(step("cuMemAlloc", size, t0, r));
-            if !ok {
-                continue;
-            }
+            let r = ctx.alloc(size as usize);
+            let buf = match r {
+                Ok(b) => {
+                    g.steps.push(step("cuMemAlloc", size, t0, Ok(())));
+                    b
+                }
+                Err(e) => {
+                    g.steps
+                        .push(step("cuMemAlloc", size, t0, Err(e.to_string())));
+                    continue;
+                }
+            };
             let t0 = Instant::now();
-            let fd = export(p, size as usize);
-            let fdv = fd.as_ref().map(|f| *f).unwrap_or(-1);
+            let fd = buf.export_dmabuf();
             g.steps.push(step(
                 "dmabuf-export",
                 size,
                 t0,
-                fd.map(|_| ()).map_err(|e| e.to_string()),
+                fd.as_ref().map(|_| ()).map_err(|e| e.to_string()),
             ));
-            keep.push((p, size, fdv));
+            keep.push((buf, size, fd.ok()));
         }
         // A range that starts 4 KiB into an allocation: page aligned, not 64 KiB aligned.
-        if let Some(&(p, _, _)) = keep.iter().find(|(_, s, _)| *s == 2 << 20) {
+        if let Some((buf, _, _)) = keep.iter().find(|(_, s, _)| *s == 2 << 20) {
             let t0 = Instant::now();
-            let r = export(p + 4096, 64 << 10);
-            if let Ok(fd) = &r {
-                close_fd(*fd);
-            }
+            let r = buf.export_dmabuf_range(4096, 64 << 10);
             g.steps.push(step(
                 "dmabuf-export-offset-4k",
                 64 << 10,
                 t0,
-                r.map(|_| ()).map_err(|e| e.to_string()),
+                r.map(drop).map_err(|e| e.to_string()),
             ));
         }
         // Managed memory: the driver refuses to export it (and peer memory cannot pin it).
         {
-            let mut p: sys::CUdeviceptr = 0;
             let t0 = Instant::now();
-            // SAFETY: CU_MEM_ATTACH_GLOBAL = 1.
-            let r = cuda::check("cuMemAllocManaged", unsafe {
-                sys::cuMemAllocManaged(&mut p, 2 << 20, 1)
-            });
-            match r {
-                Ok(()) => {
+            match ctx.alloc_managed(2 << 20) {
+                Ok(m) => {
                     g.steps.push(step("cuMemAllocManaged", 2 << 20, t0, Ok(())));
                     let t0 = Instant::now();
-                    let e = export(p, 2 << 20);
-                    if let Ok(fd) = &e {
-                        close_fd(*fd);
-                    }
+                    let e = m.export_dmabuf();
                     g.steps.push(step(
                         "dmabuf-export-managed",
                         2 << 20,
                         t0,
-                        e.map(|_| ()).map_err(|e| e.to_string()),
+                        e.map(drop).map_err(|e| e.to_string()),
                     ));
-                    // SAFETY: frees what we allocated.
-                    unsafe { sys::cuMemFree_v2(p) };
                 }
                 Err(e) => g
                     .steps
@@ -310,37 +247,25 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             }
         }
         // Pinned host memory, the host-memory baseline for registration.
-        {
-            let size = 2usize << 20;
-            let mut host: *mut libc::c_void = std::ptr::null_mut();
-            // SAFETY: posix_memalign into our pointer.
-            let rc = unsafe { libc::posix_memalign(&mut host, 1 << 21, size) };
-            if rc == 0 && !host.is_null() {
-                let t0 = Instant::now();
-                // SAFETY: host points to `size` bytes we own; flags 0.
-                let r = cuda::check("cuMemHostRegister", unsafe {
-                    sys::cuMemHostRegister_v2(host, size, 0)
-                });
-                let ok = r.is_ok();
-                g.steps.push(step(
-                    "cuMemHostRegister",
-                    size as u64,
-                    t0,
-                    r.map_err(|e| e.to_string()),
-                ));
-                if ok {
-                    // SAFETY: unregisters what we registered.
-                    unsafe { sys::cuMemHostUnregister(host) };
-                }
-                // SAFETY: frees our allocation.
-                unsafe { libc::free(host) };
-            }
+        if let Some(mut host) = HostMemory::alloc(2 << 20, 1 << 21) {
+            let size = host.len() as u64;
+            let t0 = Instant::now();
+            let r = ctx.register_host(&mut host);
+            // Timed up to the registration; unregistering (the drop) comes after.
+            let s = step(
+                "cuMemHostRegister",
+                size,
+                t0,
+                r.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            );
+            g.steps.push(s);
+            drop(r);
         }
         // Verbs: register GPU memory both ways on every RDMA device.
         if let Some(v) = &v {
             for dev in out.rdma_devices.clone() {
                 crate::worker::progress(&format!("gpu {i}: registering with {dev}"));
-                let Ok(ctx) = v.open(&dev) else {
+                let Ok(vctx) = v.open(&dev) else {
                     g.verbs.push(Step {
                         step: format!("ibv_open_device {dev}"),
                         ok: false,
@@ -349,7 +274,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
                     });
                     continue;
                 };
-                let pd = match ctx.alloc_pd() {
+                let pd = match vctx.alloc_pd() {
                     Ok(pd) => pd,
                     Err(e) => {
                         g.verbs.push(Step {
@@ -362,20 +287,17 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
                     }
                 };
                 if i == 0 || !out.nccl_dmabuf_probe.contains_key(&dev) {
-                    let probe = match pd.dmabuf_probe() {
-                        verbs::DmabufProbe::SymbolMissing => Some(95),
-                        verbs::DmabufProbe::Unsupported { errno }
-                        | verbs::DmabufProbe::Supported { errno } => Some(errno),
-                    };
-                    out.nccl_dmabuf_probe.insert(dev.clone(), probe);
+                    out.nccl_dmabuf_probe
+                        .insert(dev.clone(), Some(pd.dmabuf_probe().errno()));
                 }
                 let access = verbs::ACCESS_LOCAL_WRITE
                     | verbs::ACCESS_REMOTE_WRITE
                     | verbs::ACCESS_REMOTE_READ;
-                for &(p, size, fd) in keep
+                for (buf, size, fd) in keep
                     .iter()
                     .filter(|(_, s, _)| *s == 4 << 10 || *s == 2 << 20)
                 {
+                    let (p, size) = (buf.device_ptr(), *size);
                     let t0 = Instant::now();
                     let r = pd.reg_mr(p, size as usize, access);
                     g.verbs.push(step(
@@ -385,9 +307,10 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
                         r.map(drop)
                             .map_err(|e| format!("errno {}: {}", e.errno, e.message)),
                     ));
-                    if fd >= 0 {
+                    if let Some(fd) = fd {
+                        use std::os::fd::AsRawFd;
                         let t0 = Instant::now();
-                        let r = pd.reg_dmabuf_mr(0, size as usize, p, fd, access);
+                        let r = pd.reg_dmabuf_mr(0, size as usize, p, fd.as_raw_fd(), access);
                         g.verbs.push(step(
                             &format!("ibv_reg_dmabuf_mr {dev}"),
                             size,
@@ -403,17 +326,16 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             crate::worker::progress(&format!(
                 "gpu {i}: timing {reps} rounds of alloc/export/free"
             ));
-            g.timing = repeat_timings(reps);
+            g.timing = repeat_timings(&ctx, reps);
         }
         g.bar1_used_after = bar1_used(&g.bdf);
         g.memory_peers_after = memory_peers();
-        for (p, _, fd) in keep {
-            close_fd(fd);
-            // SAFETY: frees what we allocated in this context.
-            unsafe { sys::cuMemFree_v2(p) };
+        // Each fd is closed before its buffer is freed, all before the context goes.
+        for (buf, _, fd) in keep {
+            drop(fd);
+            drop(buf);
         }
-        // SAFETY: releases the primary context we retained.
-        unsafe { sys::cuDevicePrimaryCtxRelease_v2(d) };
+        drop(ctx);
         out.gpus.push(g);
     }
     serde_json::to_value(out).map_err(|e| e.to_string())
