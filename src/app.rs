@@ -18,7 +18,7 @@ pub fn main() -> i32 {
     // The hidden worker entry point (probe::runner starts it); not a user command.
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("__worker") {
-        return crate::worker::main(args.get(2..).unwrap_or(&[]));
+        return crate::probe::worker::main(args.get(2..).unwrap_or(&[]));
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -203,25 +203,14 @@ pub fn live_facts() -> gdrdoctor_checks::model::LiveFacts {
     let progress = crate::probe::runner::Progress::new("querying NVML, CUDA and libibverbs");
     let run = crate::probe::runner::run(
         "live-facts",
-        &[],
+        &(),
         std::time::Duration::from_secs(20),
         &|m| progress.update(m),
     );
     progress.finish();
-    match run {
-        Ok(r) => match (r.failure(), r.result) {
-            (None, Some(v)) => match v.get("error").and_then(|e| e.as_str()) {
-                Some(e) => gdrdoctor_checks::model::LiveFacts::absent(e),
-                None => serde_json::from_value(v).unwrap_or_else(|e| {
-                    gdrdoctor_checks::model::LiveFacts::absent(&format!(
-                        "unreadable worker result: {e}"
-                    ))
-                }),
-            },
-            (Some(f), _) => gdrdoctor_checks::model::LiveFacts::absent(&f),
-            (None, None) => gdrdoctor_checks::model::LiveFacts::absent("worker printed no result"),
-        },
-        Err(e) => gdrdoctor_checks::model::LiveFacts::absent(&e),
+    match run.and_then(|r| r.output::<gdrdoctor_checks::model::LiveFacts>()) {
+        Ok(l) => l,
+        Err(e) => gdrdoctor_checks::model::LiveFacts::absent(&e.to_string()),
     }
 }
 
@@ -319,7 +308,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
             (Some(a), Some(b)) if a == b => {
                 return err("--p2p with --gpu and --peer needs two different gpus")
             }
-            (Some(a), Some(b)) => Some(format!("{a},{b}")),
+            (Some(a), Some(b)) => Some(vec![a, b]),
             (None, None) => None,
             _ => return err("--p2p measures every pair; give both --gpu and --peer for one pair"),
         };

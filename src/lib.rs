@@ -11,4 +11,3 @@ pub mod probe;
 pub mod reader;
 pub mod render;
 pub mod snapshot;
-pub mod worker;

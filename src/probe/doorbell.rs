@@ -17,6 +17,7 @@
 use crate::live::cuda::{Context, Driver, Function, KernelArg, Stream};
 use crate::live::{os, verbs};
 use crate::probe::kernels;
+use crate::probe::protocol::{self, WorkerError};
 use gdrdoctor_checks::doorbell::{self as db, Uar, UarKind};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
@@ -106,29 +107,23 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[(((v.len() - 1) as f64) * p).round() as usize]
 }
 
-/// `__worker doorbell ORDINAL RINGS [LSPCI_FILE] [write|read-only] [ptx|nvrtc]`.
-pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
-    let ordinal: i32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(0);
-    let rings: u32 = args
-        .get(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(10_000)
-        .clamp(10, 1_000_000);
-    let lspci = args
-        .get(2)
-        .filter(|p| !p.is_empty())
+/// The worker side of `probe --doorbell`.
+pub fn worker(o: Options) -> Result<DoorbellOutput, WorkerError> {
+    let rings = o.rings.clamp(10, 1_000_000);
+    let lspci = o
+        .lspci
+        .as_ref()
         .and_then(|p| std::fs::read_to_string(p).ok());
-    let allow_write = args.get(3).is_some_and(|a| a == "write");
-    let force_ptx = args.get(4).is_some_and(|a| a == "ptx");
-    let drv = Driver::init().map_err(err)?;
-    let d = drv.device(ordinal).map_err(err)?;
+    let (allow_write, force_ptx) = (o.allow_mmio_write, o.force_ptx);
+    let drv = Driver::init()?;
+    let d = drv.device(o.ordinal)?;
     let page = os::page_size().max(4096);
     let mut out = DoorbellOutput {
         gpu: d.bdf().unwrap_or_default(),
         page_size: page,
         ..Default::default()
     };
-    let ctx = d.primary_context().map_err(err)?;
+    let ctx = d.primary_context()?;
     let m = kernels::load(
         &ctx,
         &kernels::DOORBELL,
@@ -136,8 +131,8 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         force_ptx,
     )?;
     out.kernel_source = m.source.clone();
-    let mapped = ctx.alloc_mapped_host(BAR_SIZE + 4096 * 2).map_err(err)?;
-    let stream = ctx.stream().map_err(err)?;
+    let mapped = ctx.alloc_mapped_host(BAR_SIZE + 4096 * 2)?;
+    let stream = ctx.stream()?;
     let mem = mapped.region();
     let dev = mapped.device_ptr();
     // Region: [BAR 1 MiB][layout table, info, go, abort, payload, doorbell].
@@ -171,7 +166,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         ],
     )?;
     // Waits for a kernel that does not wait on anything.
-    stream.synchronize().map_err(err)?;
+    stream.synchronize()?;
     out.st_mmio_native = mem.u32_at(info_off).load(Ordering::Acquire) == 1;
     let mut expected: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
     let word = |off: u64| -> Option<u64> {
@@ -215,7 +210,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         mem.u32_at(abort_off),
     );
     for (name, fl) in FLAVOURS {
-        crate::worker::progress(&format!("probe --doorbell: {name}"));
+        protocol::progress(&format!("probe --doorbell: {name}"));
         go.store(0, Ordering::SeqCst);
         dbw.store(0, Ordering::SeqCst);
         let n = rings + 100;
@@ -242,7 +237,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
                 }
                 if t0.elapsed() > Duration::from_secs(5) {
                     abort.store(1, Ordering::Release);
-                    return Err(format!("the GPU did not ring ({name}) within 5 s"));
+                    return Err(format!("the GPU did not ring ({name}) within 5 s").into());
                 }
                 std::hint::spin_loop();
             }
@@ -259,7 +254,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             }
         }
         // The kernel returns after the last token.
-        stream.synchronize().map_err(err)?;
+        stream.synchronize()?;
         out.flavours.push(FlavourResult {
             flavour: name.to_string(),
             rings: rtts.len(),
@@ -279,7 +274,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         Ok(v) => out.mlx5 = v,
         Err(e) => out.mlx5_skipped = Some(e),
     }
-    serde_json::to_value(&out).map_err(|e| e.to_string())
+    Ok(out)
 }
 
 fn sysfs_bar0(bdf: &str) -> Option<(u64, u64)> {
@@ -486,8 +481,8 @@ fn mlx5(
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::{Finding, Status};
 
-/// What `probe --doorbell` was asked to do.
-#[derive(Debug, Clone)]
+/// What `probe --doorbell` was asked to do (the worker's parameters).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Options {
     pub ordinal: i32,
     pub rings: u32,
@@ -496,29 +491,6 @@ pub struct Options {
     pub allow_mmio_write: bool,
     /// Use the PTX carried in the binary even when NVRTC is available.
     pub force_ptx: bool,
-}
-
-impl Options {
-    fn to_args(&self) -> Vec<String> {
-        vec![
-            self.ordinal.to_string(),
-            self.rings.to_string(),
-            self.lspci
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            if self.allow_mmio_write {
-                "write".into()
-            } else {
-                "read-only".into()
-            },
-            if self.force_ptx {
-                "ptx".into()
-            } else {
-                "nvrtc".into()
-            },
-        ]
-    }
 }
 
 /// Run the doorbell probe in a worker.
@@ -549,11 +521,11 @@ pub fn run(
             return (out, None);
         }
     }
-    let Some(run) = crate::probe::start("doorbell", &o.to_args(), deadline, &mut out) else {
+    let Some(run) = crate::probe::start("doorbell", o, deadline, &mut out) else {
         return (out, None);
     };
-    let result = run.result.clone();
-    if let Some(e) = crate::probe::worker_error(result.as_ref()) {
+    let result = run.value().cloned();
+    if let Some(e) = crate::probe::worker_error(&run) {
         out.push(Finding::new(
             "probe.cuda",
             Status::Error,
@@ -572,6 +544,7 @@ pub fn run(
             Status::Error,
             "node",
             run.failure()
+                .map(|f| f.to_string())
                 .unwrap_or_else(|| "the doorbell worker printed no result".into()),
         ));
         crate::probe::health_after_kill(&run, &mut out);

@@ -15,6 +15,7 @@ use crate::live::cuda::{Context, DeviceBuffer, Driver, Event, KernelArg, Stream}
 use crate::live::os;
 use crate::live::shared::Region;
 use crate::probe::kernels::{self, Kernels};
+use crate::probe::protocol::{self, WorkerError};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -353,7 +354,8 @@ pub struct Bench {
 // Worker
 // ---------------------------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
+/// What the hang worker is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Options {
     pub ordinal: i32,
     pub threshold: Duration,
@@ -368,44 +370,11 @@ pub struct Options {
 }
 
 impl Options {
-    pub fn to_args(&self) -> Vec<String> {
-        vec![
-            self.ordinal.to_string(),
-            self.threshold.as_millis().to_string(),
-            self.poll.as_millis().to_string(),
-            self.grace.as_millis().to_string(),
-            self.scenarios.join(","),
-            self.bench.to_string(),
-            if self.force_ptx {
-                "ptx".into()
-            } else {
-                "auto".into()
-            },
-            self.peer
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "-".into()),
-        ]
-    }
-    pub fn from_args(a: &[String]) -> Options {
-        let num = |i: usize, d: u64| a.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
-        Options {
-            ordinal: a.first().and_then(|s| s.parse().ok()).unwrap_or(0),
-            threshold: Duration::from_millis(num(1, 1000).max(20)),
-            poll: Duration::from_millis(num(2, 10).max(1)),
-            grace: Duration::from_millis(num(3, 300)),
-            scenarios: a
-                .get(4)
-                .map(|s| {
-                    s.split(',')
-                        .filter(|x| !x.is_empty())
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            bench: num(5, 0) as usize,
-            force_ptx: a.get(6).is_some_and(|s| s == "ptx"),
-            peer: a.get(7).and_then(|s| s.parse().ok()),
-        }
+    /// The floors the detector needs: a stall threshold of at least 20 ms, a poll of 1 ms.
+    pub fn normalized(mut self) -> Options {
+        self.threshold = self.threshold.max(Duration::from_millis(20));
+        self.poll = self.poll.max(Duration::from_millis(1));
+        self
     }
 }
 
@@ -1051,7 +1020,7 @@ fn run_scenario(g: &Gpu, name: &str) -> Result<ScenarioResult, String> {
     };
     g.reset();
     marker(name);
-    crate::worker::progress(&format!("probe --hang: {name}"));
+    protocol::progress(&format!("probe --hang: {name}"));
     if name == "pingpong" || name == "ring" {
         return protocol_timing(g, name, r);
     }
@@ -1281,11 +1250,12 @@ fn setup_peer(drv: &Driver, p: i32, own: &Context, force_ptx: bool) -> Result<Pe
     r
 }
 
-/// `__worker hang ARGS`: prints the result itself (possibly early, on escalation).
-pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
-    let opts = Options::from_args(args);
-    let drv = Driver::init().map_err(err)?;
-    let d = drv.device(opts.ordinal).map_err(err)?;
+/// The worker side of `probe --hang`. On an escalation (a kernel that ignores the abort) it
+/// prints its reply itself and exits 3 without releasing the context.
+pub fn worker(opts: Options) -> Result<HangOutput, WorkerError> {
+    let opts = opts.normalized();
+    let drv = Driver::init()?;
+    let d = drv.device(opts.ordinal)?;
     let mut out = HangOutput {
         gpu: d.bdf().unwrap_or_default(),
         name: d.name(),
@@ -1295,10 +1265,10 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         .attribute(crate::live::cuda::Attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .unwrap_or(1);
     // The primary context of our device; never released on a hang path (exit instead).
-    let ctx = d.primary_context().map_err(err)?;
+    let ctx = d.primary_context()?;
     // printf FIFO before the first launch.
     let fifo: usize = 16 << 20;
-    ctx.set_printf_fifo(fifo).map_err(err)?;
+    ctx.set_printf_fifo(fifo)?;
     out.printf_fifo_bytes = fifo as u64;
     let names = [
         "hp_wait_flag",
@@ -1312,10 +1282,10 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     out.kernel_source = funcs.source.clone();
     out.load_ms = funcs.load_ms;
     // Allocations and streams owned by the worker for its lifetime.
-    let mapped = ctx.alloc_mapped_host(MAPPED_SIZE).map_err(err)?;
-    let dev_mem = ctx.alloc(4096).map_err(err)?;
-    let remote = ctx.alloc(4096).map_err(err)?;
-    let streams = [ctx.stream().map_err(err)?, ctx.stream().map_err(err)?];
+    let mapped = ctx.alloc_mapped_host(MAPPED_SIZE)?;
+    let dev_mem = ctx.alloc(4096)?;
+    let remote = ctx.alloc(4096)?;
+    let streams = [ctx.stream()?, ctx.stream()?];
     let count = drv.device_count().unwrap_or(0);
     let peer = match opts.peer {
         None => Err("no peer gpu requested".to_string()),
@@ -1382,8 +1352,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         if escalated {
             // The kernel ignores the abort: the context cannot be released. Report and leave
             // without running destructors (knowledge/hang-probe.md §2.5).
-            let v = serde_json::to_value(&out).unwrap_or_default();
-            println!("{}{v}", crate::probe::runner::RESULT_PREFIX);
+            protocol::reply("hang", protocol::Outcome::Ok(protocol::output(&out)?));
             marker("escalate");
             std::process::exit(3);
         }
@@ -1404,7 +1373,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     // mapped region (the detector's view of it went with `g`).
     drop(g);
     drop(mapped);
-    serde_json::to_value(&out).map_err(|e| e.to_string())
+    Ok(out)
 }
 
 /// Rounds of the overhead measurement (each: ping-pong and ring, bare and instrumented).
@@ -1416,7 +1385,7 @@ fn bench(g: &Gpu, n: usize) -> Result<Bench, String> {
         ..Default::default()
     };
     for i in 0..n {
-        crate::worker::progress(&format!("bench: detection latency {}/{n}", i + 1));
+        protocol::progress(&format!("bench: detection latency {}/{n}", i + 1));
         let r = run_scenario(g, "never-set")?;
         if let Some(v) = r.verdict {
             b.detect_latency_ms.push(v.latency_ms);
@@ -1428,7 +1397,7 @@ fn bench(g: &Gpu, n: usize) -> Result<Bench, String> {
     // Bare and instrumented interleaved, BENCH_ROUNDS times: the medians compare runs that saw
     // the same clocks and the same neighbours.
     for i in 0..BENCH_ROUNDS {
-        crate::worker::progress(&format!(
+        protocol::progress(&format!(
             "bench: ping-pong and ring {}/{BENCH_ROUNDS}",
             i + 1
         ));
@@ -1758,7 +1727,7 @@ mod tests {
     }
 
     #[test]
-    fn options_round_trip_through_worker_args() {
+    fn options_round_trip_through_the_protocol_and_keep_their_floors() {
         let o = Options {
             ordinal: 1,
             threshold: Duration::from_millis(250),
@@ -1769,29 +1738,18 @@ mod tests {
             force_ptx: true,
             peer: Some(2),
         };
-        let back = Options::from_args(&o.to_args());
-        assert_eq!(back.peer, Some(2));
+        let req = crate::probe::protocol::Request::new("hang", &o).unwrap();
+        let back: Options = crate::probe::protocol::params(req.params).unwrap();
+        assert_eq!(back, o);
+        let tiny = Options {
+            threshold: Duration::from_millis(1),
+            poll: Duration::ZERO,
+            ..o
+        }
+        .normalized();
         assert_eq!(
-            Options::from_args(
-                &Options {
-                    peer: None,
-                    ..o.clone()
-                }
-                .to_args()
-            )
-            .peer,
-            None
-        );
-        assert_eq!(
-            (
-                back.ordinal,
-                back.threshold,
-                back.poll,
-                back.scenarios,
-                back.bench,
-                back.force_ptx
-            ),
-            (1, o.threshold, o.poll, o.scenarios.clone(), 3, true)
+            (tiny.threshold, tiny.poll),
+            (Duration::from_millis(20), Duration::from_millis(1))
         );
     }
 }

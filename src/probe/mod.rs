@@ -6,8 +6,10 @@ pub mod hang;
 pub mod health;
 pub mod kernels;
 pub mod p2p;
+pub mod protocol;
 pub mod registration;
 pub mod runner;
+pub mod worker;
 
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::{Finding, Status};
@@ -65,20 +67,27 @@ pub(crate) fn no_gpu(node: &Node) -> Option<Finding> {
 /// error pushed to `out`.
 pub(crate) fn start(
     task: &str,
-    args: &[String],
+    params: &impl serde::Serialize,
     deadline: Duration,
     out: &mut Vec<Finding>,
 ) -> Option<runner::WorkerRun> {
     let progress = runner::Progress::new(&format!("probe --{task}: starting the worker"));
-    let run = runner::run(task, args, deadline, &|m| progress.update(m));
+    let run = runner::run(task, params, deadline, &|m| progress.update(m));
     progress.finish();
-    run.map_err(|e| out.push(Finding::new("probe.cuda", Status::Error, "node", e)))
-        .ok()
+    run.map_err(|e| {
+        out.push(Finding::new(
+            "probe.cuda",
+            Status::Error,
+            "node",
+            e.to_string(),
+        ))
+    })
+    .ok()
 }
 
-/// The `error` a worker reported instead of a result (CUDA missing, device not found, ...).
-pub(crate) fn worker_error(result: Option<&serde_json::Value>) -> Option<&str> {
-    result.and_then(|v| v.get("error")).and_then(|e| e.as_str())
+/// The error a worker reported instead of a result (CUDA missing, device not found, ...).
+pub(crate) fn worker_error(run: &runner::WorkerRun) -> Option<String> {
+    run.worker_error().map(|e| e.to_string())
 }
 
 /// Run the registration probe and turn its measurements into findings.
@@ -93,20 +102,26 @@ pub fn registration(
         out.push(f);
         return (out, None);
     }
-    let args: Vec<String> = vec![
-        gpu.map(|g| g.to_string()).unwrap_or_else(|| "-1".into()),
-        repeat.to_string(),
-    ];
-    let Some(run) = start("registration", &args, deadline, &mut out) else {
+    let params = registration::Params {
+        gpu: gpu.map(|g| g as i32),
+        repeat,
+    };
+    let Some(run) = start("registration", &params, deadline, &mut out) else {
         return (out, None);
     };
     if let Some(f) = run.failure() {
-        out.push(Finding::new("probe.cuda", Status::Error, "node", f.clone()));
+        out.push(Finding::new(
+            "probe.cuda",
+            Status::Error,
+            "node",
+            f.to_string(),
+        ));
         health_after_kill(&run, &mut out);
-        return (out, run.result);
+        return (out, run.value().cloned());
     }
-    let v = run.result.clone().unwrap_or_default();
-    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+    let v = run.value().cloned().unwrap_or_default();
+    if let Some(e) = worker_error(&run) {
+        let e = e.as_str();
         let hint = explain_cuda(e);
         let mut f = Finding::new(
             "probe.cuda",
@@ -120,7 +135,7 @@ pub fn registration(
             f = f.fix("install the NVIDIA driver's user-space libraries (libcuda.so.1 comes with the driver, e.g. `libnvidia-compute-<ver>`), or run inside a container started with the NVIDIA container toolkit");
         }
         out.push(f);
-        return (out, run.result);
+        return (out, None);
     }
     let res: registration::Result_ = match serde_json::from_value(v.clone()) {
         Ok(r) => r,
@@ -453,12 +468,12 @@ pub fn hang(
         if i == 1 {
             o.bench = 0;
         }
-        let Some(run) = start("hang", &o.to_args(), deadline, &mut out) else {
+        let Some(run) = start("hang", &o, deadline, &mut out) else {
             continue;
         };
         let key = if i == 0 { "hang" } else { "hang-escalation" };
-        let result = run.result.clone();
-        if let Some(e) = worker_error(result.as_ref()) {
+        let result = run.value().cloned();
+        if let Some(e) = worker_error(&run) {
             out.push(Finding::new(
                 "probe.cuda",
                 Status::Error,
@@ -510,7 +525,12 @@ pub fn hang(
                     .fix("check `nvidia-smi` and `dmesg` for Xid errors; a GPU that stays hung needs `nvidia-smi -r` or a reboot")),
             }
         } else if let Some(f) = run.failure() {
-            out.push(Finding::new("probe.cuda", Status::Error, "node", f));
+            out.push(Finding::new(
+                "probe.cuda",
+                Status::Error,
+                "node",
+                f.to_string(),
+            ));
         }
         if parsed.is_none()
             && matches!(

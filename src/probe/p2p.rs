@@ -5,6 +5,7 @@
 //! copies inside the GPU as a reference and the pairs are skipped.
 
 use crate::live::cuda::{Context, DeviceBuffer, Driver, Stream};
+use crate::probe::protocol::{self, WorkerError};
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::{Finding, Status};
 use serde::{Deserialize, Serialize};
@@ -123,28 +124,27 @@ fn measure(x: &Side, y: &Side, size: usize, reps: u32) -> Result<P2pPair, String
     Ok(p)
 }
 
-/// `__worker p2p ORDINALS SIZE_MIB REPS` (ORDINALS comma-separated, or `all`).
-pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
-    let drv = Driver::init().map_err(err)?;
-    let n = drv.device_count().map_err(err)?;
-    let want: Vec<i32> = match args.first().map(String::as_str) {
-        None | Some("all") | Some("") => (0..n).collect(),
-        Some(list) => list
-            .split(',')
-            .filter_map(|x| x.parse().ok())
-            .filter(|x| *x < n)
-            .collect(),
+/// What the p2p worker is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Params {
+    /// The GPUs (CUDA ordinals) to measure; every GPU when `None`.
+    pub gpus: Option<Vec<i32>>,
+    /// Bytes per copy, in MiB.
+    pub size_mib: usize,
+    /// Copies per measurement.
+    pub reps: u32,
+}
+
+/// The worker side of `probe --p2p`.
+pub fn worker(p: Params) -> Result<P2pOutput, WorkerError> {
+    let drv = Driver::init()?;
+    let n = drv.device_count()?;
+    let want: Vec<i32> = match p.gpus {
+        None => (0..n).collect(),
+        Some(list) => list.into_iter().filter(|x| (0..n).contains(x)).collect(),
     };
-    let size_mib: usize = args
-        .get(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(64)
-        .clamp(1, 4096);
-    let reps: u32 = args
-        .get(2)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(20)
-        .clamp(1, 10_000);
+    let size_mib = p.size_mib.clamp(1, 4096);
+    let reps = p.reps.clamp(1, 10_000);
     let size = size_mib << 20;
     let mut out = P2pOutput {
         size_bytes: size as u64,
@@ -153,14 +153,14 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     };
     let mut devs = Vec::new();
     for &o in &want {
-        let d = drv.device(o).map_err(err)?;
+        let d = drv.device(o)?;
         out.gpus.push((o, d.bdf().unwrap_or_default()));
-        let ctx = d.primary_context().map_err(err)?;
-        let buf = [ctx.alloc(size).map_err(err)?, ctx.alloc(size).map_err(err)?];
+        let ctx = d.primary_context()?;
+        let buf = [ctx.alloc(size)?, ctx.alloc(size)?];
         for b in &buf {
-            b.memset_d8(0x5a).map_err(err)?;
+            b.memset_d8(0x5a)?;
         }
-        let stream = ctx.stream().map_err(err)?;
+        let stream = ctx.stream()?;
         devs.push(Dev {
             ordinal: o,
             ctx,
@@ -169,7 +169,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         });
     }
     if let Some(d0) = devs.first() {
-        crate::worker::progress("probe --p2p: reference copies inside one gpu");
+        protocol::progress("probe --p2p: reference copies inside one gpu");
         // Inside one GPU: buf[0] -> buf[1] of the same context.
         let x = d0.side();
         let twin = Side {
@@ -194,7 +194,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     for i in 0..devs.len() {
         for j in i + 1..devs.len() {
             let (x, y) = (&devs[i], &devs[j]);
-            crate::worker::progress(&format!(
+            protocol::progress(&format!(
                 "probe --p2p: GPU{} <-> GPU{}",
                 x.ordinal, y.ordinal
             ));
@@ -240,7 +240,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
     }
     // Everything is synchronised; the streams, buffers and contexts go with `devs`.
     drop(devs);
-    serde_json::to_value(&out).map_err(|e| e.to_string())
+    Ok(out)
 }
 
 /// The theoretical one-direction rate of a GPU pair's link, GB/s, and how it was derived:
@@ -393,7 +393,7 @@ pub fn findings(node: &Node, o: &P2pOutput) -> Vec<Finding> {
 /// Run the worker and report.
 pub fn run(
     node: &Node,
-    gpus: Option<&str>,
+    gpus: Option<&[u32]>,
     size_mib: usize,
     reps: u32,
     deadline: Duration,
@@ -403,16 +403,18 @@ pub fn run(
         out.push(f);
         return (out, None);
     }
-    let args = vec![
-        gpus.unwrap_or("all").to_string(),
-        size_mib.to_string(),
-        reps.to_string(),
-    ];
-    let Some(run) = crate::probe::start("p2p", &args, deadline, &mut out) else {
+    let params = Params {
+        gpus: gpus
+            .map(<[u32]>::to_vec)
+            .map(|v| v.into_iter().map(|g| g as i32).collect()),
+        size_mib,
+        reps,
+    };
+    let Some(run) = crate::probe::start("p2p", &params, deadline, &mut out) else {
         return (out, None);
     };
-    let result = run.result.clone();
-    if let Some(e) = crate::probe::worker_error(result.as_ref()) {
+    let result = run.value().cloned();
+    if let Some(e) = crate::probe::worker_error(&run) {
         out.push(Finding::new(
             "probe.cuda",
             Status::Error,
@@ -431,6 +433,7 @@ pub fn run(
             Status::Error,
             "node",
             run.failure()
+                .map(|f| f.to_string())
                 .unwrap_or_else(|| "the p2p worker printed no result".into()),
         )),
     }

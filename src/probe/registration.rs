@@ -11,6 +11,7 @@
 
 use crate::live::cuda::{self, Context, Driver, HostMemory};
 use crate::live::{os, verbs};
+use crate::probe::protocol::{self, WorkerError};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -145,23 +146,25 @@ fn bar1_used(bdf: &str) -> Option<u64> {
     None
 }
 
-/// `__worker registration [ordinal]`.
-pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
-    let drv = Driver::init().map_err(|e| e.to_string())?;
+/// What the registration worker is asked to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Params {
+    /// Only this GPU (CUDA ordinal); every GPU when `None`.
+    pub gpu: Option<i32>,
+    /// Rounds of alloc/export/free for the medians (1: no repeated timing).
+    pub repeat: u32,
+}
+
+/// The worker side of `probe --registration`.
+pub fn worker(p: Params) -> Result<Result_, WorkerError> {
+    let drv = Driver::init()?;
     let mut out = Result_ {
-        driver_version: drv.version().map_err(|e| e.to_string())?,
+        driver_version: drv.version()?,
         page_size: os::page_size(),
         ..Default::default()
     };
-    let only: Option<i32> = args
-        .first()
-        .and_then(|a| a.parse().ok())
-        .filter(|g: &i32| *g >= 0);
-    let reps: usize = args
-        .get(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1)
-        .clamp(1, 1000);
+    let only: Option<i32> = p.gpu.filter(|g| *g >= 0);
+    let reps = (p.repeat as usize).clamp(1, 1000);
     let v = match verbs::Verbs::load() {
         Ok(v) => Some(v),
         Err(e) => {
@@ -176,10 +179,10 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             Err(e) => out.verbs_skipped = Some(format!("ibv_get_device_list: {}", e.message)),
         }
     }
-    let n = drv.device_count().map_err(|e| e.to_string())?;
+    let n = drv.device_count()?;
     for i in (0..n).filter(|i| only.is_none_or(|o| o == *i)) {
-        crate::worker::progress(&format!("gpu {i}: allocating and exporting"));
-        let d = drv.device(i).map_err(|e| e.to_string())?;
+        protocol::progress(&format!("gpu {i}: allocating and exporting"));
+        let d = drv.device(i)?;
         let mut g = GpuResult {
             ordinal: i,
             bdf: d.bdf().unwrap_or_default(),
@@ -188,7 +191,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         };
         g.bar1_used_before = bar1_used(&g.bdf);
         g.memory_peers_before = memory_peers();
-        let ctx = d.primary_context().map_err(|e| e.to_string())?;
+        let ctx = d.primary_context()?;
         // (buffer, size, its dma-buf fd when the export worked)
         let mut keep = Vec::new();
         for &size in &SIZES {
@@ -264,7 +267,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         // Verbs: register GPU memory both ways on every RDMA device.
         if let Some(v) = &v {
             for dev in out.rdma_devices.clone() {
-                crate::worker::progress(&format!("gpu {i}: registering with {dev}"));
+                protocol::progress(&format!("gpu {i}: registering with {dev}"));
                 let Ok(vctx) = v.open(&dev) else {
                     g.verbs.push(Step {
                         step: format!("ibv_open_device {dev}"),
@@ -323,7 +326,7 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
             }
         }
         if reps > 1 {
-            crate::worker::progress(&format!(
+            protocol::progress(&format!(
                 "gpu {i}: timing {reps} rounds of alloc/export/free"
             ));
             g.timing = repeat_timings(&ctx, reps);
@@ -338,5 +341,5 @@ pub fn worker(args: &[String]) -> Result<serde_json::Value, String> {
         drop(ctx);
         out.gpus.push(g);
     }
-    serde_json::to_value(out).map_err(|e| e.to_string())
+    Ok(out)
 }
