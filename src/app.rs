@@ -215,130 +215,16 @@ pub fn live_facts() -> gdrdoctor_checks::model::LiveFacts {
 }
 
 fn probe(args: &crate::cli::ProbeArgs) -> i32 {
-    if !args.registration && !args.hang && !args.doorbell && !args.p2p {
-        return err(
-            "choose a probe: --registration, --hang, --doorbell or --p2p (see `gdrdoctor probe --help`)",
-        );
-    }
-    if (args.lspci.is_some() || args.allow_mmio_write) && !args.doorbell {
-        return err("--lspci and --allow-mmio-write need --doorbell");
-    }
-    let mut scenarios: Vec<String> = crate::probe::hang::DEFAULT_SCENARIOS
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    for i in &args.inject {
-        let names: Vec<&str> = if i == "all" {
-            crate::probe::hang::INJECTIONS.to_vec()
-        } else {
-            vec![i.as_str()]
-        };
-        for n in names {
-            if !crate::probe::hang::INJECTIONS.contains(&n) {
-                return err(format!(
-                    "unknown injection `{n}`; choose from {} or all",
-                    crate::probe::hang::INJECTIONS.join(", ")
-                ));
-            }
-            for s in [n.to_string(), format!("control:{n}")] {
-                if crate::probe::hang::SCENARIOS.iter().any(|x| x.0 == s) && !scenarios.contains(&s)
-                {
-                    scenarios.push(s);
-                }
-            }
-        }
-    }
-    if !args.inject.is_empty() && !args.hang {
-        return err("--inject needs --hang");
-    }
+    // Every plan is validated before anything runs.
+    let plans = match crate::probe::plans(&args.probes) {
+        Ok(p) => p,
+        Err(e) => return err(e),
+    };
     let (_opened, node) = match load_node(None, false) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
-    let mut findings = Vec::new();
-    let mut raw = serde_json::Map::new();
-    if args.registration {
-        let (f, v) = crate::probe::registration(
-            &node,
-            args.gpu,
-            args.repeat,
-            std::time::Duration::from_secs(args.timeout),
-        );
-        findings.extend(f);
-        if let Some(v) = v {
-            raw.insert("registration".into(), v);
-        }
-    }
-    if args.hang {
-        // The cross-GPU scenarios need a peer: --peer, else another GPU, else this one
-        // (loopback, said so in the report).
-        let ordinal = args.gpu.map(|g| g as i32).unwrap_or(0);
-        let n_gpus = gdrdoctor_checks::derive::gpus(&node).len() as i32;
-        let hang_peer = if scenarios.iter().any(|s| s.ends_with("remote-wait")) {
-            Some(args.peer.map(|p| p as i32).unwrap_or(if n_gpus >= 2 {
-                if ordinal == 0 {
-                    1
-                } else {
-                    0
-                }
-            } else {
-                ordinal
-            }))
-        } else {
-            None
-        };
-        let o = crate::probe::hang::Options {
-            ordinal: args.gpu.map(|g| g as i32).unwrap_or(0),
-            threshold: std::time::Duration::from_millis(args.hang_timeout.max(20)),
-            poll: std::time::Duration::from_millis(args.poll_ms.max(1)),
-            grace: std::time::Duration::from_millis(300),
-            scenarios,
-            bench: args.bench,
-            force_ptx: args.ptx,
-            peer: hang_peer,
-        };
-        let (f, v) = crate::probe::hang(&node, &o, std::time::Duration::from_secs(args.timeout));
-        findings.extend(f);
-        if let Some(v) = v {
-            raw.insert("hang".into(), v);
-        }
-    }
-    if args.p2p {
-        let gpus = match (args.gpu, args.peer) {
-            (Some(a), Some(b)) if a == b => {
-                return err("--p2p with --gpu and --peer needs two different gpus")
-            }
-            (Some(a), Some(b)) => Some(vec![a, b]),
-            (None, None) => None,
-            _ => return err("--p2p measures every pair; give both --gpu and --peer for one pair"),
-        };
-        let (f, v) = crate::probe::p2p::run(
-            &node,
-            gpus.as_deref(),
-            args.p2p_size,
-            args.repeat.max(20),
-            std::time::Duration::from_secs(args.timeout),
-        );
-        findings.extend(f);
-        if let Some(v) = v {
-            raw.insert("p2p".into(), v);
-        }
-    }
-    if args.doorbell {
-        let o = crate::probe::doorbell::Options {
-            ordinal: args.gpu.map(|g| g as i32).unwrap_or(0),
-            rings: args.rings,
-            lspci: args.lspci.clone(),
-            allow_mmio_write: args.allow_mmio_write,
-            force_ptx: args.ptx,
-        };
-        let (f, v) =
-            crate::probe::doorbell::run(&node, &o, std::time::Duration::from_secs(args.timeout));
-        findings.extend(f);
-        if let Some(v) = v {
-            raw.insert("doorbell".into(), v);
-        }
-    }
+    let (findings, records) = crate::probe::execute(&plans, &node);
     let opts = RunOptions {
         selection: Default::default(),
         fail_on: match args.fail_on {
@@ -348,7 +234,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
         allow_incomplete: args.allow_incomplete,
     };
     let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
-    report.probe = Some(serde_json::Value::Object(raw));
+    report.probe = Some(serde_json::Value::Object(records));
     deliver(
         &report,
         args.format,
@@ -455,8 +341,8 @@ fn list(format: ListFormat) -> i32 {
                 s.push_str(&format!("{:<w$}  {}\n", c.id, c.title));
             }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
-            for (id, title) in crate::probe::PROBE_IDS {
-                s.push_str(&format!("{id:<w$}  {title}\n"));
+            for f in crate::probe::finding_defs() {
+                s.push_str(&format!("{:<w$}  {}\n", f.id, f.title));
             }
             s
         }

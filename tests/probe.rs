@@ -417,3 +417,81 @@ fn h200_doorbell_capture_rederives_its_findings() {
         }
     }
 }
+
+/// Every captured H200 probe report (fixtures/reports: registration, hang, hang with every
+/// injection, doorbell with NVRTC and with the carried PTX, p2p) replays through today's
+/// verdicts to exactly the findings the machine reported: ids, statuses, subjects, messages,
+/// evidence and fixes. The node is the same VM's snapshot.
+#[test]
+fn h200_probe_captures_replay_to_their_findings() {
+    let node = gdrdoctor::app::load_node(Some(&fixture("h200-vm-live")), false)
+        .unwrap()
+        .1;
+    let mut seen = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(repo().join("fixtures/reports")).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let probe = &report["probe"];
+        let got = gdrdoctor::probe::replay(&node, probe)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let got = serde_json::to_value(&got).unwrap();
+        let want = &report["findings"];
+        assert!(!want.as_array().unwrap().is_empty(), "{}", path.display());
+        if &got != want {
+            let (g, w) = (got.as_array().unwrap(), want.as_array().unwrap());
+            for (i, (a, b)) in g.iter().zip(w.iter()).enumerate() {
+                assert_eq!(a, b, "{}: finding {i}", path.display());
+            }
+            assert_eq!(g.len(), w.len(), "{}: number of findings", path.display());
+        }
+        seen.extend(probe.as_object().unwrap().keys().cloned());
+    }
+    // Every registered probe has a capture to replay.
+    for p in gdrdoctor::probe::PROBES {
+        assert!(seen.contains(p.name), "no capture replays probe.{}", p.name);
+    }
+}
+
+/// A replay is exact, so it fails when a verdict changes: a doctored capture gives other findings.
+#[test]
+fn a_changed_record_changes_the_replayed_findings() {
+    let node = gdrdoctor_checks::testing::empty_node();
+    let path = repo().join("fixtures/reports/h200-probe-hang-inject-all.json");
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // The never-set injection's verdict is now the wrong class: the finding must fail.
+    let s = report["probe"]["hang"]["hang"]["scenarios"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|s| s["name"] == "never-set")
+        .unwrap();
+    s["verdict"]["class"] = serde_json::json!("silent");
+    let got = gdrdoctor::probe::replay(&node, &report["probe"]).unwrap();
+    let f = got
+        .iter()
+        .find(|f| f.subject.ends_with("/never-set"))
+        .unwrap();
+    assert_eq!(f.status, gdrdoctor_checks::report::Status::Fail, "{f:?}");
+    assert!(
+        f.message
+            .contains("classified as silent instead of spin-stall"),
+        "{}",
+        f.message
+    );
+    // A worker that was killed before it reported is an error naming what happened.
+    let mut killed = report["probe"].clone();
+    killed["hang"]["hang-escalation"] = serde_json::json!({
+        "params": null, "printf": ["gdrdoctor-hang-scenario ignore-abort"],
+        "worker_exit": "TimedOut", "health_check_ms": 300.0,
+        "problem": {"kind": "run", "message": "worker `hang` did not finish within its deadline (300.0 s) and was killed"}
+    });
+    let got = gdrdoctor::probe::replay(&node, &killed).unwrap();
+    assert!(got.iter().any(|f| f.id == "probe.hang"
+        && f.status == gdrdoctor_checks::report::Status::Error
+        && f.message.contains("stopped before it reported: TimedOut")));
+}

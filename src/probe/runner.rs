@@ -206,8 +206,13 @@ extern "C" fn on_termination(sig: i32) {
     os::exit_now(128 + sig);
 }
 
-fn track(pgid: i32) {
+/// Forward termination signals to the workers from now on (before the first spawn, so that no
+/// signal finds the parent with a worker and without the handler).
+fn forward_signals() {
     HANDLERS.call_once(|| os::on_termination_signals(on_termination));
+}
+
+fn track(pgid: i32) {
     for w in &WORKERS {
         if w.compare_exchange(0, pgid, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
@@ -267,6 +272,7 @@ pub fn run_with(
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
     }
+    forward_signals();
     let start = Instant::now();
     let mut child = cmd
         .spawn()

@@ -77,11 +77,10 @@ pub fn main(args: &[String]) -> i32 {
 
 /// The task table: the probes' workers from the registry, then the built-in tasks.
 fn dispatch(task: &str, params: serde_json::Value) -> Result<serde_json::Value, WorkerError> {
+    if let Some(p) = super::find(task) {
+        return (p.worker)(params);
+    }
     match task {
-        "registration" => protocol::serve(params, super::registration::worker),
-        "hang" => protocol::serve(params, super::hang::worker),
-        "doorbell" => protocol::serve(params, super::doorbell::worker),
-        "p2p" => protocol::serve(params, super::p2p::worker),
         "live-facts" => protocol::output(&crate::live::gather()),
         "health" => protocol::serve(params, |()| super::health::worker()),
         // Self-tests of the runner (deadline, crash, garbage, result protocol); no GPU needed.

@@ -1,5 +1,4 @@
-//! `probe --registration`: can this GPU's memory be exported and registered for RDMA, and how
-//! fast? Worker side (owns the context) and parent side (turns the measurements into findings).
+//! The worker side of `probe --registration` (owns the CUDA context).
 //!
 //! Per GPU: cuMemAlloc at 4 KiB, 64 KiB, 2 MiB, 1 GiB and a range at an offset that is not
 //! 64 KiB aligned, each exported as a dma-buf (`cuMemGetHandleForAddressRange`); managed memory
@@ -9,60 +8,11 @@
 //! memory_peers counters and NVML's BAR1 usage before and after. Ground truth §2.2 D01-D06,
 //! §2.8 P01-P02, §2.10.
 
+use super::{GpuResult, Params, Result_, Step, Timing, SIZES};
 use crate::live::cuda::{self, Context, Driver, HostMemory};
 use crate::live::{os, verbs};
 use crate::probe::protocol::{self, WorkerError};
-use serde::{Deserialize, Serialize};
 use std::time::Instant;
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Step {
-    pub step: String,
-    pub bytes: u64,
-    pub ok: bool,
-    pub us: f64,
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct GpuResult {
-    pub ordinal: i32,
-    pub bdf: String,
-    pub name: String,
-    pub steps: Vec<Step>,
-    pub bar1_used_before: Option<u64>,
-    pub bar1_used_after: Option<u64>,
-    pub verbs: Vec<Step>,
-    /// Repeated measurements (`--repeat`): per size, median and p90 of alloc and export.
-    pub timing: Vec<Timing>,
-    pub memory_peers_before: Option<std::collections::BTreeMap<String, u64>>,
-    pub memory_peers_after: Option<std::collections::BTreeMap<String, u64>>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Result_ {
-    pub driver_version: i32,
-    pub page_size: u64,
-    pub gpus: Vec<GpuResult>,
-    /// libibverbs state: why the verbs part did not run, when it did not.
-    pub verbs_skipped: Option<String>,
-    pub rdma_devices: Vec<String>,
-    /// NCCL's dma-buf probe per RDMA device: errno of ibv_reg_dmabuf_mr(fd=-1).
-    pub nccl_dmabuf_probe: std::collections::BTreeMap<String, Option<i32>>,
-}
-
-pub const SIZES: [u64; 4] = [4 << 10, 64 << 10, 2 << 20, 1 << 30];
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Timing {
-    pub bytes: u64,
-    pub runs: usize,
-    pub alloc_us_median: f64,
-    pub alloc_us_p90: f64,
-    pub export_us_median: f64,
-    pub export_us_p90: f64,
-    pub free_us_median: f64,
-}
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
@@ -144,15 +94,6 @@ fn bar1_used(bdf: &str) -> Option<u64> {
         }
     }
     None
-}
-
-/// What the registration worker is asked to do.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Params {
-    /// Only this GPU (CUDA ordinal); every GPU when `None`.
-    pub gpu: Option<i32>,
-    /// Rounds of alloc/export/free for the medians (1: no repeated timing).
-    pub repeat: u32,
 }
 
 /// The worker side of `probe --registration`.
