@@ -1,15 +1,17 @@
 //! Glue: parse the command line, run the command, map the outcome to the exit-code contract.
 
 use crate::cli::{CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, TopoFormat};
-use crate::reader::Root;
+use crate::collect::{self, Libraries};
 use crate::render::{self, Style};
-use crate::{collect, docs, meta, snapshot};
+use crate::source::{Location, Source};
+use crate::{docs, snapshot};
 use clap::Parser;
 use gdrdoctor_checks::checks::{Selection, CHECKS};
+use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::FailOn;
 use gdrdoctor_checks::RunOptions;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Exit code for "gdrdoctor could not run".
 pub const EXIT_USAGE: i32 = 2;
@@ -135,83 +137,13 @@ pub fn color_enabled(choice: ColorChoice) -> bool {
     }
 }
 
-/// Open the root the user asked for: live `/`, a directory, or a `.tar.gz` (unpacked to a temp
-/// directory that is removed when the guard drops).
-pub struct OpenedRoot {
-    pub root: Root,
-    cleanup: Option<PathBuf>,
-}
-
-impl Drop for OpenedRoot {
-    fn drop(&mut self) {
-        if let Some(d) = &self.cleanup {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
-}
-
-pub fn open_root(sysroot: Option<&Path>) -> Result<OpenedRoot, String> {
-    let Some(p) = sysroot else {
-        return Ok(OpenedRoot {
-            root: Root::live(),
-            cleanup: None,
-        });
-    };
-    if p.is_file() {
-        let dir = snapshot::unpack(p).map_err(|e| e.to_string())?;
-        let root = Root::sysroot(&dir).map_err(|e| format!("--sysroot {}: {e}", p.display()))?;
-        return Ok(OpenedRoot {
-            root,
-            cleanup: Some(dir),
-        });
-    }
-    let root = Root::sysroot(p).map_err(|e| format!("--sysroot: {e}"))?;
-    Ok(OpenedRoot {
-        root,
-        cleanup: None,
-    })
-}
-
-/// Open the root, read its metadata, collect the node: the common start of check and topo.
-/// `live_libs`: on a live node, also ask NVML, CUDA and libibverbs (in a worker process).
-pub fn load_node(
-    sysroot: Option<&Path>,
-    live_libs: bool,
-) -> Result<(OpenedRoot, gdrdoctor_checks::model::Node), String> {
-    let mut opened = open_root(sysroot)?;
-    let meta = if opened.root.is_live() {
-        None
-    } else {
-        meta::read(&opened.root)?
-    };
-    opened.root.set_complete(meta.is_some());
-    let mut node = collect::collect(&opened.root, meta.as_ref());
-    if opened.root.is_live() {
-        if live_libs {
-            node.live = live_facts();
-        } else {
-            node.live = gdrdoctor_checks::model::LiveFacts::absent("not queried (--static)");
-        }
-    } else {
-        node.live = meta::read_live(&opened.root);
-    }
-    Ok((opened, node))
-}
-
-/// NVML, CUDA and libibverbs facts from a worker process (20 s deadline).
-pub fn live_facts() -> gdrdoctor_checks::model::LiveFacts {
-    let progress = crate::probe::runner::Progress::new("querying NVML, CUDA and libibverbs");
-    let run = crate::probe::runner::run(
-        "live-facts",
-        &(),
-        std::time::Duration::from_secs(20),
-        &|m| progress.update(m),
-    );
-    progress.finish();
-    match run.and_then(|r| r.output::<gdrdoctor_checks::model::LiveFacts>()) {
-        Ok(l) => l,
-        Err(e) => gdrdoctor_checks::model::LiveFacts::absent(&e.to_string()),
-    }
+/// Open the source the user asked for and collect the node: the common start of check, topo and
+/// probe. `libs`: on the live node, also ask NVML, CUDA and libibverbs (in a worker process).
+/// The source is returned with the node: it holds the unpacked snapshot until the command ends.
+pub fn load_node(at: Location, libs: Libraries) -> Result<(Source, Node), String> {
+    let src = Source::open(at)?;
+    let node = collect::node(&src, libs);
+    Ok((src, node))
 }
 
 fn probe(args: &crate::cli::ProbeArgs) -> i32 {
@@ -220,7 +152,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
         Ok(p) => p,
         Err(e) => return err(e),
     };
-    let (_opened, node) = match load_node(None, false) {
+    let (_src, node) = match load_node(Location::Live, Libraries::Skip) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -277,7 +209,7 @@ fn topo_smi(file: &Path, format: TopoFormat) -> i32 {
 }
 
 fn topo(sysroot: Option<&Path>, format: TopoFormat) -> i32 {
-    let (_opened, node) = match load_node(sysroot, false) {
+    let (_src, node) = match load_node(Location::from_arg(sysroot), Libraries::Skip) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -309,7 +241,12 @@ fn check(args: &CheckArgs) -> i32 {
                 .join(", ")
         ));
     }
-    let (_opened, node) = match load_node(args.sysroot.as_deref(), !args.static_only) {
+    let libs = if args.static_only {
+        Libraries::Skip
+    } else {
+        Libraries::Query
+    };
+    let (_src, node) = match load_node(Location::from_arg(args.sysroot.as_deref()), libs) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -405,28 +342,14 @@ fn explain(id: &str) -> i32 {
 }
 
 fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
-    let opened = match open_root(sysroot) {
-        Ok(o) => o,
+    let src = match Source::open(Location::from_arg(sysroot)) {
+        Ok(s) => s,
         Err(e) => return err(e),
     };
-    // The recording root must own the reader; re-open for sysroots (cheap).
-    let root = if opened.root.is_live() {
-        Root::live()
-    } else {
-        match Root::sysroot(opened.root.base()) {
-            Ok(r) => r,
-            Err(e) => return err(e),
-        }
-    };
-    // SAFETY of euid: a non-root snapshot is still useful, but config space is cut to 64 bytes.
     let t0 = std::time::Instant::now();
     // Live library facts: from the node's libraries, or carried over from the sysroot.
-    let live = if root.is_live() {
-        live_facts()
-    } else {
-        meta::read_live(&root)
-    };
-    match snapshot::take(root, out, Some(&live)) {
+    let live = collect::live::collect(&src, Libraries::Query);
+    match snapshot::take_source(src.recording(), out, Some(&live)) {
         Ok((node, w)) => {
             if node.euid.get() != Some(&0)
                 && node.source == gdrdoctor_checks::model::SourceKind::Live

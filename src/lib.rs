@@ -11,3 +11,4 @@ pub mod probe;
 pub mod reader;
 pub mod render;
 pub mod snapshot;
+pub mod source;

@@ -424,9 +424,9 @@ fn h200_doorbell_capture_rederives_its_findings() {
 /// evidence and fixes. The node is the same VM's snapshot.
 #[test]
 fn h200_probe_captures_replay_to_their_findings() {
-    let node = gdrdoctor::app::load_node(Some(&fixture("h200-vm-live")), false)
-        .unwrap()
-        .1;
+    let at = fixture("h200-vm-live");
+    let src = gdrdoctor::source::Source::open(gdrdoctor::source::Location::Sysroot(&at)).unwrap();
+    let node = gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip);
     let mut seen = std::collections::BTreeSet::new();
     for e in std::fs::read_dir(repo().join("fixtures/reports")).unwrap() {
         let path = e.unwrap().path();
