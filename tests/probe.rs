@@ -304,19 +304,30 @@ fn a_worker_started_for_another_parent_exits_without_running() {
     assert!(out.stdout.is_empty());
 }
 
+/// A probe that cannot run here (no GPU on the bus, no driver) is an incomplete run: exit 3,
+/// never 0, unless the user accepts it with --allow-incomplete (issue 11 item 7: a CI preflight
+/// must not pass a GPU node whose GPUs vanished).
 #[test]
-fn probe_without_a_gpu_is_a_clean_skip_or_error() {
+fn probe_that_cannot_run_is_incomplete_unless_allowed() {
     let (code, out, err) = run(&["probe", "--registration", "--format", "json"]);
     let v: serde_json::Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
     let f = &v["findings"][0];
     assert_eq!(f["id"], "probe.cuda");
-    // No GPU here: skip (exit 0); a node with GPUs but no libcuda: error (exit 3).
     match f["status"].as_str().unwrap() {
-        "skip" => assert_eq!(code, 0),
-        "error" => assert_eq!(code, 3),
+        // No GPU here, or a GPU without libcuda: incomplete.
+        "error" => {
+            assert_eq!(code, 3, "{f}");
+            assert_eq!(v["summary"]["exit_code"], 3);
+            assert!(
+                f["remediation"].as_str().is_some_and(|r| !r.is_empty()),
+                "{f}"
+            );
+            let (code, _, _) = run(&["probe", "--registration", "--allow-incomplete"]);
+            assert_eq!(code, 0, "--allow-incomplete accepts it");
+        }
         "pass" => {} // a GPU machine
-        s => panic!("unexpected {s}"),
+        s => panic!("unexpected {s}: {f}"),
     }
     let (code, _, err) = run(&["probe"]);
     assert_eq!(code, 2);
@@ -358,9 +369,9 @@ fn doorbell_probe_without_a_gpu_skips_and_flags_are_validated() {
         .iter()
         .map(|f| (f["id"].as_str().unwrap(), f["status"].as_str().unwrap()))
         .collect();
-    if ids.contains(&("probe.cuda", "skip")) {
-        // No GPU: both the CUDA side and the NIC side say why, and the run is not a failure.
-        assert_eq!(code, 0, "{ids:?}");
+    if ids.contains(&("probe.cuda", "error")) && ids.len() == 2 {
+        // No GPU: both the CUDA side and the NIC side say why; the run is incomplete.
+        assert_eq!(code, 3, "{ids:?}");
         assert!(ids.contains(&("probe.doorbell-mlx5", "skip")), "{ids:?}");
     } else if ids.iter().any(|(_, s)| *s == "error") {
         assert_eq!(code, 3, "{ids:?}");

@@ -16,15 +16,18 @@ use std::time::Duration;
 /// How long the health check in a fresh process may take.
 pub const HEALTH_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The finding every probe reports on a node without an NVIDIA GPU on the PCI bus.
+/// The finding every probe reports on a node where it cannot run (no NVIDIA GPU on the PCI
+/// bus): `error`, so the run is incomplete (exit 3) unless `--allow-incomplete`. A CI preflight
+/// must not pass a GPU node whose GPUs vanished.
 pub fn no_gpu(node: &Node) -> Option<Finding> {
     gdrdoctor_checks::derive::gpus(node).is_empty().then(|| {
         Finding::new(
             "probe.cuda",
-            Status::Skip,
+            Status::Error,
             "node",
             "no nvidia gpu on the pci bus: nothing to probe",
         )
+        .fix("check `lspci -d 10de:` and `dmesg` for the gpus (fallen off the bus? Xid 79?) and that this is the node you meant; `--allow-incomplete` accepts a run on a node without gpus")
     })
 }
 

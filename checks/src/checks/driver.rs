@@ -57,7 +57,7 @@ pub fn driver(node: &Node) -> Vec<Finding> {
         )
         .evidence(SRC, "absent")],
         Fact::Known { value: None, .. } => vec![Finding::new(ID, Status::Fail, "node", "the nvidia kernel driver is not loaded")
-            .expect(SRC, "absent", "present")
+            .expected(SRC, "absent", "present")
             .fix("`modprobe nvidia` (install the driver first if `modinfo nvidia` fails; prefer the open kernel modules, `nvidia-open` packages, which dma-buf needs)")],
         Fact::Absent { reason, .. } => vec![Finding::new(ID, Status::Error, "node", "cannot read the nvidia driver version")
             .evidence(SRC, format!("unknown ({reason})"))],
@@ -84,7 +84,7 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
             let v = raw.and_then(|v| parse::registry_number(v));
             match v {
                 Some(2) => vec![Finding::new(ID, Status::Fail, "node", "the nvidia driver is told to refuse every gpudirect rdma mapping (GrdmaPciTopoCheckOverride=2)")
-                    .expect(SRC, "GrdmaPciTopoCheckOverride: 2", "0 (driver decides)")
+                    .expected(SRC, "GrdmaPciTopoCheckOverride: 2", "0 (driver decides)")
                     .fix("remove `NVreg_GrdmaPciTopoCheckOverride=2` from /etc/modprobe.d/*.conf, rebuild the initramfs and reload the nvidia module")],
                 Some(n) => vec![Finding::new(ID, Status::Pass, "node", format!("GrdmaPciTopoCheckOverride={n} ({})", if n == 1 { "forced allow" } else { "driver decides" }))
                     .evidence(SRC, format!("GrdmaPciTopoCheckOverride: {n}"))],

@@ -79,7 +79,7 @@ pub fn nv_peer_mem(node: &Node) -> Vec<Finding> {
     const SRC: &str = "/sys/module/nv_peer_mem";
     match &node.peermem.nv_peer_mem {
         Fact::Known { value: true, .. } => vec![Finding::new(ID, Status::Warn, "node", "the deprecated nv_peer_mem module is loaded")
-            .expect(SRC, "present", "absent")
+            .expected(SRC, "present", "absent")
             .fix("`systemctl disable --now nv_peer_mem` (or `rmmod nv_peer_mem`), uninstall the nvidia-peer-memory package, then `modprobe nvidia-peermem`; NCCL's GPU-initiated (GIN/GDAKI) paths accept only nvidia_peermem or dma-buf")],
         Fact::Known { value: false, .. } => {
             vec![Finding::new(ID, Status::Pass, "node", "nv_peer_mem is not loaded").evidence(SRC, "absent")]

@@ -15,7 +15,7 @@ pub fn memlock(node: &Node) -> Vec<Finding> {
                 "node",
                 format!("locked-memory limit is {}: ibv_reg_mr beyond it fails with ENOMEM (host buffers, NCCL/UCX bounce buffers, and peer-memory registrations of gpu memory)", human_bytes(n)),
             )
-            .expect(
+            .expected(
                 source.clone(),
                 format!("soft {} / hard {}", human_bytes(n), value.hard.map(human_bytes).unwrap_or_else(|| "unlimited".into())),
                 "unlimited",

@@ -30,7 +30,7 @@ pub fn devices(node: &Node) -> Vec<Finding> {
                 .evidence("/sys/bus/pci/devices", list.join("; "))
                 .fix(format!("`modprobe {}` (and `modprobe ib_uverbs`); install rdma-core (`apt install rdma-core ibverbs-providers` / `dnf install rdma-core libibverbs`) or MOFED/DOCA-OFED", drivers.join(" ")))
             };
-            f = f.expect(
+            f = f.expected(
                 "/sys/class/infiniband",
                 "empty",
                 "at least one device (mlx5_0, ...)",
@@ -173,7 +173,7 @@ pub fn ports(node: &Node) -> Vec<Finding> {
                             phys.unwrap_or("unknown")
                         ),
                     )
-                    .expect(src, observed, "phys_state LinkUp"),
+                    .expected(src, observed, "phys_state LinkUp"),
                 );
             } else {
                 let status = if any_active {
@@ -194,7 +194,7 @@ pub fn ports(node: &Node) -> Vec<Finding> {
                 };
                 out.push(
                     Finding::new(ID, status, &subject, msg)
-                        .expect(src, observed, "state ACTIVE, phys_state LinkUp")
+                        .expected(src, observed, "state ACTIVE, phys_state LinkUp")
                         .fix(port_fix(ll, state, phys)),
                 );
             }
@@ -257,7 +257,7 @@ pub fn firmware(node: &Node) -> Vec<Finding> {
                 .cloned()
                 .unwrap_or_default();
             out.push(Finding::new(ID, Status::Warn, &subject, format!("{} {model} hcas run {} different firmware versions", ds.len(), versions.len()))
-                .expect("/sys/class/infiniband/*/fw_ver", listing, "one version per model")
+                .expected("/sys/class/infiniband/*/fw_ver", listing, "one version per model")
                 .fix(format!("update every {model} to the same firmware (newest here: {newest}) with `mlxfwmanager --online -u` or `mlxup`, then reset the devices (`mlxfwreset -d <dev> reset`) or reboot")));
         } else if ds.len() == 1 {
             out.push(

@@ -59,7 +59,7 @@ pub fn nic_distance(node: &Node) -> Vec<Finding> {
                     .evidence("pci topology (nccl model)", listing)
             } else {
                 Finding::new(ID, Status::Warn, &g, format!("no nic within {} of this gpu: the nearest, {best_nic}, is {}; nccl turns gdr off for it by default and stages through host memory", cx.level.name, best.as_str()))
-                    .expect("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
+                    .expected("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
                     .fix("move a NIC into a slot under the same PCIe switch as this GPU (see `gdrdoctor topo`); or accept the host-memory path; forcing `NCCL_NET_GDR_LEVEL=PHB`/`SYS` enables GDR through the CPU, which is often slower")
             }
         })
@@ -117,7 +117,7 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
     if per_numa.len() > 1 {
         if ratios.len() > 1 {
             out.push(Finding::new(ID, Status::Warn, "node", "nics are not spread across numa nodes like the gpus: some gpus must use a nic on another socket or share one")
-                .expect("/sys/bus/pci/devices/*/numa_node", listing, "the same nics-per-gpu on every numa node")
+                .expected("/sys/bus/pci/devices/*/numa_node", listing, "the same nics-per-gpu on every numa node")
                 .fix("move a NIC to a slot on the socket that has fewer NICs per GPU (`gdrdoctor topo` shows which GPU lost its close NIC)"));
         } else {
             out.push(
@@ -146,7 +146,7 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
             }
             Some(n) => out.push(
                 Finding::new(ID, Status::Warn, &nic.name, format!("on numa node {n}, where there is no gpu: every gpu reaches it across the cpu interconnect (SYS)"))
-                    .expect(format!("/sys/bus/pci/devices/{}/numa_node", e.bdf), n.to_string(), format!("one of {:?}", gpu_numas))
+                    .expected(format!("/sys/bus/pci/devices/{}/numa_node", e.bdf), n.to_string(), format!("one of {:?}", gpu_numas))
                     .fix("move the NIC to a slot on a socket that hosts GPUs, or pin jobs that use it to that socket; exclude it from NCCL with `NCCL_IB_HCA=^<dev>` if it is a storage/management NIC"),
             ),
         }
@@ -242,7 +242,7 @@ pub fn rails(node: &Node) -> Vec<Finding> {
             .map(|(g, _)| g)
             .collect();
         return vec![Finding::new(ID, Status::Warn, "node", format!("asymmetric rails: {} gpu(s) have no close nic while {} have {max}", none.len(), rich.len()))
-            .expect(src, listing, "the same number of close nics for every gpu")
+            .expected(src, listing, "the same number of close nics for every gpu")
             .fix("rebalance NICs across the PCIe switches so every GPU has one under its switch (one NIC per GPU is the HGX rail layout); until then NCCL sends the NIC-less GPUs' traffic through host memory or through a neighbour (PXN)")];
     }
     if min != max {
@@ -252,7 +252,7 @@ pub fn rails(node: &Node) -> Vec<Finding> {
             "node",
             format!("uneven rails: gpus have between {min} and {max} close nics"),
         )
-        .expect(src, listing, "the same number of close nics for every gpu")
+        .expected(src, listing, "the same number of close nics for every gpu")
         .fix("rebalance NICs across the PCIe switches")];
     }
     let shared = per_nic.values().copied().max().unwrap_or(1);
