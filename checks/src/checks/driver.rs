@@ -112,3 +112,59 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    #[test]
+    fn a_loaded_open_driver_passes_with_its_version_line() {
+        let f = driver(&switch_pair());
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(f[0].message.contains("580.159.04"), "{}", f[0].message);
+        assert!(f[0].evidence[0].observed.starts_with("NVRM version"));
+    }
+
+    #[test]
+    fn a_gpu_without_its_driver_fails_and_a_gpu_the_driver_lost_fails() {
+        let mut n = switch_pair();
+        n.nvidia.version_file = known(None);
+        let f = driver(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert_eq!(f[0].evidence[0].expected.as_deref(), Some("present"));
+        let mut n = switch_pair();
+        n.nvidia.gpus = known(Default::default());
+        let f = driver(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert!(
+            f[0].message.contains("initialised 0 of 1"),
+            "{}",
+            f[0].message
+        );
+        // No GPU and no driver: nothing to check.
+        let mut n = empty_node();
+        n.nvidia.version_file = known(None);
+        assert_eq!(driver(&n)[0].status, Status::Skip);
+    }
+
+    #[test]
+    fn the_override_that_refuses_gdr_fails_and_garbage_is_an_error() {
+        let mut n = switch_pair();
+        assert_eq!(grdma_override(&n)[0].status, Status::Pass);
+        n.nvidia.params = known(
+            [("GrdmaPciTopoCheckOverride".to_string(), "2".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        let f = grdma_override(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert!(f[0].remediation.is_some());
+        n.nvidia.params = known(
+            [("GrdmaPciTopoCheckOverride".to_string(), "yes".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(grdma_override(&n)[0].status, Status::Error);
+    }
+}

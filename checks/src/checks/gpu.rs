@@ -535,3 +535,68 @@ pub fn gpu_bar1(node: &Node) -> Vec<Finding> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CudaFacts, LiveFacts};
+    use crate::testing::*;
+
+    fn set_gpu_driver(n: &mut Node, d: Option<&str>) {
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for g in pci.iter_mut().filter(|g| g.is_nvidia_gpu()) {
+                g.driver = known(d.map(str::to_string));
+            }
+        }
+    }
+
+    #[test]
+    fn a_gpu_bound_to_nvidia_passes_vfio_warns_unbound_fails_none_fails() {
+        let mut n = switch_pair();
+        let f = present(&n);
+        assert_eq!(
+            (f.len(), f[0].status, f[0].subject.as_str()),
+            (1, Status::Pass, "0000:18:00.0")
+        );
+        set_gpu_driver(&mut n, Some("vfio-pci"));
+        assert_eq!(present(&n)[0].status, Status::Warn);
+        set_gpu_driver(&mut n, None);
+        let f = present(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert_eq!(f[0].evidence[0].expected.as_deref(), Some("nvidia"));
+        let no_gpu = with(empty_node(), vec![bridge(ROOT_PORT, 0)], vec![]);
+        assert_eq!(present(&no_gpu)[0].status, Status::Fail);
+    }
+
+    #[test]
+    fn cuda_attributes_decide_gdr_support_and_missing_live_facts_depend_on_the_source() {
+        let mut n = switch_pair();
+        // A snapshot without live facts: skip; on the live node the same absence is an error.
+        assert_eq!(gdr_support(&n)[0].status, Status::Skip);
+        n.source = SourceKind::Live;
+        n.live = LiveFacts::absent("libcuda.so.1 not loadable");
+        let f = gdr_support(&n);
+        assert_eq!(f[0].status, Status::Error);
+        assert!(f[0].remediation.is_some());
+        let dev = |v: i32| CudaDevice {
+            bdf: "0000:18:00.0".into(),
+            name: "NVIDIA H200".into(),
+            cc_major: 9,
+            gpu_direct_rdma_supported: Some(v),
+            dma_buf_supported: Some(1),
+            ..Default::default()
+        };
+        for (v, want) in [(1, Status::Pass), (0, Status::Fail)] {
+            n.live.cuda = known(CudaFacts {
+                driver_version: 13000,
+                devices: vec![dev(v)],
+                ..Default::default()
+            });
+            let f = gdr_support(&n);
+            assert_eq!(f[0].status, want, "GPU_DIRECT_RDMA_SUPPORTED={v}");
+            assert!(f[0].evidence[0]
+                .observed
+                .contains(&format!("GPU_DIRECT_RDMA_SUPPORTED={v}")));
+        }
+    }
+}

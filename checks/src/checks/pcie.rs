@@ -587,3 +587,57 @@ pub fn bars(node: &Node) -> Vec<Finding> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    fn set_link(n: &mut Node, bdf: &str, cur: (&str, u32), max: (&str, u32)) {
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for d in pci.iter_mut().filter(|d| d.bdf == bdf) {
+                d.cur_link_speed = known(cur.0.into());
+                d.cur_link_width = known(cur.1);
+                d.max_link_speed = known(max.0.into());
+                d.max_link_width = known(max.1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_narrow_nic_link_warns_an_idle_gpu_speed_passes_unknown_is_an_error() {
+        let mut n = switch_pair();
+        set_link(
+            &mut n,
+            "0000:18:00.0",
+            ("2.5 GT/s PCIe", 16),
+            ("32.0 GT/s PCIe", 16),
+        );
+        set_link(
+            &mut n,
+            "0000:19:00.0",
+            ("32.0 GT/s PCIe", 8),
+            ("32.0 GT/s PCIe", 16),
+        );
+        let f = link(&n);
+        let by = |b: &str| f.iter().find(|f| f.subject == b).map(|f| f.status);
+        assert_eq!(
+            by("0000:18:00.0"),
+            Some(Status::Pass),
+            "idle gpus lower their speed"
+        );
+        assert_eq!(by("0000:19:00.0"), Some(Status::Warn), "x8 of x16");
+        // The switch's upstream port has no link facts: said so, not passed.
+        assert_eq!(by("0000:16:00.0"), Some(Status::Error));
+    }
+
+    #[test]
+    fn acs_and_bars_without_config_space_are_never_a_pass() {
+        let n = switch_pair();
+        for f in acs_redirect(&n).into_iter().chain(bars(&n)) {
+            assert_ne!(f.status, Status::Pass, "{f:?}");
+        }
+        let lonely = with(empty_node(), vec![bridge(ROOT_PORT, 0)], vec![]);
+        assert_eq!(acs_redirect(&lonely)[0].status, Status::Skip);
+    }
+}

@@ -300,3 +300,55 @@ fn fw_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     };
     n(a).cmp(&n(b))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    #[test]
+    fn devices_pass_with_their_pci_address_none_fails_naming_the_driver() {
+        let n = switch_pair();
+        let f = devices(&n);
+        assert_eq!(f[0].status, Status::Pass);
+        assert_eq!(f[0].evidence[0].observed, "mlx5_0 (0000:19:00.0)");
+        let mut n = switch_pair();
+        n.rdma = known(Vec::new());
+        let f = devices(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        // The ConnectX-7 on the bus is named: its driver is what is missing.
+        assert!(
+            f[0].message.contains("rdma-capable nic"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn a_port_that_is_down_fails() {
+        let mut n = switch_pair();
+        n.rdma = known(vec![rdma("mlx5_0", "0000:19:00.0", "1: DOWN")]);
+        let f = ports(&n);
+        assert!(
+            f.iter()
+                .any(|f| f.status == Status::Fail && f.subject.starts_with("mlx5_0")),
+            "{f:?}"
+        );
+        let ok = ports(&switch_pair());
+        assert!(ok.iter().all(|f| f.status == Status::Pass), "{ok:?}");
+    }
+
+    #[test]
+    fn mixed_firmware_of_one_model_warns() {
+        let mut n = switch_pair();
+        let mut b = rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE");
+        b.fw_ver = known("28.39.1002".into());
+        n.rdma = known(vec![rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE"), b]);
+        let f = firmware(&n);
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(f[0]
+            .remediation
+            .as_deref()
+            .is_some_and(|r| r.contains("28.43.1014")));
+    }
+}

@@ -271,3 +271,49 @@ fn gcd(a: usize, b: usize) -> usize {
         gcd(b, a % b)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Fact;
+    use crate::testing::*;
+
+    /// The pair with the NIC moved to a root port of the other socket (NUMA 1).
+    fn far_nic() -> crate::model::Node {
+        let mut n = switch_pair();
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            pci.retain(|d| d.bdf != "0000:19:00.0");
+            pci.push(bridge("/sys/devices/pci0000:d5/0000:d5:01.0", 1));
+            pci.push(nic("/sys/devices/pci0000:d5/0000:d5:01.0/0000:d6:00.0", 1));
+        }
+        n.rdma = known(vec![rdma("mlx5_0", "0000:d6:00.0", "4: ACTIVE")]);
+        n
+    }
+
+    #[test]
+    fn a_nic_under_the_gpus_switch_is_close_one_on_the_other_socket_is_not() {
+        let f = nic_distance(&switch_pair());
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(f[0].message.contains("mlx5_0 at PIX"), "{}", f[0].message);
+        let f = nic_distance(&far_nic());
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(f[0].message.contains("SYS"), "{}", f[0].message);
+        assert!(f[0].evidence[0].expected.is_some());
+    }
+
+    #[test]
+    fn a_nic_on_a_numa_node_without_gpus_is_flagged() {
+        assert!(nic_numa(&switch_pair())
+            .iter()
+            .all(|f| f.status == Status::Pass));
+        let f = nic_numa(&far_nic());
+        assert!(f.iter().any(|f| f.status == Status::Warn), "{f:?}");
+    }
+
+    #[test]
+    fn no_gpu_or_no_nic_skips() {
+        let mut n = switch_pair();
+        n.rdma = known(Vec::new());
+        assert_eq!(nic_distance(&n)[0].status, Status::Skip);
+    }
+}
