@@ -23,6 +23,7 @@ use gdrdoctor_checks::model::{CudaDevice, CudaFacts, CudaPeer};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use sys::CUdevice_P2PAttribute as P2pAttribute;
 pub use sys::CUdevice_attribute as Attribute;
@@ -53,6 +54,21 @@ impl CuError {
             name: format!("CUDA_ERROR_INVALID_VALUE ({why})"),
         }
     }
+}
+
+/// Set once a kernel may be wedged on the GPU: from then on no handle releases anything.
+static ABANDONED: AtomicBool = AtomicBool::new(false);
+
+/// Give up on releasing: a kernel that ignores its abort (or a GPU that stopped answering)
+/// makes `cuMemFree`, `cuModuleUnload` and the context release block forever
+/// (knowledge/hang-probe.md §2.5). After this call every handle's drop is a no-op, so the
+/// worker can report and exit; the driver reclaims everything when the process ends.
+pub fn abandon() {
+    ABANDONED.store(true, Ordering::SeqCst);
+}
+
+fn abandoned() -> bool {
+    ABANDONED.load(Ordering::SeqCst)
 }
 
 pub(crate) fn check(call: &'static str, r: sys::CUresult) -> Result<(), CuError> {
@@ -276,6 +292,9 @@ struct CtxInner {
 
 impl Drop for CtxInner {
     fn drop(&mut self) {
+        if abandoned() {
+            return;
+        }
         // SAFETY: releases the retain of `Device::primary_context`; every resource allocated in
         // the context holds a clone of the handle, so none is left when this runs.
         unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev.raw) };
@@ -573,6 +592,9 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        if abandoned() {
+            return;
+        }
         let _ = self.ctx.make_current();
         // SAFETY: frees this allocation exactly once.
         unsafe { sys::cuMemFree_v2(self.ptr) };
@@ -613,6 +635,9 @@ impl MappedHost {
 
 impl Drop for MappedHost {
     fn drop(&mut self) {
+        if abandoned() {
+            return;
+        }
         let _ = self.ctx.make_current();
         // SAFETY: frees this allocation exactly once.
         unsafe { sys::cuMemFreeHost(self.host) };
@@ -645,6 +670,10 @@ impl HostMemory {
 
 impl Drop for HostMemory {
     fn drop(&mut self) {
+        if abandoned() {
+            // A registration of it may still be held by the driver.
+            return;
+        }
         // SAFETY: frees the posix_memalign allocation exactly once (any registration borrowed
         // it and is gone).
         unsafe { libc::free(self.ptr.cast()) };
@@ -660,6 +689,9 @@ pub struct HostRegistration<'m> {
 
 impl Drop for HostRegistration<'_> {
     fn drop(&mut self) {
+        if abandoned() {
+            return;
+        }
         let _ = self.ctx.make_current();
         // SAFETY: unregisters what `Context::register_host` registered, exactly once.
         unsafe { sys::cuMemHostUnregister(self.ptr) };
@@ -684,6 +716,9 @@ impl IoMapping<'_> {
 
 impl Drop for IoMapping<'_> {
     fn drop(&mut self) {
+        if abandoned() {
+            return;
+        }
         let _ = self.ctx.make_current();
         // SAFETY: unregisters what `Context::map_uar` registered, exactly once.
         unsafe { sys::cuMemHostUnregister(self.start as *mut c_void) };
@@ -759,6 +794,9 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if abandoned() {
+            return;
+        }
         let _ = self.ctx.make_current();
         // SAFETY: destroys this stream exactly once.
         unsafe { sys::cuStreamDestroy_v2(self.raw) };
@@ -783,6 +821,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        if abandoned() {
+            return;
+        }
         // SAFETY: destroys this event exactly once.
         unsafe { sys::cuEventDestroy_v2(self.raw) };
     }
@@ -795,6 +836,9 @@ struct ModInner {
 
 impl Drop for ModInner {
     fn drop(&mut self) {
+        if abandoned() {
+            return;
+        }
         let _ = self.ctx.make_current();
         // SAFETY: unloads this module exactly once; every Function holds the module.
         unsafe { sys::cuModuleUnload(self.raw) };

@@ -171,6 +171,8 @@ pub fn worker(o: Options) -> Result<DoorbellOutput, WorkerError> {
                 }
                 if t0.elapsed() > Duration::from_secs(5) {
                     abort.store(1, Ordering::Release);
+                    // The ring kernel may still spin: report without releasing anything.
+                    crate::live::cuda::abandon();
                     return Err(format!("the GPU did not ring ({name}) within 5 s").into());
                 }
                 std::hint::spin_loop();

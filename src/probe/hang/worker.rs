@@ -437,6 +437,8 @@ fn run_protocol(
         }
         if t0.elapsed() > deadline {
             g.ctl().abort.store(1, Ordering::Release);
+            // A bare protocol ignores the abort: releasing anything now would block.
+            crate::live::cuda::abandon();
             return Err(format!(
                 "{func} did not finish within {} s",
                 deadline.as_secs()
@@ -518,6 +520,7 @@ fn calibrate(g: &Gpu) -> Result<(i64, u64), String> {
             }
             if start.elapsed() > Duration::from_secs(5) {
                 g.ctl().abort.store(1, Ordering::Release);
+                crate::live::cuda::abandon();
                 return Err("clock calibration kernel did not answer".into());
             }
             std::hint::spin_loop();
