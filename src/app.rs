@@ -1,15 +1,17 @@
 //! Glue: parse the command line, run the command, map the outcome to the exit-code contract.
 
 use crate::cli::{CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, TopoFormat};
-use crate::reader::Root;
+use crate::collect::{self, Libraries};
 use crate::render::{self, Style};
-use crate::{collect, docs, meta, snapshot};
+use crate::source::{Location, Source};
+use crate::{docs, snapshot};
 use clap::Parser;
 use gdrdoctor_checks::checks::{Selection, CHECKS};
+use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::FailOn;
 use gdrdoctor_checks::RunOptions;
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Exit code for "gdrdoctor could not run".
 pub const EXIT_USAGE: i32 = 2;
@@ -18,7 +20,7 @@ pub fn main() -> i32 {
     // The hidden worker entry point (probe::runner starts it); not a user command.
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("__worker") {
-        return crate::worker::main(args.get(2..).unwrap_or(&[]));
+        return crate::probe::worker::main(args.get(2..).unwrap_or(&[]));
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -138,71 +140,13 @@ pub fn color_enabled(choice: ColorChoice) -> bool {
     }
 }
 
-/// Open the root the user asked for: live `/`, a directory, or a `.tar.gz` (unpacked to a temp
-/// directory that is removed when the guard drops).
-pub struct OpenedRoot {
-    pub root: Root,
-    cleanup: Option<PathBuf>,
-}
-
-impl Drop for OpenedRoot {
-    fn drop(&mut self) {
-        if let Some(d) = &self.cleanup {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
-}
-
-pub fn open_root(sysroot: Option<&Path>) -> Result<OpenedRoot, String> {
-    let Some(p) = sysroot else {
-        return Ok(OpenedRoot {
-            root: Root::live(),
-            cleanup: None,
-        });
-    };
-    if p.is_file() {
-        let dir = snapshot::unpack(p).map_err(|e| e.to_string())?;
-        let root = Root::sysroot(&dir).map_err(|e| format!("--sysroot {}: {e}", p.display()))?;
-        return Ok(OpenedRoot {
-            root,
-            cleanup: Some(dir),
-        });
-    }
-    let root = Root::sysroot(p).map_err(|e| format!("--sysroot: {e}"))?;
-    Ok(OpenedRoot {
-        root,
-        cleanup: None,
-    })
-}
-
-/// Open the root, read its metadata, collect the node: the common start of check and topo.
-/// `live_libs`: on a live node, also ask NVML, CUDA and libibverbs (in a worker process).
-pub fn load_node(
-    sysroot: Option<&Path>,
-    live_libs: bool,
-) -> Result<(OpenedRoot, gdrdoctor_checks::model::Node), String> {
-    let mut opened = open_root(sysroot)?;
-    let meta = if opened.root.is_live() {
-        None
-    } else {
-        meta::read(&opened.root)?
-    };
-    opened.root.set_complete(meta.is_some());
-    let mut node = collect::collect(&opened.root, meta.as_ref());
-    if opened.root.is_live() {
-        if live_libs {
-            node.live = live_facts();
-        } else {
-            node.live = gdrdoctor_checks::model::LiveFacts::absent("not queried (--static)");
-        }
-    } else {
-        node.live = meta::read_live(&opened.root);
-    }
-    if opened.root.is_live() && !live_libs {
-        // Reading the library files is cheap and initialises nothing: no worker needed.
-        node.live.nccl = crate::live::nccl::discover_live(false);
-    }
-    Ok((opened, node))
+/// Open the source the user asked for and collect the node: the common start of check, topo and
+/// probe. `libs`: on the live node, also ask NVML, CUDA and libibverbs (in a worker process).
+/// The source is returned with the node: it holds the unpacked snapshot until the command ends.
+pub fn load_node(at: Location, libs: Libraries) -> Result<(Source, Node), String> {
+    let src = Source::open(at)?;
+    let node = collect::node(&src, libs);
+    Ok((src, node))
 }
 
 /// `--nccl-version`: the rules of that version, whatever the node has.
@@ -223,158 +167,17 @@ pub fn apply_nccl_version(node: &mut gdrdoctor_checks::model::Node, version: Opt
     }
 }
 
-/// NVML, CUDA and libibverbs facts from a worker process (20 s deadline).
-pub fn live_facts() -> gdrdoctor_checks::model::LiveFacts {
-    let progress = crate::probe::runner::Progress::new("querying NVML, CUDA and libibverbs");
-    let run = crate::probe::runner::run(
-        "live-facts",
-        &[],
-        std::time::Duration::from_secs(20),
-        &|m| progress.update(m),
-    );
-    progress.finish();
-    match run {
-        Ok(r) => match (r.failure(), r.result) {
-            (None, Some(v)) => match v.get("error").and_then(|e| e.as_str()) {
-                Some(e) => gdrdoctor_checks::model::LiveFacts::absent(e),
-                None => serde_json::from_value(v).unwrap_or_else(|e| {
-                    gdrdoctor_checks::model::LiveFacts::absent(&format!(
-                        "unreadable worker result: {e}"
-                    ))
-                }),
-            },
-            (Some(f), _) => gdrdoctor_checks::model::LiveFacts::absent(&f),
-            (None, None) => gdrdoctor_checks::model::LiveFacts::absent("worker printed no result"),
-        },
-        Err(e) => gdrdoctor_checks::model::LiveFacts::absent(&e),
-    }
-}
-
 fn probe(args: &crate::cli::ProbeArgs) -> i32 {
-    if !args.registration && !args.hang && !args.doorbell && !args.p2p {
-        return err(
-            "choose a probe: --registration, --hang, --doorbell or --p2p (see `gdrdoctor probe --help`)",
-        );
-    }
-    if (args.lspci.is_some() || args.allow_mmio_write) && !args.doorbell {
-        return err("--lspci and --allow-mmio-write need --doorbell");
-    }
-    let mut scenarios: Vec<String> = crate::probe::hang::DEFAULT_SCENARIOS
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    for i in &args.inject {
-        let names: Vec<&str> = if i == "all" {
-            crate::probe::hang::INJECTIONS.to_vec()
-        } else {
-            vec![i.as_str()]
-        };
-        for n in names {
-            if !crate::probe::hang::INJECTIONS.contains(&n) {
-                return err(format!(
-                    "unknown injection `{n}`; choose from {} or all",
-                    crate::probe::hang::INJECTIONS.join(", ")
-                ));
-            }
-            for s in [n.to_string(), format!("control:{n}")] {
-                if crate::probe::hang::SCENARIOS.iter().any(|x| x.0 == s) && !scenarios.contains(&s)
-                {
-                    scenarios.push(s);
-                }
-            }
-        }
-    }
-    if !args.inject.is_empty() && !args.hang {
-        return err("--inject needs --hang");
-    }
-    let (_opened, node) = match load_node(None, false) {
+    // Every plan is validated before anything runs.
+    let plans = match crate::probe::plans(&args.probes) {
+        Ok(p) => p,
+        Err(e) => return err(e),
+    };
+    let (_src, node) = match load_node(Location::Live, Libraries::Skip) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
-    let mut findings = Vec::new();
-    let mut raw = serde_json::Map::new();
-    if args.registration {
-        let (f, v) = crate::probe::registration(
-            &node,
-            args.gpu,
-            args.repeat,
-            std::time::Duration::from_secs(args.timeout),
-        );
-        findings.extend(f);
-        if let Some(v) = v {
-            raw.insert("registration".into(), v);
-        }
-    }
-    if args.hang {
-        // The cross-GPU scenarios need a peer: --peer, else another GPU, else this one
-        // (loopback, said so in the report).
-        let ordinal = args.gpu.map(|g| g as i32).unwrap_or(0);
-        let n_gpus = gdrdoctor_checks::derive::gpus(&node).len() as i32;
-        let hang_peer = if scenarios.iter().any(|s| s.ends_with("remote-wait")) {
-            Some(args.peer.map(|p| p as i32).unwrap_or(if n_gpus >= 2 {
-                if ordinal == 0 {
-                    1
-                } else {
-                    0
-                }
-            } else {
-                ordinal
-            }))
-        } else {
-            None
-        };
-        let o = crate::probe::hang::Options {
-            ordinal: args.gpu.map(|g| g as i32).unwrap_or(0),
-            threshold: std::time::Duration::from_millis(args.hang_timeout.max(20)),
-            poll: std::time::Duration::from_millis(args.poll_ms.max(1)),
-            grace: std::time::Duration::from_millis(300),
-            scenarios,
-            bench: args.bench,
-            force_ptx: args.ptx,
-            peer: hang_peer,
-        };
-        let (f, v) = crate::probe::hang(&node, &o, std::time::Duration::from_secs(args.timeout));
-        findings.extend(f);
-        if let Some(v) = v {
-            raw.insert("hang".into(), v);
-        }
-    }
-    if args.p2p {
-        let gpus = match (args.gpu, args.peer) {
-            (Some(a), Some(b)) if a == b => {
-                return err("--p2p with --gpu and --peer needs two different gpus")
-            }
-            (Some(a), Some(b)) => Some(format!("{a},{b}")),
-            (None, None) => None,
-            _ => return err("--p2p measures every pair; give both --gpu and --peer for one pair"),
-        };
-        let (f, v) = crate::probe::p2p::run(
-            &node,
-            gpus.as_deref(),
-            args.p2p_size,
-            args.repeat.max(20),
-            std::time::Duration::from_secs(args.timeout),
-        );
-        findings.extend(f);
-        if let Some(v) = v {
-            raw.insert("p2p".into(), v);
-        }
-    }
-    if args.doorbell {
-        let o = crate::probe::doorbell::Options {
-            ordinal: args.gpu.map(|g| g as i32).unwrap_or(0),
-            rings: args.rings,
-            lspci: args.lspci.clone(),
-            allow_mmio_write: args.allow_mmio_write,
-            force_ptx: args.ptx,
-        };
-        let (f, v) =
-            crate::probe::doorbell::run(&node, &o, std::time::Duration::from_secs(args.timeout));
-        findings.extend(f);
-        if let Some(v) = v {
-            raw.insert("doorbell".into(), v);
-        }
-    }
+    let (findings, records) = crate::probe::execute(&plans, &node);
     let opts = RunOptions {
         selection: Default::default(),
         fail_on: match args.fail_on {
@@ -384,7 +187,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
         allow_incomplete: args.allow_incomplete,
     };
     let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
-    report.probe = Some(serde_json::Value::Object(raw));
+    report.probe = Some(serde_json::Value::Object(records));
     deliver(
         &report,
         args.format,
@@ -427,7 +230,7 @@ fn topo_smi(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -> i32 
 }
 
 fn topo(sysroot: Option<&Path>, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    let (_opened, mut node) = match load_node(sysroot, false) {
+    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Skip) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -460,7 +263,12 @@ fn check(args: &CheckArgs) -> i32 {
                 .join(", ")
         ));
     }
-    let (_opened, mut node) = match load_node(args.sysroot.as_deref(), !args.static_only) {
+    let libs = if args.static_only {
+        Libraries::Skip
+    } else {
+        Libraries::Query
+    };
+    let (_src, mut node) = match load_node(Location::from_arg(args.sysroot.as_deref()), libs) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -493,8 +301,8 @@ fn list(format: ListFormat) -> i32 {
                 s.push_str(&format!("{:<w$}  {}\n", c.id, c.title));
             }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
-            for (id, title) in crate::probe::PROBE_IDS {
-                s.push_str(&format!("{id:<w$}  {title}\n"));
+            for f in crate::probe::finding_defs() {
+                s.push_str(&format!("{:<w$}  {}\n", f.id, f.title));
             }
             s.push_str("\nwatch findings (gdrdoctor watch):\n");
             for (id, title) in gdrdoctor_checks::watch::IDS {
@@ -561,28 +369,14 @@ fn explain(id: &str) -> i32 {
 }
 
 fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
-    let opened = match open_root(sysroot) {
-        Ok(o) => o,
+    let src = match Source::open(Location::from_arg(sysroot)) {
+        Ok(s) => s,
         Err(e) => return err(e),
     };
-    // The recording root must own the reader; re-open for sysroots (cheap).
-    let root = if opened.root.is_live() {
-        Root::live()
-    } else {
-        match Root::sysroot(opened.root.base()) {
-            Ok(r) => r,
-            Err(e) => return err(e),
-        }
-    };
-    // SAFETY of euid: a non-root snapshot is still useful, but config space is cut to 64 bytes.
     let t0 = std::time::Instant::now();
     // Live library facts: from the node's libraries, or carried over from the sysroot.
-    let live = if root.is_live() {
-        live_facts()
-    } else {
-        meta::read_live(&root)
-    };
-    match snapshot::take(root, out, Some(&live)) {
+    let live = collect::live::collect(&src, Libraries::Query);
+    match snapshot::take_source(src.recording(), out, Some(&live)) {
         Ok((node, w)) => {
             if node.euid.get() != Some(&0)
                 && node.source == gdrdoctor_checks::model::SourceKind::Live

@@ -80,26 +80,7 @@ gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt -
         nccl_version: Option<String>,
     },
     /// Live probes on this node's GPUs (each in a worker process with a deadline)
-    #[command(after_long_help = concat!(
-        "Probes run on the live node only. The parent never creates a CUDA context: each probe runs in a \
-worker process that the parent kills at the deadline, then a fresh process confirms the GPU is healthy.\n\n",
-        "Examples:\n",
-        "  gdrdoctor probe --registration            # can GPU memory be exported and registered for RDMA?\n",
-        "  gdrdoctor probe --registration --gpu 0 --format json\n",
-        "  gdrdoctor probe --hang                    # healthy spin-wait protocols, timed\n",
-        "  gdrdoctor probe --hang --inject all       # every injected fault must be caught and classified\n",
-        "  gdrdoctor probe --hang --inject never-set --hang-timeout 200\n",
-        "  gdrdoctor probe --doorbell                # doorbell offsets, GPU write path, store latency\n",
-        "  gdrdoctor probe --doorbell --lspci nic.txt --allow-mmio-write\n",
-        "  gdrdoctor probe --p2p                     # peer bandwidth per gpu pair vs the link rate\n",
-        "  gdrdoctor probe --hang --inject remote-wait --peer 1\n\n",
-        "Exit codes (check, probe):\n",
-        "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
-        "  1  at least one check failed\n",
-        "  2  gdrdoctor could not run (usage error, unreadable sysroot)\n",
-        "  3  nothing failed, but some checks could not be evaluated (status error);\n",
-        "     a CI gate must not read this as healthy unless it passes --allow-incomplete"
-    ))]
+    #[command(after_long_help = format!("{}\n{EXIT_CODES}", crate::probe::help_examples()))]
     Probe(ProbeArgs),
     /// Watch your own kernels (instrumented with kernels/include/gdrdoctor/progress.cuh) for
     /// stalled spin-waits: who waits on what, for how long, and why
@@ -153,68 +134,12 @@ sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snaps
     },
 }
 
+/// `gdrdoctor probe`: the probes and their options come from the probe registry
+/// (`crate::probe::PROBES`); the rest says how to report.
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
-    /// Allocate, export (dma-buf) and register GPU memory, timing each step
-    #[arg(long)]
-    pub registration: bool,
-    /// Run spin-wait protocols on the GPU and watch them for stalls (healthy protocols by default)
-    #[arg(long)]
-    pub hang: bool,
-    /// Check doorbell arithmetic and the GPU-to-NIC write path: an emulated mlx5 doorbell page
-    /// rung by the GPU (always), store-flavour latency, and a real mlx5 UAR when there is one
-    #[arg(long)]
-    pub doorbell: bool,
-    /// Peer copy bandwidth and latency for every GPU pair (both directions and both at once),
-    /// against the link's theoretical rate; one GPU: a copy reference inside it
-    #[arg(long)]
-    pub p2p: bool,
-    /// With --p2p: bytes per copy, in MiB
-    #[arg(long, value_name = "MIB", default_value_t = 64)]
-    pub p2p_size: usize,
-    /// With --doorbell: rings per store flavour for the latency table
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
-    pub rings: u32,
-    /// With --doorbell: a saved `lspci -vv -s <nic>` to cross-check the NIC's BAR0 against
-    #[arg(long, value_name = "FILE")]
-    pub lspci: Option<PathBuf>,
-    /// With --doorbell: let the GPU write the real doorbell once (value 0, a dedicated UAR with
-    /// no queue); without it nothing is written to the NIC
-    #[arg(long)]
-    pub allow_mmio_write: bool,
-    /// With --hang: inject faults, comma-separated (never-set, occupancy, ordering, stale-read,
-    /// silent, ignore-abort, remote-wait) or `all`; each runs beside a healthy control
-    #[arg(long, value_delimiter = ',', value_name = "NAME")]
-    pub inject: Vec<String>,
-    /// With --hang: a waiter without progress for this long is a stall (warning at half)
-    #[arg(long, value_name = "MS", default_value_t = 1000)]
-    pub hang_timeout: u64,
-    /// With --hang: how often the host detector polls the records
-    #[arg(long, value_name = "MS", default_value_t = 10)]
-    pub poll_ms: u64,
-    /// With --hang: measure detection latency over N stalls, instrumentation overhead and host
-    /// poll cost
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub bench: usize,
-    /// With --hang or --doorbell: use the PTX carried in the binary even when NVRTC is available
-    #[arg(long)]
-    pub ptx: bool,
-    /// The peer GPU (CUDA ordinal). --hang --inject remote-wait: default GPU 1 (GPU 0 when
-    /// --gpu is not 0), the GPU itself (loopback) on a one-GPU node; --p2p: with --gpu, measure
-    /// only that pair
-    #[arg(long, value_name = "N")]
-    pub peer: Option<u32>,
-    /// Only this GPU (CUDA ordinal); default: every GPU for --registration, GPU 0 for --hang
-    /// and --doorbell
-    #[arg(long, value_name = "N")]
-    pub gpu: Option<u32>,
-    /// Repeat the timed steps N times and report medians and p90 (registration); with --p2p:
-    /// copies per measurement (at least 20)
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub repeat: u32,
-    /// Kill a probe worker that runs longer than this many seconds
-    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
-    pub timeout: u64,
+    #[command(flatten)]
+    pub probes: crate::probe::ProbeOptions,
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -227,7 +152,7 @@ pub struct ProbeArgs {
     /// The lowest status that makes the exit code 1
     #[arg(long, value_enum, default_value_t = FailOnArg::Fail)]
     pub fail_on: FailOnArg,
-    /// Exit 0 instead of 3 when some probes could not run
+    /// Exit 0 instead of 3 when some probes could not run (no gpu, no driver)
     #[arg(long)]
     pub allow_incomplete: bool,
     /// Show evidence for passing probes too

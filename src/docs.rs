@@ -1,83 +1,18 @@
-//! The long-form check pages (`docs/checks/<id>.md`), embedded for `gdrdoctor explain`.
+//! The long-form pages (`docs/checks/<id>.md`) for `gdrdoctor explain`, found from the
+//! registries: each check row and each probe finding row embeds its own page, so there is no
+//! second list to keep in step.
 
-macro_rules! pages {
-    ($($id:literal),* $(,)?) => {
-        pub static PAGES: &[(&str, &str)] = &[
-            $(($id, include_str!(concat!("../docs/checks/", $id, ".md"))),)*
-        ];
-    };
-}
-
-pages!(
-    "gpu.present",
-    "driver.nvidia",
-    "driver.grdma-override",
-    "kmod.nvidia-peermem",
-    "kmod.nv-peer-mem",
-    "kmod.dmabuf",
-    "iommu.mode",
-    "rdma.devices",
-    "rdma.ports",
-    "rdma.firmware",
-    "mem.memlock",
-    "gpu.gdr-support",
-    "gpu.persistence",
-    "gpu.row-remap",
-    "gpu.nvlink",
-    "gpu.p2p",
-    "gpu.bar1",
-    "pcie.bars",
-    "pcie.acs-redirect",
-    "pcie.ats",
-    "pcie.link",
-    "pcie.mrrs",
-    "topo.nic-distance",
-    "topo.nic-numa",
-    "topo.rails",
-    "gdr.gpu",
-);
-
-macro_rules! probe_pages {
-    ($($id:literal),* $(,)?) => {
-        /// Pages of the probe finding ids (`crate::probe::PROBE_IDS`).
-        pub static PROBE_PAGES: &[(&str, &str)] = &[
-            $(($id, include_str!(concat!("../docs/checks/", $id, ".md"))),)*
-        ];
-    };
-}
-
-probe_pages!(
-    "probe.cuda",
-    "probe.dmabuf-export",
-    "probe.managed-memory",
-    "probe.host-register",
-    "probe.verbs-registration",
-    "probe.nccl-dmabuf",
-    "probe.gpu-health",
-    "probe.hang",
-    "probe.hang-inject",
-    "probe.doorbell-layout",
-    "probe.doorbell-latency",
-    "probe.doorbell-mlx5",
-    "probe.p2p-bandwidth",
-);
-
-macro_rules! watch_pages {
-    ($($id:literal),* $(,)?) => {
-        /// Pages of the watch finding ids (`gdrdoctor_checks::watch::IDS`).
-        pub static WATCH_PAGES: &[(&str, &str)] = &[
-            $(($id, include_str!(concat!("../docs/checks/", $id, ".md"))),)*
-        ];
-    };
-}
-
-watch_pages!("watch.area", "watch.stall", "watch.abort");
-
-pub fn page(id: &str) -> Option<&'static str> {
-    PAGES
+/// Every page: the checks in registry order, then the probe findings, then watch's findings.
+pub fn pages() -> Vec<(&'static str, &'static str)> {
+    gdrdoctor_checks::checks::CHECKS
         .iter()
-        .chain(PROBE_PAGES.iter())
-        .chain(WATCH_PAGES.iter())
-        .find(|(i, _)| *i == id)
-        .map(|(_, p)| *p)
+        .map(|c| (c.id, c.page))
+        .chain(crate::probe::finding_defs().map(|f| (f.id, f.page)))
+        .chain(crate::watch::PAGES.iter().copied())
+        .collect()
+}
+
+/// The page of a check, probe or watch finding id.
+pub fn page(id: &str) -> Option<&'static str> {
+    pages().into_iter().find(|(i, _)| *i == id).map(|(_, p)| p)
 }

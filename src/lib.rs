@@ -11,6 +11,5 @@ pub mod probe;
 pub mod reader;
 pub mod render;
 pub mod snapshot;
-pub mod verbs;
+pub mod source;
 pub mod watch;
-pub mod worker;

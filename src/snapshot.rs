@@ -4,6 +4,7 @@
 use crate::collect;
 use crate::meta::{Meta, META_PATH, META_SCHEMA};
 use crate::reader::{Recorded, Root};
+use crate::source::Source;
 use gdrdoctor_checks::model::Node;
 use std::path::{Path, PathBuf};
 
@@ -23,20 +24,24 @@ pub struct Written {
     pub bytes: u64,
 }
 
-/// Collect through a recording reader and write what it saw under `out`.
+/// Collect `root` through a recording reader and write what it saw under `out`.
 pub fn take(
     root: Root,
     out: &Path,
     live: Option<&gdrdoctor_checks::model::LiveFacts>,
 ) -> Result<(Node, Written), SnapshotError> {
-    let mut root = root.recording();
-    let meta_in = if root.is_live() {
-        None
-    } else {
-        crate::meta::read(&root).ok().flatten()
-    };
-    root.set_complete(meta_in.is_some());
-    let node = collect::collect(&root, meta_in.as_ref());
+    let src = Source::from_root(root).map_err(SnapshotError)?;
+    take_source(src.recording(), out, live)
+}
+
+/// Write what collecting `src` (a recording source) reads under `out`.
+pub fn take_source(
+    src: Source,
+    out: &Path,
+    live: Option<&gdrdoctor_checks::model::LiveFacts>,
+) -> Result<(Node, Written), SnapshotError> {
+    let root = &src.root;
+    let node = collect::files(&src);
     let meta = Meta {
         schema: META_SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -120,7 +125,7 @@ pub fn take(
     mark_empty_dirs(&dir).map_err(|e| SnapshotError(format!("{}: {e}", dir.display())))?;
     // A foreign capture stays foreign: without meta.json its missing files keep meaning
     // "not in this capture" rather than "absent on the node".
-    if !root.is_complete() {
+    if src.origin == crate::source::Origin::Foreign {
         if tgz {
             let r = write_tgz(&dir, out);
             let _ = std::fs::remove_dir_all(&dir);

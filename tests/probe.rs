@@ -7,22 +7,27 @@ use common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// Start `gdrdoctor __worker TASK` by hand with `request` on stdin; its exit status, reply line
+/// and raw stdout lines.
 fn worker(
     task: &str,
-    args: &[&str],
+    request: &str,
     deadline_ms: u64,
 ) -> (String, Option<serde_json::Value>, Vec<String>, Duration) {
-    // Run the runner through a tiny in-process call of the library, with the real binary as
-    // the worker (current_exe in tests is the test harness, so spawn the binary directly).
     let start = Instant::now();
     let mut child = Command::new(bin())
         .arg("__worker")
         .arg(task)
-        .args(args)
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(request.as_bytes());
+    }
     let deadline = Duration::from_millis(deadline_ms);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -49,25 +54,69 @@ fn worker(
     (status, result, raw, start.elapsed())
 }
 
-#[test]
-fn worker_protocol_result_and_raw_lines() {
-    let (st, r, _, _) = worker("selftest-echo", &["a", "b"], 10_000);
-    assert!(st.contains("exit status: 0"), "{st}");
-    assert_eq!(r.unwrap()["args"], serde_json::json!(["a", "b"]));
-    let (st, r, raw, _) = worker("selftest-crash", &[], 10_000);
-    assert!(st.contains("signal"), "{st}");
-    assert!(r.is_none());
-    assert_eq!(raw, vec!["a line of raw output before the crash"]);
-    let (_, r, _, _) = worker("no-such-task", &[], 10_000);
-    assert!(r.unwrap()["error"]
-        .as_str()
-        .unwrap()
-        .contains("unknown worker task"));
+fn request(task: &str, params: serde_json::Value) -> String {
+    serde_json::json!({"protocol": 1, "task": task, "params": params}).to_string()
 }
 
 #[test]
-fn runner_kills_a_worker_past_its_deadline_and_reports_a_crash() {
-    use gdrdoctor::probe::runner::{run_with, Outcome};
+fn worker_protocol_result_and_raw_lines() {
+    let (st, r, _, _) = worker(
+        "selftest-echo",
+        &request("selftest-echo", serde_json::json!(["a", "b"])),
+        10_000,
+    );
+    assert!(st.contains("exit status: 0"), "{st}");
+    let r = r.unwrap();
+    assert_eq!(
+        (r["protocol"].as_u64(), r["task"].as_str()),
+        (Some(1), Some("selftest-echo"))
+    );
+    assert_eq!(r["outcome"]["ok"]["params"], serde_json::json!(["a", "b"]));
+    let (st, r, raw, _) = worker(
+        "selftest-crash",
+        &request("selftest-crash", serde_json::Value::Null),
+        10_000,
+    );
+    assert!(st.contains("signal"), "{st}");
+    assert!(r.is_none());
+    assert_eq!(raw, vec!["a line of raw output before the crash"]);
+    // Typed errors: unknown task, another protocol, a request that is not one, parameters of
+    // the wrong shape.
+    let bad = |task: &str, body: &str| {
+        let (st, r, _, _) = worker(task, body, 10_000);
+        assert!(!st.contains("exit status: 0"), "{st}");
+        let e = r.unwrap()["outcome"]["err"].clone();
+        assert_eq!(e["kind"], "bad-request", "{e}");
+        e["detail"].as_str().unwrap().to_string()
+    };
+    assert!(bad(
+        "no-such-task",
+        &request("no-such-task", serde_json::Value::Null)
+    )
+    .contains("unknown worker task"));
+    assert!(bad(
+        "selftest-echo",
+        r#"{"protocol": 999, "task": "selftest-echo"}"#
+    )
+    .contains("999"));
+    assert!(bad("selftest-echo", "not json").contains("expected"));
+    assert!(bad(
+        "selftest-sleep",
+        &request("selftest-sleep", serde_json::json!("soon"))
+    )
+    .contains("parameters"));
+    // A request for another task than the one the worker was started for.
+    assert!(bad(
+        "selftest-echo",
+        &request("selftest-sleep", serde_json::json!(1))
+    )
+    .contains("selftest-sleep"));
+}
+
+#[test]
+fn runner_kills_a_worker_past_its_deadline_and_reports_a_crash_or_garbage() {
+    use gdrdoctor::probe::protocol::Request;
+    use gdrdoctor::probe::runner::{run_with, Outcome, RunFailure};
     let exe = std::path::Path::new(bin());
     let seen = std::sync::Mutex::new(Vec::<String>::new());
     let on = |m: &str| {
@@ -75,59 +124,210 @@ fn runner_kills_a_worker_past_its_deadline_and_reports_a_crash() {
             seen.lock().unwrap().push(m.to_string());
         }
     };
+    let req = |task: &str, p: serde_json::Value| Request::new(task, &p).unwrap();
     // A worker that would sleep 30 s is killed at the 1.5 s deadline.
     let t0 = Instant::now();
     let r = run_with(
         exe,
-        "selftest-sleep",
-        &["30".into()],
+        &req("selftest-sleep", serde_json::json!(30)),
         Duration::from_millis(1500),
         &on,
     )
     .unwrap();
     assert_eq!(r.outcome, Outcome::TimedOut);
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    assert!(r
-        .failure()
-        .unwrap()
-        .contains("did not finish within its deadline"));
+    let f = r.failure().unwrap();
+    assert!(matches!(f, RunFailure::TimedOut { .. }), "{f:?}");
+    assert!(
+        f.to_string().contains("did not finish within its deadline"),
+        "{f}"
+    );
     assert_eq!(
         seen.lock().unwrap().as_slice(),
         ["sleeping"],
         "progress lines reach the parent"
     );
     // A crash is a signal, with the raw output kept.
-    let r = run_with(exe, "selftest-crash", &[], Duration::from_secs(10), &on).unwrap();
-    assert_eq!(r.outcome, Outcome::Signaled(6));
-    assert_eq!(r.raw, vec!["a line of raw output before the crash"]);
-    assert!(r.failure().unwrap().contains("signal 6"));
-    // The result line is parsed; nothing else is taken for it.
     let r = run_with(
         exe,
-        "selftest-echo",
-        &["x".into()],
+        &req("selftest-crash", serde_json::Value::Null),
+        Duration::from_secs(10),
+        &on,
+    )
+    .unwrap();
+    assert_eq!(r.outcome, Outcome::Signaled(6));
+    assert_eq!(r.raw, vec!["a line of raw output before the crash"]);
+    assert!(r.failure().unwrap().to_string().contains("signal 6"));
+    // A result line that is not a reply is garbage, named as such, never data.
+    let r = run_with(
+        exe,
+        &req("selftest-garbage", serde_json::Value::Null),
         Duration::from_secs(10),
         &on,
     )
     .unwrap();
     assert_eq!(r.outcome, Outcome::Exited(0));
-    assert_eq!(r.result.as_ref().unwrap()["args"][0], "x");
+    let f = r.failure().unwrap();
+    assert!(matches!(f, RunFailure::Garbage { .. }), "{f:?}");
+    assert!(f.to_string().contains("unreadable result"), "{f}");
+    assert!(r.output::<serde_json::Value>().is_err());
+    // The reply is parsed; nothing else is taken for it; a reply of the wrong shape is an error.
+    let r = run_with(
+        exe,
+        &req("selftest-echo", serde_json::json!(["x"])),
+        Duration::from_secs(10),
+        &on,
+    )
+    .unwrap();
+    assert_eq!(r.outcome, Outcome::Exited(0));
     assert!(r.failure().is_none());
+    assert_eq!(r.value().unwrap()["params"][0], "x");
+    let shape = r.output::<Vec<u32>>().unwrap_err();
+    assert!(matches!(shape, RunFailure::Garbage { .. }), "{shape:?}");
+    // A worker error is typed.
+    let r = run_with(
+        exe,
+        &req("no-such-task", serde_json::Value::Null),
+        Duration::from_secs(10),
+        &on,
+    )
+    .unwrap();
+    assert!(r.failure().is_none());
+    assert!(matches!(
+        r.output::<serde_json::Value>(),
+        Err(RunFailure::Worker(_))
+    ));
 }
 
+/// Processes whose parent is `ppid` and whose command line holds `__worker`.
+fn workers_of(ppid: u32) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+        let parent: Option<u32> = after.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if parent == Some(ppid) && String::from_utf8_lossy(&cmd).contains("__worker") {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+/// Gone, or a zombie nobody reaped yet (dead all the same).
+fn dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .map(|x| x.1.trim_start().starts_with('Z'))
+            .unwrap_or(true),
+    }
+}
+
+/// `gdrdoctor check` with a worker that takes a minute (the test hook), and that worker's pid.
+/// The caller signals and waits for the parent.
+#[allow(clippy::zombie_processes)]
+fn parent_with_a_running_worker() -> (std::process::Child, u32) {
+    let mut child = Command::new(bin())
+        .args(["check", "--format", "json"])
+        .env("GDRDOCTOR_TEST_WORKER_DELAY_MS", "60000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        if let Some(&w) = workers_of(child.id()).first() {
+            return (child, w);
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no worker appeared");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_dead(pid: u32) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if dead(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Regression (issue 18 item 1): a signal to the parent used to leave the worker running under
+/// PID 1 with no deadline.
 #[test]
-fn probe_without_a_gpu_is_a_clean_skip_or_error() {
+fn a_terminating_signal_to_the_parent_kills_its_worker_and_exits_128_plus_the_signal() {
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let (mut parent, w) = parent_with_a_running_worker();
+        // SAFETY: kill(2) on the pid of a child we started and have not reaped.
+        unsafe { libc::kill(parent.id() as i32, sig) };
+        let st = parent.wait().unwrap();
+        assert_eq!(st.code(), Some(128 + sig), "signal {sig}: {st}");
+        assert!(wait_dead(w), "signal {sig}: worker {w} outlived its parent");
+    }
+}
+
+/// A parent that cannot forward anything (SIGKILL) still takes its worker with it: the worker
+/// asked for the parent-death signal.
+#[test]
+fn a_killed_parent_takes_its_worker_with_it() {
+    let (mut parent, w) = parent_with_a_running_worker();
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    assert!(wait_dead(w), "worker {w} outlived its SIGKILLed parent");
+}
+
+/// A worker whose parent is not the one named in its environment leaves at once.
+#[test]
+fn a_worker_started_for_another_parent_exits_without_running() {
+    let out = Command::new(bin())
+        .args(["__worker", "selftest-sleep"])
+        .env("GDRDOCTOR_WORKER_PARENT", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
+    assert!(out.stdout.is_empty());
+}
+
+/// A probe that cannot run here (no GPU on the bus, no driver) is an incomplete run: exit 3,
+/// never 0, unless the user accepts it with --allow-incomplete (issue 11 item 7: a CI preflight
+/// must not pass a GPU node whose GPUs vanished).
+#[test]
+fn probe_that_cannot_run_is_incomplete_unless_allowed() {
     let (code, out, err) = run(&["probe", "--registration", "--format", "json"]);
     let v: serde_json::Value =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
     let f = &v["findings"][0];
     assert_eq!(f["id"], "probe.cuda");
-    // No GPU here: skip (exit 0); a node with GPUs but no libcuda: error (exit 3).
     match f["status"].as_str().unwrap() {
-        "skip" => assert_eq!(code, 0),
-        "error" => assert_eq!(code, 3),
+        // No GPU here, or a GPU without libcuda: incomplete.
+        "error" => {
+            assert_eq!(code, 3, "{f}");
+            assert_eq!(v["summary"]["exit_code"], 3);
+            assert!(
+                f["remediation"].as_str().is_some_and(|r| !r.is_empty()),
+                "{f}"
+            );
+            let (code, _, _) = run(&["probe", "--registration", "--allow-incomplete"]);
+            assert_eq!(code, 0, "--allow-incomplete accepts it");
+        }
         "pass" => {} // a GPU machine
-        s => panic!("unexpected {s}"),
+        s => panic!("unexpected {s}: {f}"),
     }
     let (code, _, err) = run(&["probe"]);
     assert_eq!(code, 2);
@@ -169,9 +369,9 @@ fn doorbell_probe_without_a_gpu_skips_and_flags_are_validated() {
         .iter()
         .map(|f| (f["id"].as_str().unwrap(), f["status"].as_str().unwrap()))
         .collect();
-    if ids.contains(&("probe.cuda", "skip")) {
-        // No GPU: both the CUDA side and the NIC side say why, and the run is not a failure.
-        assert_eq!(code, 0, "{ids:?}");
+    if ids.contains(&("probe.cuda", "error")) && ids.len() == 2 {
+        // No GPU: both the CUDA side and the NIC side say why; the run is incomplete.
+        assert_eq!(code, 3, "{ids:?}");
         assert!(ids.contains(&("probe.doorbell-mlx5", "skip")), "{ids:?}");
     } else if ids.iter().any(|(_, s)| *s == "error") {
         assert_eq!(code, 3, "{ids:?}");
@@ -227,4 +427,82 @@ fn h200_doorbell_capture_rederives_its_findings() {
             );
         }
     }
+}
+
+/// Every captured H200 probe report (fixtures/reports: registration, hang, hang with every
+/// injection, doorbell with NVRTC and with the carried PTX, p2p) replays through today's
+/// verdicts to exactly the findings the machine reported: ids, statuses, subjects, messages,
+/// evidence and fixes. The node is the same VM's snapshot.
+#[test]
+fn h200_probe_captures_replay_to_their_findings() {
+    let at = fixture("h200-vm-live");
+    let src = gdrdoctor::source::Source::open(gdrdoctor::source::Location::Sysroot(&at)).unwrap();
+    let node = gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip);
+    let mut seen = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(repo().join("fixtures/reports")).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let probe = &report["probe"];
+        let got = gdrdoctor::probe::replay(&node, probe)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let got = serde_json::to_value(&got).unwrap();
+        let want = &report["findings"];
+        assert!(!want.as_array().unwrap().is_empty(), "{}", path.display());
+        if &got != want {
+            let (g, w) = (got.as_array().unwrap(), want.as_array().unwrap());
+            for (i, (a, b)) in g.iter().zip(w.iter()).enumerate() {
+                assert_eq!(a, b, "{}: finding {i}", path.display());
+            }
+            assert_eq!(g.len(), w.len(), "{}: number of findings", path.display());
+        }
+        seen.extend(probe.as_object().unwrap().keys().cloned());
+    }
+    // Every registered probe has a capture to replay.
+    for p in gdrdoctor::probe::PROBES {
+        assert!(seen.contains(p.name), "no capture replays probe.{}", p.name);
+    }
+}
+
+/// A replay is exact, so it fails when a verdict changes: a doctored capture gives other findings.
+#[test]
+fn a_changed_record_changes_the_replayed_findings() {
+    let node = gdrdoctor_checks::testing::empty_node();
+    let path = repo().join("fixtures/reports/h200-probe-hang-inject-all.json");
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // The never-set injection's verdict is now the wrong class: the finding must fail.
+    let s = report["probe"]["hang"]["hang"]["scenarios"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|s| s["name"] == "never-set")
+        .unwrap();
+    s["verdict"]["class"] = serde_json::json!("silent");
+    let got = gdrdoctor::probe::replay(&node, &report["probe"]).unwrap();
+    let f = got
+        .iter()
+        .find(|f| f.subject.ends_with("/never-set"))
+        .unwrap();
+    assert_eq!(f.status, gdrdoctor_checks::report::Status::Fail, "{f:?}");
+    assert!(
+        f.message
+            .contains("classified as silent instead of spin-stall"),
+        "{}",
+        f.message
+    );
+    // A worker that was killed before it reported is an error naming what happened.
+    let mut killed = report["probe"].clone();
+    killed["hang"]["hang-escalation"] = serde_json::json!({
+        "params": null, "printf": ["gdrdoctor-hang-scenario ignore-abort"],
+        "worker_exit": "TimedOut", "health_check_ms": 300.0,
+        "problem": {"kind": "run", "message": "worker `hang` did not finish within its deadline (300.0 s) and was killed"}
+    });
+    let got = gdrdoctor::probe::replay(&node, &killed).unwrap();
+    assert!(got.iter().any(|f| f.id == "probe.hang"
+        && f.status == gdrdoctor_checks::report::Status::Error
+        && f.message.contains("stopped before it reported: TimedOut")));
 }

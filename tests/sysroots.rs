@@ -548,9 +548,10 @@ fn gpu_pairs_nvlink_and_p2p_verdicts() {
 #[test]
 fn p2p_theoretical_rates() {
     let node = |s: &str| {
-        gdrdoctor::app::load_node(Some(&repo().join("fixtures/sysroots").join(s)), false)
-            .unwrap()
-            .1
+        let at = repo().join("fixtures/sysroots").join(s);
+        let src =
+            gdrdoctor::source::Source::open(gdrdoctor::source::Location::Sysroot(&at)).unwrap();
+        gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip)
     };
     let hgx = node("hgx-h200x8-cx7x8-healthy");
     let (t, how) =

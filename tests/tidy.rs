@@ -8,13 +8,22 @@ use gdrdoctor_checks::checks::CHECKS;
 
 #[test]
 fn every_check_has_a_page_and_every_page_a_check() {
-    let ids: Vec<&str> = CHECKS.iter().map(|c| c.id).collect();
-    let embedded: Vec<&str> = gdrdoctor::docs::PAGES.iter().map(|(i, _)| *i).collect();
+    // The pages come from the registries (each row embeds its own page): every check and probe
+    // finding id has one, and every page in docs/checks belongs to one of them.
+    let pages = gdrdoctor::docs::pages();
+    let ids: Vec<&str> = pages.iter().map(|(i, _)| *i).collect();
+    let checks: Vec<&str> = CHECKS.iter().map(|c| c.id).collect();
+    let probes: Vec<&str> = gdrdoctor::probe::finding_defs().map(|f| f.id).collect();
+    let watch: Vec<&str> = gdrdoctor_checks::watch::IDS
+        .iter()
+        .map(|(i, _)| *i)
+        .collect();
     assert_eq!(
-        ids, embedded,
-        "src/docs.rs must embed exactly the registry, in order"
+        ids,
+        [checks, probes, watch].concat(),
+        "checks first, then probe findings, then watch findings"
     );
-    let mut pages: Vec<String> = std::fs::read_dir(repo().join("docs/checks"))
+    let mut files: Vec<String> = std::fs::read_dir(repo().join("docs/checks"))
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| {
@@ -24,44 +33,16 @@ fn every_check_has_a_page_and_every_page_a_check() {
                 .to_string()
         })
         .collect();
-    pages.sort();
-    let probes: Vec<&str> = gdrdoctor::probe::PROBE_IDS
-        .iter()
-        .map(|(i, _)| *i)
-        .collect();
-    let probe_pages: Vec<&str> = gdrdoctor::docs::PROBE_PAGES
-        .iter()
-        .map(|(i, _)| *i)
-        .collect();
-    assert_eq!(
-        probes, probe_pages,
-        "src/docs.rs must embed exactly the probe ids, in order"
-    );
-    let watch: Vec<&str> = gdrdoctor_checks::watch::IDS
-        .iter()
-        .map(|(i, _)| *i)
-        .collect();
-    let watch_pages: Vec<&str> = gdrdoctor::docs::WATCH_PAGES
-        .iter()
-        .map(|(i, _)| *i)
-        .collect();
-    assert_eq!(
-        watch, watch_pages,
-        "src/docs.rs must embed exactly the watch ids, in order"
-    );
-    let mut sorted: Vec<String> = ids
-        .iter()
-        .chain(probes.iter())
-        .chain(watch.iter())
-        .map(|s| s.to_string())
-        .collect();
+    files.sort();
+    let mut sorted: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
     sorted.sort();
-    assert_eq!(pages, sorted, "docs/checks/*.md must match the registry");
-    for (id, page) in gdrdoctor::docs::PAGES
-        .iter()
-        .chain(gdrdoctor::docs::PROBE_PAGES.iter())
-        .chain(gdrdoctor::docs::WATCH_PAGES.iter())
-    {
+    assert_eq!(files, sorted, "docs/checks/*.md must match the registries");
+    for (id, page) in &pages {
+        assert_eq!(
+            Some(*page),
+            gdrdoctor::docs::page(id),
+            "{id}: explain finds its page"
+        );
         assert!(page.len() > 400, "{id}: page too short to teach anything");
         assert!(
             page.contains("## How to fix") || page.contains("## Fix"),

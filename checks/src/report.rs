@@ -95,7 +95,9 @@ impl Finding {
         });
         self
     }
-    pub fn expect(
+    /// Evidence with the value that would have passed (`Option::expect` is another thing: this
+    /// never panics).
+    pub fn expected(
         mut self,
         source: impl Into<String>,
         observed: impl Into<String>,

@@ -127,3 +127,68 @@ pub fn with(mut n: Node, pci: Vec<PciDevice>, rdma: Vec<RdmaDevice>) -> Node {
     n.rdma = Fact::known(rdma, "test");
     n
 }
+
+/// A fact known from a test.
+pub fn known<T>(v: T) -> Fact<T> {
+    Fact::known(v, "test")
+}
+
+/// The root port every [`switch_pair`] device hangs below.
+pub const ROOT_PORT: &str = "/sys/devices/pci0000:15/0000:15:01.0";
+
+/// An HGX-like pair: one PCIe switch (upstream port 0000:16:00.0) below [`ROOT_PORT`] holding a
+/// GPU (0000:18:00.0) and a ConnectX-7 (0000:19:00.0, `mlx5_0`, port ACTIVE), on NUMA node 0;
+/// the NVIDIA open kernel module 580.159.04 on kernel 6.8 with nvidia_peermem loaded, memlock
+/// unlimited, no IOMMU unit.
+pub fn switch_pair() -> Node {
+    let usp = format!("{ROOT_PORT}/0000:16:00.0");
+    let mut n = with(
+        empty_node(),
+        vec![
+            bridge(ROOT_PORT, 0),
+            bridge(&usp, 0),
+            bridge(&format!("{usp}/0000:17:00.0"), 0),
+            gpu(&format!("{usp}/0000:17:00.0/0000:18:00.0"), 0),
+            bridge(&format!("{usp}/0000:17:01.0"), 0),
+            nic(&format!("{usp}/0000:17:01.0/0000:19:00.0"), 0),
+        ],
+        vec![rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE")],
+    );
+    if let Fact::Known { value: pci, .. } = &mut n.pci {
+        for d in pci.iter_mut() {
+            d.driver = known(Some(
+                if d.is_nvidia_gpu() {
+                    "nvidia"
+                } else if d.is_network() {
+                    "mlx5_core"
+                } else {
+                    "pcieport"
+                }
+                .into(),
+            ));
+        }
+    }
+    n.nvidia.version_file = known(Some("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Oct 30 01:08:29 UTC 2025".into()));
+    n.nvidia.params = known(BTreeMap::new());
+    n.nvidia.gpus = known(
+        [("0000:18:00.0".to_string(), BTreeMap::new())]
+            .into_iter()
+            .collect(),
+    );
+    n.kernel_release = known("6.8.0-45-generic".into());
+    n.peermem = PeerMem {
+        nv_mem_version: known(None),
+        nv_mem_nc_version: known(None),
+        nvidia_peermem_version: known(Some("580.159.04".into())),
+        nv_peer_mem: known(false),
+        memory_peers: known(None),
+        nvidia_peermem_params: known(BTreeMap::new()),
+    };
+    n.memlock = known(Rlimit {
+        soft: None,
+        hard: None,
+    });
+    n.iommu.classes = known(Vec::new());
+    n.iommu.groups = known(Vec::new());
+    n
+}

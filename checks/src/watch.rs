@@ -1305,7 +1305,7 @@ pub fn findings(a: &AreaReport) -> Vec<Finding> {
             h.dropped
         ));
         area = area
-            .expect(
+            .expected(
                 format!("{} dropped", a.path),
                 h.dropped.to_string(),
                 "0".to_string(),

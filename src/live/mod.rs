@@ -1,15 +1,22 @@
-//! Live facts from the GPU and NIC libraries (NVML, the CUDA driver API, libibverbs), gathered
-//! in a worker process so that a wedged driver cannot hang `check`.
+//! The live libraries, loaded at run time and only ever called inside a worker process (so that
+//! a wedged driver cannot hang the parent): the CUDA driver API behind a safe layer
+//! ([`cuda`]), NVRTC ([`nvrtc`]), NVML ([`nvml`]), libibverbs and libmlx5 ([`verbs`]), the
+//! memory shared with a GPU ([`shared`]) and a few OS calls ([`os`]). Every `unsafe` of the
+//! probes' GPU and NIC work lives here.
 
 pub mod cuda;
 pub mod nccl;
 pub mod nvml;
+pub mod nvrtc;
+pub mod os;
+pub mod shared;
+pub mod verbs;
 
 use gdrdoctor_checks::model::{Fact, LiveFacts, VerbsFacts};
 
 /// What libibverbs says: the dma-buf symbol, the devices, and NCCL's dma-buf probe per device.
 pub fn verbs_facts() -> Result<VerbsFacts, String> {
-    let v = crate::verbs::Verbs::load().map_err(|e| e.to_string())?;
+    let v = verbs::Verbs::load().map_err(|e| e.to_string())?;
     let mut f = VerbsFacts {
         has_reg_dmabuf_mr: v.has_reg_dmabuf_mr(),
         ..Default::default()
@@ -17,14 +24,11 @@ pub fn verbs_facts() -> Result<VerbsFacts, String> {
     match v.devices() {
         Ok(devs) => {
             for d in devs {
-                let probe = v.open(&d.name).ok().and_then(|ctx| {
-                    ctx.alloc_pd().ok().map(|pd| match pd.dmabuf_probe() {
-                        crate::verbs::DmabufProbe::SymbolMissing => Some(95),
-                        crate::verbs::DmabufProbe::Unsupported { errno } => Some(errno),
-                        crate::verbs::DmabufProbe::Supported { errno } => Some(errno),
-                    })
-                });
-                f.dmabuf_probe.insert(d.name.clone(), probe.flatten());
+                let probe = v
+                    .open(&d.name)
+                    .ok()
+                    .and_then(|ctx| ctx.alloc_pd().ok().map(|pd| pd.dmabuf_probe().errno()));
+                f.dmabuf_probe.insert(d.name.clone(), probe);
                 f.devices.push(d.name);
             }
         }

@@ -4,100 +4,74 @@
 //! driver can JIT it). Every function is fetched before the first launch: lazy loading deadlocks
 //! spin-wait pairs (knowledge/hang-probe.md §0 item 4).
 
-use crate::live::cuda::{self, CuError};
-use cudarc::driver::sys;
+use crate::live::cuda::{Context, Function, Module};
+use crate::live::nvrtc;
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::time::Instant;
 
-pub const HANG_CU: &str = include_str!("../../kernels/hang.cu");
-pub const HANG_PTX: &str = include_str!("../../kernels/ptx/hang.ptx");
+/// A probe family's kernels: the CUDA source and the PTX generated from it.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    /// The source file's path in the repository (NVRTC's name for it, in line info).
+    pub name: &'static str,
+    pub cu: &'static str,
+    pub ptx: &'static str,
+}
 
-pub struct Module {
-    pub module: sys::CUmodule,
-    pub functions: BTreeMap<&'static str, sys::CUfunction>,
+pub const HANG: KernelSource = KernelSource {
+    name: "kernels/hang.cu",
+    cu: include_str!("../../kernels/hang.cu"),
+    ptx: include_str!("../../kernels/ptx/hang.ptx"),
+};
+
+pub const DOORBELL: KernelSource = KernelSource {
+    name: "kernels/doorbell.cu",
+    cu: include_str!("../../kernels/doorbell.cu"),
+    ptx: include_str!("../../kernels/ptx/doorbell.ptx"),
+};
+
+/// A loaded module with every function the probe launches.
+pub struct Kernels {
+    pub module: Module,
+    pub functions: BTreeMap<&'static str, Function>,
     /// `nvrtc compute_90` or `embedded ptx (...)`, for the report.
     pub source: String,
     pub load_ms: f64,
 }
 
-fn arch(cc: (i32, i32)) -> Option<&'static str> {
-    Some(match cc {
-        (7, 0) => "compute_70",
-        (7, 5) => "compute_75",
-        (8, 0) => "compute_80",
-        (8, 6) => "compute_86",
-        (8, 9) => "compute_89",
-        (9, 0) => "compute_90",
-        (10, 0) => "compute_100",
-        (12, 0) => "compute_120",
-        _ => return None,
-    })
-}
-
-/// Compile `src` with NVRTC for `cc`; `Err` with the reason when NVRTC is absent or fails.
-fn nvrtc(src: &str, name: &str, cc: (i32, i32)) -> Result<String, String> {
-    // SAFETY: only tries to dlopen the candidate library names.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err("libnvrtc not on this node".into());
+impl Kernels {
+    /// A function loaded by [`load`]; an error names it when it was not asked for.
+    pub fn get(&self, name: &str) -> Result<&Function, String> {
+        self.functions
+            .get(name)
+            .ok_or_else(|| format!("kernel {name} not loaded"))
     }
-    let a = arch(cc).ok_or_else(|| {
-        format!(
-            "no NVRTC architecture for compute capability {}.{}",
-            cc.0, cc.1
-        )
-    })?;
-    let opts = cudarc::nvrtc::CompileOptions {
-        arch: Some(a),
-        options: vec![
-            "-lineinfo".into(),
-            "--std=c++14".into(),
-            "-default-device".into(),
-        ],
-        name: Some(name.to_string()),
-        ..Default::default()
-    };
-    std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(src, opts))
-        .map_err(|_| "NVRTC panicked (symbol missing?)".to_string())?
-        .map(|p| p.to_src())
-        .map_err(|e| format!("NVRTC: {e:?}"))
 }
 
-fn load_data(text: &str) -> Result<sys::CUmodule, String> {
-    let c = CString::new(text).map_err(|e| format!("PTX contains a NUL byte: {e}"))?;
-    let mut module: sys::CUmodule = std::ptr::null_mut();
-    // SAFETY: c is a NUL-terminated PTX image that outlives the call.
-    cuda::check("cuModuleLoadData", unsafe {
-        sys::cuModuleLoadData(&mut module, c.as_ptr().cast())
-    })
-    .map_err(|e: CuError| e.to_string())?;
-    Ok(module)
-}
-
-/// Load a module and fetch `names`, preferring NVRTC; the caller holds a current context.
+/// Load `k` into `ctx` and fetch `names`, preferring NVRTC unless `force_ptx`.
 pub fn load(
-    src: &str,
-    ptx: &str,
-    name: &str,
-    cc: (i32, i32),
+    ctx: &Context,
+    k: &KernelSource,
     names: &[&'static str],
     force_ptx: bool,
-) -> Result<Module, String> {
+) -> Result<Kernels, String> {
     let t0 = Instant::now();
+    let cc = ctx.device().compute_capability();
     let (text, source) = if force_ptx {
-        (ptx.to_string(), "embedded ptx (forced)".to_string())
+        (k.ptx.to_string(), "embedded ptx (forced)".to_string())
     } else {
-        match nvrtc(src, name, cc) {
-            Ok(p) => (p, format!("nvrtc {}", arch(cc).unwrap_or("?"))),
-            Err(why) => (ptx.to_string(), format!("embedded ptx ({why})")),
+        match nvrtc::compile(k.cu, k.name, cc) {
+            Ok(p) => (p, format!("nvrtc {}", nvrtc::arch(cc).unwrap_or("?"))),
+            Err(why) => (k.ptx.to_string(), format!("embedded ptx ({why})")),
         }
     };
-    let (module, source) = match load_data(&text) {
+    let (module, source) = match ctx.load_module(&text) {
         Ok(m) => (m, source),
         // An NVRTC newer than the driver emits a PTX ISA the driver's JIT rejects
         // (CUDA_ERROR_UNSUPPORTED_PTX_VERSION): fall back to the carried PTX.
-        Err(e) if !force_ptx && text != ptx => {
-            let m = load_data(ptx)
+        Err(e) if !force_ptx && text != k.ptx => {
+            let m = ctx
+                .load_module(k.ptx)
                 .map_err(|e2| format!("{e} ({source}); the carried PTX failed too: {e2}"))?;
             (
                 m,
@@ -108,16 +82,9 @@ pub fn load(
     };
     let mut functions = BTreeMap::new();
     for n in names {
-        let cn = CString::new(*n).map_err(|e| e.to_string())?;
-        let mut f: sys::CUfunction = std::ptr::null_mut();
-        // SAFETY: module was just loaded; cn is NUL-terminated.
-        cuda::check("cuModuleGetFunction", unsafe {
-            sys::cuModuleGetFunction(&mut f, module, cn.as_ptr())
-        })
-        .map_err(|e| format!("{e}: {n}"))?;
-        functions.insert(*n, f);
+        functions.insert(*n, module.function(n)?);
     }
-    Ok(Module {
+    Ok(Kernels {
         module,
         functions,
         source,

@@ -1,19 +1,33 @@
 //! The parent side of every live GPU operation: run `gdrdoctor __worker TASK` as a child in its
-//! own process group, hold the deadline, and kill the whole group when it passes.
+//! own process group, send it its [`Request`], hold the deadline, and kill the whole group when
+//! it passes. The child side is [`super::worker`]; the protocol is [`super::protocol`].
 //!
 //! Why a child: the parent must never own a CUDA context. A hung kernel makes context release
 //! block forever, and `__trap` poisons the process (knowledge/hang-probe.md §0 items 6-7); a
-//! killed child releases the GPU in about 0.1 s. The child prints its result as one line
-//! `GDRDOCTOR-RESULT <json>` on stdout; every other stdout line (device printf) is kept as raw
-//! output. Lines `GDRDOCTOR-PROGRESS <text>` on stderr drive the progress display.
+//! killed child releases the GPU in about 0.1 s.
+//!
+//! Workers die with their parent. The worker asks the kernel for SIGKILL when the parent goes
+//! (`PR_SET_PDEATHSIG`, then checks the parent is still the one that started it); and the
+//! parent, on SIGINT, SIGTERM or SIGHUP, kills every worker group it started and exits with
+//! 128 + the signal. The worker has its own process group, so a Ctrl-C on the terminal reaches
+//! only the parent: without the forwarding a worker would outlive it under PID 1.
 
-use std::io::{BufRead, BufReader, Read};
+use super::protocol::{self, Reply, Request, WorkerError, PROGRESS_PREFIX, RESULT_PREFIX};
+use crate::live::os;
+use serde::de::DeserializeOwned;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-pub const RESULT_PREFIX: &str = "GDRDOCTOR-RESULT ";
-pub const PROGRESS_PREFIX: &str = "GDRDOCTOR-PROGRESS ";
+/// The environment variable through which the parent tells the worker its pid.
+pub const PARENT_ENV: &str = "GDRDOCTOR_WORKER_PARENT";
+
+/// Test-only hook: a worker started with this variable set (milliseconds) sleeps that long
+/// after reading its request and before its task, so that the tests can catch a parent with a
+/// running worker without a GPU. It has no other effect, in any build; gdrdoctor never sets it.
+pub const TEST_DELAY_ENV: &str = "GDRDOCTOR_TEST_WORKER_DELAY_MS";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -25,12 +39,81 @@ pub enum Outcome {
     TimedOut,
 }
 
+impl Outcome {
+    /// The worker was stopped (killed at the deadline, or crashed): the GPU may need a health
+    /// check from a fresh process.
+    pub fn stopped(&self) -> bool {
+        matches!(self, Outcome::TimedOut | Outcome::Signaled(_))
+    }
+}
+
+/// What went wrong with a worker, in one line for a finding.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunFailure {
+    /// The worker could not be started.
+    Spawn(String),
+    /// It ran past its deadline and was killed.
+    TimedOut { task: String, secs: f64 },
+    /// It died from a signal (a crash).
+    Crashed {
+        task: String,
+        signal: i32,
+        tail: String,
+    },
+    /// It exited without printing a result.
+    NoResult {
+        task: String,
+        code: i32,
+        tail: String,
+    },
+    /// It printed a result line that is not a reply of this protocol.
+    Garbage { task: String, detail: String },
+    /// It reported an error instead of a result.
+    Worker(WorkerError),
+}
+
+fn tail_text(tail: &str) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!(": {tail}")
+    }
+}
+
+impl std::fmt::Display for RunFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunFailure::Spawn(e) => f.write_str(e),
+            RunFailure::TimedOut { task, secs } => write!(
+                f,
+                "worker `{task}` did not finish within its deadline ({secs:.1} s) and was killed"
+            ),
+            RunFailure::Crashed { task, signal, tail } => write!(
+                f,
+                "worker `{task}` was killed by signal {signal} (crashed){}",
+                tail_text(tail)
+            ),
+            RunFailure::NoResult { task, code, tail } => write!(
+                f,
+                "worker `{task}` exited with {code} without a result{}",
+                tail_text(tail)
+            ),
+            RunFailure::Garbage { task, detail } => {
+                write!(f, "worker `{task}` wrote an unreadable result: {detail}")
+            }
+            RunFailure::Worker(e) => e.fmt(f),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct WorkerRun {
     pub task: String,
     pub outcome: Outcome,
-    /// The parsed `GDRDOCTOR-RESULT` payload, if the worker printed one.
-    pub result: Option<serde_json::Value>,
+    /// The worker's reply, when it printed a valid one.
+    pub reply: Option<protocol::Outcome>,
+    /// Why the result line could not be read (not JSON, another protocol, another task).
+    pub garbage: Option<String>,
     /// Every other stdout line (kernel printf), in order.
     pub raw: Vec<String>,
     pub stderr: String,
@@ -38,81 +121,168 @@ pub struct WorkerRun {
 }
 
 impl WorkerRun {
-    /// A one-line account of what went wrong, for findings.
-    pub fn failure(&self) -> Option<String> {
-        let tail = self
-            .stderr
+    fn tail(&self) -> String {
+        self.stderr
             .lines()
             .rev()
             .find(|l| !l.trim().is_empty() && !l.starts_with(PROGRESS_PREFIX))
-            .unwrap_or("");
-        match (&self.outcome, &self.result) {
-            (Outcome::Exited(0), Some(_)) => None,
-            (Outcome::TimedOut, _) => Some(format!(
-                "worker `{}` did not finish within its deadline ({:.1} s) and was killed",
-                self.task,
-                self.elapsed.as_secs_f64()
-            )),
-            (Outcome::Signaled(s), _) => Some(format!(
-                "worker `{}` was killed by signal {s} (crashed){}",
-                self.task,
-                if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {tail}")
-                }
-            )),
-            (Outcome::Exited(c), None) => Some(format!(
-                "worker `{}` exited with {c} without a result{}",
-                self.task,
-                if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {tail}")
-                }
-            )),
-            (Outcome::Exited(_), Some(_)) => None,
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// What went wrong with the run itself (it hung, died, wrote garbage or nothing), or
+    /// `None`; an error the worker reported is [`WorkerRun::worker_error`].
+    pub fn failure(&self) -> Option<RunFailure> {
+        let task = self.task.clone();
+        match (&self.outcome, &self.reply, &self.garbage) {
+            (Outcome::TimedOut, _, _) => Some(RunFailure::TimedOut {
+                task,
+                secs: self.elapsed.as_secs_f64(),
+            }),
+            (Outcome::Signaled(s), _, _) => Some(RunFailure::Crashed {
+                task,
+                signal: *s,
+                tail: self.tail(),
+            }),
+            (Outcome::Exited(_), None, Some(g)) => Some(RunFailure::Garbage {
+                task,
+                detail: g.clone(),
+            }),
+            (Outcome::Exited(c), None, None) => Some(RunFailure::NoResult {
+                task,
+                code: *c,
+                tail: self.tail(),
+            }),
+            (Outcome::Exited(_), Some(_), _) => None,
         }
+    }
+
+    /// The error the worker reported instead of a result.
+    pub fn worker_error(&self) -> Option<&WorkerError> {
+        match &self.reply {
+            Some(protocol::Outcome::Err(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The worker's output, as JSON, when it printed one.
+    pub fn value(&self) -> Option<&serde_json::Value> {
+        match &self.reply {
+            Some(protocol::Outcome::Ok(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The output as the task's type, or what went wrong (the run, the worker, or an output
+    /// that does not have the task's shape).
+    pub fn output<T: DeserializeOwned>(&self) -> Result<T, RunFailure> {
+        if let Some(f) = self.failure() {
+            return Err(f);
+        }
+        if let Some(e) = self.worker_error() {
+            return Err(RunFailure::Worker(e.clone()));
+        }
+        let v = self.value().cloned().unwrap_or_default();
+        serde_json::from_value(v).map_err(|e| RunFailure::Garbage {
+            task: self.task.clone(),
+            detail: format!("the result does not have the `{}` shape: {e}", self.task),
+        })
     }
 }
 
-/// Run `gdrdoctor __worker <task> <args>` with a deadline. `on_progress` receives the worker's
-/// progress lines as they arrive.
-pub fn run(
-    task: &str,
-    args: &[String],
-    deadline: Duration,
-    on_progress: &(dyn Fn(&str) + Sync),
-) -> Result<WorkerRun, String> {
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot find the gdrdoctor executable to start a worker: {e}"))?;
-    run_with(&exe, task, args, deadline, on_progress)
+// ---------------------------------------------------------------------------------------------
+// Workers die with the parent
+// ---------------------------------------------------------------------------------------------
+
+/// Process groups of the running workers (0: free slot). Read by the signal handler, so plain
+/// atomics, no lock.
+static WORKERS: [AtomicI32; 16] = [const { AtomicI32::new(0) }; 16];
+static HANDLERS: Once = Once::new();
+
+extern "C" fn on_termination(sig: i32) {
+    for w in &WORKERS {
+        os::kill_group(w.load(Ordering::SeqCst));
+    }
+    os::exit_now(128 + sig);
 }
 
-/// [`run`] with an explicit gdrdoctor executable (tests).
-pub fn run_with(
-    exe: &std::path::Path,
+/// Forward termination signals to the workers from now on (before the first spawn, so that no
+/// signal finds the parent with a worker and without the handler).
+fn forward_signals() {
+    HANDLERS.call_once(|| os::on_termination_signals(on_termination));
+}
+
+fn track(pgid: i32) {
+    for w in &WORKERS {
+        if w.compare_exchange(0, pgid, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            return;
+        }
+    }
+    // More than 16 workers at once (gdrdoctor runs one): the parent-death signal still
+    // kills the others.
+}
+
+fn untrack(pgid: i32) {
+    for w in &WORKERS {
+        let _ = w.compare_exchange(pgid, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running a worker
+// ---------------------------------------------------------------------------------------------
+
+/// Run `gdrdoctor __worker <task>` with `params` and a deadline. `on_progress` receives the
+/// worker's progress lines as they arrive (and an empty string every 100 ms).
+pub fn run(
     task: &str,
-    args: &[String],
+    params: &impl serde::Serialize,
     deadline: Duration,
     on_progress: &(dyn Fn(&str) + Sync),
-) -> Result<WorkerRun, String> {
+) -> Result<WorkerRun, RunFailure> {
+    let exe = std::env::current_exe().map_err(|e| {
+        RunFailure::Spawn(format!(
+            "cannot find the gdrdoctor executable to start a worker: {e}"
+        ))
+    })?;
+    let req = Request::new(task, params).map_err(RunFailure::Spawn)?;
+    run_with(&exe, &req, deadline, on_progress)
+}
+
+/// [`run`] with an explicit gdrdoctor executable and request (tests).
+pub fn run_with(
+    exe: &std::path::Path,
+    req: &Request,
+    deadline: Duration,
+    on_progress: &(dyn Fn(&str) + Sync),
+) -> Result<WorkerRun, RunFailure> {
+    let task = req.task.as_str();
+    let body = serde_json::to_vec(req)
+        .map_err(|e| RunFailure::Spawn(format!("worker request for `{task}`: {e}")))?;
     let mut cmd = Command::new(exe);
     cmd.arg("__worker")
         .arg(task)
-        .args(args)
-        .stdin(Stdio::null())
+        .env(PARENT_ENV, os::pid().to_string())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
     }
+    forward_signals();
     let start = Instant::now();
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("{}: cannot start worker: {e}", exe.display()))?;
+        .map_err(|e| RunFailure::Spawn(format!("{}: cannot start worker: {e}", exe.display())))?;
     let pid = child.id() as i32;
+    track(pid);
+    if let Some(mut stdin) = child.stdin.take() {
+        // A worker that died at once makes this fail; its exit status says why.
+        let _ = stdin.write_all(&body);
+    }
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let out_lines: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -175,6 +345,7 @@ pub fn run_with(
             match child.try_wait() {
                 Ok(Some(st)) => {
                     use std::os::unix::process::ExitStatusExt;
+                    untrack(pid);
                     return match (st.code(), st.signal()) {
                         (Some(c), _) => Outcome::Exited(c),
                         (None, Some(sig)) => Outcome::Signaled(sig),
@@ -182,15 +353,21 @@ pub fn run_with(
                     };
                 }
                 Ok(None) => {}
-                Err(_) => return Outcome::Exited(-1),
+                Err(_) => {
+                    os::kill_group(pid);
+                    let _ = child.wait();
+                    untrack(pid);
+                    return Outcome::Exited(-1);
+                }
             }
             if last_tick.elapsed() >= Duration::from_millis(100) {
                 on_progress("");
                 last_tick = Instant::now();
             }
             if start.elapsed() >= deadline {
-                kill_group(pid);
+                os::kill_group(pid);
                 let _ = child.wait();
+                untrack(pid);
                 return Outcome::TimedOut;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -198,11 +375,15 @@ pub fn run_with(
     });
     let elapsed = start.elapsed();
     let lines = out_lines.lock().map(|v| v.clone()).unwrap_or_default();
-    let mut result = None;
+    let mut reply = None;
+    let mut garbage = None;
     let mut raw = Vec::new();
     for l in lines {
         match l.strip_prefix(RESULT_PREFIX) {
-            Some(j) => result = serde_json::from_str(j).ok(),
+            Some(j) => match read_reply(j, task) {
+                Ok(r) => reply = Some(r),
+                Err(g) => garbage = Some(g),
+            },
             None => raw.push(l),
         }
     }
@@ -210,19 +391,31 @@ pub fn run_with(
     Ok(WorkerRun {
         task: task.to_string(),
         outcome,
-        result,
+        reply,
+        garbage,
         raw,
         stderr,
         elapsed,
     })
 }
 
-/// SIGKILL the worker's whole process group (it may have started helpers of its own).
-pub fn kill_group(pid: i32) {
-    // SAFETY: kill(2) with a negative pid signals the process group we created for the worker.
-    unsafe {
-        libc::kill(-pid, libc::SIGKILL);
+/// A result line: a reply of this protocol, for this task.
+fn read_reply(json: &str, task: &str) -> Result<protocol::Outcome, String> {
+    let r: Reply = serde_json::from_str(json).map_err(|e| {
+        let head: String = json.chars().take(80).collect();
+        format!("{e} in `{head}`")
+    })?;
+    if r.protocol != protocol::PROTOCOL {
+        return Err(format!(
+            "protocol version {} (this gdrdoctor speaks {}): a different gdrdoctor binary answered",
+            r.protocol,
+            protocol::PROTOCOL
+        ));
     }
+    if r.task != task {
+        return Err(format!("a reply for task `{}`, not `{task}`", r.task));
+    }
+    Ok(r.outcome)
 }
 
 /// A spinner on stderr for work that takes more than a second; silent when stderr is not a

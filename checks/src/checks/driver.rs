@@ -57,7 +57,7 @@ pub fn driver(node: &Node) -> Vec<Finding> {
         )
         .evidence(SRC, "absent")],
         Fact::Known { value: None, .. } => vec![Finding::new(ID, Status::Fail, "node", "the nvidia kernel driver is not loaded")
-            .expect(SRC, "absent", "present")
+            .expected(SRC, "absent", "present")
             .fix("`modprobe nvidia` (install the driver first if `modinfo nvidia` fails; prefer the open kernel modules, `nvidia-open` packages, which dma-buf needs)")],
         Fact::Absent { reason, .. } => vec![Finding::new(ID, Status::Error, "node", "cannot read the nvidia driver version")
             .evidence(SRC, format!("unknown ({reason})"))],
@@ -84,7 +84,7 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
             let v = raw.and_then(|v| parse::registry_number(v));
             match v {
                 Some(2) => vec![Finding::new(ID, Status::Fail, "node", "the nvidia driver is told to refuse every gpudirect rdma mapping (GrdmaPciTopoCheckOverride=2)")
-                    .expect(SRC, "GrdmaPciTopoCheckOverride: 2", "0 (driver decides)")
+                    .expected(SRC, "GrdmaPciTopoCheckOverride: 2", "0 (driver decides)")
                     .fix("remove `NVreg_GrdmaPciTopoCheckOverride=2` from /etc/modprobe.d/*.conf, rebuild the initramfs and reload the nvidia module")],
                 Some(n) => vec![Finding::new(ID, Status::Pass, "node", format!("GrdmaPciTopoCheckOverride={n} ({})", if n == 1 { "forced allow" } else { "driver decides" }))
                     .evidence(SRC, format!("GrdmaPciTopoCheckOverride: {n}"))],
@@ -110,5 +110,61 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
                 .evidence(SRC, format!("unknown ({reason})"))]
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    #[test]
+    fn a_loaded_open_driver_passes_with_its_version_line() {
+        let f = driver(&switch_pair());
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(f[0].message.contains("580.159.04"), "{}", f[0].message);
+        assert!(f[0].evidence[0].observed.starts_with("NVRM version"));
+    }
+
+    #[test]
+    fn a_gpu_without_its_driver_fails_and_a_gpu_the_driver_lost_fails() {
+        let mut n = switch_pair();
+        n.nvidia.version_file = known(None);
+        let f = driver(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert_eq!(f[0].evidence[0].expected.as_deref(), Some("present"));
+        let mut n = switch_pair();
+        n.nvidia.gpus = known(Default::default());
+        let f = driver(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert!(
+            f[0].message.contains("initialised 0 of 1"),
+            "{}",
+            f[0].message
+        );
+        // No GPU and no driver: nothing to check.
+        let mut n = empty_node();
+        n.nvidia.version_file = known(None);
+        assert_eq!(driver(&n)[0].status, Status::Skip);
+    }
+
+    #[test]
+    fn the_override_that_refuses_gdr_fails_and_garbage_is_an_error() {
+        let mut n = switch_pair();
+        assert_eq!(grdma_override(&n)[0].status, Status::Pass);
+        n.nvidia.params = known(
+            [("GrdmaPciTopoCheckOverride".to_string(), "2".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        let f = grdma_override(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert!(f[0].remediation.is_some());
+        n.nvidia.params = known(
+            [("GrdmaPciTopoCheckOverride".to_string(), "yes".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(grdma_override(&n)[0].status, Status::Error);
     }
 }

@@ -160,3 +160,51 @@ pub fn per_gpu(node: &Node) -> Vec<Finding> {
 fn path_rank(p: &str) -> u8 {
     topo::parse_level(p).unwrap_or(u8::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Fact;
+    use crate::testing::*;
+
+    #[test]
+    fn a_close_nic_with_a_gdr_path_passes_naming_the_mechanism() {
+        let f = per_gpu(&switch_pair());
+        assert_eq!(f[0].status, Status::Pass, "{:?}", f[0]);
+        assert!(
+            f[0].message.contains("mlx5_0 (PIX, dmabuf)"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn no_peer_memory_and_no_dma_buf_turns_gdr_off_with_the_reason() {
+        let mut n = switch_pair();
+        n.peermem.nvidia_peermem_version = known(None);
+        n.nvidia.version_file = known(Some(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023"
+                .into(),
+        ));
+        let f = per_gpu(&n);
+        assert_eq!(f[0].status, Status::Fail, "{:?}", f[0]);
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.observed.contains("no peer-memory client")),
+            "{:?}",
+            f[0].evidence
+        );
+    }
+
+    #[test]
+    fn no_gpu_or_no_nic_skips() {
+        let mut n = switch_pair();
+        n.rdma = known(Vec::new());
+        assert_eq!(per_gpu(&n)[0].status, Status::Skip);
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            pci.retain(|d| !d.is_nvidia_gpu());
+        }
+        assert_eq!(per_gpu(&n)[0].status, Status::Skip);
+    }
+}

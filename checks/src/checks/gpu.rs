@@ -43,7 +43,7 @@ pub fn present(node: &Node) -> Vec<Finding> {
             .filter(|d| d.vendor_id.get() == Some(&0x10de))
             .count();
         return vec![Finding::new(ID, Status::Fail, "node", "no nvidia gpu on the pci bus")
-            .expect(
+            .expected(
                 "/sys/bus/pci/devices/*/{vendor,class}",
                 format!("{} pci functions, none with vendor 0x10de and class 0x03xxxx ({nv_other} other nvidia functions)", pci.len()),
                 "at least one nvidia gpu",
@@ -64,13 +64,13 @@ pub fn present(node: &Node) -> Vec<Finding> {
                 &g.bdf,
                 format!("{name} is bound to {d}: it is passed through to a virtual machine, not usable on this host"),
             )
-            .expect(src, d.clone(), "nvidia")
+            .expected(src, d.clone(), "nvidia")
             .fix(format!("if this host should use the GPU: `echo {} > /sys/bus/pci/drivers/{d}/unbind` and load nvidia; otherwise run gdrdoctor inside the guest", g.bdf)),
             Fact::Known { value: Some(d), .. } => Finding::new(ID, Status::Fail, &g.bdf, format!("{name} is bound to {d}, not nvidia"))
-                .expect(src, d.clone(), "nvidia")
+                .expected(src, d.clone(), "nvidia")
                 .fix("install and load the NVIDIA driver (nouveau must be blacklisted: `echo blacklist nouveau > /etc/modprobe.d/blacklist-nouveau.conf`, rebuild the initramfs, reboot)"),
             Fact::Known { value: None, .. } => Finding::new(ID, Status::Fail, &g.bdf, format!("{name} has no driver bound"))
-                .expect(src, "no driver", "nvidia")
+                .expected(src, "no driver", "nvidia")
                 .fix("`modprobe nvidia`; if it fails, read `dmesg | grep -i nvrm` (a GPU the driver cannot initialise stays unbound)"),
             Fact::Absent { reason, .. } => Finding::new(ID, Status::Error, &g.bdf, format!("{name}: cannot tell which driver is bound"))
                 .evidence(src, format!("unknown ({reason})")),
@@ -155,7 +155,7 @@ pub fn gdr_support(node: &Node) -> Vec<Finding> {
         let f = match d.gpu_direct_rdma_supported {
             Some(1) => Finding::new(ID, Status::Pass, &g.bdf, format!("cuda reports gpudirect rdma supported ({}, dma-buf {})", d.name, if d.dma_buf_supported == Some(1) { "supported" } else { "not supported" })).evidence(src, facts),
             Some(0) => Finding::new(ID, Status::Fail, &g.bdf, format!("cuda reports GPU_DIRECT_RDMA_SUPPORTED=0 for {}: nccl turns gdr off for this gpu, silently", d.name))
-                .expect(src, facts, "GPU_DIRECT_RDMA_SUPPORTED=1")
+                .expected(src, facts, "GPU_DIRECT_RDMA_SUPPORTED=1")
                 .fix("this GPU or platform does not support GPUDirect RDMA (e.g. unified-memory platforms such as DGX Spark report 0); use a GPU/platform that does, or accept host staging"),
             Some(v) => Finding::new(ID, Status::Warn, &g.bdf, format!("cuda reports an unexpected GPU_DIRECT_RDMA_SUPPORTED={v}"))
                 .evidence(src, facts),
@@ -185,7 +185,7 @@ pub fn persistence(node: &Node) -> Vec<Finding> {
         .map(|g| match nvml_for(node, &g.bdf).and_then(|n| n.persistence_mode) {
             Some(true) => Finding::new(ID, Status::Pass, &g.bdf, "persistence mode on"),
             Some(false) => Finding::new(ID, Status::Warn, &g.bdf, "persistence mode off: the driver tears the gpu down when the last client exits, so every job start pays the initialisation and ecc scrubbing again")
-                .expect("nvmlDeviceGetPersistenceMode", "Disabled", "Enabled")
+                .expected("nvmlDeviceGetPersistenceMode", "Disabled", "Enabled")
                 .fix("`systemctl enable --now nvidia-persistenced` (or `nvidia-smi -pm 1` until reboot)"),
             None => Finding::new(ID, Status::Error, &g.bdf, "nvml did not report persistence mode for this gpu"),
         })
@@ -523,15 +523,80 @@ pub fn gpu_bar1(node: &Node) -> Vec<Finding> {
         );
         let f = match mem {
             Some((m, model)) if size < m => Finding::new(ID, Status::Warn, &g.bdf, format!("bar1 is {} but the {model} has {} of memory: at most that much gpu memory can be registered for rdma at once", parse::human_bytes(size), parse::human_bytes(m)))
-                .expect(src, observed, format!(">= {}", parse::human_bytes(m)))
+                .expected(src, observed, format!(">= {}", parse::human_bytes(m)))
                 .fix("enable Above 4G Decoding and Resizable BAR in the BIOS (and `NVreg_EnableResizableBar=1` where the driver needs it), then reboot; `nvidia-smi -q -d MEMORY` shows BAR1 Memory Usage"),
             Some((m, model)) => Finding::new(ID, Status::Pass, &g.bdf, format!("bar1 {} covers the {model}'s {} of memory", parse::human_bytes(size), parse::human_bytes(m))).evidence(src, observed),
             None if size <= 256 << 20 => Finding::new(ID, Status::Warn, &g.bdf, format!("bar1 is only {}: gpudirect rdma can map at most that much gpu memory", parse::human_bytes(size)))
-                .expect(src, observed, "a bar1 as large as the gpu memory")
+                .expected(src, observed, "a bar1 as large as the gpu memory")
                 .fix("enable Above 4G Decoding and Resizable BAR in the BIOS, then reboot"),
             None => Finding::new(ID, Status::Pass, &g.bdf, format!("bar1 is {} (gpu memory size is a live fact; not compared)", parse::human_bytes(size))).evidence(src, observed),
         };
         out.push(f);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CudaFacts, LiveFacts};
+    use crate::testing::*;
+
+    fn set_gpu_driver(n: &mut Node, d: Option<&str>) {
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for g in pci.iter_mut().filter(|g| g.is_nvidia_gpu()) {
+                g.driver = known(d.map(str::to_string));
+            }
+        }
+    }
+
+    #[test]
+    fn a_gpu_bound_to_nvidia_passes_vfio_warns_unbound_fails_none_fails() {
+        let mut n = switch_pair();
+        let f = present(&n);
+        assert_eq!(
+            (f.len(), f[0].status, f[0].subject.as_str()),
+            (1, Status::Pass, "0000:18:00.0")
+        );
+        set_gpu_driver(&mut n, Some("vfio-pci"));
+        assert_eq!(present(&n)[0].status, Status::Warn);
+        set_gpu_driver(&mut n, None);
+        let f = present(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert_eq!(f[0].evidence[0].expected.as_deref(), Some("nvidia"));
+        let no_gpu = with(empty_node(), vec![bridge(ROOT_PORT, 0)], vec![]);
+        assert_eq!(present(&no_gpu)[0].status, Status::Fail);
+    }
+
+    #[test]
+    fn cuda_attributes_decide_gdr_support_and_missing_live_facts_depend_on_the_source() {
+        let mut n = switch_pair();
+        // A snapshot without live facts: skip; on the live node the same absence is an error.
+        assert_eq!(gdr_support(&n)[0].status, Status::Skip);
+        n.source = SourceKind::Live;
+        n.live = LiveFacts::absent("libcuda.so.1 not loadable");
+        let f = gdr_support(&n);
+        assert_eq!(f[0].status, Status::Error);
+        assert!(f[0].remediation.is_some());
+        let dev = |v: i32| CudaDevice {
+            bdf: "0000:18:00.0".into(),
+            name: "NVIDIA H200".into(),
+            cc_major: 9,
+            gpu_direct_rdma_supported: Some(v),
+            dma_buf_supported: Some(1),
+            ..Default::default()
+        };
+        for (v, want) in [(1, Status::Pass), (0, Status::Fail)] {
+            n.live.cuda = known(CudaFacts {
+                driver_version: 13000,
+                devices: vec![dev(v)],
+                ..Default::default()
+            });
+            let f = gdr_support(&n);
+            assert_eq!(f[0].status, want, "GPU_DIRECT_RDMA_SUPPORTED={v}");
+            assert!(f[0].evidence[0]
+                .observed
+                .contains(&format!("GPU_DIRECT_RDMA_SUPPORTED={v}")));
+        }
+    }
 }

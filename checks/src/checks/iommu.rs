@@ -43,3 +43,57 @@ pub fn mode(node: &Node) -> Vec<Finding> {
     }
     vec![f]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Fact, IommuGroup};
+    use crate::testing::*;
+
+    fn group(id: &str, kind: &str, devices: &[&str]) -> IommuGroup {
+        IommuGroup {
+            id: id.into(),
+            kind: known(kind.into()),
+            devices: devices.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn no_unit_is_off_and_passes() {
+        let f = mode(&switch_pair());
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(f[0].message.starts_with("iommu off"), "{}", f[0].message);
+        assert!(f[0].evidence.iter().any(|e| e.source == "/sys/class/iommu"));
+    }
+
+    #[test]
+    fn translated_groups_warn_with_the_intel_fix_identity_groups_pass() {
+        let mut n = switch_pair();
+        n.cpu_vendor = known(CpuVendor::Intel);
+        n.cmdline = known(vec!["intel_iommu=on".into()]);
+        n.iommu.classes = known(vec!["dmar0".into()]);
+        n.iommu.groups = known(vec![group("17", "DMA-FQ", &["0000:18:00.0"])]);
+        let f = mode(&n);
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(f[0]
+            .remediation
+            .as_deref()
+            .is_some_and(|r| r.contains("intel_iommu=on iommu=pt")));
+        n.iommu.groups = known(vec![group("17", "identity", &["0000:18:00.0"])]);
+        let f = mode(&n);
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(f[0].message.contains("passthrough"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn nothing_readable_is_an_error_not_off() {
+        let mut n = empty_node();
+        n.iommu.classes = Fact::absent("/sys/class/iommu", "not in this capture");
+        let f = mode(&n);
+        assert_eq!(f[0].status, Status::Error);
+        assert!(f[0]
+            .evidence
+            .iter()
+            .any(|e| e.observed.contains("not in this capture")));
+    }
+}

@@ -79,7 +79,7 @@ pub fn nv_peer_mem(node: &Node) -> Vec<Finding> {
     const SRC: &str = "/sys/module/nv_peer_mem";
     match &node.peermem.nv_peer_mem {
         Fact::Known { value: true, .. } => vec![Finding::new(ID, Status::Warn, "node", "the deprecated nv_peer_mem module is loaded")
-            .expect(SRC, "present", "absent")
+            .expected(SRC, "present", "absent")
             .fix("`systemctl disable --now nv_peer_mem` (or `rmmod nv_peer_mem`), uninstall the nvidia-peer-memory package, then `modprobe nvidia-peermem`; NCCL's GPU-initiated (GIN/GDAKI) paths accept only nvidia_peermem or dma-buf")],
         Fact::Known { value: false, .. } => {
             vec![Finding::new(ID, Status::Pass, "node", "nv_peer_mem is not loaded").evidence(SRC, "absent")]
@@ -135,4 +135,79 @@ pub fn dmabuf(node: &Node) -> Vec<Finding> {
         }
     };
     vec![with_evidence(f, &db)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    fn proprietary(n: &mut Node) {
+        n.nvidia.version_file = known(Some(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023"
+                .into(),
+        ));
+    }
+
+    #[test]
+    fn peermem_loaded_passes_and_dmabuf_is_possible_on_the_open_driver() {
+        let n = switch_pair();
+        let f = nvidia_peermem(&n);
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(f[0]
+            .evidence
+            .iter()
+            .any(|e| e.source == "/sys/module/nvidia_peermem/version"));
+        assert_eq!(dmabuf(&n)[0].status, Status::Pass);
+    }
+
+    #[test]
+    fn neither_path_fails_both_checks() {
+        let mut n = switch_pair();
+        proprietary(&mut n);
+        n.peermem.nvidia_peermem_version = known(None);
+        let pm = nvidia_peermem(&n);
+        assert_eq!(pm[0].status, Status::Fail);
+        assert!(
+            pm[0].message.contains("gpudirect rdma is impossible"),
+            "{}",
+            pm[0].message
+        );
+        let db = dmabuf(&n);
+        assert_eq!(db[0].status, Status::Fail);
+        assert!(db[0].message.contains("proprietary"), "{}", db[0].message);
+        assert!(db[0].message.ends_with("no peer-memory client either"));
+    }
+
+    #[test]
+    fn one_path_makes_the_other_not_needed_and_unknown_is_an_error() {
+        let mut n = switch_pair();
+        n.peermem.nvidia_peermem_version = known(None);
+        assert_eq!(
+            nvidia_peermem(&n)[0].status,
+            Status::Skip,
+            "dma-buf covers it"
+        );
+        let mut n = switch_pair();
+        proprietary(&mut n);
+        assert_eq!(dmabuf(&n)[0].status, Status::Skip, "peer memory covers it");
+        let mut n = switch_pair();
+        n.peermem.nvidia_peermem_version =
+            Fact::absent("/sys/module/nvidia_peermem/version", "permission denied");
+        n.peermem.nv_mem_version = Fact::absent(
+            "/sys/kernel/mm/memory_peers/nv_mem/version",
+            "permission denied",
+        );
+        assert_eq!(nvidia_peermem(&n)[0].status, Status::Error);
+    }
+
+    #[test]
+    fn the_legacy_module_warns() {
+        let mut n = switch_pair();
+        assert_eq!(nv_peer_mem(&n)[0].status, Status::Pass);
+        n.peermem.nv_peer_mem = known(true);
+        let f = nv_peer_mem(&n);
+        assert_eq!(f[0].status, Status::Warn);
+        assert_eq!(f[0].evidence[0].expected.as_deref(), Some("absent"));
+    }
 }

@@ -15,7 +15,7 @@ pub fn memlock(node: &Node) -> Vec<Finding> {
                 "node",
                 format!("locked-memory limit is {}: ibv_reg_mr beyond it fails with ENOMEM (host buffers, NCCL/UCX bounce buffers, and peer-memory registrations of gpu memory)", human_bytes(n)),
             )
-            .expect(
+            .expected(
                 source.clone(),
                 format!("soft {} / hard {}", human_bytes(n), value.hard.map(human_bytes).unwrap_or_else(|| "unlimited".into())),
                 "unlimited",
@@ -24,5 +24,40 @@ pub fn memlock(node: &Node) -> Vec<Finding> {
         },
         Fact::Absent { source, reason } => vec![Finding::new(ID, Status::Error, "node", "cannot read the locked-memory limit")
             .evidence(source.clone(), format!("unknown ({reason})"))],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Rlimit;
+    use crate::testing::*;
+
+    #[test]
+    fn unlimited_passes_with_its_evidence_a_limit_warns_unknown_is_an_error() {
+        let mut n = empty_node();
+        n.memlock = known(Rlimit {
+            soft: None,
+            hard: None,
+        });
+        let f = memlock(&n);
+        assert_eq!(
+            (f[0].status, f[0].evidence[0].observed.as_str()),
+            (Status::Pass, "unlimited")
+        );
+        n.memlock = known(Rlimit {
+            soft: Some(64 << 10),
+            hard: Some(64 << 10),
+        });
+        let f = memlock(&n);
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(f[0].message.contains("64 KiB"), "{}", f[0].message);
+        assert_eq!(f[0].evidence[0].expected.as_deref(), Some("unlimited"));
+        assert!(f[0]
+            .remediation
+            .as_deref()
+            .is_some_and(|r| r.contains("LimitMEMLOCK")));
+        n.memlock = Fact::absent("getrlimit(RLIMIT_MEMLOCK)", "live-only fact");
+        assert_eq!(memlock(&n)[0].status, Status::Error);
     }
 }

@@ -1,7 +1,8 @@
 //! The check registry: one line per check, in documentation order.
 //!
 //! A check is a pure function of the [`Node`](crate::model::Node) that returns findings. Adding
-//! one touches: the function, one line in [`CHECKS`], its page `docs/checks/<id>.md`, and a
+//! one touches: the function (in the file of its category), one `check!` line in [`CHECKS`],
+//! its page `docs/checks/<id>.md` (embedded from the row: the registry is the only list), and a
 //! fixture-backed test. Ids are stable (`category.name`), never renumbered, never reused.
 
 use crate::model::Node;
@@ -24,6 +25,25 @@ pub struct CheckDef {
     /// One lowercase line for `gdrdoctor list`.
     pub title: &'static str,
     pub run: fn(&Node) -> Vec<Finding>,
+    /// The long-form page, `docs/checks/<id>.md` (what `gdrdoctor explain` prints).
+    pub page: &'static str,
+}
+
+/// A registry row: the page is found from the id.
+macro_rules! check {
+    ($id:literal, $title:literal, $run:path) => {
+        CheckDef {
+            id: $id,
+            title: $title,
+            run: $run,
+            page: include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../docs/checks/",
+                $id,
+                ".md"
+            )),
+        }
+    };
 }
 
 impl CheckDef {
@@ -34,136 +54,132 @@ impl CheckDef {
 
 /// Every static check, in the order reports list them.
 pub static CHECKS: &[CheckDef] = &[
-    CheckDef {
-        id: "gpu.present",
-        title: "nvidia gpus are on the pci bus and bound to the nvidia driver",
-        run: gpu::present,
-    },
-    CheckDef {
-        id: "driver.nvidia",
-        title: "the nvidia kernel driver is loaded; its version and flavor",
-        run: driver::driver,
-    },
-    CheckDef {
-        id: "driver.grdma-override",
-        title: "the nvidia driver does not refuse gpudirect rdma mappings by registry override",
-        run: driver::grdma_override,
-    },
-    CheckDef {
-        id: "kmod.nvidia-peermem",
-        title: "a peer-memory client (nvidia_peermem) serves ibv_reg_mr on gpu memory",
-        run: kmod::nvidia_peermem,
-    },
-    CheckDef {
-        id: "kmod.nv-peer-mem",
-        title: "the deprecated nv_peer_mem module is not loaded",
-        run: kmod::nv_peer_mem,
-    },
-    CheckDef {
-        id: "kmod.dmabuf",
-        title: "the dma-buf path is possible (open nvidia modules, kernel >= 5.12)",
-        run: kmod::dmabuf,
-    },
-    CheckDef {
-        id: "iommu.mode",
-        title: "the iommu does not translate gpu and nic dma (off or passthrough)",
-        run: iommu::mode,
-    },
-    CheckDef {
-        id: "rdma.devices",
-        title: "rdma devices are present",
-        run: rdma::devices,
-    },
-    CheckDef {
-        id: "rdma.ports",
-        title: "rdma ports are active and their physical link is up",
-        run: rdma::ports,
-    },
-    CheckDef {
-        id: "rdma.firmware",
-        title: "hcas of the same model run the same firmware",
-        run: rdma::firmware,
-    },
-    CheckDef {
-        id: "mem.memlock",
-        title: "the locked-memory limit is unlimited",
-        run: mem::memlock,
-    },
-    CheckDef {
-        id: "gpu.gdr-support",
-        title: "cuda reports gpudirect rdma (and dma-buf) support for each gpu",
-        run: gpu::gdr_support,
-    },
-    CheckDef {
-        id: "gpu.persistence",
-        title: "gpus run in persistence mode",
-        run: gpu::persistence,
-    },
-    CheckDef {
-        id: "gpu.row-remap",
-        title: "no gpu has pending row remaps or retired pages",
-        run: gpu::row_remap,
-    },
-    CheckDef {
-        id: "gpu.nvlink",
-        title: "every gpu has as many active nvlinks as its peers; where they go",
-        run: gpu::nvlink,
-    },
-    CheckDef {
-        id: "gpu.p2p",
-        title: "gpu pairs joined by nvlink or a pcie switch have peer access (nvml and cuda)",
-        run: gpu::p2p,
-    },
-    CheckDef {
-        id: "gpu.bar1",
-        title: "each gpu's bar1 aperture is large enough to map its memory for rdma",
-        run: gpu::gpu_bar1,
-    },
-    CheckDef {
-        id: "pcie.bars",
-        title: "bars in sysfs and in config space agree for gpus and nics",
-        run: pcie::bars,
-    },
-    CheckDef {
-        id: "pcie.acs-redirect",
-        title: "no bridge between paired gpus and nics redirects peer-to-peer (acs)",
-        run: pcie::acs_redirect,
-    },
-    CheckDef {
-        id: "pcie.ats",
-        title: "ats on nics is consistent with the iommu and acs on their paths",
-        run: pcie::ats,
-    },
-    CheckDef {
-        id: "pcie.link",
-        title: "nic, gpu and switch links run at their full width and speed",
-        run: pcie::link,
-    },
-    CheckDef {
-        id: "pcie.mrrs",
-        title: "nics use a 4096-byte max read request",
-        run: pcie::mrrs,
-    },
-    CheckDef {
-        id: "topo.nic-distance",
-        title: "every gpu has a nic within nccl's gdr distance (pix/pxb)",
-        run: topo::nic_distance,
-    },
-    CheckDef {
-        id: "topo.nic-numa",
-        title: "nics sit on numa nodes that host gpus",
-        run: topo::nic_numa,
-    },
-    CheckDef {
-        id: "topo.rails",
-        title: "every gpu has the same number of close nics",
-        run: topo::rails,
-    },
-    CheckDef {
-        id: "gdr.gpu",
-        title: "per gpu: nccl would use gpudirect rdma with at least one nic, and why not",
-        run: gdr::per_gpu,
-    },
+    check!(
+        "gpu.present",
+        "nvidia gpus are on the pci bus and bound to the nvidia driver",
+        gpu::present
+    ),
+    check!(
+        "driver.nvidia",
+        "the nvidia kernel driver is loaded; its version and flavor",
+        driver::driver
+    ),
+    check!(
+        "driver.grdma-override",
+        "the nvidia driver does not refuse gpudirect rdma mappings by registry override",
+        driver::grdma_override
+    ),
+    check!(
+        "kmod.nvidia-peermem",
+        "a peer-memory client (nvidia_peermem) serves ibv_reg_mr on gpu memory",
+        kmod::nvidia_peermem
+    ),
+    check!(
+        "kmod.nv-peer-mem",
+        "the deprecated nv_peer_mem module is not loaded",
+        kmod::nv_peer_mem
+    ),
+    check!(
+        "kmod.dmabuf",
+        "the dma-buf path is possible (open nvidia modules, kernel >= 5.12)",
+        kmod::dmabuf
+    ),
+    check!(
+        "iommu.mode",
+        "the iommu does not translate gpu and nic dma (off or passthrough)",
+        iommu::mode
+    ),
+    check!("rdma.devices", "rdma devices are present", rdma::devices),
+    check!(
+        "rdma.ports",
+        "rdma ports are active and their physical link is up",
+        rdma::ports
+    ),
+    check!(
+        "rdma.firmware",
+        "hcas of the same model run the same firmware",
+        rdma::firmware
+    ),
+    check!(
+        "mem.memlock",
+        "the locked-memory limit is unlimited",
+        mem::memlock
+    ),
+    check!(
+        "gpu.gdr-support",
+        "cuda reports gpudirect rdma (and dma-buf) support for each gpu",
+        gpu::gdr_support
+    ),
+    check!(
+        "gpu.persistence",
+        "gpus run in persistence mode",
+        gpu::persistence
+    ),
+    check!(
+        "gpu.row-remap",
+        "no gpu has pending row remaps or retired pages",
+        gpu::row_remap
+    ),
+    check!(
+        "gpu.nvlink",
+        "every gpu has as many active nvlinks as its peers; where they go",
+        gpu::nvlink
+    ),
+    check!(
+        "gpu.p2p",
+        "gpu pairs joined by nvlink or a pcie switch have peer access (nvml and cuda)",
+        gpu::p2p
+    ),
+    check!(
+        "gpu.bar1",
+        "each gpu's bar1 aperture is large enough to map its memory for rdma",
+        gpu::gpu_bar1
+    ),
+    check!(
+        "pcie.bars",
+        "bars in sysfs and in config space agree for gpus and nics",
+        pcie::bars
+    ),
+    check!(
+        "pcie.acs-redirect",
+        "no bridge between paired gpus and nics redirects peer-to-peer (acs)",
+        pcie::acs_redirect
+    ),
+    check!(
+        "pcie.ats",
+        "ats on nics is consistent with the iommu and acs on their paths",
+        pcie::ats
+    ),
+    check!(
+        "pcie.link",
+        "nic, gpu and switch links run at their full width and speed",
+        pcie::link
+    ),
+    check!(
+        "pcie.mrrs",
+        "nics use a 4096-byte max read request",
+        pcie::mrrs
+    ),
+    check!(
+        "topo.nic-distance",
+        "every gpu has a nic within nccl's gdr distance (pix/pxb)",
+        topo::nic_distance
+    ),
+    check!(
+        "topo.nic-numa",
+        "nics sit on numa nodes that host gpus",
+        topo::nic_numa
+    ),
+    check!(
+        "topo.rails",
+        "every gpu has the same number of close nics",
+        topo::rails
+    ),
+    check!(
+        "gdr.gpu",
+        "per gpu: nccl would use gpudirect rdma with at least one nic, and why not",
+        gdr::per_gpu
+    ),
 ];
 
 /// Which checks to run: `--only`/`--skip` take ids or categories.

@@ -162,7 +162,7 @@ pub fn acs_redirect(node: &Node) -> Vec<Finding> {
                 &bdf,
                 format!("{} has acs {names} set: gpu-nic peer-to-peer through it is redirected to the root complex (slow, or IBV_WC_LOC_PROT_ERR / hangs with the iommu on)", names::device_name(d)),
             )
-            .expect(at, format!("ACSCtl 0x{:04x} ({})", acs.ctl, acs_bits(acs.ctl).iter().map(|b| format!("{b}+")).collect::<Vec<_>>().join(" ")), "ReqRedir- CmpltRedir- EgressCtrl-")
+            .expected(at, format!("ACSCtl 0x{:04x} ({})", acs.ctl, acs_bits(acs.ctl).iter().map(|b| format!("{b}+")).collect::<Vec<_>>().join(" ")), "ReqRedir- CmpltRedir- EgressCtrl-")
             .evidence("affected gpu|nic pairs", pairs_txt)
             .fix(format!(
                 "now (until reboot): `setpci -s {bdf} ECAP_ACS+0x6.w=0000`; for good: kernel parameter `pci=disable_acs_redir={bdf}` (clears ReqRedir/CmpltRedir/EgressCtrl; list every port separated by `;`), or disable ACS for the switch ports in the BIOS; with the IOMMU on, disabling ACS merges IOMMU groups (use passthrough, `iommu=pt`)"
@@ -267,14 +267,14 @@ pub fn link(node: &Node) -> Vec<Finding> {
         let narrow = cur_w < exp_w;
         let f = if narrow {
             Finding::new(ID, Status::Warn, &bdf, format!("{kind} link runs at x{cur_w} of x{exp_w}: half or less of its bandwidth ({name})"))
-                .expect(src, observed, expected)
+                .expected(src, observed, expected)
                 .fix("reseat the card or cable; check the slot's electrical width in the board manual (`dmidecode -t slot`) and the BIOS bifurcation setting; `lspci -vv -s <bdf>` shows LnkSta (downgraded)")
         } else if slow && kind == "gpu" {
             Finding::new(ID, Status::Pass, &bdf, format!("gpu link x{cur_w} at {cur_s} GT/s of {exp_s}: idle gpus lower their link speed to save power; width is full"))
                 .evidence(src, observed)
         } else if slow {
             Finding::new(ID, Status::Warn, &bdf, format!("{kind} link trained at {cur_s} GT/s of {exp_s} GT/s ({name})"))
-                .expect(src, observed, expected)
+                .expected(src, observed, expected)
                 .fix("check the BIOS PCIe speed setting for the slot and reseat; a link that trains low after a reset may need `setpci` retraining or a cold boot; AER errors (`lspci -vv`) point at signal problems")
         } else {
             Finding::new(
@@ -341,7 +341,7 @@ pub fn mrrs(node: &Node) -> Vec<Finding> {
         );
         if p.mrrs < 4096 {
             out.push(Finding::new(ID, Status::Warn, bdf, format!("{} reads at most {} bytes per pcie request: gpudirect rdma reads from gpu memory lose bandwidth", nic.name, p.mrrs))
-                .expect(at, obs, "MaxReadReq 4096")
+                .expected(at, obs, "MaxReadReq 4096")
                 .fix(format!("`setpci -s {bdf} CAP_EXP+8.w` shows DevCtl; set bits 14:12 to 5 (4096): `setpci -s {bdf} CAP_EXP+8.w=5000:7000` (until reboot); for good, the BIOS \"PCIe Max Read Request\" setting or a udev rule running that setpci at boot; NVIDIA's multi-node performance guide recommends 4096")));
         } else {
             out.push(
@@ -581,9 +581,63 @@ pub fn bars(node: &Node) -> Vec<Finding> {
             );
         } else {
             out.push(Finding::new(ID, Status::Warn, &d.bdf, format!("{} bar(s) differ between sysfs and config space: the device was reset or reprogrammed behind the kernel", mismatches.len()))
-                .expect(rsrc, mismatches.join("; "), "identical addresses and flags")
+                .expected(rsrc, mismatches.join("; "), "identical addresses and flags")
                 .fix("a device reset (FLR, hot reset, firmware update) cleared or moved its BARs; rebind the driver or reboot; `lspci -vv -s <bdf>` shows `Region N: ... [virtual]` for BARs the device no longer decodes"));
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    fn set_link(n: &mut Node, bdf: &str, cur: (&str, u32), max: (&str, u32)) {
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for d in pci.iter_mut().filter(|d| d.bdf == bdf) {
+                d.cur_link_speed = known(cur.0.into());
+                d.cur_link_width = known(cur.1);
+                d.max_link_speed = known(max.0.into());
+                d.max_link_width = known(max.1);
+            }
+        }
+    }
+
+    #[test]
+    fn a_narrow_nic_link_warns_an_idle_gpu_speed_passes_unknown_is_an_error() {
+        let mut n = switch_pair();
+        set_link(
+            &mut n,
+            "0000:18:00.0",
+            ("2.5 GT/s PCIe", 16),
+            ("32.0 GT/s PCIe", 16),
+        );
+        set_link(
+            &mut n,
+            "0000:19:00.0",
+            ("32.0 GT/s PCIe", 8),
+            ("32.0 GT/s PCIe", 16),
+        );
+        let f = link(&n);
+        let by = |b: &str| f.iter().find(|f| f.subject == b).map(|f| f.status);
+        assert_eq!(
+            by("0000:18:00.0"),
+            Some(Status::Pass),
+            "idle gpus lower their speed"
+        );
+        assert_eq!(by("0000:19:00.0"), Some(Status::Warn), "x8 of x16");
+        // The switch's upstream port has no link facts: said so, not passed.
+        assert_eq!(by("0000:16:00.0"), Some(Status::Error));
+    }
+
+    #[test]
+    fn acs_and_bars_without_config_space_are_never_a_pass() {
+        let n = switch_pair();
+        for f in acs_redirect(&n).into_iter().chain(bars(&n)) {
+            assert_ne!(f.status, Status::Pass, "{f:?}");
+        }
+        let lonely = with(empty_node(), vec![bridge(ROOT_PORT, 0)], vec![]);
+        assert_eq!(acs_redirect(&lonely)[0].status, Status::Skip);
+    }
 }

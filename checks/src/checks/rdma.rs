@@ -30,7 +30,7 @@ pub fn devices(node: &Node) -> Vec<Finding> {
                 .evidence("/sys/bus/pci/devices", list.join("; "))
                 .fix(format!("`modprobe {}` (and `modprobe ib_uverbs`); install rdma-core (`apt install rdma-core ibverbs-providers` / `dnf install rdma-core libibverbs`) or MOFED/DOCA-OFED", drivers.join(" ")))
             };
-            f = f.expect(
+            f = f.expected(
                 "/sys/class/infiniband",
                 "empty",
                 "at least one device (mlx5_0, ...)",
@@ -173,7 +173,7 @@ pub fn ports(node: &Node) -> Vec<Finding> {
                             phys.unwrap_or("unknown")
                         ),
                     )
-                    .expect(src, observed, "phys_state LinkUp"),
+                    .expected(src, observed, "phys_state LinkUp"),
                 );
             } else {
                 let status = if any_active {
@@ -194,7 +194,7 @@ pub fn ports(node: &Node) -> Vec<Finding> {
                 };
                 out.push(
                     Finding::new(ID, status, &subject, msg)
-                        .expect(src, observed, "state ACTIVE, phys_state LinkUp")
+                        .expected(src, observed, "state ACTIVE, phys_state LinkUp")
                         .fix(port_fix(ll, state, phys)),
                 );
             }
@@ -257,7 +257,7 @@ pub fn firmware(node: &Node) -> Vec<Finding> {
                 .cloned()
                 .unwrap_or_default();
             out.push(Finding::new(ID, Status::Warn, &subject, format!("{} {model} hcas run {} different firmware versions", ds.len(), versions.len()))
-                .expect("/sys/class/infiniband/*/fw_ver", listing, "one version per model")
+                .expected("/sys/class/infiniband/*/fw_ver", listing, "one version per model")
                 .fix(format!("update every {model} to the same firmware (newest here: {newest}) with `mlxfwmanager --online -u` or `mlxup`, then reset the devices (`mlxfwreset -d <dev> reset`) or reboot")));
         } else if ds.len() == 1 {
             out.push(
@@ -299,4 +299,56 @@ fn fw_cmp(a: &str, b: &str) -> std::cmp::Ordering {
             .collect()
     };
     n(a).cmp(&n(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::*;
+
+    #[test]
+    fn devices_pass_with_their_pci_address_none_fails_naming_the_driver() {
+        let n = switch_pair();
+        let f = devices(&n);
+        assert_eq!(f[0].status, Status::Pass);
+        assert_eq!(f[0].evidence[0].observed, "mlx5_0 (0000:19:00.0)");
+        let mut n = switch_pair();
+        n.rdma = known(Vec::new());
+        let f = devices(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        // The ConnectX-7 on the bus is named: its driver is what is missing.
+        assert!(
+            f[0].message.contains("rdma-capable nic"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn a_port_that_is_down_fails() {
+        let mut n = switch_pair();
+        n.rdma = known(vec![rdma("mlx5_0", "0000:19:00.0", "1: DOWN")]);
+        let f = ports(&n);
+        assert!(
+            f.iter()
+                .any(|f| f.status == Status::Fail && f.subject.starts_with("mlx5_0")),
+            "{f:?}"
+        );
+        let ok = ports(&switch_pair());
+        assert!(ok.iter().all(|f| f.status == Status::Pass), "{ok:?}");
+    }
+
+    #[test]
+    fn mixed_firmware_of_one_model_warns() {
+        let mut n = switch_pair();
+        let mut b = rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE");
+        b.fw_ver = known("28.39.1002".into());
+        n.rdma = known(vec![rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE"), b]);
+        let f = firmware(&n);
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(f[0]
+            .remediation
+            .as_deref()
+            .is_some_and(|r| r.contains("28.43.1014")));
+    }
 }

@@ -60,11 +60,11 @@ pub fn nic_distance(node: &Node) -> Vec<Finding> {
                     .evidence("pci topology (nccl model)", listing)
             } else if let Some((nic, via)) = pxn.iter().find(|(x, _, _)| *x == g).map(|(_, n, v)| (n, v)) {
                 Finding::new(ID, Status::Warn, &g, format!("no nic within {} of this gpu: the nearest, {best_nic}, is {}; nccl sends its traffic through {via} over nvlink (pxn) and uses gdr there ({nic})", cx.level.name, best.as_str()))
-                    .expect("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
+                    .expected("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
                     .fix("PXN keeps GDR but adds an NVLink hop and shares the peer's NIC; for a NIC of its own move one into a slot under this GPU's PCIe switch (see `gdrdoctor topo`)")
             } else {
                 Finding::new(ID, Status::Warn, &g, format!("no nic within {} of this gpu: the nearest, {best_nic}, is {}; nccl turns gdr off for it by default and stages through host memory", cx.level.name, best.as_str()))
-                    .expect("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
+                    .expected("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
                     .fix("move a NIC into a slot under the same PCIe switch as this GPU (see `gdrdoctor topo`); or accept the host-memory path; forcing `NCCL_NET_GDR_LEVEL=PHB`/`SYS` enables GDR through the CPU, which is often slower")
             }
         })
@@ -131,7 +131,7 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
     if per_numa.len() > 1 {
         if ratios.len() > 1 {
             out.push(Finding::new(ID, Status::Warn, "node", "nics are not spread across numa nodes like the gpus: some gpus must use a nic on another socket or share one")
-                .expect("/sys/bus/pci/devices/*/numa_node", listing, "the same nics-per-gpu on every numa node")
+                .expected("/sys/bus/pci/devices/*/numa_node", listing, "the same nics-per-gpu on every numa node")
                 .fix("move a NIC to a slot on the socket that has fewer NICs per GPU (`gdrdoctor topo` shows which GPU lost its close NIC)"));
         } else {
             out.push(
@@ -160,7 +160,7 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
             }
             Some(n) => out.push(
                 Finding::new(ID, Status::Warn, &nic.name, format!("on numa node {n}, where there is no gpu: every gpu reaches it across the cpu interconnect (SYS)"))
-                    .expect(format!("/sys/bus/pci/devices/{}/numa_node", e.bdf), n.to_string(), format!("one of {:?}", gpu_numas))
+                    .expected(format!("/sys/bus/pci/devices/{}/numa_node", e.bdf), n.to_string(), format!("one of {:?}", gpu_numas))
                     .fix("move the NIC to a slot on a socket that hosts GPUs, or pin jobs that use it to that socket; exclude it from NCCL with `NCCL_IB_HCA=^<dev>` if it is a storage/management NIC"),
             ),
         }
@@ -269,7 +269,7 @@ pub fn rails(node: &Node) -> Vec<Finding> {
             format!("until then {served} of the NIC-less GPUs send through an NVLink neighbour (PXN) and the others stage through host memory")
         };
         return vec![Finding::new(ID, Status::Warn, "node", format!("asymmetric rails: {} gpu(s) have no close nic while {} have {max}", none.len(), rich.len()))
-            .expect(src, listing, "the same number of close nics for every gpu")
+            .expected(src, listing, "the same number of close nics for every gpu")
             .fix(format!("rebalance NICs across the PCIe switches so every GPU has one under its switch (one NIC per GPU is the HGX rail layout); {until}"))];
     }
     if min != max {
@@ -279,7 +279,7 @@ pub fn rails(node: &Node) -> Vec<Finding> {
             "node",
             format!("uneven rails: gpus have between {min} and {max} close nics"),
         )
-        .expect(src, listing, "the same number of close nics for every gpu")
+        .expected(src, listing, "the same number of close nics for every gpu")
         .fix("rebalance NICs across the PCIe switches")];
     }
     let shared = per_nic.values().copied().max().unwrap_or(1);
@@ -296,5 +296,51 @@ fn gcd(a: usize, b: usize) -> usize {
         a.max(1)
     } else {
         gcd(b, a % b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Fact;
+    use crate::testing::*;
+
+    /// The pair with the NIC moved to a root port of the other socket (NUMA 1).
+    fn far_nic() -> crate::model::Node {
+        let mut n = switch_pair();
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            pci.retain(|d| d.bdf != "0000:19:00.0");
+            pci.push(bridge("/sys/devices/pci0000:d5/0000:d5:01.0", 1));
+            pci.push(nic("/sys/devices/pci0000:d5/0000:d5:01.0/0000:d6:00.0", 1));
+        }
+        n.rdma = known(vec![rdma("mlx5_0", "0000:d6:00.0", "4: ACTIVE")]);
+        n
+    }
+
+    #[test]
+    fn a_nic_under_the_gpus_switch_is_close_one_on_the_other_socket_is_not() {
+        let f = nic_distance(&switch_pair());
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(f[0].message.contains("mlx5_0 at PIX"), "{}", f[0].message);
+        let f = nic_distance(&far_nic());
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(f[0].message.contains("SYS"), "{}", f[0].message);
+        assert!(f[0].evidence[0].expected.is_some());
+    }
+
+    #[test]
+    fn a_nic_on_a_numa_node_without_gpus_is_flagged() {
+        assert!(nic_numa(&switch_pair())
+            .iter()
+            .all(|f| f.status == Status::Pass));
+        let f = nic_numa(&far_nic());
+        assert!(f.iter().any(|f| f.status == Status::Warn), "{f:?}");
+    }
+
+    #[test]
+    fn no_gpu_or_no_nic_skips() {
+        let mut n = switch_pair();
+        n.rdma = known(Vec::new());
+        assert_eq!(nic_distance(&n)[0].status, Status::Skip);
     }
 }

@@ -1175,6 +1175,15 @@ impl DmabufProbe {
     pub fn is_supported(&self) -> bool {
         matches!(self, DmabufProbe::Supported { .. })
     }
+
+    /// The errno NCCL's probe sees: 95 (`EOPNOTSUPP`) when the symbol is missing, as NCCL's
+    /// wrapper reports it.
+    pub fn errno(&self) -> i32 {
+        match *self {
+            DmabufProbe::SymbolMissing => 95,
+            DmabufProbe::Unsupported { errno } | DmabufProbe::Supported { errno } => errno,
+        }
+    }
 }
 
 impl Pd<'_> {

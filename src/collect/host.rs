@@ -1,0 +1,42 @@
+//! The host: name, kernel release, CPU vendor (procfs, with the snapshot's metadata as the
+//! fallback for captures that lack the files).
+
+use super::process::from_meta;
+use super::util::*;
+use crate::meta::Meta;
+use crate::reader::Root;
+use gdrdoctor_checks::model::*;
+use gdrdoctor_checks::parse;
+
+pub(super) struct Host {
+    pub hostname: Fact<String>,
+    pub kernel_release: Fact<String>,
+    pub cpu_vendor: Fact<CpuVendor>,
+}
+
+pub(super) fn collect(root: &Root, meta: Option<&Meta>) -> Host {
+    let hostname = match root.read_trimmed("/proc/sys/kernel/hostname") {
+        Ok(h) => Fact::known(h, "/proc/sys/kernel/hostname"),
+        Err(e) => from_meta(meta, "hostname", |m| m.hostname.clone())
+            .unwrap_or_else(|| Fact::absent("/proc/sys/kernel/hostname", e.reason())),
+    };
+    let kernel_release = match root.read_trimmed("/proc/sys/kernel/osrelease") {
+        Ok(k) => Fact::known(k, "/proc/sys/kernel/osrelease"),
+        Err(e) => match root.read_trimmed("/proc/version") {
+            Ok(v) => match v.split_whitespace().nth(2) {
+                Some(r) if v.starts_with("Linux version") => {
+                    Fact::known(r.to_string(), "/proc/version")
+                }
+                _ => Fact::absent("/proc/version", "unrecognised content"),
+            },
+            Err(_) => from_meta(meta, "kernel_release", |m| m.kernel_release.clone())
+                .unwrap_or_else(|| Fact::absent("/proc/sys/kernel/osrelease", e.reason())),
+        },
+    };
+    let cpu_vendor = parsed(root, "/proc/cpuinfo", parse::cpu_vendor);
+    Host {
+        hostname,
+        kernel_release,
+        cpu_vendor,
+    }
+}

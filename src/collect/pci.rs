@@ -1,0 +1,205 @@
+//! PCI functions: `/sys/bus/pci/devices` (or a walk of `/sys/devices/pci*` in captures without
+//! it), with config space and the other attributes for GPUs, NICs, NVSwitches and the bridges
+//! above them.
+
+use super::util::*;
+use crate::reader::EntryKind;
+use crate::reader::Root;
+use gdrdoctor_checks::model::*;
+use gdrdoctor_checks::parse;
+
+pub(super) fn collect(root: &Root) -> Fact<Vec<PciDevice>> {
+    const BUS: &str = "/sys/bus/pci/devices";
+    let mut paths: Vec<String> = Vec::new();
+    let listed = root.read_dir(BUS);
+    match &listed {
+        Ok(entries) => {
+            for e in entries.iter().filter(|e| parse::is_bdf(&e.name)) {
+                match root.canonical(&format!("{BUS}/{}", e.name)) {
+                    Ok(p) => paths.push(p),
+                    Err(_) => paths.push(format!("{BUS}/{}", e.name)),
+                }
+            }
+        }
+        Err(e) if !e.is_not_found() => return Fact::absent(BUS, e.reason()),
+        Err(_) => {}
+    }
+    let mut source = BUS.to_string();
+    if paths.is_empty() {
+        match root.read_dir("/sys/devices") {
+            Ok(tops) => {
+                for t in tops
+                    .iter()
+                    .filter(|t| t.name.starts_with("pci") && t.kind == EntryKind::Dir)
+                {
+                    walk_pci(root, &format!("/sys/devices/{}", t.name), &mut paths, 0);
+                }
+                source = "/sys/devices/pci*".into();
+            }
+            Err(e) => {
+                return match listed {
+                    Err(le) => Fact::absent(BUS, le.reason()),
+                    Ok(_) => Fact::absent("/sys/devices", e.reason()),
+                }
+            }
+        }
+    }
+    // Config space and the other attributes are read only for GPUs, NICs, NVSwitches and the
+    // bridges above them: config reads are slow (each dword traps to the hypervisor in a VM) and
+    // nothing else changes a GDR decision.
+    let ids: Vec<(u32, u16)> = paths
+        .iter()
+        .map(|p| {
+            let class = root
+                .read_trimmed(&format!("{p}/class"))
+                .ok()
+                .and_then(|s| parse::hex_u32(&s))
+                .unwrap_or(0);
+            let vendor = root
+                .read_trimmed(&format!("{p}/vendor"))
+                .ok()
+                .and_then(|s| parse::hex_u16(&s))
+                .unwrap_or(0);
+            (class, vendor)
+        })
+        .collect();
+    let mut relevant = std::collections::BTreeSet::new();
+    for (p, (class, vendor)) in paths.iter().zip(&ids) {
+        if is_relevant(*class, *vendor) {
+            relevant.extend(
+                p.split('/')
+                    .filter(|c| parse::is_bdf(c))
+                    .map(str::to_lowercase),
+            );
+        }
+    }
+    let mut devs: Vec<PciDevice> = paths
+        .iter()
+        .map(|p| {
+            let bdf = p.rsplit('/').next().unwrap_or_default().to_lowercase();
+            pci_device(root, p, relevant.contains(&bdf))
+        })
+        .collect();
+    devs.sort_by(|a, b| a.bdf.cmp(&b.bdf));
+    devs.dedup_by(|a, b| a.bdf == b.bdf);
+    Fact::known(devs, source)
+}
+
+fn walk_pci(root: &Root, dir: &str, out: &mut Vec<String>, depth: usize) {
+    if depth > 32 {
+        return;
+    }
+    let Ok(entries) = root.read_dir(dir) else {
+        return;
+    };
+    for e in entries
+        .into_iter()
+        .filter(|e| e.kind == EntryKind::Dir && parse::is_bdf(&e.name))
+    {
+        let p = format!("{dir}/{}", e.name);
+        out.push(p.clone());
+        walk_pci(root, &p, out, depth + 1);
+    }
+}
+
+fn not_read<T>(path: &str) -> Fact<T> {
+    Fact::absent(path, "not read: not a GPU, NIC or a bridge above one")
+}
+
+/// GPUs (display class), network controllers (Ethernet, InfiniBand), NVSwitches and accelerators.
+pub fn is_relevant(class: u32, vendor: u16) -> bool {
+    let base = class >> 16;
+    base == 0x03 || base == 0x02 || base == 0x12 || (vendor == 0x10de && (class >> 8) == 0x0680)
+}
+
+fn pci_device(root: &Root, path: &str, full: bool) -> PciDevice {
+    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    let bdf = comps.last().map(|c| c.to_lowercase()).unwrap_or_default();
+    let bdfs: Vec<&&str> = comps.iter().filter(|c| parse::is_bdf(c)).collect();
+    let parent = if bdfs.len() >= 2 {
+        Some(bdfs[bdfs.len() - 2].to_lowercase())
+    } else {
+        None
+    };
+    let host_bridge = comps
+        .iter()
+        .find(|c| c.starts_with("pci"))
+        .map(|c| c.to_string())
+        .unwrap_or_default();
+    let attr = |name: &str| format!("{path}/{name}");
+    let hex16 = |name: &str| parsed(root, &attr(name), parse::hex_u16);
+    let link_name = |name: &str| -> Fact<Option<String>> {
+        let p = attr(name);
+        match root.read_link(&p) {
+            Ok(t) => Fact::known(Some(basename(&t)), p),
+            Err(e) if e.is_not_found() && root.is_complete() => Fact::known(None, p),
+            Err(e) if e.is_not_found() => Fact::absent(p, NOT_CAPTURED),
+            // Captures that flattened links into files (content = target) still tell us.
+            Err(e) => match root.read_trimmed(&p) {
+                Ok(t) if t.contains('/') => Fact::known(Some(basename(&t)), p),
+                _ => Fact::absent(p, e.reason()),
+            },
+        }
+    };
+    if !full {
+        return PciDevice {
+            bdf,
+            sysfs_path: path.to_string(),
+            parent,
+            host_bridge,
+            vendor_id: hex16("vendor"),
+            device_id: hex16("device"),
+            subsystem_vendor_id: not_read(&attr("subsystem_vendor")),
+            subsystem_device_id: not_read(&attr("subsystem_device")),
+            class: parsed(root, &attr("class"), parse::hex_u32),
+            numa_node: not_read(&attr("numa_node")),
+            local_cpulist: not_read(&attr("local_cpulist")),
+            cur_link_speed: not_read(&attr("current_link_speed")),
+            cur_link_width: not_read(&attr("current_link_width")),
+            max_link_speed: not_read(&attr("max_link_speed")),
+            max_link_width: not_read(&attr("max_link_width")),
+            resources: not_read(&attr("resource")),
+            driver: not_read(&attr("driver")),
+            iommu_group: not_read(&attr("iommu_group")),
+            config: not_read(&attr("config")),
+            is_virtfn: false,
+        };
+    }
+    PciDevice {
+        bdf,
+        sysfs_path: path.to_string(),
+        parent,
+        host_bridge,
+        vendor_id: hex16("vendor"),
+        device_id: hex16("device"),
+        subsystem_vendor_id: hex16("subsystem_vendor"),
+        subsystem_device_id: hex16("subsystem_device"),
+        class: parsed(root, &attr("class"), parse::hex_u32),
+        numa_node: parsed(root, &attr("numa_node"), |s| s.trim().parse().ok()),
+        local_cpulist: fact(
+            &attr("local_cpulist"),
+            root.read_trimmed(&attr("local_cpulist")),
+        ),
+        cur_link_speed: fact(
+            &attr("current_link_speed"),
+            root.read_trimmed(&attr("current_link_speed")),
+        ),
+        cur_link_width: parsed(root, &attr("current_link_width"), |s| s.trim().parse().ok()),
+        max_link_speed: fact(
+            &attr("max_link_speed"),
+            root.read_trimmed(&attr("max_link_speed")),
+        ),
+        max_link_width: parsed(root, &attr("max_link_width"), |s| s.trim().parse().ok()),
+        resources: match root.read_text(&attr("resource")) {
+            Ok(t) => match parse::resource_file(&t) {
+                Ok(r) => Fact::known(r, attr("resource")),
+                Err(e) => Fact::absent(attr("resource"), e),
+            },
+            Err(e) => Fact::absent(attr("resource"), e.reason()),
+        },
+        driver: link_name("driver"),
+        iommu_group: link_name("iommu_group"),
+        config: fact(&attr("config"), root.read(&attr("config"))),
+        is_virtfn: root.exists(&attr("physfn")).unwrap_or(false),
+    }
+}

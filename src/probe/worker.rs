@@ -1,0 +1,107 @@
+//! The child side of [`super::runner`]: `gdrdoctor __worker TASK`, with its [`Request`] on
+//! stdin. Owns the CUDA context, prints one `GDRDOCTOR-RESULT <Reply>` line on stdout and exits.
+//! A panic (a symbol missing from an old driver, say) becomes a reply with the panic text, not
+//! a hung parent.
+//!
+//! First thing, before reading anything: ask the kernel to kill this process when the parent
+//! goes, and check that the parent is still the one that started us.
+
+use super::protocol::{self, Outcome, Request, WorkerError, PROTOCOL};
+use super::runner::{PARENT_ENV, TEST_DELAY_ENV};
+use crate::live::os;
+use std::io::Read;
+
+/// Exit code of a worker whose parent was already gone when it started.
+pub const EXIT_ORPHANED: i32 = 125;
+
+/// The largest request a worker reads (requests are a few hundred bytes).
+const MAX_REQUEST: u64 = 1 << 20;
+
+pub fn main(args: &[String]) -> i32 {
+    if let Some(parent) = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok())
+    {
+        if !os::die_with_parent(parent) {
+            return EXIT_ORPHANED;
+        }
+    }
+    let task = args.first().cloned().unwrap_or_default();
+    let mut body = String::new();
+    let req = match std::io::stdin()
+        .take(MAX_REQUEST)
+        .read_to_string(&mut body)
+        .map_err(|e| format!("reading the request from stdin: {e}"))
+        .and_then(|_| serde_json::from_str::<Request>(&body).map_err(|e| e.to_string()))
+    {
+        Ok(r) => r,
+        Err(detail) => {
+            protocol::reply(&task, Outcome::Err(WorkerError::BadRequest { detail }));
+            return 2;
+        }
+    };
+    if req.protocol != PROTOCOL || req.task != task {
+        let detail = format!(
+            "a request for `{}` in protocol {}; this worker was started for `{task}` and speaks {PROTOCOL}",
+            req.task, req.protocol
+        );
+        protocol::reply(&task, Outcome::Err(WorkerError::BadRequest { detail }));
+        return 2;
+    }
+    if let Some(ms) = std::env::var(TEST_DELAY_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+    let r = std::panic::catch_unwind(|| dispatch(&req.task, req.params.clone()));
+    let outcome = match r {
+        Ok(Ok(v)) => Outcome::Ok(v),
+        Ok(Err(e)) => Outcome::Err(e),
+        Err(p) => {
+            let message = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Outcome::Err(WorkerError::Panicked { message })
+        }
+    };
+    let code = match outcome {
+        Outcome::Ok(_) => 0,
+        Outcome::Err(_) => 1,
+    };
+    protocol::reply(&task, outcome);
+    code
+}
+
+/// The task table: the probes' workers from the registry, then the built-in tasks.
+fn dispatch(task: &str, params: serde_json::Value) -> Result<serde_json::Value, WorkerError> {
+    if let Some(p) = super::find(task) {
+        return (p.worker)(params);
+    }
+    match task {
+        "live-facts" => protocol::output(&crate::live::gather()),
+        "health" => protocol::serve(params, |()| super::health::worker()),
+        // Self-tests of the runner (deadline, crash, garbage, result protocol); no GPU needed.
+        "selftest-sleep" => protocol::serve(params, |secs: u64| {
+            protocol::progress("sleeping");
+            std::thread::sleep(std::time::Duration::from_secs(secs));
+            Ok(serde_json::json!({"slept": secs}))
+        }),
+        "selftest-crash" => {
+            println!("a line of raw output before the crash");
+            std::process::abort();
+        }
+        "selftest-garbage" => {
+            use std::io::Write;
+            println!("{}{{\"protocol\": 1, \"task\"", protocol::RESULT_PREFIX);
+            let _ = std::io::stdout().flush();
+            std::process::exit(0);
+        }
+        "selftest-echo" => Ok(serde_json::json!({"params": params})),
+        other => Err(WorkerError::BadRequest {
+            detail: format!("unknown worker task `{other}`"),
+        }),
+    }
+}
