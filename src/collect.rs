@@ -215,6 +215,7 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
     let nvidia = collect_nvidia(root);
     let peermem = collect_peermem(root);
     let rdma = collect_rdma(root);
+    let health = crate::health::collect(root, &pci, &rdma);
     Node {
         source: if live {
             SourceKind::Live
@@ -236,6 +237,7 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
         nvidia,
         peermem,
         pci,
+        health,
         rdma,
         live: LiveFacts::absent("not queried"),
     }

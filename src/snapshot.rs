@@ -36,7 +36,9 @@ pub fn take(
         crate::meta::read(&root).ok().flatten()
     };
     root.set_complete(meta_in.is_some());
-    let node = collect::collect(&root, meta_in.as_ref());
+    let mut node = collect::collect(&root, meta_in.as_ref());
+    // Issue 17: the kernel log lines and the counter baseline the checks use.
+    let extra = crate::health::snapshot_files(root.is_live(), &mut node);
     let meta = Meta {
         schema: META_SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -79,6 +81,9 @@ pub fn take(
     let mut rec = root.recorded();
     rec.remove(META_PATH);
     rec.remove(crate::meta::LIVE_PATH);
+    for (path, bytes) in extra {
+        rec.insert(path, Recorded::File(bytes));
+    }
     for (kpath, what) in &rec {
         let rel = kpath.trim_start_matches('/');
         if rel.is_empty() {
