@@ -434,10 +434,22 @@ fn check(args: &CheckArgs) -> i32 {
                 .join(", ")
         ));
     }
-    let (_opened, node) = match load_node(args.sysroot.as_deref(), !args.static_only) {
+    let (opened, mut node) = match load_node(args.sysroot.as_deref(), !args.static_only) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
+    // Issue 17: a counter baseline (--interval, or the last run's state file).
+    let rate_opts = crate::health::state::RateOptions {
+        interval: args.interval,
+        state_dir: (!args.no_state).then(|| args.state_dir.clone()),
+    };
+    let requery: Option<&dyn Fn() -> gdrdoctor_checks::model::LiveFacts> =
+        (!args.static_only).then_some(&live_facts as &dyn Fn() -> _);
+    let rates =
+        match crate::health::state::Rates::start(&opened.root, &mut node, &rate_opts, requery) {
+            Ok(r) => r,
+            Err(e) => return err(e),
+        };
     let opts = RunOptions {
         selection,
         fail_on: match args.fail_on {
@@ -447,6 +459,7 @@ fn check(args: &CheckArgs) -> i32 {
         allow_incomplete: args.allow_incomplete,
     };
     let report = gdrdoctor_checks::build_report(&node, &opts);
+    rates.finish(&node);
     deliver(
         &report,
         args.format,

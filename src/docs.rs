@@ -19,6 +19,10 @@ pages!(
     "rdma.devices",
     "rdma.ports",
     "rdma.firmware",
+    "roce.gid",
+    "roce.netdev",
+    "roce.mtu",
+    "roce.qos",
     "mem.memlock",
     "gpu.gdr-support",
     "gpu.persistence",
@@ -35,6 +39,14 @@ pages!(
     "topo.nic-numa",
     "topo.rails",
     "gdr.gpu",
+    "counters.aer",
+    "counters.ib-port",
+    "counters.rdma-transport",
+    "counters.nvlink",
+    "counters.pcie-replay",
+    "kernel.xid",
+    "kernel.iommu-fault",
+    "kernel.mlx5-health",
 );
 
 macro_rules! probe_pages {

@@ -11,18 +11,32 @@ use std::collections::{BTreeMap, BTreeSet};
 const NOT_EXPOSED: &str =
     "not exposed: the device has no AER capability, or the kernel has no AER statistics (Linux < 4.19, CONFIG_PCIEAER off)";
 
-/// GPUs, NICs (physical functions) and every bridge above them.
-pub fn collect_aer(root: &Root, pci: &Fact<Vec<PciDevice>>) -> Fact<Vec<AerStats>> {
+/// GPUs, RDMA NICs (physical functions) and every bridge above them. Without a readable RDMA
+/// device list, every network physical function counts as a NIC.
+pub fn collect_aer(
+    root: &Root,
+    pci: &Fact<Vec<PciDevice>>,
+    rdma: &Fact<Vec<RdmaDevice>>,
+) -> Fact<Vec<AerStats>> {
     let devs = match pci {
         Fact::Known { value, .. } => value,
         Fact::Absent { source, reason } => return Fact::absent(source.clone(), reason.clone()),
+    };
+    let rdma_bdfs: Option<BTreeSet<String>> = rdma.get().map(|l| {
+        l.iter()
+            .filter_map(|d| d.pci_bdf.get().cloned().flatten())
+            .collect()
+    });
+    let is_nic = |d: &PciDevice| match &rdma_bdfs {
+        Some(set) => set.contains(&d.bdf) && !d.is_virtfn,
+        None => d.is_network() && !d.is_virtfn,
     };
     let by_bdf: BTreeMap<&str, &PciDevice> = devs.iter().map(|d| (d.bdf.as_str(), d)).collect();
     let mut roles: BTreeMap<String, &'static str> = BTreeMap::new();
     for d in devs {
         let role = if d.is_nvidia_gpu() {
             "gpu"
-        } else if d.is_network() && !d.is_virtfn {
+        } else if is_nic(d) {
             "nic"
         } else {
             continue;

@@ -20,7 +20,7 @@ pub(crate) const NOT_CAPTURED: &str = "not in this capture";
 pub fn collect(root: &Root, pci: &Fact<Vec<PciDevice>>, rdma: &Fact<Vec<RdmaDevice>>) -> Health {
     Health {
         roce: roce::collect(root, rdma),
-        aer: counters::collect_aer(root, pci),
+        aer: counters::collect_aer(root, pci, rdma),
         port_counters: counters::collect_ports(root, rdma),
         baseline: if root.is_live() {
             None

@@ -195,7 +195,7 @@ impl Rates {
                 );
             }
             std::thread::sleep(iv);
-            node.health.aer = super::counters::collect_aer(root, &node.pci);
+            node.health.aer = super::counters::collect_aer(root, &node.pci, &node.rdma);
             node.health.port_counters = super::counters::collect_ports(root, &node.rdma);
             if let Some(q) = requery {
                 node.live = q();

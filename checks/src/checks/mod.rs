@@ -7,14 +7,17 @@
 use crate::model::Node;
 use crate::report::Finding;
 
+pub mod counters;
 pub mod driver;
 pub mod gdr;
 pub mod gpu;
 pub mod iommu;
+pub mod kernel;
 pub mod kmod;
 pub mod mem;
 pub mod pcie;
 pub mod rdma;
+pub mod roce;
 pub mod topo;
 
 /// A registered check.
@@ -83,6 +86,26 @@ pub static CHECKS: &[CheckDef] = &[
         id: "rdma.firmware",
         title: "hcas of the same model run the same firmware",
         run: rdma::firmware,
+    },
+    CheckDef {
+        id: "roce.gid",
+        title: "each roce port has the gid nccl will pick: routable, the right family, roce v2",
+        run: roce::gid,
+    },
+    CheckDef {
+        id: "roce.netdev",
+        title: "the netdev behind each roce port is up and carries an address",
+        run: roce::netdev,
+    },
+    CheckDef {
+        id: "roce.mtu",
+        title: "the netdev mtu leaves room for a 4096-byte roce mtu",
+        run: roce::mtu,
+    },
+    CheckDef {
+        id: "roce.qos",
+        title: "ecn congestion control is on for roce (mlx5, where sysfs exposes it)",
+        run: roce::qos,
     },
     CheckDef {
         id: "mem.memlock",
@@ -163,6 +186,46 @@ pub static CHECKS: &[CheckDef] = &[
         id: "gdr.gpu",
         title: "per gpu: nccl would use gpudirect rdma with at least one nic, and why not",
         run: gdr::per_gpu,
+    },
+    CheckDef {
+        id: "counters.aer",
+        title: "no pcie errors on gpus, nics and the bridges between them (aer)",
+        run: counters::aer,
+    },
+    CheckDef {
+        id: "counters.ib-port",
+        title: "rdma port link counters (link_downed, symbol_error, ...) do not grow",
+        run: counters::ib_port,
+    },
+    CheckDef {
+        id: "counters.rdma-transport",
+        title: "rdma transport error counters (retransmissions, sequence errors) do not grow",
+        run: counters::rdma_transport,
+    },
+    CheckDef {
+        id: "counters.nvlink",
+        title: "nvlink crc, replay and recovery counters do not grow (nvml)",
+        run: counters::nvlink,
+    },
+    CheckDef {
+        id: "counters.pcie-replay",
+        title: "each gpu's pcie replay counter does not grow (nvml)",
+        run: counters::pcie_replay,
+    },
+    CheckDef {
+        id: "kernel.xid",
+        title: "no nvidia xid since boot that asks to drain the node",
+        run: kernel::xid,
+    },
+    CheckDef {
+        id: "kernel.iommu-fault",
+        title: "no iommu fault on a gpu or nic since boot (dmar, amd-vi)",
+        run: kernel::iommu_fault,
+    },
+    CheckDef {
+        id: "kernel.mlx5-health",
+        title: "no mlx5 health or firmware-fatal event since boot",
+        run: kernel::mlx5_health,
     },
 ];
 
