@@ -31,6 +31,20 @@ pub struct Def {
     pub cumulative: Option<(u64, Status)>,
     /// Growth by at least this much between two readings gets this status.
     pub growth: Option<(u64, Status)>,
+    /// Width in bits of a counter that saturates (the IB PMA PortCounters: 4, 8 or 16 bits):
+    /// at its maximum it cannot show new errors.
+    pub bits: Option<u32>,
+}
+
+impl Def {
+    const fn bits(mut self, b: u32) -> Def {
+        self.bits = Some(b);
+        self
+    }
+    /// The value a saturating counter stops at.
+    pub fn max(&self) -> Option<u64> {
+        self.bits.map(|b| (1u64 << b) - 1)
+    }
 }
 
 const fn def(
@@ -44,85 +58,100 @@ const fn def(
         meaning,
         cumulative,
         growth,
+        bits: None,
     }
 }
 
 use Status::{Fail, Warn};
 
 /// `ports/<p>/counters/*`: the IB PMA PortCounters (RoCE ports expose them too; some stay 0).
+/// Widths from Linux `drivers/infiniband/core/sysfs.c` (`PORT_PMA_ATTR(name, counter, width,
+/// offset)`): these counters stop at their maximum instead of wrapping.
 pub static IB_PORT: &[Def] = &[
     def(
         "link_downed",
         "the link went down and came back (a flap): every QP on it breaks",
         Some((10, Warn)),
         Some((1, Fail)),
-    ),
+    )
+    .bits(8),
     def(
         "link_error_recovery",
         "the link retrained to recover from errors without going down",
         Some((10, Warn)),
         Some((1, Warn)),
-    ),
+    )
+    .bits(8),
     def(
         "symbol_error",
         "symbol errors on the physical lanes: cable, transceiver or port",
         Some((10, Warn)),
         Some((1, Warn)),
-    ),
+    )
+    .bits(16),
     def(
         "port_rcv_errors",
         "received packets with errors (bad CRC, malformed)",
         Some((10, Warn)),
         Some((1, Warn)),
-    ),
+    )
+    .bits(16),
     def(
         "local_link_integrity_errors",
         "physical errors beyond the local link integrity threshold",
         Some((10, Warn)),
         Some((1, Warn)),
-    ),
+    )
+    .bits(4),
     def(
         "excessive_buffer_overrun_errors",
         "receive buffer overruns: link-level flow control failed",
         Some((10, Warn)),
         Some((1, Warn)),
-    ),
+    )
+    .bits(4),
     def(
         "port_rcv_remote_physical_errors",
         "packets the sender already marked bad: the fault is upstream",
         Some((100, Warn)),
         Some((1, Warn)),
-    ),
+    )
+    .bits(16),
     def(
         "port_rcv_switch_relay_errors",
         "packets a switch could not relay",
         Some((100, Warn)),
         None,
-    ),
+    )
+    .bits(16),
     def(
         "port_xmit_discards",
         "outbound packets dropped (port down, or stuck behind congestion)",
         Some((100, Warn)),
         Some((1, Warn)),
-    ),
+    )
+    .bits(16),
     def(
         "port_xmit_constraint_errors",
         "outbound packets dropped by partition or raw-packet filtering",
         Some((100, Warn)),
         None,
-    ),
+    )
+    .bits(8),
     def(
         "port_rcv_constraint_errors",
         "inbound packets dropped by partition or raw-packet filtering",
         Some((100, Warn)),
         None,
-    ),
+    )
+    .bits(8),
     def(
         "VL15_dropped",
         "subnet management packets dropped",
         Some((100, Warn)),
         None,
-    ),
+    )
+    .bits(16),
 ];
 
 /// `ports/<p>/hw_counters/*` (mlx5 names): transport errors. Many come from applications
@@ -255,6 +284,27 @@ pub fn judge(
                         ));
                     }
                 }
+            }
+            // A saturated counter cannot grow: judge its total whatever the baseline says.
+            if let Some(max) = d.and_then(Def::max).filter(|m| r.value >= *m) {
+                let (_, s) = d.and_then(|d| d.cumulative).unwrap_or((0, Status::Warn));
+                if s > status {
+                    status = s;
+                }
+                let bits = d.and_then(|d| d.bits).unwrap_or(0);
+                why = Some(format!(
+                    "{} is saturated at {max} ({} {bits}-bit counter): it cannot count further errors until cleared",
+                    r.name,
+                    if bits == 8 { "an" } else { "a" }
+                ));
+                return Judged {
+                    reading: r,
+                    def: d,
+                    growth,
+                    reset,
+                    status,
+                    why,
+                };
             }
             // Without a usable baseline, the cumulative threshold.
             if growth.is_none() {
@@ -492,6 +542,34 @@ mod tests {
         assert!(j[0].reset);
         assert_eq!(j[0].growth, None);
         assert_eq!(j[0].status, Status::Warn);
+    }
+
+    #[test]
+    fn saturated_counters_are_judged_even_without_growth() {
+        // realdata gpud-testdata: link_downed 255 (8 bits), excessive_buffer_overrun_errors 15 (4 bits).
+        let b = base(&[
+            ("link_downed", 255),
+            ("excessive_buffer_overrun_errors", 15),
+        ]);
+        let j = judge(
+            vec![
+                r("link_downed", 255),
+                r("excessive_buffer_overrun_errors", 15),
+                r("symbol_error", 65534),
+            ],
+            IB_PORT,
+            Some(&b),
+        );
+        assert_eq!(j[0].status, Status::Warn);
+        assert!(j[0]
+            .why
+            .as_deref()
+            .unwrap()
+            .contains("saturated at 255 (an 8-bit counter)"));
+        assert_eq!(j[1].status, Status::Warn);
+        assert!(j[1].why.as_deref().unwrap().contains("saturated at 15"));
+        // Below its 16-bit maximum: the cumulative threshold.
+        assert!(j[2].why.as_deref().unwrap().contains("threshold 10"));
     }
 
     #[test]

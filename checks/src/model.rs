@@ -581,8 +581,9 @@ pub struct RocePort {
     pub gid_tbl_len: usize,
     /// The non-zero GIDs, with their type and netdev; every other index holds the zero GID.
     pub gids: Fact<Vec<GidEntry>>,
-    /// The netdevs behind the port (`gid_attrs/ndevs/*`, else `device/net/*`).
-    pub netdevs: Vec<Netdev>,
+    /// The netdevs behind the port (`gid_attrs/ndevs/*`, else `device/net/*`); absent in a
+    /// foreign capture that holds neither.
+    pub netdevs: Fact<Vec<Netdev>>,
 }
 
 /// One populated GID table entry.

@@ -83,17 +83,25 @@ fn port(root: &Root, dev: &str, port: u32) -> RocePort {
             }
         }
     }
+    let net_dir = format!("{CLASS}/{dev}/device/net");
+    let mut source = format!("{pb}/gid_attrs/ndevs");
     if names.is_empty() {
-        if let Ok(list) = root.read_dir(&format!("{CLASS}/{dev}/device/net")) {
+        source = net_dir.clone();
+        if let Ok(list) = root.read_dir(&net_dir) {
             names.extend(list.into_iter().map(|e| e.name));
         }
     }
+    let netdevs = if names.is_empty() && !root.is_complete() {
+        Fact::absent(source, super::NOT_CAPTURED)
+    } else {
+        Fact::known(names.iter().map(|n| netdev(root, n)).collect(), source)
+    };
     RocePort {
         device: dev.to_string(),
         port,
         gid_tbl_len: tbl_len,
         gids,
-        netdevs: names.iter().map(|n| netdev(root, n)).collect(),
+        netdevs,
     }
 }
 

@@ -166,16 +166,22 @@ pub fn aer(node: &Node) -> Vec<Finding> {
     let list = match node.health.aer.get() {
         Some(l) => l,
         None => {
+            // A capture without the PCI tree cannot be judged; a live node must have one.
+            let status = if node.source == crate::model::SourceKind::Sysroot {
+                Status::Skip
+            } else {
+                Status::Error
+            };
             return vec![Finding::new(
                 ID,
-                Status::Error,
+                status,
                 "node",
                 "cannot list the gpus, nics and bridges",
             )
             .evidence(
                 node.health.aer.source(),
                 node.health.aer.describe(|_| String::new()),
-            )]
+            )];
         }
     };
     if list.is_empty() {

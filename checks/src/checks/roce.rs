@@ -66,6 +66,45 @@ fn inactive(id: &str, node: &Node, p: &RocePort) -> Option<Finding> {
     }
 }
 
+fn not_captured(reason: &str) -> bool {
+    reason.starts_with("not in this capture")
+}
+
+/// A skip for a port whose tables the capture does not hold.
+fn uncaptured(id: &str, p: &RocePort) -> Option<Finding> {
+    let reason = p.gids.reason().filter(|r| not_captured(r))?;
+    Some(
+        Finding::new(
+            id,
+            Status::Skip,
+            subject(p),
+            format!("the gid table is {reason}"),
+        )
+        .evidence(p.gids.source(), format!("unknown ({reason})")),
+    )
+}
+
+/// The port's netdevs, or the finding that replaces the per-netdev ones.
+fn netdev_list<'a>(id: &str, p: &'a RocePort) -> Result<&'a [Netdev], Finding> {
+    match &p.netdevs {
+        Fact::Known { value, .. } if !value.is_empty() => Ok(value),
+        Fact::Known { source, .. } => Err(Finding::new(
+            id,
+            Status::Skip,
+            subject(p),
+            "no netdev behind this port (see roce.netdev)",
+        )
+        .evidence(source.clone(), "none")),
+        Fact::Absent { source, reason } => Err(Finding::new(
+            id,
+            Status::Skip,
+            subject(p),
+            format!("the port's netdev is {reason}"),
+        )
+        .evidence(source.clone(), format!("unknown ({reason})"))),
+    }
+}
+
 fn subject(p: &RocePort) -> String {
     format!("{}/{}", p.device, p.port)
 }
@@ -163,7 +202,7 @@ pub fn gid(node: &Node) -> Vec<Finding> {
     let version = nccl_version(node);
     let mut out = Vec::new();
     for p in ports {
-        if let Some(f) = inactive(ID, node, p) {
+        if let Some(f) = inactive(ID, node, p).or_else(|| uncaptured(ID, p)) {
             out.push(f);
             continue;
         }
@@ -247,7 +286,11 @@ fn judge_gid(
         .fix(fix_index("point NCCL at a populated GID"));
     };
     let shown = format!("GID {i} ({}, {}{nd})", roce::display(&e.gid), type_text(e));
-    let netdevs: Vec<&str> = p.netdevs.iter().map(|n| n.name.as_str()).collect();
+    let netdevs: Vec<&str> = p
+        .netdevs
+        .get()
+        .map(|l| l.iter().map(|n| n.name.as_str()).collect())
+        .unwrap_or_default();
     let nd_list = if netdevs.is_empty() {
         "the port's netdev".to_string()
     } else {
@@ -352,8 +395,27 @@ pub fn netdev(node: &Node) -> Vec<Finding> {
             out.push(f);
             continue;
         }
+        if let Some(f) = uncaptured(ID, p) {
+            out.push(f);
+            continue;
+        }
         let sub = subject(p);
-        if p.netdevs.is_empty() {
+        let list = match &p.netdevs {
+            Fact::Known { value, .. } => value,
+            Fact::Absent { source, reason } => {
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Skip,
+                        &sub,
+                        format!("the port's netdev is {reason}"),
+                    )
+                    .evidence(source.clone(), format!("unknown ({reason})")),
+                );
+                continue;
+            }
+        };
+        if list.is_empty() {
             out.push(
                 Finding::new(ID, Status::Fail, &sub, "no netdev behind this RoCE port: no GID names one and the PCI function has none")
                     .expect(format!("{}/gid_attrs/ndevs, /sys/class/infiniband/{}/device/net", port_dir(p), p.device), "none", "the Ethernet interface of the port")
@@ -362,7 +424,7 @@ pub fn netdev(node: &Node) -> Vec<Finding> {
             continue;
         }
         let gids = p.gids.get().map(Vec::as_slice).unwrap_or(&[]);
-        for nd in &p.netdevs {
+        for nd in list {
             out.push(netdev_finding(ID, &sub, nd, gids, &env, &p.gids));
         }
     }
@@ -473,21 +535,19 @@ pub fn mtu(node: &Node) -> Vec<Finding> {
     };
     let mut out = Vec::new();
     for p in ports {
-        if let Some(f) = inactive(ID, node, p) {
+        if let Some(f) = inactive(ID, node, p).or_else(|| uncaptured(ID, p)) {
             out.push(f);
             continue;
         }
         let sub = subject(p);
-        if p.netdevs.is_empty() {
-            out.push(Finding::new(
-                ID,
-                Status::Skip,
-                &sub,
-                "no netdev behind this port (see roce.netdev)",
-            ));
-            continue;
-        }
-        for nd in &p.netdevs {
+        let list = match netdev_list(ID, p) {
+            Ok(l) => l,
+            Err(f) => {
+                out.push(f);
+                continue;
+            }
+        };
+        for nd in list {
             let m = match &nd.mtu {
                 Fact::Known { value, .. } => *value,
                 Fact::Absent { source, reason } => {
@@ -548,22 +608,20 @@ pub fn qos(node: &Node) -> Vec<Finding> {
     };
     let mut out = Vec::new();
     for p in ports {
-        if let Some(f) = inactive(ID, node, p) {
+        if let Some(f) = inactive(ID, node, p).or_else(|| uncaptured(ID, p)) {
             out.push(f);
             continue;
         }
         let sub = subject(p);
-        if p.netdevs.is_empty() {
-            out.push(Finding::new(
-                ID,
-                Status::Skip,
-                &sub,
-                "no netdev behind this port (see roce.netdev)",
-            ));
-            continue;
-        }
+        let list = match netdev_list(ID, p) {
+            Ok(l) => l,
+            Err(f) => {
+                out.push(f);
+                continue;
+            }
+        };
         let cnp = cnp_counters(node, p);
-        for nd in &p.netdevs {
+        for nd in list {
             let (np, rp) = match (&nd.ecn_np, &nd.ecn_rp) {
                 (
                     Fact::Known {
@@ -611,8 +669,8 @@ pub fn qos(node: &Node) -> Vec<Finding> {
                 .collect();
             let observed = format!(
                 "roce_np enabled on priorities [{}], roce_rp on [{}]",
-                list(&on(np)),
-                list(&on(rp))
+                prios(&on(np)),
+                prios(&on(rp))
             );
             let src = nd
                 .ecn_np
@@ -639,7 +697,7 @@ pub fn qos(node: &Node) -> Vec<Finding> {
                     format!(
                         "{}: ECN (DCQCN) enabled on priorities {}",
                         nd.name,
-                        list(&both)
+                        prios(&both)
                     ),
                 )
                 .evidence(src, observed)
@@ -653,7 +711,7 @@ pub fn qos(node: &Node) -> Vec<Finding> {
     out
 }
 
-fn list(v: &[u8]) -> String {
+fn prios(v: &[u8]) -> String {
     v.iter()
         .map(|x| x.to_string())
         .collect::<Vec<_>>()
