@@ -564,6 +564,8 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
     } else {
         meta::read_live(&root)
     };
+    // Keep the last periodic run's counters as the snapshot's baseline (issue 17).
+    crate::health::SNAPSHOT_USES_STATE.store(true, std::sync::atomic::Ordering::Relaxed);
     match snapshot::take(root, out, Some(&live)) {
         Ok((node, w)) => {
             if node.euid.get() != Some(&0)

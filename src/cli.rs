@@ -111,7 +111,9 @@ worker process that the parent kills at the deadline, then a fresh process confi
     #[command(
         after_long_help = "The snapshot holds exactly the files the collectors read, with sysfs \
 symlinks kept as symlinks, and gdrdoctor/meta.json for what only a live call sees (uname, \
-RLIMIT_MEMLOCK, euid, NCCL_*/NVSHMEM_* environment). It contains the hostname: review it before \
+RLIMIT_MEMLOCK, euid, NCCL_*/NVSHMEM_* environment), gdrdoctor/kernel-log.txt (only the kernel log \
+lines about Xids, IOMMU faults and mlx5 health) and, when the last periodic check left a valid \
+counter state file, gdrdoctor/counters-baseline.json. It contains the hostname: review it before \
 sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snapshot node-a.tar.gz\n  gdrdoctor check --sysroot node-a.tar.gz"
     )]
     Snapshot {

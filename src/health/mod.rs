@@ -69,10 +69,17 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(secs))
 }
 
+/// Whether `snapshot` on a live node takes the state file of the last periodic run as its
+/// counter baseline. The `snapshot` command turns it on; library callers (tests comparing a
+/// live collection with its snapshot) keep one reading on both sides.
+pub static SNAPSHOT_USES_STATE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// Files a snapshot adds for issue 17 (kernel path -> content): the kernel log lines the checks
 /// used (`gdrdoctor/kernel-log.txt`) and the counter baseline they compared against
 /// (`gdrdoctor/counters-baseline.json`), so that `--sysroot` replays both. On a live node
-/// without a baseline, the state file of the last periodic run is used when it is valid.
+/// without a baseline, the state file of the last periodic run is used when it is valid (see
+/// [`SNAPSHOT_USES_STATE`]).
 pub fn snapshot_files(
     live: bool,
     node: &mut gdrdoctor_checks::model::Node,
@@ -84,7 +91,10 @@ pub fn snapshot_files(
             kernel_log::render(value).into_bytes(),
         ));
     }
-    if live && node.health.baseline.is_none() {
+    if live
+        && node.health.baseline.is_none()
+        && SNAPSHOT_USES_STATE.load(std::sync::atomic::Ordering::Relaxed)
+    {
         let dir = state::default_dir();
         if let Ok(Some(b)) = state::load(&dir, state::boot_id().as_deref(), state::now_ms()) {
             node.health.baseline = Some(b);

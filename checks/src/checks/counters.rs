@@ -35,6 +35,7 @@ fn worst(js: &[Judged]) -> Status {
 
 /// A finding for one subject from its judged counters. `label` renames a counter for messages
 /// (NVLink counters carry their link).
+#[allow(clippy::too_many_arguments)]
 fn finding(
     id: &str,
     subject: &str,
@@ -333,12 +334,15 @@ fn aer_fix(bdf: &str, who: &str) -> String {
 // ------------------------------------------------------------------------------------------
 // counters.ib-port and counters.rdma-transport
 
+/// `(dev/port, counters/ readings, hw_counters/ readings)`.
+type PortReadings = (String, Vec<c::Reading>, Vec<c::Reading>);
+
 fn port_check(
     id: &str,
     node: &Node,
     defs: &'static [Def],
     pick: fn(&crate::model::PortCounters) -> &crate::model::Fact<BTreeMap<String, u64>>,
-    readings: fn((String, Vec<c::Reading>, Vec<c::Reading>)) -> (String, Vec<c::Reading>),
+    readings: fn(PortReadings) -> (String, Vec<c::Reading>),
     what: &str,
     fix: fn(&str, &[&Judged]) -> String,
 ) -> Vec<Finding> {
@@ -587,6 +591,93 @@ mod tests {
         let f = ib_port(&node_with(12, None));
         assert_eq!(f[0].status, Status::Warn);
         assert!(f[0].message.contains("threshold 10"), "{}", f[0].message);
+    }
+
+    fn gpu_node(recovery_now: u64, replay_now: u64) -> Node {
+        use crate::model::{NvLink, NvmlFacts, NvmlGpu};
+        let g = crate::testing::gpu("/sys/devices/pci0000:15/0000:15:01.0/0000:18:00.0", 0);
+        let mut n = crate::testing::with(empty_node(), vec![g], vec![]);
+        n.live.nvml = Fact::known(
+            NvmlFacts {
+                gpus: vec![NvmlGpu {
+                    bdf: "0000:18:00.0".into(),
+                    nvlinks: vec![NvLink {
+                        link: 3,
+                        active: true,
+                        recovery_errors: Some(recovery_now),
+                        replay_errors: Some(0),
+                        ..Default::default()
+                    }],
+                    pcie_replay_counter: Some(replay_now),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            "NVML",
+        );
+        n.health.baseline = Some(CounterBaseline {
+            values: [
+                ("nvlink/0000:18:00.0/3/recovery".to_string(), 0),
+                ("pcie-replay/0000:18:00.0".to_string(), 100),
+            ]
+            .into(),
+            elapsed_ms: 60_000,
+            origin: "the last run".into(),
+        });
+        n
+    }
+
+    #[test]
+    fn nvlink_recovery_growth_fails_and_names_the_link() {
+        let f = nvlink(&gpu_node(2, 100));
+        assert_eq!(f[0].status, Status::Fail);
+        assert!(
+            f[0].message
+                .starts_with("link 3 recovery rose by 2 in 60.0 s"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(nvlink(&gpu_node(0, 100))[0].status, Status::Pass);
+    }
+
+    #[test]
+    fn pcie_replay_growth_warns() {
+        let f = pcie_replay(&gpu_node(0, 130));
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(
+            f[0].message.starts_with("pcie replay rose by 30"),
+            "{}",
+            f[0].message
+        );
+        // A driver reload resets it: lower than the baseline is judged alone (not judged).
+        assert_eq!(pcie_replay(&gpu_node(0, 5))[0].status, Status::Pass);
+    }
+
+    #[test]
+    fn a_fatal_aer_error_since_boot_fails_on_one_reading() {
+        use crate::model::AerStats;
+        let g = crate::testing::gpu("/sys/devices/pci0000:15/0000:15:01.0/0000:18:00.0", 0);
+        let mut n = crate::testing::with(empty_node(), vec![g], vec![]);
+        let m = |k: &str, v: u64| -> Fact<BTreeMap<String, u64>> {
+            Fact::known([(k.to_string(), v)].into(), format!("/sys/x/{k}"))
+        };
+        n.health.aer = Fact::known(
+            vec![AerStats {
+                bdf: "0000:18:00.0".into(),
+                role: "gpu".into(),
+                correctable: m("TOTAL_ERR_COR", 7),
+                nonfatal: m("TOTAL_ERR_NONFATAL", 0),
+                fatal: m("TOTAL_ERR_FATAL", 1),
+            }],
+            "test",
+        );
+        let f = aer(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert!(
+            f[0].message.starts_with("gpu 0: TOTAL_ERR_FATAL is 1"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

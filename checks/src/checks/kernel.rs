@@ -9,7 +9,7 @@ use crate::report::{Finding, Status};
 use std::collections::BTreeMap;
 
 /// The log, or the finding that replaces every other one.
-fn log<'a>(id: &str, node: &'a Node) -> Result<(&'a KernelLog, String), Finding> {
+fn log<'a>(id: &str, node: &'a Node) -> Result<(&'a KernelLog, String), Vec<Finding>> {
     match &node.health.kernel_log {
         Fact::Known { value, source } => Ok((value, source.clone())),
         Fact::Absent { source, reason } => {
@@ -19,7 +19,9 @@ fn log<'a>(id: &str, node: &'a Node) -> Result<(&'a KernelLog, String), Finding>
                 Finding::new(id, Status::Error, "node", "cannot read the kernel log")
                     .fix("run as root (or with CAP_SYSLOG; `sysctl kernel.dmesg_restrict=0` lets everyone read /dev/kmsg), or make the journal readable (`usermod -aG systemd-journal,adm <user>`)")
             };
-            Err(f.evidence(source.clone(), format!("unknown ({reason})")))
+            Err(vec![
+                f.evidence(source.clone(), format!("unknown ({reason})"))
+            ])
         }
     }
 }
@@ -78,7 +80,7 @@ pub fn xid(node: &Node) -> Vec<Finding> {
     const ID: &str = "kernel.xid";
     let (l, src) = match log(ID, node) {
         Ok(x) => x,
-        Err(f) => return vec![f],
+        Err(v) => return v,
     };
     // GPU -> (xid, detail, line) in log order.
     let mut by: BTreeMap<String, Vec<(u32, String, &str)>> = BTreeMap::new();
@@ -180,7 +182,7 @@ pub fn iommu_fault(node: &Node) -> Vec<Finding> {
     const ID: &str = "kernel.iommu-fault";
     let (l, src) = match log(ID, node) {
         Ok(x) => x,
-        Err(f) => return vec![f],
+        Err(v) => return v,
     };
     let mut by: BTreeMap<String, Vec<(&'static str, String, &str)>> = BTreeMap::new();
     for line in &l.lines {
@@ -254,7 +256,7 @@ pub fn mlx5_health(node: &Node) -> Vec<Finding> {
     const ID: &str = "kernel.mlx5-health";
     let (l, src) = match log(ID, node) {
         Ok(x) => x,
-        Err(f) => return vec![f],
+        Err(v) => return v,
     };
     let mut by: BTreeMap<String, Vec<(klog::Mlx5Kind, String, &str)>> = BTreeMap::new();
     for line in &l.lines {

@@ -15,14 +15,17 @@ pub fn nccl_version(_node: &Node) -> Option<NcclVersion> {
 }
 
 /// The Ethernet ports to judge, or the node-level finding that replaces them.
-fn ports<'a>(id: &str, node: &'a Node) -> Result<Vec<&'a RocePort>, Finding> {
+fn ports<'a>(id: &str, node: &'a Node) -> Result<Vec<&'a RocePort>, Vec<Finding>> {
     let list = match &node.health.roce {
         Fact::Known { value, .. } => value,
         Fact::Absent { source, reason } => {
-            return Err(
-                Finding::new(id, Status::Error, "node", "cannot read the rdma ports")
-                    .evidence(source.clone(), format!("unknown ({reason})")),
+            return Err(vec![Finding::new(
+                id,
+                Status::Error,
+                "node",
+                "cannot read the rdma ports",
             )
+            .evidence(source.clone(), format!("unknown ({reason})"))])
         }
     };
     if list.is_empty() {
@@ -32,7 +35,7 @@ fn ports<'a>(id: &str, node: &'a Node) -> Result<Vec<&'a RocePort>, Finding> {
                 "no rdma port with link layer Ethernet: no RoCE here (InfiniBand only)".to_string()
             }
         };
-        return Err(Finding::new(id, Status::Skip, "node", msg));
+        return Err(vec![Finding::new(id, Status::Skip, "node", msg)]);
     }
     Ok(list.iter().collect())
 }
@@ -85,23 +88,27 @@ fn uncaptured(id: &str, p: &RocePort) -> Option<Finding> {
 }
 
 /// The port's netdevs, or the finding that replaces the per-netdev ones.
-fn netdev_list<'a>(id: &str, p: &'a RocePort) -> Result<&'a [Netdev], Finding> {
+fn netdev_list<'a>(id: &str, p: &'a RocePort) -> Result<&'a [Netdev], Box<Finding>> {
     match &p.netdevs {
         Fact::Known { value, .. } if !value.is_empty() => Ok(value),
-        Fact::Known { source, .. } => Err(Finding::new(
-            id,
-            Status::Skip,
-            subject(p),
-            "no netdev behind this port (see roce.netdev)",
-        )
-        .evidence(source.clone(), "none")),
-        Fact::Absent { source, reason } => Err(Finding::new(
-            id,
-            Status::Skip,
-            subject(p),
-            format!("the port's netdev is {reason}"),
-        )
-        .evidence(source.clone(), format!("unknown ({reason})"))),
+        Fact::Known { source, .. } => Err(Box::new(
+            Finding::new(
+                id,
+                Status::Skip,
+                subject(p),
+                "no netdev behind this port (see roce.netdev)",
+            )
+            .evidence(source.clone(), "none"),
+        )),
+        Fact::Absent { source, reason } => Err(Box::new(
+            Finding::new(
+                id,
+                Status::Skip,
+                subject(p),
+                format!("the port's netdev is {reason}"),
+            )
+            .evidence(source.clone(), format!("unknown ({reason})")),
+        )),
     }
 }
 
@@ -196,7 +203,7 @@ pub fn gid(node: &Node) -> Vec<Finding> {
     const ID: &str = "roce.gid";
     let ports = match ports(ID, node) {
         Ok(p) => p,
-        Err(f) => return vec![f],
+        Err(v) => return v,
     };
     let (env, env_note) = env(node);
     let version = nccl_version(node);
@@ -386,7 +393,7 @@ pub fn netdev(node: &Node) -> Vec<Finding> {
     const ID: &str = "roce.netdev";
     let ports = match ports(ID, node) {
         Ok(p) => p,
-        Err(f) => return vec![f],
+        Err(v) => return v,
     };
     let (env, _) = env(node);
     let mut out = Vec::new();
@@ -531,7 +538,7 @@ pub fn mtu(node: &Node) -> Vec<Finding> {
     const ID: &str = "roce.mtu";
     let ports = match ports(ID, node) {
         Ok(p) => p,
-        Err(f) => return vec![f],
+        Err(v) => return v,
     };
     let mut out = Vec::new();
     for p in ports {
@@ -543,7 +550,7 @@ pub fn mtu(node: &Node) -> Vec<Finding> {
         let list = match netdev_list(ID, p) {
             Ok(l) => l,
             Err(f) => {
-                out.push(f);
+                out.push(*f);
                 continue;
             }
         };
@@ -584,7 +591,7 @@ pub fn mtu(node: &Node) -> Vec<Finding> {
                         format!(
                             "{} mtu {m} caps the RoCE MTU at {active} bytes: NCCL uses the smaller active MTU of the two ends, so every connection of this port carries {}x the packets of a 4096-byte MTU",
                             nd.name,
-                            if active > 0 { 4096 / active } else { 0 }
+                            4096u32.checked_div(active).unwrap_or(0)
                         ),
                     )
                     .expect(nd.mtu.source(), observed, format!("netdev mtu >= {} (RoCE MTU 4096)", roce::NETDEV_MTU_FOR_4096))
@@ -604,7 +611,7 @@ pub fn qos(node: &Node) -> Vec<Finding> {
     const ID: &str = "roce.qos";
     let ports = match ports(ID, node) {
         Ok(p) => p,
-        Err(f) => return vec![f],
+        Err(v) => return v,
     };
     let mut out = Vec::new();
     for p in ports {
@@ -616,7 +623,7 @@ pub fn qos(node: &Node) -> Vec<Finding> {
         let list = match netdev_list(ID, p) {
             Ok(l) => l,
             Err(f) => {
-                out.push(f);
+                out.push(*f);
                 continue;
             }
         };
@@ -737,4 +744,178 @@ fn cnp_counters(node: &Node, p: &RocePort) -> Option<String> {
     .filter_map(|k| hw.get(*k).map(|n| format!("{k} {n}")))
     .collect();
     (!v.is_empty()).then(|| v.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::testing::{empty_node, rdma, with};
+
+    fn entry(i: u32, g: &str, t: &str, nd: &str) -> GidEntry {
+        GidEntry {
+            index: i,
+            gid: g.into(),
+            kind: Fact::known(t.to_string(), "test"),
+            ndev: Some(nd.into()),
+        }
+    }
+
+    fn nd(state: &str, mtu: u32, ecn: Option<bool>) -> Netdev {
+        let e = |v: Option<bool>| {
+            Fact::known(
+                v.map(|on| (0u8..8).map(|p| (p, on)).collect::<BTreeMap<u8, bool>>()),
+                "/sys/class/net/eth0/ecn/roce_np/enable",
+            )
+        };
+        Netdev {
+            name: "eth0".into(),
+            operstate: Fact::known(state.to_string(), "/sys/class/net/eth0/operstate"),
+            mtu: Fact::known(mtu, "/sys/class/net/eth0/mtu"),
+            ecn_np: e(ecn),
+            ecn_rp: e(ecn),
+        }
+    }
+
+    /// One ACTIVE RoCE port with this GID table and netdev.
+    fn node(gids: Vec<GidEntry>, nd: Netdev) -> Node {
+        let mut n = with(
+            empty_node(),
+            vec![],
+            vec![rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE")],
+        );
+        n.health.roce = Fact::known(
+            vec![RocePort {
+                device: "mlx5_0".into(),
+                port: 1,
+                gid_tbl_len: 4,
+                gids: Fact::known(gids, "/sys/class/infiniband/mlx5_0/ports/1/gids"),
+                netdevs: Fact::known(vec![nd], "test"),
+            }],
+            "test",
+        );
+        n
+    }
+
+    fn healthy_gids() -> Vec<GidEntry> {
+        vec![
+            entry(
+                0,
+                "fe80:0000:0000:0000:0ac0:ebff:fef0:28b2",
+                "IB/RoCE v1",
+                "eth0",
+            ),
+            entry(
+                1,
+                "fe80:0000:0000:0000:0ac0:ebff:fef0:28b2",
+                "RoCE v2",
+                "eth0",
+            ),
+            entry(
+                2,
+                "0000:0000:0000:0000:0000:ffff:0a00:0001",
+                "IB/RoCE v1",
+                "eth0",
+            ),
+            entry(
+                3,
+                "0000:0000:0000:0000:0000:ffff:0a00:0001",
+                "RoCE v2",
+                "eth0",
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_netdev_without_an_address_fails_gid_and_netdev() {
+        let n = node(healthy_gids()[..2].to_vec(), nd("up", 9000, Some(true)));
+        let g = gid_check(&n);
+        assert_eq!(g.status, Status::Fail);
+        assert!(
+            g.message
+                .contains("a link-local GID: eth0 carries no IPv4 address"),
+            "{}",
+            g.message
+        );
+        assert!(g.remediation.as_deref().unwrap().contains("ip addr add"));
+        let f = netdev_check(&n);
+        assert_eq!(f.status, Status::Fail);
+        assert!(
+            f.message.contains("carries no IPv4 address"),
+            "{}",
+            f.message
+        );
+    }
+
+    #[test]
+    fn a_down_netdev_fails() {
+        let n = node(healthy_gids(), nd("down", 9000, Some(true)));
+        let f = netdev_check(&n);
+        assert_eq!(f.status, Status::Fail);
+        assert!(f
+            .remediation
+            .as_deref()
+            .unwrap()
+            .contains("ip link set eth0 up"));
+        let n = node(healthy_gids(), nd("unknown", 9000, Some(true)));
+        assert_eq!(netdev_check(&n).status, Status::Warn);
+    }
+
+    #[test]
+    fn mtu_1500_and_4096_warn_9000_passes() {
+        for (m, status, active) in [
+            (1500, Status::Warn, "1024"),
+            (4096, Status::Warn, "2048"),
+            (9000, Status::Pass, "4096"),
+        ] {
+            let f = &mtu(&node(healthy_gids(), nd("up", m, Some(true))))[0];
+            assert_eq!(f.status, status, "{m}");
+            assert!(
+                f.evidence[0]
+                    .observed
+                    .ends_with(&format!("RoCE active MTU {active}")),
+                "{m}: {:?}",
+                f.evidence
+            );
+        }
+    }
+
+    #[test]
+    fn ecn_off_warns_and_no_ecn_directory_skips() {
+        assert_eq!(
+            qos(&node(healthy_gids(), nd("up", 9000, Some(false))))[0].status,
+            Status::Warn
+        );
+        assert_eq!(
+            qos(&node(healthy_gids(), nd("up", 9000, None)))[0].status,
+            Status::Skip
+        );
+        assert_eq!(
+            qos(&node(healthy_gids(), nd("up", 9000, Some(true))))[0].status,
+            Status::Pass
+        );
+    }
+
+    #[test]
+    fn inactive_ports_and_ib_only_nodes_skip() {
+        let mut n = node(healthy_gids(), nd("up", 9000, Some(true)));
+        n.rdma = Fact::known(vec![rdma("mlx5_0", "0000:19:00.0", "1: DOWN")], "test");
+        assert_eq!(super::gid(&n)[0].status, Status::Skip);
+        let mut n = with(
+            empty_node(),
+            vec![],
+            vec![rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE")],
+        );
+        n.health.roce = Fact::known(vec![], "test");
+        let f = super::netdev(&n);
+        assert_eq!(f[0].status, Status::Skip);
+        assert!(f[0].message.contains("InfiniBand only"));
+    }
+
+    fn gid_check(n: &Node) -> Finding {
+        super::gid(n).remove(0)
+    }
+    fn netdev_check(n: &Node) -> Finding {
+        super::netdev(n).remove(0)
+    }
 }
