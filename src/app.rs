@@ -438,9 +438,13 @@ fn check(args: &CheckArgs) -> i32 {
         Ok(x) => x,
         Err(e) => return err(e),
     };
-    // Issue 17: a counter baseline (--interval, or the last run's state file).
+    // Issue 17: a counter baseline (--interval, or the last run's state file). No counters
+    // check selected: no point waiting.
+    let counters_selected = CHECKS
+        .iter()
+        .any(|d| d.category() == "counters" && selection.wants(d));
     let rate_opts = crate::health::state::RateOptions {
-        interval: args.interval,
+        interval: args.interval.filter(|_| counters_selected),
         state_dir: (!args.no_state).then(|| args.state_dir.clone()),
     };
     let requery: Option<&dyn Fn() -> gdrdoctor_checks::model::LiveFacts> =
