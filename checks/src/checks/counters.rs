@@ -50,11 +50,24 @@ fn finding(
     let status = worst(js);
     let (rs, ro) = rates(node);
     if status == Status::Pass {
-        let judged: Vec<String> = js
-            .iter()
-            .filter(|j| j.def.is_some())
-            .map(|j| format!("{} {}", label(j), c::observed(j, b)))
-            .collect();
+        let known: Vec<&Judged> = js.iter().filter(|j| j.def.is_some()).collect();
+        // Many instances of the same counters (NVLink: 4 per link): totals per counter.
+        let judged: Vec<String> = if known.len() > 16 {
+            let mut sums: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+            for j in &known {
+                let e = sums.entry(j.reading.name.as_str()).or_insert((0, 0));
+                e.0 = e.0.saturating_add(j.reading.value);
+                e.1 += 1;
+            }
+            sums.iter()
+                .map(|(n, (v, k))| format!("{n} {v} (total over {k})"))
+                .collect()
+        } else {
+            known
+                .iter()
+                .map(|j| format!("{} {}", label(j), c::observed(j, b)))
+                .collect()
+        };
         let msg = match b {
             Some(b) => format!(
                 "no {what} error counter grew in {}",
