@@ -203,7 +203,7 @@ pub fn aer(node: &Node) -> Vec<Finding> {
             ID,
             Status::Skip,
             "node",
-            "no nvidia gpu and no nic on the pci bus",
+            "no nvidia gpu and no rdma nic on the pci bus",
         )];
     }
     let readings: BTreeMap<String, Vec<c::Reading>> = c::aer_readings(node).into_iter().collect();
