@@ -268,11 +268,27 @@ fn check(args: &CheckArgs) -> i32 {
     } else {
         Libraries::Query
     };
-    let (_src, mut node) = match load_node(Location::from_arg(args.sysroot.as_deref()), libs) {
+    let (src, mut node) = match load_node(Location::from_arg(args.sysroot.as_deref()), libs) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
     apply_nccl_version(&mut node, args.nccl_version.as_deref());
+    // Issue 17: a counter baseline (--interval, or the last run's state file). No counters
+    // check selected: no point waiting.
+    let counters_selected = CHECKS
+        .iter()
+        .any(|d| d.category() == "counters" && selection.wants(d));
+    let rate_opts = crate::health::state::RateOptions {
+        interval: args.interval.filter(|_| counters_selected),
+        state_dir: (!args.no_state).then(|| args.state_dir.clone()),
+    };
+    let requery: Option<&dyn Fn() -> gdrdoctor_checks::model::LiveFacts> =
+        (!args.static_only).then_some(&collect::live::query as &dyn Fn() -> _);
+    let rates = match crate::health::state::Rates::start(&src.root, &mut node, &rate_opts, requery)
+    {
+        Ok(r) => r,
+        Err(e) => return err(e),
+    };
     let opts = RunOptions {
         selection,
         fail_on: match args.fail_on {
@@ -282,6 +298,7 @@ fn check(args: &CheckArgs) -> i32 {
         allow_incomplete: args.allow_incomplete,
     };
     let report = gdrdoctor_checks::build_report(&node, &opts);
+    rates.finish(&node);
     deliver(
         &report,
         args.format,
@@ -375,6 +392,8 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
     };
     let t0 = std::time::Instant::now();
     // Live library facts: from the node's libraries, or carried over from the sysroot.
+    // Keep the last periodic run's counters as the snapshot's baseline (issue 17).
+    crate::health::SNAPSHOT_USES_STATE.store(true, std::sync::atomic::Ordering::Relaxed);
     let live = collect::live::collect(&src, Libraries::Query);
     match snapshot::take_source(src.recording(), out, Some(&live)) {
         Ok((node, w)) => {

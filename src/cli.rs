@@ -38,7 +38,13 @@ pub enum Command {
         "  gdrdoctor check --format junit -o gdrdoctor.xml        # CI\n",
         "  gdrdoctor check --format prometheus -o /var/lib/node_exporter/textfile/gdrdoctor.prom\n",
         "  gdrdoctor check --fail-on warn --allow-incomplete      # strict gate, tolerate non-root\n",
-        "  gdrdoctor check --sysroot snapshot/ --only kmod --skip kmod.nv-peer-mem\n\n",
+        "  gdrdoctor check --sysroot snapshot/ --only kmod --skip kmod.nv-peer-mem\n",
+        "  gdrdoctor check --interval 10s --only counters    # is a link flapping right now?\n",
+        "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n\n",
+        "Error counters only grow, so one reading says little. `--interval` reads them twice; \
+without it, each live run records the counters in /run/gdrdoctor/counters.json (--state-dir, \
+GDRDOCTOR_STATE_DIR) and the next run of the same boot judges the growth since then: run \
+`check` from a timer and a rising counter fails the run that sees it.\n\n",
         "Run as root for the full picture: PCI config space beyond 64 bytes is root-only.\n\n",
         "Exit codes (check, probe):\n",
         "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
@@ -122,7 +128,9 @@ docs/guides/watch.md shows how to instrument a kernel in three lines.\n\n",
     #[command(
         after_long_help = "The snapshot holds exactly the files the collectors read, with sysfs \
 symlinks kept as symlinks, and gdrdoctor/meta.json for what only a live call sees (uname, \
-RLIMIT_MEMLOCK, euid, NCCL_*/NVSHMEM_* environment). It contains the hostname: review it before \
+RLIMIT_MEMLOCK, euid, NCCL_*/NVSHMEM_* environment), gdrdoctor/kernel-log.txt (only the kernel log \
+lines about Xids, IOMMU faults and mlx5 health) and, when the last periodic check left a valid \
+counter state file, gdrdoctor/counters-baseline.json. It contains the hostname: review it before \
 sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snapshot node-a.tar.gz\n  gdrdoctor check --sysroot node-a.tar.gz"
     )]
     Snapshot {
@@ -278,6 +286,17 @@ pub struct CheckArgs {
     /// found on the node (or, with none found, the newest rules gdrdoctor knows)
     #[arg(long, value_name = "X.Y.Z", value_parser = parse_nccl_version)]
     pub nccl_version: Option<String>,
+    /// Read the error counters (AER, RDMA port, NVLink) twice, this far apart (10s, 500ms, 1m),
+    /// and judge how much they grew: a flapping link or a rising error rate shows up here
+    #[arg(long, value_name = "DURATION", value_parser = crate::health::parse_duration)]
+    pub interval: Option<std::time::Duration>,
+    /// Where periodic runs keep the last run's counters, to judge their growth since then
+    #[arg(long, value_name = "DIR", env = "GDRDOCTOR_STATE_DIR", default_value = crate::health::state::DEFAULT_DIR)]
+    pub state_dir: PathBuf,
+    /// Neither read nor write the counter state file (counters are then judged on one reading
+    /// unless --interval is given)
+    #[arg(long)]
+    pub no_state: bool,
 }
 
 /// `--nccl-version`: `2.28.9`, `2.28` or `v2.28.9-1`.

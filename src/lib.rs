@@ -5,6 +5,7 @@ pub mod app;
 pub mod cli;
 pub mod collect;
 pub mod docs;
+pub mod health;
 pub mod live;
 pub mod meta;
 pub mod probe;

@@ -41,7 +41,9 @@ pub fn take_source(
     live: Option<&gdrdoctor_checks::model::LiveFacts>,
 ) -> Result<(Node, Written), SnapshotError> {
     let root = &src.root;
-    let node = collect::files(&src);
+    let mut node = collect::files(&src);
+    // Issue 17: the kernel log lines and the counter baseline the checks use.
+    let extra = crate::health::snapshot_files(root.is_live(), &mut node);
     let meta = Meta {
         schema: META_SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -84,6 +86,9 @@ pub fn take_source(
     let mut rec = root.recorded();
     rec.remove(META_PATH);
     rec.remove(crate::meta::LIVE_PATH);
+    for (path, bytes) in extra {
+        rec.insert(path, Recorded::File(bytes));
+    }
     for (kpath, what) in &rec {
         let rel = kpath.trim_start_matches('/');
         if rel.is_empty() {

@@ -27,6 +27,14 @@ fn incomplete() -> tempfile::TempDir {
 fn exit_code_0_when_healthy() {
     let (code, out, _) = run(&["check", "--sysroot", &healthy(), "--color", "never"]);
     assert_eq!(code, 0, "{out}");
+    // InfiniBand only: the four roce.* checks skip.
+    assert!(
+        out.contains(" pass, 0 warn, 0 fail, 4 skip, 0 error · exit code 0"),
+        "{out}"
+    );
+    let roce = fixture("hgx-h200x8-cx7x8-roce").display().to_string();
+    let (code, out, _) = run(&["check", "--sysroot", &roce, "--color", "never"]);
+    assert_eq!(code, 0, "{out}");
     assert!(
         out.contains(" pass, 0 warn, 0 fail, 0 skip, 0 error · exit code 0"),
         "{out}"

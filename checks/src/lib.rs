@@ -6,10 +6,12 @@
 //! loads CUDA, NVML or libibverbs, or prints; so it builds and tests on any machine.
 
 pub mod checks;
+pub mod counters;
 pub mod derive;
 pub mod doorbell;
 pub mod gdr;
 pub mod inventory;
+pub mod klog;
 pub mod model;
 pub mod names;
 pub mod nccl;
@@ -17,6 +19,7 @@ pub mod p2p;
 pub mod parse;
 pub mod pci;
 pub mod report;
+pub mod roce;
 pub mod smi;
 pub mod testing;
 pub mod topo;

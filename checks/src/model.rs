@@ -103,6 +103,8 @@ pub struct Node {
     /// What the live libraries say (NVML, the CUDA driver API, libibverbs), queried in a worker
     /// process; in a snapshot, `gdrdoctor/live.json`.
     pub live: LiveFacts,
+    /// RoCE addressing, error counters and kernel events (issue 17).
+    pub health: Health,
 }
 
 /// Facts only a live call can see, one per library.
@@ -178,6 +180,10 @@ pub struct NvmlGpu {
     pub retired_pages_pending: Option<bool>,
     pub remapped_rows: Option<RemappedRows>,
     pub nvlinks: Vec<NvLink>,
+    /// `nvmlDeviceGetPcieReplayCounter`: PCIe data-link replays of this GPU since the driver
+    /// loaded.
+    #[serde(default)]
+    pub pcie_replay_counter: Option<u64>,
     /// Calls that failed, with NVML's error (`nvmlDeviceGetRemappedRows: Not Supported`).
     pub errors: Vec<String>,
 }
@@ -202,6 +208,16 @@ pub struct NvLink {
     /// 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0 (H100/H200), 7 = 5.0 (B200).
     #[serde(default)]
     pub version: Option<u32>,
+    /// `nvmlDeviceGetNvLinkErrorCounter`: data-link replays, recoveries (link retrains), and
+    /// CRC errors in flits and in data; since the driver loaded. `None` where not supported.
+    #[serde(default)]
+    pub replay_errors: Option<u64>,
+    #[serde(default)]
+    pub recovery_errors: Option<u64>,
+    #[serde(default)]
+    pub crc_flit_errors: Option<u64>,
+    #[serde(default)]
+    pub crc_data_errors: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -525,4 +541,159 @@ impl RdmaPort {
     pub fn phys_state_name(&self) -> Option<&str> {
         self.phys_state.get().map(|s| crate::parse::after_colon(s))
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Health (issue 17): what breaks GDR on a node that used to work. RoCE addressing, error
+// counters and kernel events. Collected by `src/health/`, judged by `checks/src/checks/{roce,
+// counters,kernel}.rs` with the pure rules in `roce.rs`, `counters.rs` and `klog.rs`.
+// ---------------------------------------------------------------------------------------------
+
+/// RoCE addressing, error counters and kernel events of one node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Health {
+    /// One entry per RDMA port with link layer Ethernet: its GID table and netdevs.
+    pub roce: Fact<Vec<RocePort>>,
+    /// PCIe AER statistics (`aer_dev_*`) of GPUs, NICs and the bridges above them.
+    pub aer: Fact<Vec<AerStats>>,
+    /// Per RDMA port: `counters/*` and `hw_counters/*`.
+    pub port_counters: Fact<Vec<PortCounters>>,
+    /// An earlier reading of the same counters, to judge how much they grew: `--interval`, the
+    /// state file of the last periodic run, or a snapshot's `gdrdoctor/counters-baseline.json`.
+    pub baseline: Option<CounterBaseline>,
+    /// Why there is no baseline (`state file from another boot: ignored`), when that is worth
+    /// saying.
+    pub baseline_note: Option<String>,
+    /// Kernel log lines about Xids, IOMMU faults and mlx5 health (only the lines that matter).
+    pub kernel_log: Fact<KernelLog>,
+}
+
+impl Health {
+    pub fn absent(reason: &str) -> Self {
+        Health {
+            roce: Fact::absent("/sys/class/infiniband", reason),
+            aer: Fact::absent("/sys/bus/pci/devices/*/aer_dev_*", reason),
+            port_counters: Fact::absent("/sys/class/infiniband/*/ports/*/counters", reason),
+            baseline: None,
+            baseline_note: None,
+            kernel_log: Fact::absent("kernel log", reason),
+        }
+    }
+}
+
+/// An RDMA port with link layer Ethernet (RoCE).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RocePort {
+    pub device: String,
+    pub port: u32,
+    /// Entries in `ports/<p>/gids` (the table length, `gid_tbl_len`, that NCCL walks).
+    pub gid_tbl_len: usize,
+    /// The non-zero GIDs, with their type and netdev; every other index holds the zero GID.
+    pub gids: Fact<Vec<GidEntry>>,
+    /// The netdevs behind the port (`gid_attrs/ndevs/*`, else `device/net/*`); absent in a
+    /// foreign capture that holds neither.
+    pub netdevs: Fact<Vec<Netdev>>,
+}
+
+/// One populated GID table entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GidEntry {
+    pub index: u32,
+    /// As sysfs prints it: `0000:0000:0000:0000:0000:ffff:0a00:0001`.
+    pub gid: String,
+    /// `gid_attrs/types/<index>`: `RoCE v2`, `IB/RoCE v1`. A read failing with EINVAL has the
+    /// reason `EINVAL` (what containers without the GID mapped return).
+    pub kind: Fact<String>,
+    /// `gid_attrs/ndevs/<index>`: the netdev whose address the GID carries.
+    pub ndev: Option<String>,
+}
+
+/// A network interface behind a RoCE port.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Netdev {
+    pub name: String,
+    /// `/sys/class/net/<if>/operstate`: `up`, `down`, `lowerlayerdown`, ...
+    pub operstate: Fact<String>,
+    pub mtu: Fact<u32>,
+    /// `ecn/roce_np/enable/<prio>` (MOFED / DOCA-OFED mlx5): `None` where the driver exposes
+    /// no ECN directory.
+    pub ecn_np: Fact<Option<BTreeMap<u8, bool>>>,
+    /// `ecn/roce_rp/enable/<prio>`.
+    pub ecn_rp: Fact<Option<BTreeMap<u8, bool>>>,
+}
+
+/// `aer_dev_correctable`, `aer_dev_nonfatal`, `aer_dev_fatal` of one PCI function: counter
+/// name -> count since boot (`TOTAL_ERR_COR`, `TOTAL_ERR_NONFATAL`, `TOTAL_ERR_FATAL` and one
+/// line per error type).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AerStats {
+    pub bdf: String,
+    /// What the device is to GDR: `gpu`, `nic`, `bridge`.
+    pub role: String,
+    pub correctable: Fact<BTreeMap<String, u64>>,
+    pub nonfatal: Fact<BTreeMap<String, u64>>,
+    pub fatal: Fact<BTreeMap<String, u64>>,
+}
+
+/// The error counters of one RDMA port.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PortCounters {
+    pub device: String,
+    pub port: u32,
+    /// `ports/<p>/counters/*` (the IB PMA counters: `symbol_error`, `link_downed`, ...).
+    pub counters: Fact<BTreeMap<String, u64>>,
+    /// `ports/<p>/hw_counters/*` (driver counters: `out_of_sequence`, `packet_seq_err`, ...).
+    pub hw_counters: Fact<BTreeMap<String, u64>>,
+}
+
+/// An earlier reading of the counters (keys as [`crate::counters::values`] builds them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterBaseline {
+    pub values: BTreeMap<String, u64>,
+    /// Milliseconds between that reading and this one.
+    pub elapsed_ms: u64,
+    /// Where it came from: `--interval 10s`, `state file /run/gdrdoctor/counters.json`.
+    pub origin: String,
+}
+
+/// How much of this boot a kernel log covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogScope {
+    /// From the start of this boot (the kmsg ring still holds record 0, or the boot line).
+    ThisBoot,
+    /// This boot only, but the start is gone (the ring buffer wrapped).
+    ThisBootPartial,
+    /// Boundaries unknown: lines may predate this boot.
+    Unknown,
+}
+
+impl LogScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogScope::ThisBoot => "this-boot",
+            LogScope::ThisBootPartial => "this-boot-partial",
+            LogScope::Unknown => "unknown",
+        }
+    }
+    pub fn parse(s: &str) -> Option<LogScope> {
+        match s.trim() {
+            "this-boot" => Some(LogScope::ThisBoot),
+            "this-boot-partial" => Some(LogScope::ThisBootPartial),
+            "unknown" => Some(LogScope::Unknown),
+            _ => None,
+        }
+    }
+}
+
+/// The kernel log lines gdrdoctor used (a snapshot stores exactly these).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelLog {
+    /// Where they were read: `/dev/kmsg`, `journalctl -k -b 0`, `/var/log/kern.log`.
+    pub origin: String,
+    pub scope: LogScope,
+    /// Lines looked at (all of them, not only the kept ones).
+    pub scanned: usize,
+    /// The lines about Xids, IOMMU faults and mlx5 health, oldest first.
+    pub lines: Vec<String>,
 }

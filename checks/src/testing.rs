@@ -47,6 +47,7 @@ pub fn empty_node() -> Node {
         pci: Fact::known(Vec::new(), "test"),
         rdma: Fact::known(Vec::new(), "test"),
         live: LiveFacts::absent("test"),
+        health: Health::absent("test"),
     }
 }
 

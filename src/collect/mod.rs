@@ -99,6 +99,9 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
     let nvidia = timed(&mut t, "nvidia", || nvidia::collect(root));
     let peermem = timed(&mut t, "peermem", || peermem::collect(root));
     let rdma = timed(&mut t, "rdma", || rdma::collect(root));
+    let health = timed(&mut t, "health", || {
+        crate::health::collect(root, &pci, &rdma)
+    });
     let node = Node {
         source: origin.kind(),
         root: root.base().display().to_string(),
@@ -116,6 +119,7 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         nvidia,
         peermem,
         pci,
+        health,
         rdma,
         live: LiveFacts::absent("not queried"),
     };
@@ -137,7 +141,10 @@ mod tests {
         let names: Vec<&str> = timings.iter().map(|t| t.collector).collect();
         assert_eq!(
             names,
-            ["host", "kernel", "process", "pci", "iommu", "nvidia", "peermem", "rdma", "live"]
+            [
+                "host", "kernel", "process", "pci", "iommu", "nvidia", "peermem", "rdma", "health",
+                "live"
+            ]
         );
         // A snapshot never asks this machine's libraries: its live facts are its own.
         assert!(node.live.cuda.get().is_some_and(|c| c.devices.len() == 8));

@@ -3,6 +3,7 @@
 
 use gdrdoctor_checks::model::{NvLink, NvmlFacts, NvmlGpu, NvmlPair, RemappedRows};
 use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
+use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::Nvml;
 
 /// The error text of an NVML failure, with libloading's source chain (its Display alone is
@@ -87,6 +88,7 @@ pub fn facts() -> Result<NvmlFacts, String> {
             "nvmlDeviceGetRetiredPagesPendingStatus"
         );
         g.remapped_rows = remapped_rows(&nvml, &d, &mut errs);
+        g.pcie_replay_counter = d.pcie_replay_counter().ok().map(u64::from);
         for l in 0..18u32 {
             let w = d.link_wrapper_for(l);
             match w.is_active() {
@@ -106,6 +108,19 @@ pub fn facts() -> Result<NvmlFacts, String> {
                         None
                     },
                     version: w.version().ok(),
+                    // Error counters (issue 17); `None` where the GPU answers Not Supported.
+                    replay_errors: active
+                        .then(|| w.error_counter(ErrorCounter::DlReplay).ok())
+                        .flatten(),
+                    recovery_errors: active
+                        .then(|| w.error_counter(ErrorCounter::DlRecovery).ok())
+                        .flatten(),
+                    crc_flit_errors: active
+                        .then(|| w.error_counter(ErrorCounter::DlCrcFlit).ok())
+                        .flatten(),
+                    crc_data_errors: active
+                        .then(|| w.error_counter(ErrorCounter::DlCrcData).ok())
+                        .flatten(),
                 }),
                 Err(_) => break,
             }

@@ -37,6 +37,11 @@ pub fn report_for(dir: &Path) -> Report {
     gdrdoctor_checks::build_report(&node, &RunOptions::default())
 }
 
+/// A scratch state directory (under cargo's `target/tmp`) for the live `check` runs of the tests.
+pub fn test_state_dir() -> std::path::PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gdrdoctor-state")
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_gdrdoctor")
 }
@@ -45,6 +50,8 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(bin())
         .args(args)
         .env_remove("NO_COLOR")
+        // Live `check` runs keep a counter state file; tests must not touch /run/gdrdoctor.
+        .env("GDRDOCTOR_STATE_DIR", test_state_dir())
         .output()
         .unwrap();
     (

@@ -81,7 +81,7 @@ pub fn present(node: &Node) -> Vec<Finding> {
 }
 
 /// The finding for an absent live fact.
-fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
+pub(crate) fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
     let reason = f.reason().unwrap_or_default();
     let quiet = node.source == SourceKind::Sysroot || reason.starts_with("not queried");
     if quiet {

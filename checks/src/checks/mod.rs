@@ -8,14 +8,17 @@
 use crate::model::Node;
 use crate::report::Finding;
 
+pub mod counters;
 pub mod driver;
 pub mod gdr;
 pub mod gpu;
 pub mod iommu;
+pub mod kernel;
 pub mod kmod;
 pub mod mem;
 pub mod pcie;
 pub mod rdma;
+pub mod roce;
 pub mod topo;
 
 /// A registered check.
@@ -101,6 +104,26 @@ pub static CHECKS: &[CheckDef] = &[
         rdma::firmware
     ),
     check!(
+        "roce.gid",
+        "each roce port has the gid nccl will pick: routable, the right family, roce v2",
+        roce::gid
+    ),
+    check!(
+        "roce.netdev",
+        "the netdev behind each roce port is up and carries an address",
+        roce::netdev
+    ),
+    check!(
+        "roce.mtu",
+        "the netdev mtu leaves room for a 4096-byte roce mtu",
+        roce::mtu
+    ),
+    check!(
+        "roce.qos",
+        "ecn congestion control is on for roce (mlx5, where sysfs exposes it)",
+        roce::qos
+    ),
+    check!(
         "mem.memlock",
         "the locked-memory limit is unlimited",
         mem::memlock
@@ -179,6 +202,46 @@ pub static CHECKS: &[CheckDef] = &[
         "gdr.gpu",
         "per gpu: nccl would use gpudirect rdma with at least one nic, and why not",
         gdr::per_gpu
+    ),
+    check!(
+        "counters.aer",
+        "no pcie errors on gpus, nics and the bridges between them (aer)",
+        counters::aer
+    ),
+    check!(
+        "counters.ib-port",
+        "rdma port link counters (link_downed, symbol_error, ...) do not grow",
+        counters::ib_port
+    ),
+    check!(
+        "counters.rdma-transport",
+        "rdma transport error counters (retransmissions, sequence errors) do not grow",
+        counters::rdma_transport
+    ),
+    check!(
+        "counters.nvlink",
+        "nvlink crc, replay and recovery counters do not grow (nvml)",
+        counters::nvlink
+    ),
+    check!(
+        "counters.pcie-replay",
+        "each gpu's pcie replay counter does not grow (nvml)",
+        counters::pcie_replay
+    ),
+    check!(
+        "kernel.xid",
+        "no nvidia xid since boot that asks to drain the node",
+        kernel::xid
+    ),
+    check!(
+        "kernel.iommu-fault",
+        "no iommu fault on a gpu or nic since boot (dmar, amd-vi)",
+        kernel::iommu_fault
+    ),
+    check!(
+        "kernel.mlx5-health",
+        "no mlx5 health or firmware-fatal event since boot",
+        kernel::mlx5_health
     ),
 ];
 

@@ -1,0 +1,701 @@
+//! `counters.*`: error counters with what they mean and a threshold. One reading is judged
+//! against generous cumulative thresholds; two readings (`check --interval`, the state file of
+//! periodic runs, a snapshot's baseline) judge the growth, which is what says "broken now".
+//! Definitions and thresholds: `crate::counters`.
+
+use crate::counters::{self as c, Def, Judged};
+use crate::model::Node;
+use crate::report::{Finding, Status};
+use std::collections::BTreeMap;
+
+/// How the counters were judged, for evidence.
+fn rates(node: &Node) -> (String, String) {
+    match &node.health.baseline {
+        Some(b) => (
+            "counter baseline".into(),
+            format!("growth over {} ({})", c::human_secs(b.elapsed_ms), b.origin),
+        ),
+        None => (
+            "counter baseline".into(),
+            format!(
+                "none: one reading, judged on cumulative thresholds; growth needs `gdrdoctor check --interval 10s` or periodic runs{}",
+                node.health
+                    .baseline_note
+                    .as_ref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            ),
+        ),
+    }
+}
+
+fn worst(js: &[Judged]) -> Status {
+    js.iter().map(|j| j.status).max().unwrap_or(Status::Pass)
+}
+
+/// A finding for one subject from its judged counters. `label` renames a counter for messages
+/// (NVLink counters carry their link).
+#[allow(clippy::too_many_arguments)]
+fn finding(
+    id: &str,
+    subject: &str,
+    what: &str,
+    js: &[Judged],
+    node: &Node,
+    source: &str,
+    fix: impl Fn(&[&Judged]) -> String,
+    label: impl Fn(&Judged) -> String,
+) -> Finding {
+    let b = node.health.baseline.as_ref();
+    let status = worst(js);
+    let (rs, ro) = rates(node);
+    if status == Status::Pass {
+        let known: Vec<&Judged> = js.iter().filter(|j| j.def.is_some()).collect();
+        // Many instances of the same counters (NVLink: 4 per link): totals per counter.
+        let judged: Vec<String> = if known.len() > 16 {
+            let mut sums: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+            for j in &known {
+                let e = sums.entry(j.reading.name.as_str()).or_insert((0, 0));
+                e.0 = e.0.saturating_add(j.reading.value);
+                e.1 += 1;
+            }
+            sums.iter()
+                .map(|(n, (v, k))| format!("{n} {v} (total over {k})"))
+                .collect()
+        } else {
+            known
+                .iter()
+                .map(|j| format!("{} {}", label(j), c::observed(j, b)))
+                .collect()
+        };
+        let msg = match b {
+            Some(b) => format!(
+                "no {what} error counter grew in {}",
+                c::human_secs(b.elapsed_ms)
+            ),
+            None if js.iter().all(|j| j.def.is_none() || j.reading.value == 0) => {
+                format!("{what} error counters are all zero")
+            }
+            None => format!("{what} error counters are below their thresholds (cumulative)"),
+        };
+        return Finding::new(id, Status::Pass, subject, msg)
+            .evidence(source, judged.join(", "))
+            .evidence(rs, ro);
+    }
+    let bad: Vec<&Judged> = js.iter().filter(|j| j.status == status).collect();
+    // Every counter that is not clean goes into the evidence, the worst into the message.
+    let flagged: Vec<&Judged> = js.iter().filter(|j| j.status != Status::Pass).collect();
+    let mut parts: Vec<String> = Vec::new();
+    for j in &bad {
+        let why = j.why.clone().unwrap_or_default();
+        let why = why.replacen(&j.reading.name, &label(j), 1);
+        let meaning = j.def.map(|d| d.meaning).unwrap_or("");
+        parts.push(format!("{why}: {meaning}"));
+    }
+    let mut f = Finding::new(id, status, subject, parts.join("; "));
+    for j in &flagged {
+        let expected = match (
+            b,
+            j.def.and_then(|d| d.growth),
+            j.def.and_then(|d| d.cumulative),
+        ) {
+            (Some(_), Some(_), _) if j.growth.is_some() => "no growth".to_string(),
+            (_, _, Some((t, _))) => format!("below {t} since the counters were cleared"),
+            _ => "no growth".to_string(),
+        };
+        f = f.expected(
+            j.reading.source.clone(),
+            format!("{} {}", label(j), c::observed(j, b)),
+            expected,
+        );
+    }
+    f.evidence(rs, ro).fix(fix(&bad))
+}
+
+fn plain(j: &Judged) -> String {
+    j.reading.name.clone()
+}
+
+// ------------------------------------------------------------------------------------------
+// counters.aer
+
+/// `gpu`, `nic mlx5_3`, `bridge above gpu 0000:18:00.0 and nic mlx5_0`.
+fn role(node: &Node, bdf: &str, role: &str) -> String {
+    let ib = |b: &str| -> Option<String> {
+        node.rdma.get()?.iter().find_map(|d| match d.pci_bdf.get() {
+            Some(Some(x)) if x == b => Some(d.name.clone()),
+            _ => None,
+        })
+    };
+    match role {
+        "gpu" => match crate::derive::gpus(node).iter().position(|g| g.bdf == bdf) {
+            Some(i) => format!("gpu {i}"),
+            None => "gpu".into(),
+        },
+        "nic" => match ib(bdf) {
+            Some(n) => format!("nic {n}"),
+            None => "nic".into(),
+        },
+        "bridge" => {
+            let below: Vec<String> = node
+                .pci
+                .get()
+                .map(|l| {
+                    l.iter()
+                        .filter(|d| d.bdf != bdf && d.sysfs_path.split('/').any(|c| c == bdf))
+                        .filter_map(|d| {
+                            if d.is_nvidia_gpu() {
+                                Some(
+                                    crate::derive::gpus(node)
+                                        .iter()
+                                        .position(|g| g.bdf == d.bdf)
+                                        .map(|i| format!("gpu {i} ({})", d.bdf))
+                                        .unwrap_or_else(|| format!("gpu {}", d.bdf)),
+                                )
+                            } else if d.is_network() && !d.is_virtfn {
+                                Some(
+                                    ib(&d.bdf)
+                                        .map(|n| format!("nic {n}"))
+                                        .unwrap_or_else(|| format!("nic {}", d.bdf)),
+                                )
+                            } else {
+                                None
+                            }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if below.is_empty() {
+                "bridge".into()
+            } else {
+                format!("bridge above {}", below.join(" and "))
+            }
+        }
+        r => r.to_string(),
+    }
+}
+
+pub fn aer(node: &Node) -> Vec<Finding> {
+    const ID: &str = "counters.aer";
+    let list = match node.health.aer.get() {
+        Some(l) => l,
+        None => {
+            // A capture without the PCI tree cannot be judged; a live node must have one.
+            let status = if node.source == crate::model::SourceKind::Sysroot {
+                Status::Skip
+            } else {
+                Status::Error
+            };
+            return vec![Finding::new(
+                ID,
+                status,
+                "node",
+                "cannot list the gpus, nics and bridges",
+            )
+            .evidence(
+                node.health.aer.source(),
+                node.health.aer.describe(|_| String::new()),
+            )];
+        }
+    };
+    if list.is_empty() {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "no nvidia gpu and no rdma nic on the pci bus",
+        )];
+    }
+    let readings: BTreeMap<String, Vec<c::Reading>> = c::aer_readings(node).into_iter().collect();
+    let b = node.health.baseline.as_ref();
+    let mut out = Vec::new();
+    let mut clean: Vec<String> = Vec::new();
+    let mut corrected: Vec<String> = Vec::new();
+    let mut without: Vec<(String, String)> = Vec::new();
+    let mut unreadable: Vec<Finding> = Vec::new();
+    for a in list {
+        let rs = readings.get(&a.bdf).cloned().unwrap_or_default();
+        if rs.is_empty() {
+            let reason = [&a.correctable, &a.nonfatal, &a.fatal]
+                .iter()
+                .find_map(|f| f.reason())
+                .unwrap_or("no statistics")
+                .to_string();
+            if reason.starts_with("permission") {
+                unreadable.push(
+                    Finding::new(ID, Status::Error, &a.bdf, "cannot read the AER statistics")
+                        .evidence(a.correctable.source(), format!("unknown ({reason})")),
+                );
+            } else {
+                without.push((a.bdf.clone(), reason));
+            }
+            continue;
+        }
+        let totals: Vec<c::Reading> = rs
+            .iter()
+            .filter(|r| c::find(c::AER, &r.name).is_some())
+            .cloned()
+            .collect();
+        let js = c::judge(totals, c::AER, b);
+        let who = role(node, &a.bdf, &a.role);
+        if worst(&js) == Status::Pass {
+            clean.push(a.bdf.clone());
+            if let Some(cor) = rs.iter().find(|r| r.name == "TOTAL_ERR_COR" && r.value > 0) {
+                corrected.push(format!("{} ({who}) {}", a.bdf, cor.value));
+            }
+            continue;
+        }
+        // The error types behind the totals (`BadTLP 3, RxErr 2`).
+        let types: Vec<String> = rs
+            .iter()
+            .filter(|r| !r.name.starts_with("TOTAL_") && r.value > 0)
+            .map(|r| {
+                let g = b
+                    .and_then(|b| b.values.get(&r.key))
+                    .filter(|v| r.value >= **v)
+                    .map(|v| format!(" (+{})", r.value - v))
+                    .unwrap_or_default();
+                format!("{} {}{g}", r.name, r.value)
+            })
+            .collect();
+        let mut f = finding(
+            ID,
+            &a.bdf,
+            "PCIe",
+            &js,
+            node,
+            &a.correctable
+                .source()
+                .replace("aer_dev_correctable", "aer_dev_*"),
+            |_| aer_fix(&a.bdf, &who),
+            plain,
+        );
+        f.message = format!("{who}: {}", f.message);
+        if !types.is_empty() {
+            f = f.evidence(
+                a.correctable
+                    .source()
+                    .replace("aer_dev_correctable", "aer_dev_*"),
+                types.join(", "),
+            );
+        }
+        out.push(f);
+    }
+    out.extend(unreadable);
+    if !clean.is_empty() {
+        let n = |r: &str| {
+            list.iter()
+                .filter(|a| a.role == r && clean.contains(&a.bdf))
+                .count()
+        };
+        let (rs, ro) = rates(node);
+        let mut f = Finding::new(
+            ID,
+            Status::Pass,
+            "node",
+            format!(
+                "no uncorrectable PCIe error{} on {} devices ({} gpus, {} nics, {} bridges between them)",
+                if b.is_some() { " and no growth" } else { "" },
+                clean.len(),
+                n("gpu"),
+                n("nic"),
+                n("bridge")
+            ),
+        )
+        .evidence("/sys/bus/pci/devices/*/aer_dev_{correctable,nonfatal,fatal}", clean.join(" "))
+        .evidence(rs, ro);
+        if !corrected.is_empty() {
+            f = f.evidence(
+                "aer_dev_correctable TOTAL_ERR_COR since boot",
+                corrected.join(", "),
+            );
+        }
+        out.push(f);
+    }
+    if !without.is_empty() {
+        let status = Status::Skip;
+        out.push(
+            Finding::new(
+                ID,
+                status,
+                "node",
+                format!(
+                    "no AER statistics for {} device(s): {}",
+                    without.len(),
+                    without[0].1
+                ),
+            )
+            .evidence(
+                "aer_dev_*",
+                without
+                    .iter()
+                    .map(|(b, _)| b.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+        );
+    }
+    out
+}
+
+fn aer_fix(bdf: &str, who: &str) -> String {
+    format!(
+        "look at the link of {bdf} ({who}): `lspci -vvv -s {bdf}` (LnkSta speed/width, DevSta, UESta/CESta), the pcie.link check, and the same counters on the bridges above it; corrected errors that keep growing mean a marginal link (reseat the card, riser or cable; a BIOS/firmware update); uncorrectable ones lose transactions: drain the node and get the slot or card replaced if they recur"
+    )
+}
+
+// ------------------------------------------------------------------------------------------
+// counters.ib-port and counters.rdma-transport
+
+/// `(dev/port, counters/ readings, hw_counters/ readings)`.
+type PortReadings = (String, Vec<c::Reading>, Vec<c::Reading>);
+
+fn port_check(
+    id: &str,
+    node: &Node,
+    defs: &'static [Def],
+    pick: fn(&crate::model::PortCounters) -> &crate::model::Fact<BTreeMap<String, u64>>,
+    readings: fn(PortReadings) -> (String, Vec<c::Reading>),
+    what: &str,
+    fix: fn(&str, &[&Judged]) -> String,
+) -> Vec<Finding> {
+    let list = match node.health.port_counters.get() {
+        Some(l) => l,
+        None => {
+            return vec![
+                Finding::new(id, Status::Error, "node", "cannot list the rdma ports").evidence(
+                    node.health.port_counters.source(),
+                    node.health.port_counters.describe(|_| String::new()),
+                ),
+            ]
+        }
+    };
+    if list.is_empty() {
+        return vec![Finding::new(id, Status::Skip, "node", "no rdma port")];
+    }
+    let by: BTreeMap<String, Vec<c::Reading>> =
+        c::port_readings(node).into_iter().map(readings).collect();
+    let b = node.health.baseline.as_ref();
+    let mut out = Vec::new();
+    for p in list {
+        let sub = format!("{}/{}", p.device, p.port);
+        let fact = pick(p);
+        if let Some(reason) = fact.reason() {
+            let status = if reason.starts_with("permission") {
+                Status::Error
+            } else {
+                Status::Skip
+            };
+            out.push(
+                Finding::new(id, status, &sub, format!("no {what} counters: {reason}"))
+                    .evidence(fact.source(), format!("unknown ({reason})")),
+            );
+            continue;
+        }
+        let rs: Vec<c::Reading> = by
+            .get(&sub)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| c::find(defs, &r.name).is_some())
+            .collect();
+        if rs.is_empty() {
+            out.push(
+                Finding::new(
+                    id,
+                    Status::Skip,
+                    &sub,
+                    format!("none of the {what} counters gdrdoctor judges is exposed here"),
+                )
+                .evidence(fact.source(), "no known counter file"),
+            );
+            continue;
+        }
+        let js = c::judge(rs, defs, b);
+        let dev = p.device.clone();
+        out.push(finding(
+            id,
+            &sub,
+            what,
+            &js,
+            node,
+            fact.source(),
+            |bad| fix(&dev, bad),
+            plain,
+        ));
+    }
+    out
+}
+
+fn link_fix(dev: &str, bad: &[&Judged]) -> String {
+    let flap = bad.iter().any(|j| j.reading.name == "link_downed");
+    format!(
+        "{}check the cable, transceiver and switch port of {dev}: `mlxlink -d {dev} -m -c -e` (signal, BER, FEC), the switch side's port counters; reseat or replace the cable; clear the counters after fixing (`perfquery -x -R` on InfiniBand) so the next reading starts from zero",
+        if flap { "the link is flapping: every QP on it breaks and NCCL jobs using this rail fail; drain them, then " } else { "" }
+    )
+}
+
+fn transport_fix(dev: &str, _bad: &[&Judged]) -> String {
+    format!(
+        "packets on {dev} are being lost or refused: on RoCE check PFC/ECN (roce.qos, `mlnx_qos -i <if>`) and the switch's buffer drops; on InfiniBand the link counters (counters.ib-port) and the switch; access errors usually come from an application freeing or deregistering memory (GPU memory included) while peers still use it"
+    )
+}
+
+pub fn ib_port(node: &Node) -> Vec<Finding> {
+    port_check(
+        "counters.ib-port",
+        node,
+        c::IB_PORT,
+        |p| &p.counters,
+        |(s, a, _)| (s, a),
+        "link",
+        link_fix,
+    )
+}
+
+pub fn rdma_transport(node: &Node) -> Vec<Finding> {
+    port_check(
+        "counters.rdma-transport",
+        node,
+        c::RDMA_TRANSPORT,
+        |p| &p.hw_counters,
+        |(s, _, b)| (s, b),
+        "transport",
+        transport_fix,
+    )
+}
+
+// ------------------------------------------------------------------------------------------
+// counters.nvlink and counters.pcie-replay (NVML, live)
+
+fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<Finding> {
+    let gpus = crate::derive::gpus(node);
+    if gpus.is_empty() {
+        return vec![Finding::new(id, Status::Skip, "node", "no nvidia gpu")];
+    }
+    if node.live.nvml.get().is_none() {
+        return vec![super::gpu::absent(id, node, &node.live.nvml)];
+    }
+    let by: BTreeMap<String, (Vec<c::Reading>, Vec<c::Reading>)> = c::gpu_readings(node)
+        .into_iter()
+        .map(|(g, a, b)| (g, (a, b)))
+        .collect();
+    let mut out = Vec::new();
+    for g in gpus {
+        let Some((links, replay)) = by.get(&g.bdf) else {
+            out.push(Finding::new(
+                id,
+                Status::Error,
+                &g.bdf,
+                "nvml does not list this gpu",
+            ));
+            continue;
+        };
+        let rs = if nvlink { links } else { replay };
+        if rs.is_empty() {
+            let why = if nvlink {
+                "nvml reports no nvlink error counters for this gpu (no active nvlink, or nvmlDeviceGetNvLinkErrorCounter is not supported here)"
+            } else {
+                "nvml reports no pcie replay counter for this gpu"
+            };
+            out.push(Finding::new(id, Status::Skip, &g.bdf, why));
+            continue;
+        }
+        let js = c::judge(rs.clone(), defs, node.health.baseline.as_ref());
+        let bdf = g.bdf.clone();
+        let (what, source, label): (&str, &str, fn(&Judged) -> String) = if nvlink {
+            ("nvlink", "nvmlDeviceGetNvLinkErrorCounter", |j: &Judged| {
+                let link = j.reading.key.rsplit('/').nth(1).unwrap_or("?");
+                format!("link {link} {}", j.reading.name)
+            })
+        } else {
+            (
+                "pcie replay",
+                "nvmlDeviceGetPcieReplayCounter",
+                |j: &Judged| format!("pcie {}", j.reading.name),
+            )
+        };
+        out.push(finding(
+            id,
+            &g.bdf,
+            what,
+            &js,
+            node,
+            source,
+            |_| {
+                if nvlink {
+                    format!("read the link errors (`nvidia-smi nvlink -e -i {bdf}`, `nvidia-smi nvlink -s`); links that keep retraining need the GPU (and on NVSwitch systems the fabric) reset and then `dcgmi diag -r 2`; recurring errors on one link: reseat or RMA the board")
+                } else {
+                    format!("the GPU's PCIe link replays TLPs: check `lspci -vvv -s {bdf}` and counters.aer on the bridges above it; reseat the GPU or riser; a BIOS update can change the link equalisation")
+                }
+            },
+            label,
+        ));
+    }
+    out
+}
+
+pub fn nvlink(node: &Node) -> Vec<Finding> {
+    gpu_check("counters.nvlink", node, c::NVLINK, true)
+}
+
+pub fn pcie_replay(node: &Node) -> Vec<Finding> {
+    gpu_check("counters.pcie-replay", node, c::PCIE_REPLAY, false)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::model::{CounterBaseline, Fact, PortCounters};
+    use crate::testing::empty_node;
+
+    fn node_with(link_downed: u64, baseline: Option<u64>) -> Node {
+        let mut n = empty_node();
+        let m: BTreeMap<String, u64> = [
+            ("link_downed".to_string(), link_downed),
+            ("symbol_error".to_string(), 0),
+        ]
+        .into();
+        n.health.port_counters = Fact::known(
+            vec![PortCounters {
+                device: "mlx5_0".into(),
+                port: 1,
+                counters: Fact::known(m, "/sys/class/infiniband/mlx5_0/ports/1/counters"),
+                hw_counters: Fact::absent(
+                    "/sys/class/infiniband/mlx5_0/ports/1/hw_counters",
+                    "not exposed by this driver",
+                ),
+            }],
+            "test",
+        );
+        n.health.baseline = baseline.map(|v| CounterBaseline {
+            values: [("ib/mlx5_0/1/link_downed".to_string(), v)].into(),
+            elapsed_ms: 10_000,
+            origin: "--interval 10.0 s".into(),
+        });
+        n
+    }
+
+    #[test]
+    fn a_flapping_port_fails_with_the_growth() {
+        let f = ib_port(&node_with(5, Some(2)));
+        assert_eq!(f[0].status, Status::Fail);
+        assert!(
+            f[0].message.contains("link_downed rose by 3 in 10.0 s"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].remediation.as_deref().unwrap().contains("flapping"));
+        assert!(f[0]
+            .evidence
+            .iter()
+            .any(|e| e.observed == "link_downed 5 (+3 in 10.0 s)"));
+    }
+
+    #[test]
+    fn one_reading_passes_below_the_threshold_and_says_so() {
+        let f = ib_port(&node_with(2, None));
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(f[0]
+            .evidence
+            .iter()
+            .any(|e| e.observed.contains("one reading")));
+        let f = ib_port(&node_with(12, None));
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(f[0].message.contains("threshold 10"), "{}", f[0].message);
+    }
+
+    fn gpu_node(recovery_now: u64, replay_now: u64) -> Node {
+        use crate::model::{NvLink, NvmlFacts, NvmlGpu};
+        let g = crate::testing::gpu("/sys/devices/pci0000:15/0000:15:01.0/0000:18:00.0", 0);
+        let mut n = crate::testing::with(empty_node(), vec![g], vec![]);
+        n.live.nvml = Fact::known(
+            NvmlFacts {
+                gpus: vec![NvmlGpu {
+                    bdf: "0000:18:00.0".into(),
+                    nvlinks: vec![NvLink {
+                        link: 3,
+                        active: true,
+                        recovery_errors: Some(recovery_now),
+                        replay_errors: Some(0),
+                        ..Default::default()
+                    }],
+                    pcie_replay_counter: Some(replay_now),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            "NVML",
+        );
+        n.health.baseline = Some(CounterBaseline {
+            values: [
+                ("nvlink/0000:18:00.0/3/recovery".to_string(), 0),
+                ("pcie-replay/0000:18:00.0".to_string(), 100),
+            ]
+            .into(),
+            elapsed_ms: 60_000,
+            origin: "the last run".into(),
+        });
+        n
+    }
+
+    #[test]
+    fn nvlink_recovery_growth_fails_and_names_the_link() {
+        let f = nvlink(&gpu_node(2, 100));
+        assert_eq!(f[0].status, Status::Fail);
+        assert!(
+            f[0].message
+                .starts_with("link 3 recovery rose by 2 in 60.0 s"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(nvlink(&gpu_node(0, 100))[0].status, Status::Pass);
+    }
+
+    #[test]
+    fn pcie_replay_growth_warns() {
+        let f = pcie_replay(&gpu_node(0, 130));
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(
+            f[0].message.starts_with("pcie replay rose by 30"),
+            "{}",
+            f[0].message
+        );
+        // A driver reload resets it: lower than the baseline is judged alone (not judged).
+        assert_eq!(pcie_replay(&gpu_node(0, 5))[0].status, Status::Pass);
+    }
+
+    #[test]
+    fn a_fatal_aer_error_since_boot_fails_on_one_reading() {
+        use crate::model::AerStats;
+        let g = crate::testing::gpu("/sys/devices/pci0000:15/0000:15:01.0/0000:18:00.0", 0);
+        let mut n = crate::testing::with(empty_node(), vec![g], vec![]);
+        let m = |k: &str, v: u64| -> Fact<BTreeMap<String, u64>> {
+            Fact::known([(k.to_string(), v)].into(), format!("/sys/x/{k}"))
+        };
+        n.health.aer = Fact::known(
+            vec![AerStats {
+                bdf: "0000:18:00.0".into(),
+                role: "gpu".into(),
+                correctable: m("TOTAL_ERR_COR", 7),
+                nonfatal: m("TOTAL_ERR_NONFATAL", 0),
+                fatal: m("TOTAL_ERR_FATAL", 1),
+            }],
+            "test",
+        );
+        let f = aer(&n);
+        assert_eq!(f[0].status, Status::Fail);
+        assert!(
+            f[0].message.starts_with("gpu 0: TOTAL_ERR_FATAL is 1"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn hw_counters_not_exposed_is_a_skip() {
+        let f = rdma_transport(&node_with(0, None));
+        assert_eq!(f[0].status, Status::Skip);
+    }
+}

@@ -1,0 +1,422 @@
+//! `kernel.*`: what the kernel log says happened since boot: NVIDIA Xids (classified: drain the
+//! node, investigate, or an application's own fault), IOMMU faults naming the device whose DMA
+//! was refused, and mlx5 health / firmware-fatal events. Parsing and the Xid table:
+//! `crate::klog`.
+
+use crate::klog::{self, Event, XidAction};
+use crate::model::{Fact, KernelLog, LogScope, Node, SourceKind};
+use crate::report::{Finding, Status};
+use std::collections::BTreeMap;
+
+/// The log, or the finding that replaces every other one.
+fn log<'a>(id: &str, node: &'a Node) -> Result<(&'a KernelLog, String), Vec<Finding>> {
+    match &node.health.kernel_log {
+        Fact::Known { value, source } => Ok((value, source.clone())),
+        Fact::Absent { source, reason } => {
+            let f = if node.source == SourceKind::Sysroot {
+                Finding::new(id, Status::Skip, "node", format!("no kernel log: {reason}"))
+            } else {
+                Finding::new(id, Status::Error, "node", "cannot read the kernel log")
+                    .fix("run as root (or with CAP_SYSLOG; `sysctl kernel.dmesg_restrict=0` lets everyone read /dev/kmsg), or make the journal readable (`usermod -aG systemd-journal,adm <user>`)")
+            };
+            Err(vec![
+                f.evidence(source.clone(), format!("unknown ({reason})"))
+            ])
+        }
+    }
+}
+
+/// `since boot` / `... (the ring buffer lost the start of this boot)` / `(may predate this boot)`.
+fn span(l: &KernelLog) -> &'static str {
+    match l.scope {
+        LogScope::ThisBoot => "since boot",
+        LogScope::ThisBootPartial => "in the part of this boot the log still holds",
+        LogScope::Unknown => "in a log that may also hold earlier boots",
+    }
+}
+
+/// Lines for evidence: at most 4, with how many more.
+fn lines(ls: &[&str]) -> String {
+    let mut s = ls
+        .iter()
+        .take(4)
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join(" | ");
+    if ls.len() > 4 {
+        s.push_str(&format!(" | ... {} more", ls.len() - 4));
+    }
+    s
+}
+
+fn when(line: &str) -> String {
+    klog::timestamp(line)
+        .map(|t| format!(" (first at {t})"))
+        .unwrap_or_default()
+}
+
+/// A drain finding in a log that may predate this boot is only a warning.
+fn scoped(status: Status, l: &KernelLog) -> Status {
+    if status == Status::Fail && l.scope == LogScope::Unknown {
+        Status::Warn
+    } else {
+        status
+    }
+}
+
+/// `gpu 3`, `nic mlx5_2`, or nothing, for a PCI address.
+fn who(node: &Node, bdf: &str) -> Option<String> {
+    let gpus = crate::derive::gpus(node);
+    if let Some(i) = gpus.iter().position(|g| g.bdf == bdf) {
+        return Some(format!("gpu {i}"));
+    }
+    node.rdma.get()?.iter().find_map(|d| match d.pci_bdf.get() {
+        Some(Some(b)) if b == bdf => Some(format!("nic {}", d.name)),
+        _ => None,
+    })
+}
+
+pub fn xid(node: &Node) -> Vec<Finding> {
+    const ID: &str = "kernel.xid";
+    let (l, src) = match log(ID, node) {
+        Ok(x) => x,
+        Err(v) => return v,
+    };
+    // GPU -> (xid, detail, line) in log order.
+    let mut by: BTreeMap<String, Vec<(u32, String, &str)>> = BTreeMap::new();
+    let mut fell: BTreeMap<String, &str> = BTreeMap::new();
+    for line in &l.lines {
+        match klog::parse_line(line) {
+            Some(Event::Xid { gpu, xid, detail }) => {
+                by.entry(gpu).or_default().push((xid, detail, line))
+            }
+            Some(Event::FellOffBus { gpu }) => {
+                fell.entry(gpu).or_insert(line);
+            }
+            _ => {}
+        }
+    }
+    // Drivers that print only "has fallen off the bus": count it as Xid 79.
+    for (gpu, line) in fell {
+        let v = by.entry(gpu).or_default();
+        if !v.iter().any(|(x, _, _)| *x == 79) {
+            v.push((79, "GPU has fallen off the bus".into(), line));
+        }
+    }
+    if by.is_empty() {
+        return vec![Finding::new(
+            ID,
+            Status::Pass,
+            "node",
+            format!("no Xid {} ({} kernel log lines read)", span(l), l.scanned),
+        )
+        .evidence(src, format!("{} lines, none with `NVRM: Xid`", l.scanned))];
+    }
+    let mut out = Vec::new();
+    for (gpu, evs) in by {
+        let mut counts: BTreeMap<u32, (usize, XidAction, &str)> = BTreeMap::new();
+        for (x, d, line) in &evs {
+            let a = klog::action(*x, d);
+            let e = counts.entry(*x).or_insert((0, a, line));
+            e.0 += 1;
+            if a > e.1 {
+                e.1 = a;
+            }
+        }
+        let worst = counts
+            .values()
+            .map(|c| c.1)
+            .max()
+            .unwrap_or(XidAction::Investigate);
+        let status = scoped(
+            match worst {
+                XidAction::DrainReboot | XidAction::DrainResetGpu => Status::Fail,
+                XidAction::Investigate => Status::Warn,
+                XidAction::Application => Status::Pass,
+            },
+            l,
+        );
+        let summary: Vec<String> = counts
+            .iter()
+            .map(|(x, (n, a, _))| {
+                let info = klog::xid_info(*x);
+                let times = if *n > 1 {
+                    format!(" x{n}")
+                } else {
+                    String::new()
+                };
+                format!("Xid {x}{times} ({}; {})", info.meaning, a.as_str())
+            })
+            .collect();
+        let name = who(node, &gpu).map(|w| format!("{w} ")).unwrap_or_default();
+        let first_bad = counts
+            .iter()
+            .filter(|(_, c)| c.1 == worst)
+            .map(|(x, c)| (*x, c.2))
+            .next();
+        let mut msg = format!("{name}{gpu}: {} {}", summary.join(", "), span(l));
+        if let Some((_, line)) = first_bad {
+            msg.push_str(&when(line));
+        }
+        if l.scope == LogScope::Unknown && worst.is_drain() {
+            msg.push_str("; the log may predate this boot: confirm with `dmesg`");
+        }
+        let ls: Vec<&str> = evs.iter().map(|(_, _, line)| *line).collect();
+        let mut f = Finding::new(ID, status, &gpu, msg).expected(
+            src.clone(),
+            lines(&ls),
+            "no Xid that asks to drain the node",
+        );
+        if status != Status::Pass {
+            let fix = first_bad.map(|(x, _)| klog::xid_info(x).fix).unwrap_or(
+                "look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors)",
+            );
+            f = f.fix(fix.to_string());
+        }
+        out.push(f);
+    }
+    out
+}
+
+pub fn iommu_fault(node: &Node) -> Vec<Finding> {
+    const ID: &str = "kernel.iommu-fault";
+    let (l, src) = match log(ID, node) {
+        Ok(x) => x,
+        Err(v) => return v,
+    };
+    let mut by: BTreeMap<String, Vec<(&'static str, String, &str)>> = BTreeMap::new();
+    for line in &l.lines {
+        if let Some(Event::IommuFault {
+            device,
+            unit,
+            detail,
+        }) = klog::parse_line(line)
+        {
+            by.entry(device).or_default().push((unit, detail, line));
+        }
+    }
+    if by.is_empty() {
+        return vec![Finding::new(
+            ID,
+            Status::Pass,
+            "node",
+            format!(
+                "no IOMMU fault {} ({} kernel log lines read)",
+                span(l),
+                l.scanned
+            ),
+        )
+        .evidence(
+            src,
+            format!(
+                "{} lines, none with `DMAR: [DMA` or `AMD-Vi: Event logged`",
+                l.scanned
+            ),
+        )];
+    }
+    let mut out = Vec::new();
+    for (dev, evs) in by {
+        let name = who(node, &dev);
+        let gdr_device = name.is_some();
+        let status = scoped(
+            if gdr_device {
+                Status::Fail
+            } else {
+                Status::Warn
+            },
+            l,
+        );
+        let (unit, detail, first) = &evs[0];
+        let ls: Vec<&str> = evs.iter().map(|(_, _, line)| *line).collect();
+        let label = name
+            .map(|n| format!("{n} ({dev})"))
+            .unwrap_or_else(|| dev.clone());
+        let msg = format!(
+            "{} {unit} fault{} on {label} {}{}: the IOMMU refused the device's DMA ({detail}){}",
+            evs.len(),
+            if evs.len() > 1 { "s" } else { "" },
+            span(l),
+            when(first),
+            if gdr_device {
+                "; with GPUDirect RDMA this is peer traffic to an address the IOMMU does not map, and the transfer fails or hangs"
+            } else {
+                ""
+            }
+        );
+        out.push(
+            Finding::new(ID, status, &dev, msg)
+                .expected(src.clone(), lines(&ls), "no IOMMU fault")
+                .fix("see iommu.mode: for GPUDirect RDMA on bare metal put the IOMMU in passthrough (`iommu=pt`, with `intel_iommu=on` or `amd_iommu=on` as needed) or turn it off; with a translating IOMMU keep DmaRemapPeerMmio=1 and use dma-buf so peer MMIO is mapped; faults during a job that was killed can be stale: compare the time with the job"),
+        );
+    }
+    out
+}
+
+pub fn mlx5_health(node: &Node) -> Vec<Finding> {
+    const ID: &str = "kernel.mlx5-health";
+    let (l, src) = match log(ID, node) {
+        Ok(x) => x,
+        Err(v) => return v,
+    };
+    let mut by: BTreeMap<String, Vec<(klog::Mlx5Kind, String, &str)>> = BTreeMap::new();
+    for line in &l.lines {
+        if let Some(Event::Mlx5 {
+            device,
+            kind,
+            detail,
+        }) = klog::parse_line(line)
+        {
+            by.entry(device).or_default().push((kind, detail, line));
+        }
+    }
+    if by.is_empty() {
+        return vec![Finding::new(
+            ID,
+            Status::Pass,
+            "node",
+            format!(
+                "no mlx5 health or firmware-fatal event {} ({} kernel log lines read)",
+                span(l),
+                l.scanned
+            ),
+        )
+        .evidence(
+            src,
+            format!("{} lines, none from mlx5_core health", l.scanned),
+        )];
+    }
+    let mut out = Vec::new();
+    for (dev, evs) in by {
+        let fatal = evs.iter().any(|(k, _, _)| k.is_fatal());
+        let status = scoped(if fatal { Status::Fail } else { Status::Warn }, l);
+        let mut kinds: Vec<klog::Mlx5Kind> = evs.iter().map(|(k, _, _)| *k).collect();
+        kinds.sort();
+        kinds.dedup();
+        let what: Vec<String> = kinds.iter().map(|k| k.describe()).collect();
+        let first = evs
+            .iter()
+            .find(|(k, _, _)| k.is_fatal() == fatal)
+            .map(|(_, _, l)| *l)
+            .unwrap_or(evs[0].2);
+        let label = who(node, &dev)
+            .map(|n| format!("{n} ({dev})"))
+            .unwrap_or_else(|| dev.clone());
+        let msg = format!(
+            "{label}: {} {}{}{}",
+            what.join(", "),
+            span(l),
+            when(first),
+            if fatal {
+                ": the NIC's firmware or PCIe link failed; RDMA on it stopped (and a recovery, if any, reset every QP)"
+            } else {
+                ": the NIC was reset or stalled; jobs using it lost their connections"
+            }
+        );
+        let ls: Vec<&str> = evs.iter().map(|(_, _, line)| *line).collect();
+        out.push(
+            Finding::new(ID, status, &dev, msg)
+                .expected(src.clone(), lines(&ls), "no mlx5 health event")
+                .fix("drain the node's jobs from this NIC; collect `devlink health show` and `devlink health dump show pci/<bdf> reporter fw_fatal`, then reset it (`mlxfwreset -d <bdf> reset`) or reboot; check its PCIe link (counters.aer) and firmware (rdma.firmware); if it recurs, update the firmware or replace the card"),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::testing::empty_node;
+
+    fn with_log(lines: &[&str], scope: LogScope) -> Node {
+        let mut n = empty_node();
+        n.health.kernel_log = Fact::known(
+            KernelLog {
+                origin: "/dev/kmsg".into(),
+                scope,
+                scanned: 1000,
+                lines: lines.iter().map(|s| s.to_string()).collect(),
+            },
+            "/dev/kmsg",
+        );
+        n
+    }
+
+    #[test]
+    fn xid_79_fails_and_app_xids_pass() {
+        let n = with_log(
+            &[
+                "[  100.000000] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=python, Graphics Exception",
+                "[  200.000000] NVRM: Xid (PCI:0000:48:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+            ],
+            LogScope::ThisBoot,
+        );
+        let f = xid(&n);
+        assert_eq!(f.len(), 2);
+        let g0 = f.iter().find(|f| f.subject == "0000:18:00.0").unwrap();
+        assert_eq!(g0.status, Status::Pass);
+        let g3 = f.iter().find(|f| f.subject == "0000:48:00.0").unwrap();
+        assert_eq!(g3.status, Status::Fail);
+        assert!(
+            g3.message
+                .contains("Xid 79 (GPU has fallen off the bus; drain: reboot the node)"),
+            "{}",
+            g3.message
+        );
+        assert!(
+            g3.message.contains("first at 200.000 s after boot"),
+            "{}",
+            g3.message
+        );
+        assert!(g3.remediation.as_deref().unwrap().contains("reboot"));
+    }
+
+    #[test]
+    fn an_old_log_downgrades_drain_to_warn() {
+        let n = with_log(
+            &["Sep 1 00:00:00 h kernel: NVRM: Xid (PCI:0000:48:00): 79, x"],
+            LogScope::Unknown,
+        );
+        assert_eq!(xid(&n)[0].status, Status::Warn);
+    }
+
+    #[test]
+    fn a_missing_log_is_an_error_live_and_a_skip_in_a_sysroot() {
+        let mut n = empty_node();
+        n.source = SourceKind::Live;
+        n.health.kernel_log = Fact::absent("/dev/kmsg", "permission denied");
+        assert_eq!(xid(&n)[0].status, Status::Error);
+        n.source = SourceKind::Sysroot;
+        assert_eq!(iommu_fault(&n)[0].status, Status::Skip);
+    }
+
+    #[test]
+    fn faults_and_health_events_group_by_device() {
+        let n = with_log(
+            &[
+                "DMAR: [DMA Write NO_PASID] Request device [39:00.0] fault addr 0x2c000000000 [fault reason 0x05] PTE Write access is not set",
+                "DMAR: [DMA Write NO_PASID] Request device [39:00.0] fault addr 0x2c000001000 [fault reason 0x05] PTE Write access is not set",
+                "mlx5_core 0000:39:00.0: poll_health:800:(pid 0): Fatal error 1 detected",
+                "mlx5_core 0000:39:00.0: mlx5_health_try_recover:326:(pid 1): health recovery succeeded",
+            ],
+            LogScope::ThisBoot,
+        );
+        let f = iommu_fault(&n);
+        assert_eq!(f.len(), 1);
+        // Not a known GPU or NIC on this test node: a warning.
+        assert_eq!(f[0].status, Status::Warn);
+        assert!(
+            f[0].message.starts_with("2 DMAR faults on 0000:39:00.0"),
+            "{}",
+            f[0].message
+        );
+        let m = mlx5_health(&n);
+        assert_eq!(m[0].status, Status::Fail);
+        assert!(
+            m[0].message
+                .contains("fatal error 1 (PCI communication lost)"),
+            "{}",
+            m[0].message
+        );
+    }
+}

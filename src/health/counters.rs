@@ -1,0 +1,124 @@
+//! Error counters: PCIe AER statistics of GPUs, NICs and the bridges between them
+//! (`aer_dev_{correctable,nonfatal,fatal}`, Linux >= 4.19), and every RDMA port's `counters/`
+//! and `hw_counters/`.
+
+use super::reason;
+use crate::reader::{EntryKind, Root};
+use gdrdoctor_checks::counters::parse_aer;
+use gdrdoctor_checks::model::{AerStats, Fact, PciDevice, PortCounters, RdmaDevice};
+use std::collections::{BTreeMap, BTreeSet};
+
+const NOT_EXPOSED: &str =
+    "not exposed: the device has no AER capability, or the kernel has no AER statistics (Linux < 4.19, CONFIG_PCIEAER off)";
+
+/// GPUs, RDMA NICs (physical functions) and every bridge above them. Without a readable RDMA
+/// device list, every network physical function counts as a NIC.
+pub fn collect_aer(
+    root: &Root,
+    pci: &Fact<Vec<PciDevice>>,
+    rdma: &Fact<Vec<RdmaDevice>>,
+) -> Fact<Vec<AerStats>> {
+    let devs = match pci {
+        Fact::Known { value, .. } => value,
+        Fact::Absent { source, reason } => return Fact::absent(source.clone(), reason.clone()),
+    };
+    let rdma_bdfs: Option<BTreeSet<String>> = rdma.get().map(|l| {
+        l.iter()
+            .filter_map(|d| d.pci_bdf.get().cloned().flatten())
+            .collect()
+    });
+    let is_nic = |d: &PciDevice| match &rdma_bdfs {
+        Some(set) => set.contains(&d.bdf) && !d.is_virtfn,
+        None => d.is_network() && !d.is_virtfn,
+    };
+    let by_bdf: BTreeMap<&str, &PciDevice> = devs.iter().map(|d| (d.bdf.as_str(), d)).collect();
+    let mut roles: BTreeMap<String, &'static str> = BTreeMap::new();
+    for d in devs {
+        let role = if d.is_nvidia_gpu() {
+            "gpu"
+        } else if is_nic(d) {
+            "nic"
+        } else {
+            continue;
+        };
+        roles.insert(d.bdf.clone(), role);
+        // The bridges between the device and its root port: the BDFs in its sysfs path.
+        for c in d
+            .sysfs_path
+            .split('/')
+            .filter(|c| gdrdoctor_checks::parse::is_bdf(c))
+        {
+            let c = c.to_lowercase();
+            if c != d.bdf {
+                roles.entry(c).or_insert("bridge");
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (bdf, role) in roles {
+        let Some(d) = by_bdf.get(bdf.as_str()) else {
+            continue;
+        };
+        let read = |file: &str| -> Fact<BTreeMap<String, u64>> {
+            let p = format!("{}/{file}", d.sysfs_path);
+            match root.read_text(&p) {
+                Ok(t) => match parse_aer(&t) {
+                    Some(m) => Fact::known(m, p),
+                    None => Fact::absent(p, "no `<name> <count>` lines"),
+                },
+                Err(e) => Fact::absent(p, reason(root, &e, NOT_EXPOSED)),
+            }
+        };
+        out.push(AerStats {
+            bdf: bdf.clone(),
+            role: role.to_string(),
+            correctable: read("aer_dev_correctable"),
+            nonfatal: read("aer_dev_nonfatal"),
+            fatal: read("aer_dev_fatal"),
+        });
+    }
+    Fact::known(out, "/sys/bus/pci/devices/*/aer_dev_*")
+}
+
+/// Every counter file of a directory that holds a number.
+fn counter_dir(root: &Root, dir: &str) -> Fact<BTreeMap<String, u64>> {
+    match root.read_dir(dir) {
+        Ok(list) => {
+            let mut m = BTreeMap::new();
+            let mut seen = BTreeSet::new();
+            for e in list.iter().filter(|e| e.kind == EntryKind::File) {
+                if !seen.insert(e.name.clone()) {
+                    continue;
+                }
+                if let Ok(v) = root.read_trimmed(&format!("{dir}/{}", e.name)) {
+                    if let Ok(n) = v.parse::<u64>() {
+                        m.insert(e.name.clone(), n);
+                    }
+                }
+            }
+            Fact::known(m, dir)
+        }
+        Err(e) => Fact::absent(dir, reason(root, &e, "not exposed by this driver")),
+    }
+}
+
+pub fn collect_ports(root: &Root, rdma: &Fact<Vec<RdmaDevice>>) -> Fact<Vec<PortCounters>> {
+    let devs = match rdma {
+        Fact::Known { value, .. } => value,
+        Fact::Absent { source, reason } => return Fact::absent(source.clone(), reason.clone()),
+    };
+    let mut out = Vec::new();
+    for d in devs {
+        let Some(ports) = d.ports.get() else { continue };
+        for p in ports {
+            let base = format!("/sys/class/infiniband/{}/ports/{}", d.name, p.port);
+            out.push(PortCounters {
+                device: d.name.clone(),
+                port: p.port,
+                counters: counter_dir(root, &format!("{base}/counters")),
+                hw_counters: counter_dir(root, &format!("{base}/hw_counters")),
+            });
+        }
+    }
+    Fact::known(out, "/sys/class/infiniband/*/ports/*/counters")
+}

@@ -1,0 +1,129 @@
+//! Collectors for issue 17 (what breaks GDR on a node that used to work): RoCE addressing
+//! (`roce`), error counters (`counters`), the kernel log (`kernel_log`), and the counter
+//! baselines that turn counters into rates (`state`: `--interval` and the state file of periodic
+//! runs). I/O only; the rules are in the pure crate (`roce.rs`, `counters.rs`, `klog.rs`).
+//!
+//! Kept out of `collect.rs` on purpose (it is being split into `src/collect/`): `collect()`
+//! calls [`collect`] with one line.
+
+pub mod counters;
+pub mod kernel_log;
+pub mod roce;
+pub mod state;
+
+use crate::reader::{ReadError, Root};
+use gdrdoctor_checks::model::{Fact, Health, PciDevice, RdmaDevice};
+
+pub(crate) const NOT_CAPTURED: &str = "not in this capture";
+
+/// Everything issue 17's checks read, for `collect::collect`.
+pub fn collect(root: &Root, pci: &Fact<Vec<PciDevice>>, rdma: &Fact<Vec<RdmaDevice>>) -> Health {
+    Health {
+        roce: roce::collect(root, rdma),
+        aer: counters::collect_aer(root, pci, rdma),
+        port_counters: counters::collect_ports(root, rdma),
+        baseline: if root.is_live() {
+            None
+        } else {
+            state::snapshot_baseline(root)
+        },
+        baseline_note: None,
+        kernel_log: kernel_log::collect(root),
+    }
+}
+
+/// A read error's reason, with "not found" turned into `missing` for a complete root and
+/// "not in this capture" for a foreign one.
+pub(crate) fn reason(root: &Root, e: &ReadError, missing: &str) -> String {
+    if e.is_not_found() {
+        if root.is_complete() {
+            missing.to_string()
+        } else {
+            NOT_CAPTURED.to_string()
+        }
+    } else {
+        e.reason()
+    }
+}
+
+/// A duration for `--interval`: `10s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (try 10s, 500ms, 2m)"))?;
+    let secs = match unit.trim() {
+        "" | "s" | "sec" | "secs" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        u => return Err(format!("`{s}`: unknown unit `{u}` (use ms, s, m or h)")),
+    };
+    if !(0.0..=3600.0).contains(&secs) || secs.is_nan() {
+        return Err(format!("`{s}`: the interval must be between 0 and 1h"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// Whether `snapshot` on a live node takes the state file of the last periodic run as its
+/// counter baseline. The `snapshot` command turns it on; library callers (tests comparing a
+/// live collection with its snapshot) keep one reading on both sides.
+pub static SNAPSHOT_USES_STATE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Files a snapshot adds for issue 17 (kernel path -> content): the kernel log lines the checks
+/// used (`gdrdoctor/kernel-log.txt`) and the counter baseline they compared against
+/// (`gdrdoctor/counters-baseline.json`), so that `--sysroot` replays both. On a live node
+/// without a baseline, the state file of the last periodic run is used when it is valid (see
+/// [`SNAPSHOT_USES_STATE`]).
+pub fn snapshot_files(
+    live: bool,
+    node: &mut gdrdoctor_checks::model::Node,
+) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    if let Fact::Known { value, .. } = &node.health.kernel_log {
+        out.push((
+            kernel_log::SNAPSHOT_PATH.to_string(),
+            kernel_log::render(value).into_bytes(),
+        ));
+    }
+    if live
+        && node.health.baseline.is_none()
+        && SNAPSHOT_USES_STATE.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        let dir = state::default_dir();
+        if let Ok(Some(b)) = state::load(&dir, state::boot_id().as_deref(), state::now_ms()) {
+            node.health.baseline = Some(b);
+        }
+    }
+    if let Some(b) = &node.health.baseline {
+        if let Ok(j) = serde_json::to_vec_pretty(b) {
+            out.push((state::SNAPSHOT_BASELINE.to_string(), j));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("2d").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("2h").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}
