@@ -11,5 +11,7 @@ pub mod probe;
 pub mod reader;
 pub mod render;
 pub mod snapshot;
+pub mod suggest;
+pub mod term;
 pub mod verbs;
 pub mod worker;
