@@ -7,6 +7,8 @@ use gdrdoctor_checks::checks::CHECKS;
 
 /// Similarity at or above which a name is suggested.
 const THRESHOLD: f64 = 0.85;
+/// Names further than this below the best are not listed beside it.
+const MARGIN: f64 = 0.05;
 
 /// The names `--only` and `--skip` accept: every check id and every category.
 pub fn selectable() -> Vec<&'static str> {
@@ -39,8 +41,10 @@ fn score(input: &str, cand: &str) -> f64 {
     } else {
         s = s.max(strsim::jaro_winkler(input, after_dot(cand)) - 0.02);
     }
+    // A word of the id (`peermem` in `kmod.nvidia-peermem`), not any substring (`port` is
+    // not in `gdr-support`).
     let name = after_dot(input);
-    if name.len() >= 4 && after_dot(cand).contains(name) {
+    if name.len() >= 4 && after_dot(cand).split('-').any(|w| w.starts_with(name)) {
         s = s.max(0.9);
     }
     // The start of an id of the same category (`pcie.acs` for `pcie.acs-redirect`).
@@ -65,7 +69,14 @@ pub fn similar<'a>(input: &str, candidates: &[&'a str]) -> Vec<&'a str> {
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
     scored.dedup_by(|a, b| a.1 == b.1);
-    scored.into_iter().take(3).map(|(_, c)| c).collect()
+    // Only the names about as close as the best one.
+    let best = scored.first().map_or(0.0, |x| x.0);
+    scored
+        .into_iter()
+        .filter(|(s, _)| *s >= best - MARGIN)
+        .take(3)
+        .map(|(_, c)| c)
+        .collect()
 }
 
 /// ` (did you mean `a` or `b`?)`, or the empty string.
@@ -101,6 +112,12 @@ mod tests {
         }
         assert_eq!(first("gpu.bar"), Some("gpu.bar1"));
         assert_eq!(first("RDMA.DEVICES"), Some("rdma.devices"));
+    }
+
+    #[test]
+    fn only_the_close_ones_are_listed() {
+        assert_eq!(similar("rdma.port", &selectable()), vec!["rdma.ports"]);
+        assert_eq!(similar("iommu.mdoe", &selectable()), vec!["iommu.mode"]);
     }
 
     #[test]

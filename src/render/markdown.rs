@@ -199,25 +199,7 @@ impl Ctx {
             .saturating_sub(1 + wrap::width(&quote) + pad.len())
             .max(20);
         for l in text.trim_end_matches('\n').split('\n') {
-            let parts = if wrap::width(l) > room {
-                let body = l.trim_start();
-                let lead = &l[..l.len() - body.len()];
-                let w = wrap::width(lead);
-                wrap::lines_with(
-                    body,
-                    room.saturating_sub(w),
-                    room.saturating_sub(w + CODE_HANG),
-                )
-                .into_iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    let hang = if i == 0 { 0 } else { CODE_HANG };
-                    format!("{lead}{}{p}", " ".repeat(hang))
-                })
-                .collect()
-            } else {
-                vec![l.to_string()]
-            };
+            let parts = break_code(l, room);
             for p in parts {
                 let shown = if self.color { p.cyan().to_string() } else { p };
                 self.out
@@ -477,6 +459,61 @@ pub fn render(md: &str, width: usize, color: bool) -> String {
     c.out
 }
 
+/// A code line as lines of at most `room` columns: verbatim when it fits; else broken at the
+/// last space that fits (runs of spaces inside each piece kept, so columns stay aligned), the
+/// pieces after the first indented [`CODE_HANG`] columns more than the line. A word wider
+/// than the room stays whole, on a piece of its own.
+fn break_code(line: &str, room: usize) -> Vec<String> {
+    if wrap::width(line) <= room {
+        return vec![line.to_string()];
+    }
+    let body = line.trim_start();
+    let lead = &line[..line.len() - body.len()];
+    let cont = format!("{lead}{}", " ".repeat(CODE_HANG));
+    let mut out = Vec::new();
+    let mut rest = body;
+    let mut prefix = lead.to_string();
+    loop {
+        let limit = room.saturating_sub(wrap::width(&prefix));
+        if wrap::width(rest) <= limit {
+            out.push(format!("{prefix}{rest}"));
+            break;
+        }
+        // The last space whose text before it fits, not counting leading ones.
+        let mut cut = None;
+        let mut w = 0;
+        for (i, ch) in rest.char_indices() {
+            if ch == ' ' && i > 0 && w <= limit {
+                cut = Some(i);
+            }
+            w += unicode_width::UnicodeWidthChar::width(ch).unwrap_or(0);
+            if w > limit && cut.is_some() {
+                break;
+            }
+        }
+        match cut {
+            Some(i) => {
+                out.push(format!("{prefix}{}", rest[..i].trim_end()));
+                rest = rest[i..].trim_start();
+                prefix.clone_from(&cont);
+            }
+            // Not even one word fits: break after the first word (it overflows alone).
+            None => match rest.find(' ') {
+                Some(i) => {
+                    out.push(format!("{prefix}{}", &rest[..i]));
+                    rest = rest[i..].trim_start();
+                    prefix.clone_from(&cont);
+                }
+                None => {
+                    out.push(format!("{prefix}{rest}"));
+                    break;
+                }
+            },
+        }
+    }
+    out
+}
+
 /// What a link's text is followed by: the address of a web link, the docs path of a page
 /// outside docs/checks; nothing for another check's page (its text names it: `gdrdoctor
 /// explain` shows it) or for an anchor.
@@ -601,11 +638,18 @@ modprobe nvidia-peermem   # a long command line that must never be wrapped by th
         assert!(out.contains(
             "\n    modprobe nvidia-peermem   # a long command line that must never be wrapped by the renderer\n"
         ), "{out}");
-        // Wider than the terminal: broken at spaces, the continuation further in.
+        // Wider than the terminal: broken at a space, the continuation further in, the
+        // spaces inside kept.
         let out = plain(60);
         assert!(out.contains(
-            "\n    modprobe nvidia-peermem # a long command line that must\n        never be wrapped by the renderer\n"
+            "\n    modprobe nvidia-peermem   # a long command line that\n        must never be wrapped by the renderer\n"
         ), "{out}");
+        assert_eq!(break_code("  a  b   c", 6), vec!["  a  b", "      c"]);
+        assert_eq!(break_code("  abcdefgh", 6), vec!["  abcdefgh"]);
+        assert_eq!(
+            break_code("ab cd ef gh", 5),
+            vec!["ab cd", "    ef", "    gh"]
+        );
         // Inside a numbered item the code block is indented under the item's text.
         assert!(
             out.contains("1. Load it:\n\n       modprobe nvidia-peermem\n"),
@@ -659,7 +703,7 @@ modprobe nvidia-peermem   # a long command line that must never be wrapped by th
                 assert!(out.lines().count() > 5, "{id}");
                 let source: Vec<&str> = page.lines().map(str::trim).collect();
                 for l in out.lines() {
-                    if wrap::width(l) <= w - 1 {
+                    if wrap::width(l) < w {
                         continue;
                     }
                     // Only a verbatim code line, or one word too long for any line (after

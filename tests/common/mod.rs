@@ -8,6 +8,8 @@ use gdrdoctor_checks::report::{Finding, Report};
 use gdrdoctor_checks::RunOptions;
 use std::path::{Path, PathBuf};
 
+pub mod require;
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -45,6 +47,8 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(bin())
         .args(args)
         .env_remove("NO_COLOR")
+        // The table's width: the fixed default for a pipe, whatever the caller's shell exports.
+        .env_remove("COLUMNS")
         .output()
         .unwrap();
     (
