@@ -5,8 +5,9 @@
 //!   tarball), else `git rev-parse --short=12 HEAD` of this checkout, else `unknown` (a tarball
 //!   without `.git`, or no `git`). A checkout nested inside some other repository is not that
 //!   repository's commit: the commit is taken only when the git top level is this directory.
-//! - `GDRDOCTOR_TARGET`: from the environment when set (scripts/release.sh sets
-//!   `x86_64-unknown-linux-gnu.2.17`, the glibc floor it built for), else cargo's `TARGET`.
+//! - `GDRDOCTOR_TARGET`: cargo's `TARGET`, with `.GLIBC` appended when `GDRDOCTOR_GLIBC` is set
+//!   (scripts/release.sh sets `2.17`, the glibc its cargo-zigbuild build links against, so the
+//!   release binary says `x86_64-unknown-linux-gnu.2.17`, cargo-zigbuild's name for it).
 //!
 //! The script reruns when HEAD moves (the files git updates on commit, checkout and reset), so
 //! a rebuild after a commit never reports the previous one.
@@ -67,18 +68,20 @@ fn commit_from_git(dir: &Path) -> Option<String> {
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=GDRDOCTOR_GIT_COMMIT");
-    println!("cargo:rerun-if-env-changed=GDRDOCTOR_TARGET");
+    println!("cargo:rerun-if-env-changed=GDRDOCTOR_GLIBC");
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
     let commit = std::env::var("GDRDOCTOR_GIT_COMMIT")
         .ok()
         .filter(|s| !s.trim().is_empty())
         .or_else(|| commit_from_git(&dir))
         .unwrap_or_else(|| "unknown".into());
-    let target = std::env::var("GDRDOCTOR_TARGET")
+    let mut target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".into());
+    if let Some(glibc) = std::env::var("GDRDOCTOR_GLIBC")
         .ok()
         .filter(|s| !s.trim().is_empty())
-        .or_else(|| std::env::var("TARGET").ok())
-        .unwrap_or_else(|| "unknown".into());
+    {
+        target = format!("{target}.{}", glibc.trim());
+    }
     println!("cargo:rustc-env=GDRDOCTOR_GIT_COMMIT={}", commit.trim());
     println!("cargo:rustc-env=GDRDOCTOR_TARGET={}", target.trim());
 }

@@ -139,25 +139,36 @@ smoke() { # smoke ARCH BIN TARGET RUNNER...
   echo "  live check on this machine: exit $rc, a valid report"
 }
 
+# Which targets can be built: aarch64 needs the Rust standard library for aarch64.
+TARGETS=()
 for arch in "${ARCHES[@]}"; do
   triple="$arch-unknown-linux-gnu"
-  target="$triple.$GLIBC_FLOOR"
-  step "$arch: build ($target)"
-  if [ "$arch" = aarch64 ]; then
+  if [ "$arch" != "$HOST_ARCH" ]; then
     sysroot=$(rustc --print sysroot)
     if [ ! -d "$sysroot/lib/rustlib/$triple/lib" ]; then
-      echo "the Rust standard library for $triple is not installed; trying rustup target add $triple"
+      step "$arch: the Rust standard library for $triple is not installed; trying rustup target add $triple"
       if ! { command -v rustup >/dev/null && rustup target add "$triple"; }; then
-        msg="aarch64 NOT BUILT: the Rust standard library for $triple is not installed and \`rustup target add $triple\` could not get it (no rustup, or no access to static.rust-lang.org). Install it where rustup can download, then rerun."
-        [ "$REQUIRE_AARCH64" = 1 ] && die "$msg"
+        msg="$arch NOT BUILT: the Rust standard library for $triple is not installed and \`rustup target add $triple\` could not get it (no rustup, or no access to static.rust-lang.org). Install it where rustup can download, then rerun."
+        [ "$arch" = aarch64 ] && [ "$REQUIRE_AARCH64" = 1 ] && die "$msg"
         echo "release: warning: $msg" >&2
         continue
       fi
     fi
   fi
-  GDRDOCTOR_TARGET="$target" CARGO_PROFILE_RELEASE_STRIP=symbols \
-    cargo zigbuild --release --locked --bin gdrdoctor --target "$target"
-  bin="target/$triple/release/gdrdoctor"
+  BUILT+=("$arch")
+  TARGETS+=(--target "$triple.$GLIBC_FLOOR")
+done
+[ "${#BUILT[@]}" -gt 0 ] || die "nothing to build"
+
+# One cargo run for every target: the host tools (build scripts, proc macros) are built once.
+# GDRDOCTOR_GLIBC: --version says `target <triple>.2.17` (build.rs).
+step "build ${BUILT[*]} (${TARGETS[*]})"
+GDRDOCTOR_GLIBC="$GLIBC_FLOOR" CARGO_PROFILE_RELEASE_STRIP=symbols \
+  cargo zigbuild --release --locked --bin gdrdoctor "${TARGETS[@]}"
+
+for arch in "${BUILT[@]}"; do
+  target="$arch-unknown-linux-gnu.$GLIBC_FLOOR"
+  bin="target/$arch-unknown-linux-gnu/release/gdrdoctor"
   [ -x "$bin" ] || die "$arch: no binary at $bin"
 
   step "$arch: check-elf (glibc <= $GLIBC_FLOOR, only glibc and libgcc_s NEEDED, stripped)"
@@ -170,11 +181,9 @@ for arch in "${ARCHES[@]}"; do
   elif [ "$arch" = aarch64 ] && command -v qemu-aarch64 >/dev/null && [ -d /usr/aarch64-linux-gnu ]; then
     smoke "$arch" "$bin" "$target" qemu-aarch64 -L /usr/aarch64-linux-gnu
   else
-    echo "  aarch64 smoke test NOT RUN: this host is $HOST_ARCH and has no qemu-aarch64 with /usr/aarch64-linux-gnu (apt-get install qemu-user libc6-arm64-cross); run it on a Grace node"
+    echo "  $arch smoke test NOT RUN: this host is $HOST_ARCH and has no qemu-aarch64 with /usr/aarch64-linux-gnu (apt-get install qemu-user libc6-arm64-cross); run it on a Grace node"
   fi
-  BUILT+=("$arch")
 done
-[ "${#BUILT[@]}" -gt 0 ] || die "nothing built"
 
 # ---- package ---------------------------------------------------------------------------------
 step "package"

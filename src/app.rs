@@ -469,14 +469,25 @@ fn check(args: &CheckArgs) -> i32 {
 fn list(format: ListFormat) -> i32 {
     let text = match format {
         ListFormat::Table => {
-            let w = CHECKS.iter().map(|c| c.id.len()).max().unwrap_or(10);
+            // Titles wrap at spaces under themselves, to the terminal's width.
+            let w = CHECKS
+                .iter()
+                .map(|c| c.id)
+                .chain(crate::probe::PROBE_IDS.iter().map(|(id, _)| *id))
+                .map(str::len)
+                .max()
+                .unwrap_or(10);
+            let max = crate::term::stdout_width().saturating_sub(1);
+            let row = |id: &str, title: &str| {
+                render::wrap::hanging(&format!("{id:<w$}  "), w + 2, w + 2, title, max)
+            };
             let mut s = String::new();
             for c in CHECKS {
-                s.push_str(&format!("{:<w$}  {}\n", c.id, c.title));
+                s.push_str(&row(c.id, c.title));
             }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
             for (id, title) in crate::probe::PROBE_IDS {
-                s.push_str(&format!("{id:<w$}  {title}\n"));
+                s.push_str(&row(id, title));
             }
             s
         }

@@ -219,6 +219,29 @@ fn table_fits_80_columns_without_mid_word_wraps() {
 }
 
 #[test]
+fn list_fits_80_columns() {
+    if !tmux_available() {
+        return;
+    }
+    let p = in_tmux(80, &format!("{} list", sh_quote(bin())));
+    assert_eq!(p.status, "0");
+    assert_eq!(p.visual, p.joined, "tmux wrapped a line of `list`");
+    assert!(p.visual.iter().all(|l| cols(l) < 80));
+    let out = Command::new(bin())
+        .arg("list")
+        .env("COLUMNS", "2000")
+        .output()
+        .unwrap();
+    let wide: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(wide.iter().any(|l| cols(l) > 80), "nothing to wrap");
+    assert_eq!(tokens(&p.visual), tokens(&wide));
+}
+
+#[test]
 fn table_uses_the_whole_200_columns() {
     if !tmux_available() {
         return;
