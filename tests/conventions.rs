@@ -160,3 +160,60 @@ fn help_teaches_the_new_commands() {
     let (_, h, _) = run(&["explain", "--help"]);
     assert!(h.contains("PAGER") && h.contains("--no-pager"), "{h}");
 }
+
+/// build.rs run by hand, as cargo runs it, for a source tree without `.git` (a tarball) and for
+/// one unpacked inside another repository: both must say `unknown`, not a made-up or foreign
+/// commit. `GDRDOCTOR_GIT_COMMIT` (a packager's) and `GDRDOCTOR_GLIBC` are honoured.
+#[test]
+fn build_script_says_unknown_without_its_own_git() {
+    let t = tempfile::tempdir().unwrap();
+    let exe = t.path().join("build-script");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(&rustc)
+        .args(["--edition", "2021", "-o"])
+        .arg(&exe)
+        .arg(repo().join("build.rs"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = |dir: &std::path::Path, env: &[(&str, &str)]| {
+        let mut c = Command::new(&exe);
+        c.env("CARGO_MANIFEST_DIR", dir)
+            .env("TARGET", "x86_64-unknown-linux-gnu")
+            .env_remove("GDRDOCTOR_GIT_COMMIT")
+            .env_remove("GDRDOCTOR_GLIBC");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    // A tarball: no .git anywhere above (a fresh temp directory).
+    let tarball = t.path().join("gdrdoctor-0.1.0");
+    std::fs::create_dir(&tarball).unwrap();
+    let s = run(&tarball, &[]);
+    assert!(
+        s.contains("cargo:rustc-env=GDRDOCTOR_GIT_COMMIT=unknown\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains("cargo:rustc-env=GDRDOCTOR_TARGET=x86_64-unknown-linux-gnu\n"),
+        "{s}"
+    );
+    // Inside this repository's target/: git finds a repository, but not this tree's.
+    std::fs::create_dir_all(repo().join("target")).unwrap();
+    let nested = tempfile::tempdir_in(repo().join("target")).unwrap();
+    let s = run(nested.path(), &[("GDRDOCTOR_GLIBC", "2.17")]);
+    assert!(s.contains("GDRDOCTOR_GIT_COMMIT=unknown\n"), "{s}");
+    assert!(
+        s.contains("GDRDOCTOR_TARGET=x86_64-unknown-linux-gnu.2.17\n"),
+        "{s}"
+    );
+    let s = run(&tarball, &[("GDRDOCTOR_GIT_COMMIT", "0123456789ab")]);
+    assert!(s.contains("GDRDOCTOR_GIT_COMMIT=0123456789ab\n"), "{s}");
+}

@@ -389,6 +389,29 @@ fn a_pipe_uses_columns_else_120() {
     for l in text.lines() {
         assert!(cols(l) < 80, "COLUMNS=80: {l:?}");
     }
+    // Too narrow for the columns side by side: each row stacked, its message under it.
+    let out = Command::new(bin())
+        .args(["check", "--sysroot", &down, "--color", "never"])
+        .env("COLUMNS", "40")
+        .output()
+        .unwrap();
+    let narrow: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(
+        narrow.contains(&" FAIL    rdma.ports  mlx5_3/1".to_string()),
+        "{narrow:#?}"
+    );
+    for l in &narrow {
+        // Only a word longer than the line may stick out, alone after its indentation.
+        assert!(cols(l) < 40 || !l.trim().contains(' '), "COLUMNS=40: {l:?}");
+    }
+    assert_eq!(
+        tokens(&narrow),
+        tokens(&unwrapped("hgx-h200x8-cx7x8-port-down"))
+    );
     // A file never takes the terminal's width: the fixed default.
     let t = tempfile::tempdir().unwrap();
     let f = t.path().join("r.txt");

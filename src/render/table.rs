@@ -73,9 +73,7 @@ fn layout(rows: &[Row], color: bool, width: usize) -> String {
         if stacked {
             let first = format!(" {status}{}  {}  {}", pad(&plain, w0), r.id, r.subject);
             let _ = writeln!(out, "{}", first.trim_end());
-            if r.status.is_some() {
-                out.push_str(&wrap::hanging("     ", 5, 5, &r.message, max));
-            }
+            out.push_str(&wrap::hanging("     ", 5, 5, &r.message, max));
             continue;
         }
         let first = format!(
@@ -281,7 +279,14 @@ pub fn render_width(report: &Report, style: &Style, width: usize) -> String {
             };
             out.push_str(&wrap::hanging(&format!("   = {label}: "), 11, 11, r, max));
         }
-        let _ = writeln!(out, "   = explain: gdrdoctor explain {}\n", f.id);
+        out.push_str(&wrap::hanging(
+            "   = explain: ",
+            14,
+            14,
+            &format!("gdrdoctor explain {}", f.id),
+            max,
+        ));
+        out.push('\n');
     }
     let s = &report.summary;
     let line = format!(

@@ -20,7 +20,8 @@ pub fn lines(text: &str, max: usize) -> Vec<String> {
 }
 
 /// As [`lines`], with `first` columns of room on the first line and `rest` on the others. When
-/// the first word does not fit the first line but fits the others, the first line stays empty.
+/// the first word does not fit the first line but fits the others (or the others have more
+/// room), the first line stays empty.
 pub fn lines_with(text: &str, first: usize, rest: usize) -> Vec<String> {
     let rest = rest.max(1);
     let mut out: Vec<String> = Vec::new();
@@ -35,7 +36,10 @@ pub fn lines_with(text: &str, first: usize, rest: usize) -> Vec<String> {
             let room = if out.is_empty() { first } else { rest };
             let ww = width(word);
             let fits = w + usize::from(w > 0) + ww <= room;
-            let first_word_moves = w == 0 && out.is_empty() && !fits && ww <= rest;
+            // A first word that does not fit after the prefix goes to the next line when it
+            // fits there, or sticks out less there.
+            let first_word_moves =
+                w == 0 && out.is_empty() && !fits && (ww <= rest || rest > first);
             if (w > 0 && !fits) || first_word_moves {
                 out.push(std::mem::take(&mut line));
                 w = 0;
