@@ -51,7 +51,9 @@ pub fn main() -> i32 {
             nccl_version,
         } => topo(sysroot.as_deref(), format, nccl_version.as_deref()),
         Command::List { format } => list(format),
-        Command::Explain { id } => explain(&id),
+        Command::Explain { id, no_pager } => explain(&id, no_pager),
+        Command::Completions { shell } => completions(shell),
+        Command::Man { out_dir } => man(out_dir.as_deref()),
         Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
         Command::Watch(args) => crate::watch::command(&args),
     }
@@ -109,7 +111,13 @@ pub(crate) fn deliver(
         verbose,
         warn_is_failure: fail_on == FailOn::Warn,
     };
-    let text = render::render(report, format, &style);
+    let text = match (format, output) {
+        // A file is not the terminal: the fixed width, not the terminal's.
+        (render::Format::Table, Some(_)) => {
+            render::table::render_width(report, &style, crate::term::DEFAULT_WIDTH)
+        }
+        _ => render::render(report, format, &style),
+    };
     match output {
         Some(path) => {
             if let Err(e) = write_atomic(path, &text) {
@@ -254,11 +262,12 @@ fn check(args: &CheckArgs) -> i32 {
     };
     let unknown = selection.unknown_patterns();
     if !unknown.is_empty() {
+        let known = crate::suggest::selectable();
         return err(format!(
             "no check or category named {}; `gdrdoctor list` shows them",
             unknown
                 .iter()
-                .map(|u| format!("`{u}`"))
+                .map(|u| format!("`{u}`{}", crate::suggest::hint(u, &known)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
@@ -312,18 +321,29 @@ fn check(args: &CheckArgs) -> i32 {
 fn list(format: ListFormat) -> i32 {
     let text = match format {
         ListFormat::Table => {
-            let w = CHECKS.iter().map(|c| c.id.len()).max().unwrap_or(10);
+            // Titles wrap at spaces under themselves, to the terminal's width.
+            let w = CHECKS
+                .iter()
+                .map(|c| c.id)
+                .chain(crate::docs::pages().into_iter().map(|(id, _)| id))
+                .map(str::len)
+                .max()
+                .unwrap_or(10);
+            let max = crate::term::stdout_width().saturating_sub(1);
+            let row = |id: &str, title: &str| {
+                render::wrap::hanging(&format!("{id:<w$}  "), w + 2, w + 2, title, max)
+            };
             let mut s = String::new();
             for c in CHECKS {
-                s.push_str(&format!("{:<w$}  {}\n", c.id, c.title));
+                s.push_str(&row(c.id, c.title));
             }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
             for f in crate::probe::finding_defs() {
-                s.push_str(&format!("{:<w$}  {}\n", f.id, f.title));
+                s.push_str(&row(f.id, f.title));
             }
             s.push_str("\nwatch findings (gdrdoctor watch):\n");
             for (id, title) in gdrdoctor_checks::watch::IDS {
-                s.push_str(&format!("{id:<w$}  {title}\n"));
+                s.push_str(&row(id, title));
             }
             s
         }
@@ -358,30 +378,63 @@ pub fn markdown_list() -> String {
     s
 }
 
-fn explain(id: &str) -> i32 {
-    match docs::page(id) {
-        Some(p) => {
-            if emit(p) {
-                0
-            } else {
-                EXIT_USAGE
-            }
+/// The page as plain Markdown when stdout is not a terminal; on a terminal, laid out for its
+/// width and shown through the pager (unless `--no-pager`).
+fn explain(id: &str, no_pager: bool) -> i32 {
+    let Some(page) = docs::page(id) else {
+        let hint = crate::suggest::hint(id, &crate::suggest::explainable());
+        return err(format!(
+            "no check `{id}`{hint}; `gdrdoctor list` shows them"
+        ));
+    };
+    if !std::io::stdout().is_terminal() {
+        return if emit(page) { 0 } else { EXIT_USAGE };
+    }
+    let color = color_enabled(ColorChoice::Auto);
+    colored::control::set_override(color);
+    let text = render::markdown::render(page, crate::term::stdout_width(), color);
+    if !no_pager && crate::term::page(&text) {
+        return 0;
+    }
+    if emit(&text) {
+        0
+    } else {
+        EXIT_USAGE
+    }
+}
+
+/// `gdrdoctor completions SHELL`: the completion script, generated from the CLI definition.
+fn completions(shell: clap_complete::Shell) -> i32 {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "gdrdoctor", &mut buf);
+    if emit(&String::from_utf8_lossy(&buf)) {
+        0
+    } else {
+        EXIT_USAGE
+    }
+}
+
+/// `gdrdoctor man`: gdrdoctor.1 on stdout, or every page (one per command) into a directory.
+fn man(out_dir: Option<&Path>) -> i32 {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    if let Some(dir) = out_dir {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return err(format!("{}: {e}", dir.display()));
         }
-        None => {
-            let near: Vec<&str> = CHECKS
-                .iter()
-                .map(|c| c.id)
-                .filter(|c| c.contains(id) || id.contains(c.split('.').next().unwrap_or("")))
-                .collect();
-            let hint = if near.is_empty() {
-                String::new()
-            } else {
-                format!(" (did you mean {}?)", near.join(", "))
-            };
-            err(format!(
-                "no check `{id}`{hint}; `gdrdoctor list` shows them"
-            ))
-        }
+        return match clap_mangen::generate_to(cmd, dir) {
+            Ok(()) => 0,
+            Err(e) => err(format!("writing man pages to {}: {e}", dir.display())),
+        };
+    }
+    let mut buf = Vec::new();
+    if let Err(e) = clap_mangen::Man::new(cmd).render(&mut buf) {
+        return err(format!("rendering the man page: {e}"));
+    }
+    if emit(&String::from_utf8_lossy(&buf)) {
+        0
+    } else {
+        EXIT_USAGE
     }
 }
 

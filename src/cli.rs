@@ -13,16 +13,27 @@ Exit codes (check, probe):
   3  nothing failed, but some checks could not be evaluated (status error);
      a CI gate must not read this as healthy unless it passes --allow-incomplete";
 
+/// `gdrdoctor --version`: the package version, the git commit it was built from (`unknown` from
+/// a source tarball) and the target it was built for (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("GDRDOCTOR_GIT_COMMIT"),
+    ", target ",
+    env!("GDRDOCTOR_TARGET"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "gdrdoctor",
-    version,
+    version = VERSION,
     about = "Diagnose GPUDirect RDMA on GPU cluster nodes: will GPU-to-NIC RDMA work here, and if not, why",
     long_about = "Diagnose GPUDirect RDMA on GPU cluster nodes.\n\n\
 gdrdoctor reads the node (sysfs, procfs, the NVIDIA driver's files) and answers one question: will \
 GPU-to-NIC RDMA work here, and if not, exactly why and what to change. Run it first on a new node, \
 gate CI preflight on its exit code, attach a snapshot to a bug report.",
-    after_long_help = "Examples:\n  gdrdoctor check                       # static checks of this node, as a table\n  gdrdoctor check --format json > r.json\n  gdrdoctor check --only rdma,iommu     # only some categories\n  gdrdoctor snapshot node.tar.gz        # capture what the checks read\n  gdrdoctor check --sysroot node.tar.gz # ... and check it anywhere\n  gdrdoctor explain kmod.nvidia-peermem\n  gdrdoctor list"
+    after_long_help = "Examples:\n  gdrdoctor check                       # static checks of this node, as a table\n  gdrdoctor check --format json > r.json\n  gdrdoctor check --only rdma,iommu     # only some categories\n  gdrdoctor snapshot node.tar.gz        # capture what the checks read\n  gdrdoctor check --sysroot node.tar.gz # ... and check it anywhere\n  gdrdoctor explain kmod.nvidia-peermem\n  gdrdoctor list\n  gdrdoctor completions bash > /etc/bash_completion.d/gdrdoctor"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -120,9 +131,39 @@ docs/guides/watch.md shows how to instrument a kernel in three lines.\n\n",
         format: ListFormat,
     },
     /// Print the long-form page of one check: why it matters, how it is detected, how to fix it
+    #[command(
+        after_long_help = "On a terminal the page is laid out for it (headings, lists, code, wrapped \
+to its width) and shown through a pager: $PAGER, else `less -R` (PAGER=cat turns paging off). \
+Piped or redirected, the page is printed as plain Markdown.\n\nExamples:\n  \
+gdrdoctor explain iommu.mode\n  gdrdoctor explain kmod.nvidia-peermem --no-pager\n  \
+gdrdoctor explain pcie.acs-redirect > acs.md"
+    )]
     Explain {
         /// A check id, as `gdrdoctor list` shows it (e.g. iommu.mode)
         id: String,
+        /// On a terminal, print the laid-out page directly instead of through a pager
+        #[arg(long)]
+        no_pager: bool,
+    },
+    /// Print a shell completion script for gdrdoctor (bash, zsh, fish, elvish, powershell)
+    #[command(after_long_help = "Examples:\n  \
+gdrdoctor completions bash > /etc/bash_completion.d/gdrdoctor\n  \
+gdrdoctor completions bash > ~/.local/share/bash-completion/completions/gdrdoctor\n  \
+gdrdoctor completions zsh > \"${fpath[1]}/_gdrdoctor\"\n  \
+gdrdoctor completions fish > ~/.config/fish/completions/gdrdoctor.fish")]
+    Completions {
+        /// The shell to complete for
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), or write one page per command into a directory
+    #[command(after_long_help = "Examples:\n  gdrdoctor man | man -l -\n  \
+gdrdoctor man --out-dir /usr/local/share/man/man1   # gdrdoctor.1, gdrdoctor-check.1, ...")]
+    Man {
+        /// Write gdrdoctor.1 and a gdrdoctor-<command>.1 page per command into DIR instead of
+        /// printing gdrdoctor.1
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
     },
     /// Capture every file the checks read (plus live-only facts) for --sysroot or a bug report
     #[command(

@@ -13,4 +13,6 @@ pub mod reader;
 pub mod render;
 pub mod snapshot;
 pub mod source;
+pub mod suggest;
+pub mod term;
 pub mod watch;

@@ -2,7 +2,8 @@
 //!
 //! Needs (Debian): `libibverbs1` and `ibverbs-providers` (the libraries), `libibverbs-dev`
 //! (the headers for the layout oracle `tests/verbs_layout.c`) and `gcc` (`cc`). Without them
-//! the tests fail and say what to install, unless `GDRDOCTOR_SKIP_VERBS=1`.
+//! the tests that need them skip with one printed line per missing piece, saying what to
+//! install; `GDRDOCTOR_TEST_REQUIRE_ALL=1` (set by `.ci/run`) makes those skips failures.
 //!
 //! The no-device path is asserted from what the kernel exposes: without
 //! `/sys/class/infiniband_verbs/abi_version` libibverbs answers `ENOSYS` (observed on the
@@ -12,30 +13,27 @@
 //! `GDRDOCTOR_VERBS_CFLAGS="-I DIR"` points the layout oracle at another rdma-core's headers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::require;
 use gdrdoctor::live::verbs::*;
 use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SKIP_VAR: &str = "GDRDOCTOR_SKIP_VERBS";
-
-fn skip() -> bool {
-    std::env::var(SKIP_VAR).is_ok_and(|v| v == "1")
-}
-
-/// The real libibverbs, or a failure that says what to install (None only when skipping).
+/// The real libibverbs, or a visible skip that says what to install (a failure under
+/// GDRDOCTOR_TEST_REQUIRE_ALL=1).
 fn real_verbs() -> Option<Verbs> {
     match Verbs::load() {
         Ok(v) => Some(v),
-        Err(e) if skip() => {
-            eprintln!("skipped ({SKIP_VAR}=1): {e}");
+        Err(e) => {
+            require::skip(
+                "verbs against the real libibverbs",
+                &e.to_string(),
+                "apt-get install libibverbs1 ibverbs-providers (dnf install libibverbs)",
+            );
             None
         }
-        Err(e) => panic!(
-            "{e}\nthis test needs the real libibverbs: apt-get install libibverbs1 \
-             ibverbs-providers (or set {SKIP_VAR}=1 to skip it)"
-        ),
     }
 }
 
@@ -109,8 +107,11 @@ fn real_library_symbols() {
                 "mlx5dv_devx_alloc_uar/free_uar@MLX5_1.7 missing"
             );
         }
-        Err(e) if skip() => eprintln!("libmlx5 absent ({SKIP_VAR}=1): {e}"),
-        Err(e) => panic!("{e}\napt-get install ibverbs-providers (or set {SKIP_VAR}=1)"),
+        Err(e) => require::skip(
+            "verbs mlx5 provider symbols",
+            &e.to_string(),
+            "apt-get install ibverbs-providers (dnf install libibverbs)",
+        ),
     }
 }
 
@@ -368,11 +369,14 @@ fn c_layout() -> Option<BTreeMap<String, i64>> {
     };
     let mut out = match compile(&["-DHAVE_ACTIVE_SPEED_EX"]) {
         Ok(o) => o,
-        Err(e) if skip() => {
-            eprintln!("skipped ({SKIP_VAR}=1): cannot run cc: {e}");
+        Err(e) => {
+            require::skip(
+                "verbs struct layout against the C headers",
+                &format!("`cc` cannot be run ({e})"),
+                "apt-get install gcc libibverbs-dev (dnf install gcc rdma-core-devel)",
+            );
             return None;
         }
-        Err(e) => panic!("cannot run cc ({e}): apt-get install gcc (or set {SKIP_VAR}=1)"),
     };
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() && stderr.contains("active_speed_ex") {
@@ -382,14 +386,16 @@ fn c_layout() -> Option<BTreeMap<String, i64>> {
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         if stderr.contains("infiniband/") && stderr.contains("No such file") {
-            if skip() {
-                eprintln!("skipped ({SKIP_VAR}=1): rdma-core headers missing");
-                return None;
-            }
-            panic!(
-                "the layout test needs the rdma-core headers: apt-get install libibverbs-dev \
-                 (or set {SKIP_VAR}=1)\n{stderr}"
+            let first = stderr
+                .lines()
+                .find(|l| l.contains("infiniband/"))
+                .unwrap_or("");
+            require::skip(
+                "verbs struct layout against the C headers",
+                &format!("the rdma-core headers are missing ({})", first.trim()),
+                "apt-get install libibverbs-dev (dnf install rdma-core-devel)",
             );
+            return None;
         }
         panic!("tests/verbs_layout.c does not compile:\n{stderr}");
     }

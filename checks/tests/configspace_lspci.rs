@@ -3,8 +3,8 @@
 //! For every dump we have (the hand-built `fixtures/configspace/*.hex` and the
 //! real Haswell root port + ConnectX-3 Pro dump under `shared/realdata`), run
 //! `lspci -F <dump> -vvv -nn`, parse its text and compare it field by field
-//! with what `decode` says. `lspci` must be installed: without it the test
-//! fails, unless `GDRDOCTOR_SKIP_LSPCI=1` is set.
+//! with what `decode` says. Without `lspci` the comparisons skip with one printed line
+//! (`GDRDOCTOR_TEST_REQUIRE_ALL=1` makes that a failure; `.ci/run` sets it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use gdrdoctor_checks::pci::config::{decode, dump_bdf, parse_hex_dump, ConfigSpace};
@@ -21,26 +21,23 @@ const REALDATA: &str = concat!(
 // lspci availability
 // ---------------------------------------------------------------------------
 
-/// True when lspci can be run. Panics when it can't, unless
-/// GDRDOCTOR_SKIP_LSPCI=1 (then prints why and returns false).
+#[path = "../../tests/common/require.rs"]
+mod require;
+
+/// True when lspci can be run; otherwise a visible skip (a failure under
+/// GDRDOCTOR_TEST_REQUIRE_ALL=1).
 fn lspci_available() -> bool {
-    let ok = Command::new("lspci")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        return true;
+    match require::runs("lspci", &["--version"]) {
+        Ok(()) => true,
+        Err(e) => {
+            require::skip(
+                "config-space differential test against lspci",
+                &e,
+                "apt-get install pciutils (dnf install pciutils)",
+            );
+            false
+        }
     }
-    if std::env::var("GDRDOCTOR_SKIP_LSPCI").as_deref() == Ok("1") {
-        eprintln!("SKIP: lspci not installed and GDRDOCTOR_SKIP_LSPCI=1");
-        return false;
-    }
-    panic!(
-        "`lspci` (pciutils) is not installed, so the config-space differential test cannot run. \
-         Install it (Debian/Ubuntu: `apt-get install -y pciutils`) or set GDRDOCTOR_SKIP_LSPCI=1 \
-         to skip explicitly."
-    );
 }
 
 fn run_lspci(dump: &Path, args: &[&str]) -> String {

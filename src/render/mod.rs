@@ -3,9 +3,11 @@
 use gdrdoctor_checks::report::Report;
 
 pub mod junit;
+pub mod markdown;
 pub mod prometheus;
 pub mod table;
 pub mod topo;
+pub mod wrap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

@@ -1,14 +1,24 @@
 //! The human table: one row per finding (status, id, subject, message), then, rustc-style, the
 //! evidence and the fix under every finding that is not a pass.
+//!
+//! Sized for the terminal ([`crate::term::stdout_width`]): the status, check and subject columns
+//! are as wide as their longest entry and never wrap; the message wraps at spaces into what is
+//! left. Every other line (header, gdr summary, evidence, help) wraps at spaces too, with a
+//! hanging indent, so nothing is cut inside a word at 80 columns. Lines stay one column short
+//! of the width, so a terminal never wraps them itself.
 
+use super::wrap;
 use super::Style;
 use colored::Colorize;
-use comfy_table::{presets, Cell, ContentArrangement, Table};
 use gdrdoctor_checks::report::{Finding, Report, Status};
 use std::fmt::Write;
 
+/// Below this many columns for the message, rows are stacked (status, check and subject on one
+/// line, the message under them) instead of side by side.
+const MIN_MESSAGE: usize = 24;
+
 fn status_cell(s: Status, color: bool) -> String {
-    let t = format!("{:<5}", s.as_str().to_uppercase());
+    let t = s.as_str().to_uppercase();
     if !color {
         return t;
     }
@@ -21,44 +31,101 @@ fn status_cell(s: Status, color: bool) -> String {
     }
 }
 
-fn width() -> u16 {
-    std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse::<u16>().ok())
-        .filter(|w| *w >= 60)
-        .unwrap_or(120)
+/// One table row: the status (colored when asked), the check id, the subject, the message.
+struct Row {
+    status: Option<Status>,
+    id: String,
+    subject: String,
+    message: String,
 }
 
+/// Lay the rows out in `width` columns: ` STATUS  CHECK  SUBJECT  MESSAGE`, two spaces between
+/// columns, the message wrapped at spaces into the rest of the line.
+fn layout(rows: &[Row], color: bool, width: usize) -> String {
+    let max = width.saturating_sub(1);
+    let header = Row {
+        status: None,
+        id: "CHECK".into(),
+        subject: "SUBJECT".into(),
+        message: "MESSAGE".into(),
+    };
+    let status_text = |r: &Row| {
+        r.status
+            .map_or("STATUS".to_string(), |s| s.as_str().to_uppercase())
+    };
+    let all = || std::iter::once(&header).chain(rows.iter());
+    let w0 = all()
+        .map(|r| wrap::width(&status_text(r)))
+        .max()
+        .unwrap_or(6);
+    let w1 = all().map(|r| wrap::width(&r.id)).max().unwrap_or(5);
+    let w2 = all().map(|r| wrap::width(&r.subject)).max().unwrap_or(7);
+    let fixed = 1 + w0 + 2 + w1 + 2 + w2 + 2;
+    let stacked = max < fixed + MIN_MESSAGE;
+    let mut out = String::new();
+    for r in all() {
+        let plain = status_text(r);
+        let status = match r.status {
+            Some(s) => status_cell(s, color),
+            None => plain.clone(),
+        };
+        let pad = |s: &str, w: usize| " ".repeat(w.saturating_sub(wrap::width(s)));
+        if stacked {
+            let first = format!(" {status}{}  {}  {}", pad(&plain, w0), r.id, r.subject);
+            if wrap::width(first.trim_end()) <= max || r.subject.is_empty() {
+                let _ = writeln!(out, "{}", first.trim_end());
+            } else {
+                // A long id and subject do not fit side by side: the subject goes under the id.
+                let id_line = format!(" {status}{}  {}", pad(&plain, w0), r.id);
+                let _ = writeln!(out, "{}", id_line.trim_end());
+                let _ = writeln!(out, "{}{}", " ".repeat(1 + w0 + 2), r.subject);
+            }
+            out.push_str(&wrap::hanging("     ", 5, 5, &r.message, max));
+            continue;
+        }
+        let first = format!(
+            " {status}{}  {}{}  {}{}  ",
+            pad(&plain, w0),
+            r.id,
+            pad(&r.id, w1),
+            r.subject,
+            pad(&r.subject, w2)
+        );
+        out.push_str(&wrap::hanging(&first, fixed, fixed, &r.message, max));
+    }
+    out
+}
+
+/// The table for stdout: as wide as the terminal (see [`crate::term::stdout_width`]).
 pub fn render(report: &Report, style: &Style) -> String {
+    render_width(report, style, crate::term::stdout_width())
+}
+
+/// The table laid out for `width` columns.
+pub fn render_width(report: &Report, style: &Style, width: usize) -> String {
+    let max = width.saturating_sub(1);
     let mut out = String::new();
     let host = report.host.hostname.as_deref().unwrap_or("?");
     let kernel = report.host.kernel.as_deref().unwrap_or("?");
-    let _ = writeln!(
-        out,
+    let head = format!(
         "gdrdoctor {} · host {host} · kernel {kernel} · source {}",
         report.tool.version, report.host.source
     );
+    out.push_str(&wrap::hanging("", 0, 2, &head, max));
     let inv = &report.inventory;
     let drv = match (&inv.driver.nvidia_version, &inv.driver.flavor) {
         (Some(v), Some(f)) => format!("nvidia {v} ({f})"),
         _ => "no nvidia driver".into(),
     };
-    let _ = writeln!(
-        out,
-        "{} gpu(s) · {} rdma device(s) · {drv} · iommu {}\n",
+    let head = format!(
+        "{} gpu(s) · {} rdma device(s) · {drv} · iommu {}",
         inv.gpus.len(),
         inv.nics.len(),
         inv.iommu.mode
     );
-    let mut t = Table::new();
-    t.load_style(presets::NOTHING);
-    t.force_no_tty();
-    if style.color {
-        t.enforce_styling();
-    }
-    t.set_content_arrangement(ContentArrangement::Dynamic);
-    t.set_width(width());
-    t.set_header(vec!["STATUS", "CHECK", "SUBJECT", "MESSAGE"]);
+    out.push_str(&wrap::hanging("", 0, 2, &head, max));
+    out.push('\n');
+    let mut rows: Vec<Row> = Vec::new();
     // One row per finding; a check whose findings all pass folds into one row (unless -v).
     let mut ids: Vec<&str> = Vec::new();
     for f in &report.findings {
@@ -80,26 +147,24 @@ pub fn render(report: &Report, style: &Style) -> String {
                     fs[0].message
                 )
             };
-            t.add_row(vec![
-                Cell::new(status_cell(Status::Pass, style.color)),
-                Cell::new(id),
-                Cell::new(format!("{} subjects", fs.len())),
-                Cell::new(msg),
-            ]);
+            rows.push(Row {
+                status: Some(Status::Pass),
+                id: id.to_string(),
+                subject: format!("{} subjects", fs.len()),
+                message: msg,
+            });
             continue;
         }
         for f in fs {
-            t.add_row(vec![
-                Cell::new(status_cell(f.status, style.color)),
-                Cell::new(&f.id),
-                Cell::new(&f.subject),
-                Cell::new(&f.message),
-            ]);
+            rows.push(Row {
+                status: Some(f.status),
+                id: f.id.clone(),
+                subject: f.subject.clone(),
+                message: f.message.clone(),
+            });
         }
     }
-    for line in t.to_string().lines() {
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
+    out.push_str(&layout(&rows, style.color, width));
     if !report.gdr.is_empty() {
         out.push('\n');
         let on = report.gdr.iter().filter(|p| p.enabled).count();
@@ -110,8 +175,7 @@ pub fn render(report: &Report, style: &Style) -> String {
             .collect();
         mech.sort();
         mech.dedup();
-        let _ = writeln!(
-            out,
+        let line = format!(
             "gpudirect rdma: {on} of {} gpu-nic pairs{} (`gdrdoctor topo` shows the matrix)",
             report.gdr.len(),
             if mech.is_empty() {
@@ -120,6 +184,7 @@ pub fn render(report: &Report, style: &Style) -> String {
                 format!(", via {}", mech.join("/"))
             }
         );
+        out.push_str(&wrap::hanging("", 0, 2, &line, max));
         let mut gpus: Vec<&str> = report.gdr.iter().map(|p| p.gpu.as_str()).collect();
         gpus.dedup();
         for g in gpus {
@@ -143,18 +208,34 @@ pub fn render(report: &Report, style: &Style) -> String {
                         )
                     })
                     .unwrap_or_default();
-                let line = format!("  {g} -> no gdr ({why})");
-                let _ = writeln!(
-                    out,
-                    "{}",
-                    if style.color {
-                        line.red().to_string()
-                    } else {
-                        line
-                    }
+                let first = format!("  {g} -> ");
+                let text = wrap::hanging(
+                    &first,
+                    wrap::width(&first),
+                    4,
+                    &format!("no gdr ({why})"),
+                    max,
                 );
+                for line in text.lines() {
+                    let _ = writeln!(
+                        out,
+                        "{}",
+                        if style.color {
+                            line.red().to_string()
+                        } else {
+                            line.to_string()
+                        }
+                    );
+                }
             } else {
-                let _ = writeln!(out, "  {g} -> {}", on.join(", "));
+                let first = format!("  {g} -> ");
+                out.push_str(&wrap::hanging(
+                    &first,
+                    wrap::width(&first),
+                    4,
+                    &on.join(", "),
+                    max,
+                ));
             }
         }
     }
@@ -181,21 +262,21 @@ pub fn render(report: &Report, style: &Style) -> String {
         } else {
             head
         };
-        let _ = writeln!(out, "{head}: {}", f.message);
-        let _ = writeln!(out, "  --> {}", f.subject);
+        let head_w = wrap::width(&format!("{}[{}]: ", f.status.as_str(), f.id));
+        out.push_str(&wrap::hanging(
+            &format!("{head}: "),
+            head_w,
+            2,
+            &f.message,
+            max,
+        ));
+        out.push_str(&wrap::hanging("  --> ", 6, 6, &f.subject, max));
         for e in &f.evidence {
-            match &e.expected {
-                Some(x) => {
-                    let _ = writeln!(
-                        out,
-                        "   = evidence: {}: {} (expected {x})",
-                        e.source, e.observed
-                    );
-                }
-                None => {
-                    let _ = writeln!(out, "   = evidence: {}: {}", e.source, e.observed);
-                }
-            }
+            let text = match &e.expected {
+                Some(x) => format!("{}: {} (expected {x})", e.source, e.observed),
+                None => format!("{}: {}", e.source, e.observed),
+            };
+            out.push_str(&wrap::hanging("   = evidence: ", 15, 15, &text, max));
         }
         if let Some(r) = &f.remediation {
             let label = if style.color {
@@ -203,15 +284,22 @@ pub fn render(report: &Report, style: &Style) -> String {
             } else {
                 "help".into()
             };
-            let _ = writeln!(out, "   = {label}: {r}");
+            out.push_str(&wrap::hanging(&format!("   = {label}: "), 11, 11, r, max));
         }
-        let _ = writeln!(out, "   = explain: gdrdoctor explain {}\n", f.id);
+        out.push_str(&wrap::hanging(
+            "   = explain: ",
+            14,
+            14,
+            &format!("gdrdoctor explain {}", f.id),
+            max,
+        ));
+        out.push('\n');
     }
     let s = &report.summary;
-    let _ = writeln!(
-        out,
+    let line = format!(
         "summary: {} pass, {} warn, {} fail, {} skip, {} error · exit code {}",
         s.pass, s.warn, s.fail, s.skip, s.error, s.exit_code
     );
+    out.push_str(&wrap::hanging("", 0, 2, &line, max));
     out
 }

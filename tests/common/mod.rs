@@ -8,6 +8,8 @@ use gdrdoctor_checks::report::{Finding, Report};
 use gdrdoctor_checks::RunOptions;
 use std::path::{Path, PathBuf};
 
+pub mod require;
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -52,6 +54,8 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
         .env_remove("NO_COLOR")
         // Live `check` runs keep a counter state file; tests must not touch /run/gdrdoctor.
         .env("GDRDOCTOR_STATE_DIR", test_state_dir())
+        // The table's width: the fixed default for a pipe, whatever the caller's shell exports.
+        .env_remove("COLUMNS")
         .output()
         .unwrap();
     (

@@ -1,0 +1,219 @@
+//! What people expect of a command-line tool: `--version` with the build's commit and target,
+//! shell completions and man pages generated from the CLI, "did you mean" on a mistyped id.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use std::process::Command;
+
+#[test]
+fn version_names_the_commit_and_the_target() {
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(code, 0);
+    let v = out.trim();
+    let rest = v
+        .strip_prefix(&format!("gdrdoctor {} (commit ", env!("CARGO_PKG_VERSION")))
+        .unwrap_or_else(|| panic!("{v}"));
+    let (commit, target) = rest
+        .strip_suffix(')')
+        .and_then(|r| r.split_once(", target "))
+        .unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        commit == "unknown" || commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+        "{v}"
+    );
+    assert!(target.starts_with(std::env::consts::ARCH), "{v}");
+    // In a git checkout the commit is HEAD's (what the binary was built from).
+    if let Ok(o) = Command::new("git")
+        .args([
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "rev-parse",
+            "--short=12",
+            "HEAD",
+        ])
+        .output()
+    {
+        if o.status.success() && repo().join(".git").exists() {
+            assert_eq!(commit, String::from_utf8_lossy(&o.stdout).trim(), "{v}");
+        }
+    }
+    assert_eq!(run(&["-V"]).1, out);
+}
+
+#[test]
+fn completions_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "complete -F _gdrdoctor"),
+        ("zsh", "#compdef gdrdoctor"),
+        ("fish", "complete -c gdrdoctor"),
+        ("elvish", "gdrdoctor"),
+        ("powershell", "gdrdoctor"),
+    ] {
+        let (code, out, err) = run(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(out.contains(marker), "{shell}: no {marker:?}");
+        for word in ["check", "explain", "sysroot", "fail-on"] {
+            assert!(out.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let (code, _, err) = run(&["completions", "tcsh"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("bash"), "{err}");
+}
+
+#[test]
+fn bash_completion_is_valid_bash() {
+    let (_, script, _) = run(&["completions", "bash"]);
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("gdrdoctor.bash");
+    std::fs::write(&f, &script).unwrap();
+    // bash is part of every Linux system this runs on; -n parses without running.
+    match Command::new("bash").arg("-n").arg(&f).output() {
+        Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => require::skip(
+            "bash completion syntax",
+            &format!("bash: {e}"),
+            "apt-get install bash",
+        ),
+    }
+}
+
+#[test]
+fn man_page_on_stdout_and_per_command_into_a_directory() {
+    let (code, page, _) = run(&["man"]);
+    assert_eq!(code, 0);
+    assert!(
+        page.contains(".TH gdrdoctor 1"),
+        "{}",
+        &page[..page.len().min(200)]
+    );
+    for s in ["check", "explain", "completions", "Examples"] {
+        assert!(page.contains(s), "man page lacks {s}");
+    }
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("man1");
+    let (code, _, err) = run(&["man", "--out-dir", &dir.display().to_string()]);
+    assert_eq!(code, 0, "{err}");
+    let mut pages: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    for want in [
+        "gdrdoctor.1",
+        "gdrdoctor-check.1",
+        "gdrdoctor-explain.1",
+        "gdrdoctor-probe.1",
+    ] {
+        assert!(pages.iter().any(|p| p == want), "{want} not in {pages:?}");
+    }
+    let check = std::fs::read_to_string(dir.join("gdrdoctor-check.1")).unwrap();
+    assert!(
+        check.contains("sysroot") && check.contains("Exit codes"),
+        "{check}"
+    );
+    // An unwritable directory is an error that names it.
+    let (code, _, err) = run(&["man", "--out-dir", "/proc/gdrdoctor-man"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/proc/gdrdoctor-man"), "{err}");
+}
+
+#[test]
+fn did_you_mean_on_only_skip_and_explain() {
+    let healthy = fixture("hgx-h200x8-cx7x8-healthy").display().to_string();
+    let (code, _, err) = run(&["check", "--sysroot", &healthy, "--only", "rdma.port"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("`rdma.port` (did you mean `rdma.ports`?)"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["check", "--sysroot", &healthy, "--skip", "iommu.mdoe,rdam"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("`iommu.mdoe` (did you mean `iommu.mode`?)"),
+        "{err}"
+    );
+    assert!(err.contains("`rdam` (did you mean `rdma`?)"), "{err}");
+    // Nothing close: no suggestion, just the pointer to the list.
+    let (_, _, err) = run(&["check", "--sysroot", &healthy, "--only", "frobnicate"]);
+    assert!(!err.contains("did you mean"), "{err}");
+    assert!(err.contains("`gdrdoctor list` shows them"), "{err}");
+    let (code, _, err) = run(&["explain", "pcie.acs"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("did you mean `pcie.acs-redirect`"), "{err}");
+    let (_, _, err) = run(&["explain", "probe.hang-injct"]);
+    assert!(err.contains("`probe.hang-inject`"), "{err}");
+}
+
+#[test]
+fn help_teaches_the_new_commands() {
+    let (_, top, _) = run(&["--help"]);
+    for s in ["completions", "man", "explain"] {
+        assert!(top.contains(s), "--help lacks {s}");
+    }
+    let (_, h, _) = run(&["completions", "--help"]);
+    assert!(
+        h.contains("Examples") && h.contains("bash_completion.d"),
+        "{h}"
+    );
+    let (_, h, _) = run(&["explain", "--help"]);
+    assert!(h.contains("PAGER") && h.contains("--no-pager"), "{h}");
+}
+
+/// build.rs run by hand, as cargo runs it, for a source tree without `.git` (a tarball) and for
+/// one unpacked inside another repository: both must say `unknown`, not a made-up or foreign
+/// commit. `GDRDOCTOR_GIT_COMMIT` (a packager's) and `GDRDOCTOR_GLIBC` are honoured.
+#[test]
+fn build_script_says_unknown_without_its_own_git() {
+    let t = tempfile::tempdir().unwrap();
+    let exe = t.path().join("build-script");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(&rustc)
+        .args(["--edition", "2021", "-o"])
+        .arg(&exe)
+        .arg(repo().join("build.rs"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = |dir: &std::path::Path, env: &[(&str, &str)]| {
+        let mut c = Command::new(&exe);
+        c.env("CARGO_MANIFEST_DIR", dir)
+            .env("TARGET", "x86_64-unknown-linux-gnu")
+            .env_remove("GDRDOCTOR_GIT_COMMIT")
+            .env_remove("GDRDOCTOR_GLIBC");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    // A tarball: no .git anywhere above (a fresh temp directory).
+    let tarball = t.path().join("gdrdoctor-0.1.0");
+    std::fs::create_dir(&tarball).unwrap();
+    let s = run(&tarball, &[]);
+    assert!(
+        s.contains("cargo:rustc-env=GDRDOCTOR_GIT_COMMIT=unknown\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains("cargo:rustc-env=GDRDOCTOR_TARGET=x86_64-unknown-linux-gnu\n"),
+        "{s}"
+    );
+    // Inside this repository's target/: git finds a repository, but not this tree's.
+    std::fs::create_dir_all(repo().join("target")).unwrap();
+    let nested = tempfile::tempdir_in(repo().join("target")).unwrap();
+    let s = run(nested.path(), &[("GDRDOCTOR_GLIBC", "2.17")]);
+    assert!(s.contains("GDRDOCTOR_GIT_COMMIT=unknown\n"), "{s}");
+    assert!(
+        s.contains("GDRDOCTOR_TARGET=x86_64-unknown-linux-gnu.2.17\n"),
+        "{s}"
+    );
+    let s = run(&tarball, &[("GDRDOCTOR_GIT_COMMIT", "0123456789ab")]);
+    assert!(s.contains("GDRDOCTOR_GIT_COMMIT=0123456789ab\n"), "{s}");
+}

@@ -1,0 +1,426 @@
+//! The binary in a real terminal: `check`'s table and `explain`'s page inside tmux panes of 80
+//! and 200 columns (tmux gives the process a pty of that size, so the width comes from
+//! `ioctl(TIOCGWINSZ)`), and the width rules for pipes. Without tmux the terminal tests skip
+//! with one printed line (`apt-get install tmux`); GDRDOCTOR_TEST_REQUIRE_ALL=1 makes that a
+//! failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// What one command left in a tmux pane.
+struct Pane {
+    /// The screen lines as the terminal shows them.
+    visual: Vec<String>,
+    /// The same with lines the terminal wrapped joined back (`capture-pane -J`).
+    joined: Vec<String>,
+    status: String,
+}
+
+fn tmux_available() -> bool {
+    match require::runs("tmux", &["-V"]) {
+        Ok(()) => true,
+        Err(e) => {
+            require::skip(
+                "terminal width under tmux",
+                &e,
+                "apt-get install tmux (dnf install tmux)",
+            );
+            false
+        }
+    }
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Run `sh -c script` in a fresh tmux server with one `cols` x 50 pane; wait for it to exit and
+/// return the whole pane history.
+fn in_tmux(cols: u16, script: &str) -> Pane {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = format!(
+        "gdrdoctor-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    );
+    let conf = dir.path().join("tmux.conf");
+    std::fs::write(
+        &conf,
+        "set -g status off\nset -g remain-on-exit on\nset -g history-limit 100000\n",
+    )
+    .unwrap();
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&socket)
+            .arg("-f")
+            .arg(&conf)
+            .args(args)
+            .env_remove("TMUX")
+            .output()
+            .unwrap()
+    };
+    let cols_s = cols.to_string();
+    // The exit status goes to a file (tmux's own #{pane_dead_status} is sometimes never
+    // filled in); the pause lets tmux read the last output before the pane dies.
+    let status_file = dir.path().join("status");
+    let cmd = format!(
+        "sh -c {}",
+        sh_quote(&format!(
+            "{script}; echo $? > {}; sleep 0.3",
+            sh_quote(&status_file.display().to_string())
+        ))
+    );
+    let out = tmux(&[
+        "new-session",
+        "-d",
+        "-x",
+        &cols_s,
+        "-y",
+        "50",
+        "-s",
+        "t",
+        &cmd,
+    ]);
+    assert!(out.status.success(), "tmux new-session: {out:?}");
+    // Dead: the shell exited and tmux read its output to the end.
+    let start = Instant::now();
+    loop {
+        let o = tmux(&["display-message", "-p", "-t", "t", "#{pane_dead}"]);
+        let state = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        if state == "1" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the command in tmux did not finish ({state:?}): {script}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = std::fs::read_to_string(&status_file)
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let capture = |join: bool| {
+        let mut a = vec!["capture-pane", "-p", "-t", "t", "-S", "-", "-E", "-"];
+        if join {
+            a.push("-J");
+        }
+        let o = tmux(&a);
+        let mut lines: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| match l.find("Pane is dead (") {
+                Some(i) => l[..i].trim_end().to_string(),
+                None => l.trim_end().to_string(),
+            })
+            .collect();
+        while lines.last().is_some_and(|l| l.is_empty()) {
+            lines.pop();
+        }
+        lines
+    };
+    let pane = Pane {
+        visual: capture(false),
+        joined: capture(true),
+        status,
+    };
+    tmux(&["kill-server"]);
+    pane
+}
+
+fn cols(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// The words of a text, in order.
+fn tokens<S: AsRef<str>>(lines: &[S]) -> Vec<String> {
+    lines
+        .iter()
+        .flat_map(|l| {
+            l.as_ref()
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The table piped with room for every line: what gdrdoctor says, unwrapped.
+fn unwrapped(fixture_name: &str) -> Vec<String> {
+    let out = Command::new(bin())
+        .args(["check", "--sysroot"])
+        .arg(fixture(fixture_name))
+        .args(["--color", "never"])
+        .env("COLUMNS", "2000")
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn check_cmd(fixture_name: &str, extra: &str) -> String {
+    format!(
+        "env -u COLUMNS {} check --sysroot {} {extra}",
+        sh_quote(bin()),
+        sh_quote(&fixture(fixture_name).display().to_string())
+    )
+}
+
+#[test]
+fn table_fits_80_columns_without_mid_word_wraps() {
+    if !tmux_available() {
+        return;
+    }
+    for name in [
+        "hgx-h200x8-cx7x8-port-down",
+        "hgx-h200x8-cx7x8-nic-other-socket",
+        "h200-vm-live",
+    ] {
+        let p = in_tmux(80, &check_cmd(name, "--color never"));
+        assert!(p.visual.len() > 20, "{name}: {:?}", p.visual);
+        // The terminal wrapped nothing itself: every line break is one gdrdoctor chose.
+        assert_eq!(p.visual, p.joined, "{name}: tmux wrapped a line");
+        for l in &p.visual {
+            assert!(cols(l) <= 80, "{name}: {} columns: {l:?}", cols(l));
+        }
+        // gdrdoctor wrapped the message column (continuation lines start under MESSAGE).
+        let header = p
+            .visual
+            .iter()
+            .find(|l| l.contains(" STATUS  CHECK"))
+            .unwrap();
+        let msg_col = header.find("MESSAGE").unwrap();
+        assert!(
+            p.visual
+                .iter()
+                .any(|l| cols(l) > msg_col && l.chars().take(msg_col).all(|c| c == ' ')),
+            "{name}: no wrapped message at 80 columns"
+        );
+        // Every word is on the screen whole and in order: the same words as the unwrapped
+        // output, so no word was cut, lost or moved.
+        let wide = unwrapped(name);
+        assert!(wide.iter().any(|l| cols(l) > 80), "{name}: nothing to wrap");
+        assert_eq!(tokens(&p.visual), tokens(&wide), "{name}");
+        let (code, _, _) = run(&["check", "--sysroot", &fixture(name).display().to_string()]);
+        assert_eq!(
+            p.status,
+            code.to_string(),
+            "{name}: exit code in the terminal"
+        );
+    }
+}
+
+#[test]
+fn list_fits_80_columns() {
+    if !tmux_available() {
+        return;
+    }
+    let p = in_tmux(80, &format!("{} list", sh_quote(bin())));
+    assert_eq!(p.status, "0");
+    assert_eq!(p.visual, p.joined, "tmux wrapped a line of `list`");
+    assert!(p.visual.iter().all(|l| cols(l) < 80));
+    let out = Command::new(bin())
+        .arg("list")
+        .env("COLUMNS", "2000")
+        .output()
+        .unwrap();
+    let wide: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(wide.iter().any(|l| cols(l) > 80), "nothing to wrap");
+    assert_eq!(tokens(&p.visual), tokens(&wide));
+}
+
+#[test]
+fn table_uses_the_whole_200_columns() {
+    if !tmux_available() {
+        return;
+    }
+    let p = in_tmux(
+        200,
+        &check_cmd("hgx-h200x8-cx7x8-port-down", "--color never"),
+    );
+    assert_eq!(p.visual, p.joined);
+    let widest = p.visual.iter().map(|l| cols(l)).max().unwrap();
+    assert!(
+        widest > 120 && widest <= 200,
+        "widest line {widest}: the terminal's width was not used"
+    );
+    // The peermem message (143 characters) fits on its row at 200 columns.
+    assert!(
+        p.visual
+            .iter()
+            .any(|l| l.contains("nvidia_peermem loaded") && l.ends_with("memory_peers/nv_mem")),
+        "{:#?}",
+        p.visual
+    );
+}
+
+#[test]
+fn terminal_size_wins_over_columns_and_color_does_not_change_the_layout() {
+    if !tmux_available() {
+        return;
+    }
+    let plain = in_tmux(
+        80,
+        &check_cmd("hgx-h200x8-cx7x8-port-down", "--color never"),
+    );
+    let script = check_cmd("hgx-h200x8-cx7x8-port-down", "--color always")
+        .replace("env -u COLUMNS", "env COLUMNS=200");
+    let colored = in_tmux(80, &script);
+    // capture-pane drops the color codes: the text must be the same, line for line.
+    assert_eq!(plain.visual, colored.visual);
+}
+
+#[test]
+fn explain_on_a_terminal_is_laid_out_to_its_width() {
+    if !tmux_available() {
+        return;
+    }
+    for (id, width) in [
+        ("gpu.p2p", 80u16),
+        ("pcie.acs-redirect", 80),
+        ("gpu.p2p", 200),
+    ] {
+        let script = format!("env PAGER=cat NO_COLOR=1 {} explain {id}", sh_quote(bin()));
+        let p = in_tmux(width, &script);
+        assert_eq!(p.status, "0");
+        assert_eq!(
+            p.visual, p.joined,
+            "{id} at {width}: the terminal wrapped a line"
+        );
+        for l in &p.visual {
+            assert!(cols(l) <= width as usize, "{id} at {width}: {l:?}");
+        }
+        // Rendered, not raw Markdown: no `#` headings, no `**`; headings underlined.
+        assert!(!p.visual.iter().any(|l| l.starts_with('#')), "{id}");
+        assert!(!p.visual.iter().any(|l| l.contains("**")), "{id}");
+        assert!(p.visual.iter().any(|l| l.starts_with("===")), "{id}");
+        assert!(p.visual.iter().any(|l| l == "How to fix"), "{id}");
+    }
+}
+
+#[test]
+fn explain_pages_through_pager_only_on_a_terminal() {
+    if !tmux_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let paged = t.path().join("paged.txt");
+    let pager = format!("cat > {}", sh_quote(&paged.display().to_string()));
+    let script = format!(
+        "env PAGER={} NO_COLOR=1 {} explain iommu.mode",
+        sh_quote(&pager),
+        sh_quote(bin())
+    );
+    let p = in_tmux(80, &script);
+    assert_eq!(p.status, "0");
+    let text = std::fs::read_to_string(&paged).expect("the pager got the page");
+    assert!(text.starts_with("iommu.mode"), "{text}");
+    assert!(!text.contains("\n## "), "the pager got raw Markdown");
+    assert!(
+        !p.visual.iter().any(|l| l.contains("How to fix")),
+        "the page went to the terminal too"
+    );
+
+    // --no-pager: straight to the terminal, the pager is not started.
+    let again = t.path().join("again.txt");
+    let pager = format!("cat > {}", sh_quote(&again.display().to_string()));
+    let script = format!(
+        "env PAGER={} NO_COLOR=1 {} explain iommu.mode --no-pager",
+        sh_quote(&pager),
+        sh_quote(bin())
+    );
+    let p = in_tmux(80, &script);
+    assert!(!again.exists());
+    assert!(p.visual.iter().any(|l| l == "How to fix"));
+
+    // A pager that does not exist: the page is printed instead.
+    let script = format!(
+        "env PAGER=gdrdoctor-no-such-pager NO_COLOR=1 {} explain iommu.mode",
+        sh_quote(bin())
+    );
+    let p = in_tmux(80, &script);
+    assert_eq!(p.status, "0");
+    assert!(
+        p.visual.iter().any(|l| l == "How to fix"),
+        "{:#?}",
+        p.visual
+    );
+}
+
+#[test]
+fn explain_piped_is_plain_markdown() {
+    let (code, page, _) = run(&["explain", "iommu.mode"]);
+    assert_eq!(code, 0);
+    assert!(page.starts_with("# iommu.mode"), "{page}");
+    assert!(page.contains("\n## How to fix\n"));
+    assert_eq!(
+        page,
+        std::fs::read_to_string(repo().join("docs/checks/iommu.mode.md")).unwrap()
+    );
+}
+
+#[test]
+fn a_pipe_uses_columns_else_120() {
+    let down = fixture("hgx-h200x8-cx7x8-port-down").display().to_string();
+    let (_, default, _) = run(&["check", "--sysroot", &down, "--color", "never"]);
+    let widest = default.lines().map(cols).max().unwrap();
+    assert!(
+        widest > 80 && widest < 120,
+        "default width: widest {widest}"
+    );
+    let out = Command::new(bin())
+        .args(["check", "--sysroot", &down, "--color", "never"])
+        .env("COLUMNS", "80")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for l in text.lines() {
+        assert!(cols(l) < 80, "COLUMNS=80: {l:?}");
+    }
+    // Too narrow for the columns side by side: each row stacked, its message under it.
+    let out = Command::new(bin())
+        .args(["check", "--sysroot", &down, "--color", "never"])
+        .env("COLUMNS", "40")
+        .output()
+        .unwrap();
+    let narrow: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(
+        narrow.contains(&" FAIL    rdma.ports  mlx5_3/1".to_string()),
+        "{narrow:#?}"
+    );
+    for l in &narrow {
+        // Only a word longer than the line may stick out, alone after its indentation.
+        assert!(cols(l) < 40 || !l.trim().contains(' '), "COLUMNS=40: {l:?}");
+    }
+    assert_eq!(
+        tokens(&narrow),
+        tokens(&unwrapped("hgx-h200x8-cx7x8-port-down"))
+    );
+    // A file never takes the terminal's width: the fixed default.
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("r.txt");
+    let out = Command::new(bin())
+        .args(["check", "--sysroot", &down, "-o"])
+        .arg(&f)
+        .env("COLUMNS", "80")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), default);
+}
