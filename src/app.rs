@@ -1,6 +1,8 @@
 //! Glue: parse the command line, run the command, map the outcome to the exit-code contract.
 
-use crate::cli::{CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, TopoFormat};
+use crate::cli::{
+    CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, PolicyCommand, TopoFormat,
+};
 use crate::reader::Root;
 use crate::render::{self, Style};
 use crate::{collect, docs, meta, snapshot};
@@ -49,6 +51,8 @@ pub fn main() -> i32 {
         Command::List { format } => list(format),
         Command::Explain { id } => explain(&id),
         Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
+        Command::Policy(p) => policy_cmd(&p),
+        Command::Fleet(a) => crate::fleet::run(&a),
     }
 }
 
@@ -360,6 +364,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     };
     let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
     report.probe = Some(serde_json::Value::Object(raw));
+    report.timestamp = Some(crate::clock::now_rfc3339());
     deliver(
         &report,
         args.format,
@@ -434,6 +439,15 @@ fn check(args: &CheckArgs) -> i32 {
                 .join(", ")
         ));
     }
+    // The policy is read before the node, so that a broken policy file stops the run (exit 2).
+    let policy = match crate::policy::resolve(
+        args.policy.as_deref(),
+        args.no_policy,
+        args.sysroot.is_none(),
+    ) {
+        Ok(p) => p,
+        Err(e) => return err(e),
+    };
     let (_opened, node) = match load_node(args.sysroot.as_deref(), !args.static_only) {
         Ok(x) => x,
         Err(e) => return err(e),
@@ -446,7 +460,15 @@ fn check(args: &CheckArgs) -> i32 {
         },
         allow_incomplete: args.allow_incomplete,
     };
-    let report = gdrdoctor_checks::build_report(&node, &opts);
+    let mut report = gdrdoctor_checks::build_report(&node, &opts);
+    if let Some(l) = &policy {
+        let cx = gdrdoctor_checks::policy::Context {
+            path: l.path.display().to_string(),
+            today: crate::clock::today(),
+        };
+        gdrdoctor_checks::policy::apply(&mut report, &node, &l.policy, &cx, &opts);
+    }
+    report.timestamp = Some(crate::clock::now_rfc3339());
     deliver(
         &report,
         args.format,
@@ -464,6 +486,10 @@ fn list(format: ListFormat) -> i32 {
             let mut s = String::new();
             for c in CHECKS {
                 s.push_str(&format!("{:<w$}  {}\n", c.id, c.title));
+            }
+            s.push_str("\npolicy findings (gdrdoctor check --policy):\n");
+            for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
+                s.push_str(&format!("{id:<w$}  {title}\n"));
             }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
             for (id, title) in crate::probe::PROBE_IDS {
@@ -498,6 +524,10 @@ pub fn markdown_list() -> String {
             c.category(),
             c.title
         ));
+    }
+    s.push_str("\n## Policy findings\n\n`gdrdoctor check --policy FILE` adds these (see [the fleet guide](guides/fleet.md)).\n\n| id | verifies |\n|---|---|\n");
+    for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
+        s.push_str(&format!("| [`{id}`](checks/{id}.md) | {title} |\n"));
     }
     s
 }
@@ -570,5 +600,99 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
             0
         }
         Err(e) => err(e),
+    }
+}
+
+fn policy_cmd(c: &PolicyCommand) -> i32 {
+    match c {
+        PolicyCommand::Init {
+            sysroot,
+            output,
+            force,
+            static_only,
+        } => {
+            if let Some(o) = output {
+                if o.exists() && !force {
+                    return err(format!(
+                        "{} exists; pass --force to overwrite it",
+                        o.display()
+                    ));
+                }
+            }
+            let (_opened, node) = match load_node(sysroot.as_deref(), !static_only) {
+                Ok(x) => x,
+                Err(e) => return err(e),
+            };
+            let gdr = gdrdoctor_checks::gdr::verdicts(&node);
+            let text = gdrdoctor_checks::policy::init::render(&node, &gdr, crate::clock::today());
+            // What we write must read back.
+            if let Err(e) = crate::policy::parse("the generated policy", &text) {
+                return err(format!("internal error, please report it: {e}"));
+            }
+            match output {
+                Some(o) => {
+                    if let Err(e) = write_atomic(o, &text) {
+                        return err(e);
+                    }
+                    eprintln!(
+                        "gdrdoctor: wrote {}; review it, then `gdrdoctor check --policy {}`",
+                        o.display(),
+                        o.display()
+                    );
+                    0
+                }
+                None => {
+                    if emit(&text) {
+                        0
+                    } else {
+                        EXIT_USAGE
+                    }
+                }
+            }
+        }
+        PolicyCommand::Validate { file } => match crate::policy::load(file) {
+            Ok(l) => {
+                let p = &l.policy;
+                let mut parts: Vec<String> = Vec::new();
+                for (name, on) in [
+                    ("gpu", p.gpu.is_some()),
+                    ("rdma", p.rdma.is_some()),
+                    ("pcie", p.pcie.is_some()),
+                    ("driver", p.driver.is_some()),
+                    ("peer_memory", p.peer_memory.is_some()),
+                    ("iommu", p.iommu.is_some()),
+                    ("gdr", p.gdr.is_some()),
+                    ("kernel", p.kernel.is_some()),
+                ] {
+                    if on {
+                        parts.push(name.to_string());
+                    }
+                }
+                let today = crate::clock::today();
+                let expired = p.waivers.iter().filter(|w| today > w.expires).count();
+                let text = format!(
+                    "{}: valid policy: {}; {} severity override(s); {} waiver(s){}\n",
+                    file.display(),
+                    if parts.is_empty() {
+                        "no expectations".to_string()
+                    } else {
+                        parts.join(", ")
+                    },
+                    p.severity.len(),
+                    p.waivers.len(),
+                    if expired > 0 {
+                        format!(", {expired} expired")
+                    } else {
+                        String::new()
+                    }
+                );
+                if emit(&text) {
+                    0
+                } else {
+                    EXIT_USAGE
+                }
+            }
+            Err(e) => err(e),
+        },
     }
 }

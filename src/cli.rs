@@ -38,7 +38,9 @@ pub enum Command {
         "  gdrdoctor check --format junit -o gdrdoctor.xml        # CI\n",
         "  gdrdoctor check --format prometheus -o /var/lib/node_exporter/textfile/gdrdoctor.prom\n",
         "  gdrdoctor check --fail-on warn --allow-incomplete      # strict gate, tolerate non-root\n",
-        "  gdrdoctor check --sysroot snapshot/ --only kmod --skip kmod.nv-peer-mem\n\n",
+        "  gdrdoctor check --sysroot snapshot/ --only kmod --skip kmod.nv-peer-mem\n",
+        "  gdrdoctor check --policy site.toml                     # also judge against the site policy\n",
+        "  gdrdoctor check --format oneline                       # one line < 80 chars (NHC, node-problem-detector)\n\n",
         "Run as root for the full picture: PCI config space beyond 64 bytes is root-only.\n\n",
         "Exit codes (check, probe):\n",
         "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
@@ -101,6 +103,28 @@ worker process that the parent kills at the deadline, then a fresh process confi
         /// A check id, as `gdrdoctor list` shows it (e.g. iommu.mode)
         id: String,
     },
+    /// Site policy: write one from a known-good node (`init`) or check a file (`validate`)
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Roll up many nodes' JSON reports: checks x nodes, the nodes failing each check, and drift
+    #[command(after_long_help = concat!(
+        "Drift: every inventory field (driver, firmware, kernel, cmdline, NCCL environment, BAR1, \
+link states, pci devices, gdr pairs) is compared across nodes; where a minority of nodes differs \
+from the majority, the odd nodes are named. A field with no majority value is shown as split.\n\n",
+        "Examples:\n",
+        "  srun -N64 --ntasks-per-node=1 --output='reports/%N.json' gdrdoctor check -f json\n",
+        "  gdrdoctor fleet reports/\n",
+        "  srun -N64 --ntasks-per-node=1 --label gdrdoctor check -f json | gdrdoctor fleet -\n",
+        "  gdrdoctor fleet reports/ -f prometheus -o /var/lib/node_exporter/textfile/gdrdoctor_fleet.prom\n",
+        "  gdrdoctor fleet reports/ --ignore env.,pci. --allow-drift\n\n",
+        "Exit codes (fleet):\n",
+        "  0  no node failed and no drift\n",
+        "  1  a node failed (its report's exit code is 1), or drift (unless --allow-drift)\n",
+        "  2  gdrdoctor could not run (no report could be read at all, usage error)\n",
+        "  3  nothing failed, but some reports are unreadable or some nodes incomplete\n",
+        "     (unless --allow-incomplete)"
+    ))]
+    Fleet(FleetArgs),
     /// Capture every file the checks read (plus live-only facts) for --sysroot or a bug report
     #[command(
         after_long_help = "The snapshot holds exactly the files the collectors read, with sysfs \
@@ -260,6 +284,88 @@ pub struct CheckArgs {
     /// Do not query NVML, the CUDA driver and libibverbs (files only: faster, no worker process)
     #[arg(long = "static")]
     pub static_only: bool,
+    /// Also judge the node against a site policy (TOML: the gpus, ports, firmware, driver,
+    /// kernel command line the site expects, severity overrides, waivers; `gdrdoctor policy
+    /// init` writes one). Live runs read /etc/gdrdoctor/policy.toml by default when it exists
+    #[arg(long, value_name = "FILE", env = "GDRDOCTOR_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Apply no policy at all, not even /etc/gdrdoctor/policy.toml (wins over --policy)
+    #[arg(long)]
+    pub no_policy: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Write a commented policy that this node (or a snapshot) passes: start from the golden node
+    #[command(
+        after_long_help = "The policy states what the golden node shows: gpu count and model, rdma devices, \
+port state/link layer/rate/width, firmware, pcie links per class, driver, peer-memory mechanism, iommu \
+mode, gdr pairs, kernel release and command line. Delete what your site does not want to enforce; \
+per-node command-line keys (root, resume) are ignored.\n\nExamples:\n  \
+sudo gdrdoctor policy init -o /etc/gdrdoctor/policy.toml     # on the golden node\n  \
+gdrdoctor policy init --sysroot golden.tar.gz -o policy.toml\n  \
+gdrdoctor check --policy policy.toml --sysroot other-node.tar.gz"
+    )]
+    Init {
+        /// Read a snapshot instead of the live node
+        #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
+        sysroot: Option<PathBuf>,
+        /// Write the policy to FILE instead of stdout
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Overwrite FILE when it exists
+        #[arg(long)]
+        force: bool,
+        /// Do not query NVML, the CUDA driver and libibverbs
+        #[arg(long = "static")]
+        static_only: bool,
+    },
+    /// Check a policy file without a node: exit 0 when valid, 2 naming the line of the error
+    #[command(
+        after_long_help = "Examples:\n  gdrdoctor policy validate /etc/gdrdoctor/policy.toml"
+    )]
+    Validate {
+        /// The policy file (TOML)
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FleetFormat {
+    /// Checks x nodes, failing nodes, drift (default)
+    Table,
+    /// The roll-up as JSON (schema gdrdoctor.fleet/v1)
+    Json,
+    /// Prometheus text exposition (counts per check and status, drift per field)
+    Prometheus,
+}
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// JSON reports (`gdrdoctor check -f json`): files, directories (every *.json below them),
+    /// or - for stdin (one or more reports; `srun --label` output is split by task)
+    #[arg(required = true, value_name = "REPORTS")]
+    pub reports: Vec<PathBuf>,
+    /// Output format
+    #[arg(long, short = 'f', value_enum, default_value_t = FleetFormat::Table)]
+    pub format: FleetFormat,
+    /// Write the roll-up to FILE (atomically) instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Show drift, but do not let it make the exit code 1
+    #[arg(long)]
+    pub allow_drift: bool,
+    /// Exit 0 instead of 3 when some reports are unreadable or some nodes could not evaluate
+    /// every check
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Leave fields out of the drift analysis: names or prefixes as the drift table prints them
+    /// (e.g. cmdline.BOOT_IMAGE, env., pci.)
+    #[arg(long, value_delimiter = ',', value_name = "FIELD")]
+    pub ignore: Vec<String>,
+    /// Node names shown per row in the table (the JSON always lists every node)
+    #[arg(long, value_name = "N", default_value_t = 6)]
+    pub max_names: usize,
 }
 
 pub fn exit_codes_text() -> &'static str {

@@ -62,10 +62,35 @@ probe_pages!(
     "probe.p2p-bandwidth",
 );
 
+macro_rules! policy_pages {
+    ($($id:literal),* $(,)?) => {
+        /// Pages of the policy finding ids (`gdrdoctor_checks::policy::POLICY_IDS`).
+        pub static POLICY_PAGES: &[(&str, &str)] = &[
+            $(($id, include_str!(concat!("../docs/checks/", $id, ".md"))),)*
+        ];
+    };
+}
+
+policy_pages!(
+    "policy.gpu",
+    "policy.rdma",
+    "policy.ports",
+    "policy.pcie",
+    "policy.driver",
+    "policy.firmware",
+    "policy.peer-memory",
+    "policy.iommu",
+    "policy.gdr",
+    "policy.kernel",
+    "policy.cmdline",
+    "policy.waiver",
+);
+
 pub fn page(id: &str) -> Option<&'static str> {
     PAGES
         .iter()
         .chain(PROBE_PAGES.iter())
+        .chain(POLICY_PAGES.iter())
         .find(|(i, _)| *i == id)
         .map(|(_, p)| *p)
 }

@@ -37,9 +37,22 @@ fn every_check_has_a_page_and_every_page_a_check() {
         probes, probe_pages,
         "src/docs.rs must embed exactly the probe ids, in order"
     );
+    let policy: Vec<&str> = gdrdoctor_checks::policy::POLICY_IDS
+        .iter()
+        .map(|(i, _)| *i)
+        .collect();
+    let policy_pages: Vec<&str> = gdrdoctor::docs::POLICY_PAGES
+        .iter()
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(
+        policy, policy_pages,
+        "src/docs.rs must embed exactly the policy ids, in order"
+    );
     let mut sorted: Vec<String> = ids
         .iter()
         .chain(probes.iter())
+        .chain(policy.iter())
         .map(|s| s.to_string())
         .collect();
     sorted.sort();
@@ -47,6 +60,7 @@ fn every_check_has_a_page_and_every_page_a_check() {
     for (id, page) in gdrdoctor::docs::PAGES
         .iter()
         .chain(gdrdoctor::docs::PROBE_PAGES.iter())
+        .chain(gdrdoctor::docs::POLICY_PAGES.iter())
     {
         assert!(page.len() > 400, "{id}: page too short to teach anything");
         assert!(

@@ -15,6 +15,7 @@ pub mod names;
 pub mod p2p;
 pub mod parse;
 pub mod pci;
+pub mod policy;
 pub mod report;
 pub mod smi;
 pub mod testing;
@@ -49,6 +50,7 @@ pub fn report_with(
         tool: report::Tool {
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
+        timestamp: None,
         host: report::Host {
             hostname: node.hostname.get().cloned(),
             kernel: node.kernel_release.get().cloned(),
