@@ -120,46 +120,12 @@ fn the_golden_node_passes_its_own_policy() {
     );
 }
 
-/// Remove one GPU from the PCI bus (and from what NVML and CUDA report), as a GPU that fell off
-/// the bus would be.
-fn remove_gpu(root: &Path, bdf: &str) {
-    let link = root.join("sys/bus/pci/devices").join(bdf);
-    let target = std::fs::read_link(&link).unwrap();
-    let dev = link.parent().unwrap().join(target);
-    std::fs::remove_dir_all(&dev).unwrap();
-    std::fs::remove_file(&link).unwrap();
-    std::fs::remove_dir_all(root.join("proc/driver/nvidia/gpus").join(bdf)).unwrap();
-    let live = root.join("gdrdoctor/live.json");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&live).unwrap()).unwrap();
-    let keep = |x: &serde_json::Value| {
-        !x.as_object().is_some_and(|o| {
-            ["bdf", "a", "b", "a_bdf", "b_bdf"]
-                .iter()
-                .any(|k| o.get(*k).and_then(|b| b.as_str()) == Some(bdf))
-        })
-    };
-    for path in [
-        ["nvml", "value", "gpus"],
-        ["nvml", "value", "pairs"],
-        ["cuda", "value", "devices"],
-        ["cuda", "value", "peers"],
-    ] {
-        let arr = v
-            .pointer_mut(&format!("/{}/{}/{}", path[0], path[1], path[2]))
-            .and_then(|a| a.as_array_mut())
-            .unwrap();
-        arr.retain(keep);
-    }
-    std::fs::write(&live, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-}
-
 #[test]
 fn a_gpu_gone_fails_the_policy() {
     let t = tempfile::tempdir().unwrap();
     let p = golden_policy(t.path());
     let node = planted();
-    remove_gpu(node.path(), "0000:48:00.0");
+    plant::plant(node.path(), plant::Defect::GpuGone);
     let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
     assert_eq!(code, 1);
     let f = find(&r, "policy.gpu", "node");
@@ -184,8 +150,7 @@ fn a_slow_port_among_fast_ones_fails_the_policy() {
     let t = tempfile::tempdir().unwrap();
     let p = golden_policy(t.path());
     let node = planted();
-    let rate = node.path().join("sys/class/infiniband/mlx5_3/ports/1/rate");
-    std::fs::write(&rate, "200 Gb/sec (2X NDR)\n").unwrap();
+    plant::plant(node.path(), plant::Defect::SlowPort);
     // Without a policy the port is ACTIVE and passes.
     let (_, plain, _) = check_json(node.path(), &["--no-policy"]);
     assert_eq!(find(&plain, "rdma.ports", "mlx5_3/1").status, Status::Pass);
@@ -213,11 +178,7 @@ fn one_odd_firmware_fails_the_policy() {
     let t = tempfile::tempdir().unwrap();
     let p = golden_policy(t.path());
     let node = planted();
-    std::fs::write(
-        node.path().join("sys/class/infiniband/mlx5_5/fw_ver"),
-        "28.39.1002\n",
-    )
-    .unwrap();
+    plant::plant(node.path(), plant::Defect::OddFirmware);
     let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
     assert_eq!(code, 1);
     let f = find(&r, "policy.firmware", "mlx5_5");

@@ -283,7 +283,7 @@ fn scalar(v: &Value) -> Option<String> {
 
 /// The field that names an element of an inventory list.
 fn element_id(o: &serde_json::Map<String, Value>) -> Option<String> {
-    for k in ["bdf", "ibdev", "port", "index"] {
+    for k in ["ibdev", "bdf", "port", "index"] {
         if let Some(v) = o.get(k).and_then(scalar) {
             return Some(v);
         }

@@ -86,8 +86,7 @@ pub fn table(r: &Rollup, max_names: usize) -> String {
                     who.push(format!("{st}: {}", names(&list, max_names)));
                 }
             }
-            let _ = writeln!(
-                o,
+            let row = format!(
                 " {:<w$}  {:>5} {:>5} {:>5} {:>5} {:>5}  {}",
                 c.id,
                 c.pass,
@@ -97,6 +96,7 @@ pub fn table(r: &Rollup, max_names: usize) -> String {
                 c.error,
                 who.join("; ")
             );
+            let _ = writeln!(o, "{}", row.trim_end());
         }
     }
 
