@@ -291,6 +291,10 @@ fn element_id(o: &serde_json::Map<String, Value>) -> Option<String> {
     None
 }
 
+/// The value of a container (an object, a list element, the command line) that is present:
+/// fields inside it count only on the nodes where it is.
+pub const PRESENT: &str = "(present)";
+
 fn flatten_inventory(key: &mut String, inv: &Value, sink: &mut impl FnMut(&str, &str)) {
     let Value::Object(top) = inv else {
         sink("inventory", "not an object");
@@ -314,6 +318,7 @@ fn cmdline(key: &mut String, v: &Value, sink: &mut impl FnMut(&str, &str)) {
         sink(key, &scalar(v).unwrap_or_else(|| "?".into()));
         return;
     };
+    sink(key, PRESENT);
     let mut by: Vec<(String, Vec<String>)> = Vec::new();
     for it in items {
         let s = scalar(it).unwrap_or_default();
@@ -338,6 +343,7 @@ fn cmdline(key: &mut String, v: &Value, sink: &mut impl FnMut(&str, &str)) {
 fn flatten(key: &mut String, v: &Value, sink: &mut impl FnMut(&str, &str)) {
     match v {
         Value::Object(o) => {
+            sink(key, PRESENT);
             for (k, v) in o {
                 let len = key.len();
                 key.push('.');
@@ -362,7 +368,7 @@ fn flatten(key: &mut String, v: &Value, sink: &mut impl FnMut(&str, &str)) {
                 key.push('[');
                 key.push_str(&id);
                 key.push(']');
-                sink(key, "present");
+                sink(key, PRESENT);
                 match it {
                     Value::Object(o) => {
                         for (k, v) in o {
@@ -406,7 +412,8 @@ mod tests {
         });
         let has = |k: &str, v: &str| got.iter().any(|(a, b)| a == k && b == v);
         assert!(has("gpus.count", "1"));
-        assert!(has("gpus[0000:18:00.0]", "present"));
+        assert!(has("gpus[0000:18:00.0]", PRESENT));
+        assert!(has("env", PRESENT) && has("cmdline", PRESENT));
         assert!(has("gpus[0000:18:00.0].bars[1].size", "5"));
         assert!(has("nics[mlx5_0].fw_ver", "1"));
         assert!(has("nics[mlx5_0].ports[1].rate", "400"));

@@ -2,7 +2,7 @@
 //! drift (fields where a minority of nodes differs from the majority: the odd nodes out; fields
 //! with no majority: split), and the exit code.
 
-use super::digest::{slot, CheckAgg, FieldAgg, NodeInfo, Partial};
+use super::digest::{slot, CheckAgg, FieldAgg, NodeInfo, Partial, PRESENT};
 use super::input::Unreadable;
 use gdrdoctor_checks::report::Status;
 use serde::Serialize;
@@ -134,15 +134,39 @@ pub struct Options {
     pub allow_incomplete: bool,
 }
 
-/// The element a field belongs to: `nics[mlx5_3].ports[1].rate` -> `nics[mlx5_3].ports[1]`;
-/// `nics[mlx5_3].ports[1]` -> `nics[mlx5_3]`; `driver.flavor` -> none.
+/// The container a field sits in: `nics[mlx5_3].ports[1].rate` -> `nics[mlx5_3].ports[1]`;
+/// `nics[mlx5_3].ports[1]` -> `nics[mlx5_3].ports`; `pci[0000:47:00.0].acs.ctl` ->
+/// `pci[0000:47:00.0].acs`; `driver` -> none. Dots inside brackets (PCI addresses) are not
+/// boundaries.
 fn parent(field: &str) -> Option<&str> {
-    let body = field.strip_suffix(']').map(|b| {
-        // A presence key: its parent is the element before its own bracket.
-        b.rfind('[').map(|i| &b[..i]).unwrap_or(b)
-    });
-    let s = body.unwrap_or(field);
-    s.rfind(']').map(|i| &field[..=i])
+    let mut depth = 0usize;
+    let mut last = None;
+    for (i, c) in field.char_indices() {
+        match c {
+            '[' => {
+                if depth == 0 {
+                    last = Some(i);
+                }
+                depth += 1;
+            }
+            ']' => depth = depth.saturating_sub(1),
+            '.' if depth == 0 => last = Some(i),
+            _ => {}
+        }
+    }
+    last.filter(|&i| i > 0).map(|i| &field[..i])
+}
+
+/// The nearest ancestor of `k` that is a container on some node.
+fn container_of<'k>(present: &HashMap<&str, &Vec<u32>>, k: &'k str) -> Option<&'k str> {
+    let mut cur = parent(k);
+    while let Some(p) = cur {
+        if present.contains_key(p) {
+            return Some(p);
+        }
+        cur = parent(p);
+    }
+    None
 }
 
 pub fn build(
@@ -227,12 +251,13 @@ pub fn build(
         });
     }
 
-    // Drift. A field's population is every node whose report has its element (presence keys
-    // say which), or every node for top-level fields.
-    let present: HashMap<&str, usize> = fields
+    // Drift. A field's population is every node where the container it sits in is present
+    // (the nearest ancestor that is a container: a list element, an object, the command line),
+    // or every node for top-level fields. A container that is null on some node (an object the
+    // collector could not read) is one drift row, not one row per field inside it.
+    let present: HashMap<&str, &Vec<u32>> = fields
         .iter()
-        .filter(|(k, _)| k.ends_with(']'))
-        .map(|(k, f)| (k.as_str(), f.values().map(Vec::len).sum()))
+        .filter_map(|(k, f)| f.get(PRESENT).map(|n| (k.as_str(), n)))
         .collect();
     let mut drift = Vec::new();
     let mut odd: BTreeMap<u32, Vec<OddField>> = BTreeMap::new();
@@ -240,8 +265,8 @@ pub fn build(
     keys.sort();
     for k in keys {
         let f = &fields[k];
-        let population = match parent(k) {
-            Some(p) => present.get(p).copied().unwrap_or(0),
+        let population = match container_of(&present, k) {
+            Some(p) => present.get(p).map(|n| n.len()).unwrap_or(0),
             None => total,
         };
         let mut values: Vec<(&str, usize)> = f.iter().map(|(v, n)| (v.as_str(), n.len())).collect();
@@ -260,11 +285,8 @@ pub fn build(
         let holders = |v: &str| -> Vec<u32> {
             if v == ABSENT {
                 let with: std::collections::HashSet<u32> = f.values().flatten().copied().collect();
-                let universe: Vec<u32> = match parent(k) {
-                    Some(p) => fields
-                        .get(p)
-                        .map(|pf| pf.values().flatten().copied().collect())
-                        .unwrap_or_default(),
+                let universe: Vec<u32> = match container_of(&present, k) {
+                    Some(p) => present.get(p).map(|n| n.to_vec()).unwrap_or_default(),
                     None => nodes.iter().map(|(i, _)| *i).collect(),
                 };
                 let mut v: Vec<u32> = universe.into_iter().filter(|i| !with.contains(i)).collect();
@@ -392,15 +414,15 @@ mod tests {
             parent("nics[mlx5_3].ports[1].rate"),
             Some("nics[mlx5_3].ports[1]")
         );
-        assert_eq!(parent("nics[mlx5_3].ports[1]"), Some("nics[mlx5_3]"));
-        assert_eq!(parent("nics[mlx5_3]"), None);
-        assert_eq!(parent("nics.count"), None);
-        assert_eq!(parent("nics[mlx5_3].ports.count"), Some("nics[mlx5_3]"));
-        assert_eq!(parent("driver.flavor"), None);
-        assert_eq!(parent("gdr[0000:18:00.0]"), None);
+        assert_eq!(parent("nics[mlx5_3].ports[1]"), Some("nics[mlx5_3].ports"));
+        assert_eq!(parent("nics[mlx5_3]"), Some("nics"));
+        assert_eq!(parent("nics"), None);
+        assert_eq!(parent("driver.flavor"), Some("driver"));
         assert_eq!(
             parent("pci[0000:17:00.0].acs.ctl"),
-            Some("pci[0000:17:00.0]")
+            Some("pci[0000:17:00.0].acs")
         );
+        assert_eq!(parent("pci[0000:17:00.0]"), Some("pci"));
+        assert_eq!(parent("cmdline.rd.luks.uuid"), Some("cmdline.rd.luks"));
     }
 }

@@ -7,7 +7,7 @@
 use super::Style;
 use gdrdoctor_checks::report::{Finding, Report, Status};
 
-/// Characters before the newline (node-problem-detector's usual `max_output_length` is 80).
+/// Bytes before the newline (node-problem-detector's usual `max_output_length` is 80).
 pub const MAX: usize = 79;
 /// The id list keeps at most this many characters, so that a message always follows.
 const IDS_MAX: usize = 44;
@@ -53,17 +53,21 @@ fn id_list(ids: &[&str], max: usize) -> String {
     out
 }
 
-/// Cut to `max` characters (on a char boundary), marking the cut with `...`.
+/// Cut to `max` bytes (node-problem-detector cuts its plugins' output by bytes), on a character
+/// boundary, marking the cut with `...`; control characters become spaces.
 pub fn clip(s: &str, max: usize) -> String {
     let s: String = s
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    if s.chars().count() <= max {
+    if s.len() <= max {
         return s;
     }
-    let keep: String = s.chars().take(max.saturating_sub(3)).collect();
-    format!("{}...", keep.trim_end())
+    let mut end = max.saturating_sub(3);
+    while end > 0 && !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", s[..end].trim_end())
 }
 
 fn about(f: &Finding) -> String {
@@ -127,7 +131,11 @@ mod tests {
     #[test]
     fn id_lists_shorten_with_a_count() {
         assert_eq!(id_list(&["a.b", "c.d"], 20), "a.b,c.d");
-        assert_eq!(id_list(&["aaaa.b", "cccc.d", "eeee.f"], 16), "aaaa.b,+2");
+        assert_eq!(
+            id_list(&["aaaa.b", "cccc.d", "eeee.f"], 16),
+            "aaaa.b,cccc.d,+1"
+        );
+        assert_eq!(id_list(&["aaaa.b", "cccc.d", "eeee.f"], 15), "aaaa.b,+2");
         assert!(id_list(&["x".repeat(60).as_str()], 20).len() <= 20);
     }
 
@@ -135,7 +143,7 @@ mod tests {
         #[test]
         fn clip_bounds_the_line(s in "\\PC{0,200}", max in 10usize..100) {
             let c = clip(&s, max);
-            prop_assert!(c.chars().count() <= max);
+            prop_assert!(c.len() <= max);
             prop_assert!(!c.contains('\n'));
         }
 
