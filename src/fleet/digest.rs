@@ -6,9 +6,9 @@
 //! newer versions), but a document that is not a `gdrdoctor.report/v1` is unreadable, with the
 //! reason.
 
+pub use super::flat::PRESENT;
 use gdrdoctor_checks::report::Status;
 use serde::Deserialize;
-use serde_json::Value;
 use std::collections::HashMap;
 
 /// What the roll-up keeps about one node.
@@ -24,7 +24,7 @@ pub struct NodeInfo {
 }
 
 #[derive(Deserialize)]
-struct View {
+struct View<'a> {
     schema: String,
     #[serde(default)]
     timestamp: Option<String>,
@@ -33,9 +33,9 @@ struct View {
     host: HostView,
     summary: SummaryView,
     #[serde(default)]
-    inventory: Option<Value>,
-    #[serde(default)]
-    findings: Vec<FindingView>,
+    inventory: Option<super::flat::Inventory>,
+    #[serde(default, borrow)]
+    findings: Vec<FindingView<'a>>,
     #[serde(default)]
     gdr: Vec<GdrView>,
     #[serde(default)]
@@ -64,11 +64,12 @@ struct SummaryView {
 }
 
 #[derive(Deserialize)]
-struct FindingView {
-    id: String,
+struct FindingView<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
     status: Status,
-    #[serde(default)]
-    subject: String,
+    #[serde(default, borrow)]
+    subject: std::borrow::Cow<'a, str>,
 }
 
 #[derive(Deserialize)]
@@ -166,37 +167,38 @@ impl Digester<'_> {
             ));
         }
         let mut counts = [0usize; 5];
-        let mut per_check: Vec<(String, CheckOnNode)> = Vec::new();
+        let mut per_check: Vec<(&str, CheckOnNode)> = Vec::new();
         for f in &v.findings {
             counts[slot(f.status)] += 1;
+            let bad = !matches!(f.status, Status::Pass | Status::Skip);
             match per_check.iter_mut().find(|(id, _)| *id == f.id) {
                 Some((_, c)) => {
                     if f.status > c.worst {
                         c.worst = f.status;
                     }
-                    if !matches!(f.status, Status::Pass | Status::Skip) {
-                        c.subjects.push(f.subject.clone());
+                    if bad {
+                        c.subjects.push(f.subject.to_string());
                     }
                 }
                 None => per_check.push((
-                    f.id.clone(),
+                    &f.id,
                     CheckOnNode {
                         worst: f.status,
-                        subjects: if matches!(f.status, Status::Pass | Status::Skip) {
-                            vec![]
+                        subjects: if bad {
+                            vec![f.subject.to_string()]
                         } else {
-                            vec![f.subject.clone()]
+                            vec![]
                         },
                     },
                 )),
             }
         }
         for (id, c) in per_check {
-            let agg = match part.checks.get_mut(&id) {
+            let agg = match part.checks.get_mut(id) {
                 Some(a) => a,
                 None => {
-                    part.check_order.push(id.clone());
-                    part.checks.entry(id).or_default()
+                    part.check_order.push(id.to_string());
+                    part.checks.entry(id.to_string()).or_default()
                 }
             };
             agg.counts[slot(c.worst)] += 1;
@@ -229,8 +231,9 @@ impl Digester<'_> {
                 .unwrap_or("null"),
         );
         if let Some(inv) = &v.inventory {
-            let mut key = String::new();
-            flatten_inventory(&mut key, inv, &mut sink);
+            for (k, val) in inv.0.iter() {
+                sink(k, val);
+            }
         }
         // GDR: per GPU, the NICs it has GPUDirect RDMA with and at what distance.
         let mut per_gpu: Vec<(&str, Vec<String>)> = Vec::new();
@@ -271,158 +274,15 @@ impl Digester<'_> {
     }
 }
 
-fn scalar(v: &Value) -> Option<String> {
-    match v {
-        Value::Null => Some("null".into()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::String(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-/// The field that names an element of an inventory list.
-fn element_id(o: &serde_json::Map<String, Value>) -> Option<String> {
-    for k in ["ibdev", "bdf", "port", "index"] {
-        if let Some(v) = o.get(k).and_then(scalar) {
-            return Some(v);
-        }
-    }
-    None
-}
-
-/// The value of a container (an object, a list element, the command line) that is present:
-/// fields inside it count only on the nodes where it is.
-pub const PRESENT: &str = "(present)";
-
-fn flatten_inventory(key: &mut String, inv: &Value, sink: &mut impl FnMut(&str, &str)) {
-    let Value::Object(top) = inv else {
-        sink("inventory", "not an object");
-        return;
-    };
-    for (k, v) in top {
-        let len = key.len();
-        key.push_str(k);
-        if k == "cmdline" {
-            cmdline(key, v, sink);
-        } else {
-            flatten(key, v, sink);
-        }
-        key.truncate(len);
-    }
-}
-
-/// `cmdline.KEY = value` (`(flag)` for a bare parameter; repeated keys joined by spaces).
-fn cmdline(key: &mut String, v: &Value, sink: &mut impl FnMut(&str, &str)) {
-    let Value::Array(items) = v else {
-        sink(key, &scalar(v).unwrap_or_else(|| "?".into()));
-        return;
-    };
-    sink(key, PRESENT);
-    let mut by: Vec<(String, Vec<String>)> = Vec::new();
-    for it in items {
-        let s = scalar(it).unwrap_or_default();
-        let (k, val) = match s.split_once('=') {
-            Some((k, v)) => (k.to_string(), v.to_string()),
-            None => (s.clone(), "(flag)".to_string()),
-        };
-        match by.iter_mut().find(|(x, _)| *x == k) {
-            Some((_, vals)) => vals.push(val),
-            None => by.push((k, vec![val])),
-        }
-    }
-    for (k, vals) in by {
-        let len = key.len();
-        key.push('.');
-        key.push_str(&k);
-        sink(key, &vals.join(" "));
-        key.truncate(len);
-    }
-}
-
-fn flatten(key: &mut String, v: &Value, sink: &mut impl FnMut(&str, &str)) {
-    match v {
-        Value::Object(o) => {
-            sink(key, PRESENT);
-            for (k, v) in o {
-                let len = key.len();
-                key.push('.');
-                key.push_str(k);
-                flatten(key, v, sink);
-                key.truncate(len);
-            }
-        }
-        Value::Array(items) if items.iter().any(|i| i.is_object()) => {
-            {
-                let len = key.len();
-                key.push_str(".count");
-                sink(key, &items.len().to_string());
-                key.truncate(len);
-            }
-            for (i, it) in items.iter().enumerate() {
-                let id = match it {
-                    Value::Object(o) => element_id(o).unwrap_or_else(|| format!("#{i}")),
-                    _ => format!("#{i}"),
-                };
-                let len = key.len();
-                key.push('[');
-                key.push_str(&id);
-                key.push(']');
-                sink(key, PRESENT);
-                match it {
-                    Value::Object(o) => {
-                        for (k, v) in o {
-                            let l2 = key.len();
-                            key.push('.');
-                            key.push_str(k);
-                            flatten(key, v, sink);
-                            key.truncate(l2);
-                        }
-                    }
-                    other => sink(key, &scalar(other).unwrap_or_default()),
-                }
-                key.truncate(len);
-            }
-        }
-        Value::Array(items) => {
-            let parts: Vec<String> = items.iter().filter_map(scalar).collect();
-            sink(key, &parts.join(" "));
-        }
-        other => sink(key, &scalar(other).unwrap_or_default()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-
     #[test]
-    fn inventory_flattens_by_element_id() {
-        let inv = serde_json::json!({
-            "gpus": [{"bdf": "0000:18:00.0", "bars": [{"index": 1, "size": 5, "start": "0x1"}]}],
-            "nics": [{"ibdev": "mlx5_0", "fw_ver": "1", "ports": [{"port": 1, "rate": "400"}]}],
-            "cmdline": ["ro", "iommu=pt", "root=UUID=1"],
-            "env": {"NCCL_IB_HCA": "mlx5"},
-        });
-        let mut got: Vec<(String, String)> = Vec::new();
-        let mut key = String::new();
-        flatten_inventory(&mut key, &inv, &mut |k: &str, v: &str| {
-            got.push((k.into(), v.into()))
-        });
-        let has = |k: &str, v: &str| got.iter().any(|(a, b)| a == k && b == v);
-        assert!(has("gpus.count", "1"));
-        assert!(has("gpus[0000:18:00.0]", PRESENT));
-        assert!(has("env", PRESENT) && has("cmdline", PRESENT));
-        assert!(has("gpus[0000:18:00.0].bars[1].size", "5"));
-        assert!(has("nics[mlx5_0].fw_ver", "1"));
-        assert!(has("nics[mlx5_0].ports[1].rate", "400"));
-        assert!(has("cmdline.ro", "(flag)"));
-        assert!(has("cmdline.iommu", "pt"));
-        assert!(has("cmdline.root", "UUID=1"));
-        assert!(has("env.NCCL_IB_HCA", "mlx5"));
-        let d = Digester { ignore: &[] };
+    fn volatile_fields_and_bar_addresses_are_left_out() {
+        let d = super::Digester {
+            ignore: &["env.".to_string()],
+        };
         assert!(d.ignored("cmdline.root") && d.ignored("gpus[x].bars[1].start"));
-        assert!(!d.ignored("gpus[x].bars[1].size"));
+        assert!(d.ignored("env.NCCL_IB_HCA"));
+        assert!(!d.ignored("gpus[x].bars[1].size") && !d.ignored("cmdline.iommu"));
     }
 }

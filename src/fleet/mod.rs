@@ -6,6 +6,7 @@
 //! reports are named in the output and make the exit code 3, never silently dropped.
 
 pub mod digest;
+pub mod flat;
 pub mod input;
 pub mod render;
 pub mod rollup;
