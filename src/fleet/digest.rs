@@ -136,7 +136,7 @@ pub struct Digester<'a> {
 impl Digester<'_> {
     fn ignored(&self, key: &str) -> bool {
         self.ignore.iter().any(|p| key.starts_with(p.as_str()))
-            || VOLATILE.iter().any(|p| key == *p)
+            || VOLATILE.contains(&key)
             // BAR addresses depend on the firmware's allocation; sizes are what matter.
             || key.ends_with(".start")
     }

@@ -98,7 +98,7 @@ pub fn expectations(node: &Node, gdr: &[GdrPair], p: &Policy, cx: &Context) -> V
     rules.sort_by_key(|(id, _)| order(id));
     let mut out = Vec::new();
     for (id, rule) in rules {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rule())) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(rule)) {
             Ok(f) => out.extend(f),
             Err(_) => out.push(Finding::new(
                 id,
@@ -1194,7 +1194,7 @@ fn cmdline(node: &Node, r: &CmdlineRule, cx: &Context) -> Vec<Finding> {
     let mut problems = Vec::new();
     let required: Vec<&CmdlineParam> = r.require.iter().filter(|p| !ignored(p.key())).collect();
     for p in &required {
-        if args.iter().any(|a| *a == p.0) {
+        if args.contains(&p.0) {
             continue;
         }
         let same_key: Vec<&String> = args.iter().filter(|a| key_of(a) == p.key()).collect();
@@ -1425,6 +1425,111 @@ mod tests {
         );
         assert_eq!(parse_rate("garbage"), (None, None));
         assert_eq!(parse_rate(""), (None, None));
+    }
+
+    fn full_policy() -> Policy {
+        let p = |s: &str| Version::parse(s).unwrap();
+        Policy {
+            gpu: Some(GpuRule {
+                count: Some(8),
+                model: Some(NonEmpty("H200".into())),
+                device_id: None,
+            }),
+            rdma: Some(RdmaRule {
+                count: Some(8),
+                ports: OneOrMany(vec![PortRule {
+                    state: Some(PortState::Active),
+                    rate_gbps: Some(Rate(400.0)),
+                    ..Default::default()
+                }]),
+                firmware: Some(FirmwareRule {
+                    version: Some(p("28.43.1014")),
+                    all_equal: Some(true),
+                    ..Default::default()
+                }),
+            }),
+            pcie: Some(PcieRule {
+                gpu: Some(LinkRule {
+                    speed_gts: Some(LinkSpeed(32.0)),
+                    width: Some(LinkWidth(16)),
+                }),
+                ..Default::default()
+            }),
+            driver: Some(DriverRule {
+                flavor: Some(DriverFlavor::Open),
+                version: None,
+                min_version: Some(p("570")),
+            }),
+            peer_memory: Some(PeerMemoryRule {
+                mechanism: Mechanism::Either,
+            }),
+            iommu: Some(IommuRule {
+                mode: OneOrMany(vec![IommuModeName::Off]),
+            }),
+            gdr: Some(GdrRule {
+                every_gpu: Some(true),
+                max_path: PathName::parse("PXB"),
+                min_pairs: Some(8),
+            }),
+            kernel: Some(KernelRule {
+                release: Some(NonEmpty("6.8.0".into())),
+                min_release: None,
+                cmdline: Some(CmdlineRule {
+                    require: vec![CmdlineParam("iommu=pt".into())],
+                    forbid: vec![],
+                    ignore: vec![],
+                    allow_extra: false,
+                }),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn missing_evidence_is_never_a_pass() {
+        // Every fact unreadable: every rule says error (or fails what it can prove), none passes.
+        let mut node = crate::testing::empty_node();
+        node.pci = Fact::absent("/sys/bus/pci/devices", "permission denied");
+        node.rdma = Fact::absent("/sys/class/infiniband", "permission denied");
+        let cx = Context {
+            path: "p.toml".into(),
+            today: Date::from_unix(0),
+        };
+        let f = expectations(&node, &[], &full_policy(), &cx);
+        let ids: BTreeSet<&str> = f.iter().map(|f| f.id.as_str()).collect();
+        assert!(ids.len() >= 10, "{ids:?}");
+        for x in &f {
+            assert_ne!(x.status, Status::Pass, "{x:#?}");
+            assert!(
+                !x.evidence.is_empty() || x.status == Status::Error,
+                "{x:#?}"
+            );
+        }
+        assert!(f
+            .iter()
+            .any(|x| x.id == "policy.gpu" && x.status == Status::Error));
+        assert!(f
+            .iter()
+            .any(|x| x.id == "policy.cmdline" && x.status == Status::Error));
+    }
+
+    #[test]
+    fn an_empty_policy_adds_nothing_and_changes_nothing() {
+        let node = crate::testing::empty_node();
+        let mut r = crate::build_report(&node, &crate::RunOptions::default());
+        let before = r.clone();
+        let cx = Context {
+            path: "p.toml".into(),
+            today: Date::from_unix(0),
+        };
+        apply(
+            &mut r,
+            &node,
+            &Policy::default(),
+            &cx,
+            &crate::RunOptions::default(),
+        );
+        assert_eq!(r, before);
     }
 
     proptest! {

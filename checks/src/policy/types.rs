@@ -642,7 +642,7 @@ impl Date {
         let month: u32 = s.get(5..7)?.parse().ok()?;
         let day: u32 = s.get(8..10)?.parse().ok()?;
         let d = Date { year, month, day };
-        (month >= 1 && month <= 12 && day >= 1 && day <= d.days_in_month()).then_some(d)
+        ((1..=12).contains(&month) && day >= 1 && day <= d.days_in_month()).then_some(d)
     }
     fn days_in_month(&self) -> u32 {
         match self.month {
