@@ -19,19 +19,28 @@ pub fn resolve(
     disabled: bool,
     live: bool,
 ) -> Result<Option<Loaded>, String> {
+    resolve_with(explicit, disabled, live, Path::new(DEFAULT_PATH))
+}
+
+/// [`resolve`] with the default path as a parameter (tests).
+pub fn resolve_with(
+    explicit: Option<&Path>,
+    disabled: bool,
+    live: bool,
+    default: &Path,
+) -> Result<Option<Loaded>, String> {
     if disabled {
         return Ok(None);
     }
     let path = match explicit {
         Some(p) => p.to_path_buf(),
         None => {
-            let d = PathBuf::from(DEFAULT_PATH);
-            // A dangling link or an unreadable directory still counts as "present": a policy
-            // the site installed must not be skipped silently.
-            if !live || std::fs::symlink_metadata(&d).is_err() {
+            // A dangling link or an unreadable file still counts as "present": a policy the
+            // site installed must not be skipped silently.
+            if !live || std::fs::symlink_metadata(default).is_err() {
                 return Ok(None);
             }
-            d
+            default.to_path_buf()
         }
     };
     load(&path).map(Some)
@@ -142,6 +151,32 @@ mod tests {
         assert!(e.contains("not a pcie speed"), "{e}");
         let e = parse("p.toml", "x = [\n").unwrap_err();
         assert!(e.starts_with("p.toml:"), "{e}");
+    }
+
+    #[test]
+    fn the_default_file_applies_to_live_runs_only() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("policy.toml");
+        // Absent: no policy.
+        assert!(resolve_with(None, false, true, &d).unwrap().is_none());
+        std::fs::write(&d, "[gpu]\ncount = 8\n").unwrap();
+        let l = resolve_with(None, false, true, &d).unwrap().unwrap();
+        assert_eq!(l.path, d);
+        assert_eq!(l.policy.gpu.unwrap().count, Some(8));
+        // Not for a sysroot, not with --no-policy.
+        assert!(resolve_with(None, false, false, &d).unwrap().is_none());
+        assert!(resolve_with(None, true, true, &d).unwrap().is_none());
+        // --no-policy wins over --policy.
+        assert!(resolve_with(Some(&d), true, true, &d).unwrap().is_none());
+        // A broken default file stops the run, naming itself.
+        std::fs::write(&d, "[gpu]\ncount = \"eight\"\n").unwrap();
+        let e = resolve_with(None, false, true, &d).err().unwrap();
+        assert!(e.contains("policy.toml:2:9"), "{e}");
+        // A dangling link where the default should be is not silently skipped.
+        let link = t.path().join("link.toml");
+        std::os::unix::fs::symlink(t.path().join("nowhere"), &link).unwrap();
+        let e = resolve_with(None, false, true, &link).err().unwrap();
+        assert!(e.contains("link.toml"), "{e}");
     }
 
     #[test]

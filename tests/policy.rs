@@ -146,6 +146,33 @@ fn a_gpu_gone_fails_the_policy() {
 }
 
 #[test]
+fn a_gpu_the_driver_or_nvml_lost_fails_the_policy() {
+    // Still on the PCI bus, but NVML no longer lists it (a GPU in a bad state after Xid 79).
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    let node = planted();
+    let live = node.path().join("gdrdoctor/live.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&live).unwrap()).unwrap();
+    v.pointer_mut("/nvml/value/gpus")
+        .and_then(|g| g.as_array_mut())
+        .unwrap()
+        .retain(|g| g["bdf"] != "0000:48:00.0");
+    std::fs::write(&live, v.to_string()).unwrap();
+    let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    let f = find(&r, "policy.gpu", "node");
+    assert_eq!(
+        f.message,
+        "nvml sees 7 of the 8 gpus the policy expects (not 0000:48:00.0)"
+    );
+    assert!(f
+        .evidence
+        .iter()
+        .any(|e| e.observed.starts_with("7 gpu(s)")));
+}
+
+#[test]
 fn a_slow_port_among_fast_ones_fails_the_policy() {
     let t = tempfile::tempdir().unwrap();
     let p = golden_policy(t.path());

@@ -156,6 +156,56 @@ fn gpu(node: &Node, r: &GpuRule, cx: &Context) -> Vec<Finding> {
             .fix("the node has more gpus than the site expects: check that it is the node class this policy is for, or change gpu.count")
         };
         out.push(f.expect(src, observed, cx.want(n, "gpu.count")));
+        // The driver's and NVML's views, when they were read: a GPU on the bus that the driver
+        // did not initialise, or that NVML does not see, is as gone for jobs.
+        if gpus.len() == n as usize {
+            let mut views: Vec<(String, Vec<String>)> = Vec::new();
+            if let Some(d) = node.nvidia.gpus.get() {
+                views.push((
+                    node.nvidia.gpus.source().to_string(),
+                    d.keys().cloned().collect(),
+                ));
+            }
+            if let Some(v) = node.live.nvml.get() {
+                views.push((
+                    format!("{} (nvmlDeviceGetCount)", node.live.nvml.source()),
+                    v.gpus.iter().map(|g| g.bdf.clone()).collect(),
+                ));
+            }
+            for (source, seen) in views {
+                if seen.len() == n as usize {
+                    continue;
+                }
+                let missing: Vec<&str> = bdfs
+                    .iter()
+                    .copied()
+                    .filter(|b| !seen.iter().any(|s| s.eq_ignore_ascii_case(b)))
+                    .collect();
+                let what = if source.starts_with("/proc") {
+                    "the nvidia driver initialised"
+                } else {
+                    "nvml sees"
+                };
+                if let Some(f) = out.iter_mut().find(|f| f.id == ID && f.subject == "node") {
+                    f.status = Status::Fail;
+                    f.message = format!(
+                        "{what} {} of the {n} gpus the policy expects{}",
+                        seen.len(),
+                        if missing.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (not {})", missing.join(" "))
+                        }
+                    );
+                    f.evidence.push(Evidence {
+                        source: source.clone(),
+                        observed: format!("{} gpu(s): {}", seen.len(), seen.join(" ")),
+                        expected: Some(cx.want(n, "gpu.count")),
+                    });
+                    f.remediation = Some("a gpu is on the bus but not usable: `nvidia-smi -L` lists what the driver offers, `dmesg | grep -i -E 'nvrm|xid'` says why one was not initialised (Xid 79, 119, a failed GSP boot); reset it (`nvidia-smi -r`) or reboot, and replace it if it keeps failing".into());
+                }
+            }
+        }
     }
     if r.model.is_some() || r.device_id.is_some() {
         let mut bad = Vec::new();
