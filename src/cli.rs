@@ -104,7 +104,17 @@ worker process that the parent kills at the deadline, then a fresh process confi
         id: String,
     },
     /// Site policy: write one from a known-good node (`init`) or check a file (`validate`)
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_long_help = "A policy states what the site expects of a node (gpu count and model, rdma \
+devices, port state/rate/width, pcie links, driver, firmware, peer memory, iommu, gdr pairs, kernel \
+and command line), with severity overrides and waivers that carry a reason and an expiry date. \
+`gdrdoctor check --policy FILE` adds policy.* findings; live runs read /etc/gdrdoctor/policy.toml \
+when it exists (--no-policy turns it off). Guide: docs/guides/fleet.md.\n\nExamples:\n  \
+sudo gdrdoctor policy init -o /etc/gdrdoctor/policy.toml\n  \
+gdrdoctor policy validate /etc/gdrdoctor/policy.toml\n  \
+gdrdoctor check --policy /etc/gdrdoctor/policy.toml --format oneline"
+    )]
     Policy(PolicyCommand),
     /// Roll up many nodes' JSON reports: checks x nodes, the nodes failing each check, and drift
     #[command(after_long_help = concat!(
@@ -115,7 +125,7 @@ from the majority, the odd nodes are named. A field with no majority value is sh
         "  srun -N64 --ntasks-per-node=1 --output='reports/%N.json' gdrdoctor check -f json\n",
         "  gdrdoctor fleet reports/\n",
         "  srun -N64 --ntasks-per-node=1 --label gdrdoctor check -f json | gdrdoctor fleet -\n",
-        "  gdrdoctor fleet reports/ -f prometheus -o /var/lib/node_exporter/textfile/gdrdoctor_fleet.prom\n",
+        "  gdrdoctor fleet reports/ -f prometheus -o /var/lib/node_exporter/textfile_collector/gdrdoctor_fleet.prom\n",
         "  gdrdoctor fleet reports/ --ignore env.,pci. --allow-drift\n\n",
         "Exit codes (fleet):\n",
         "  0  no node failed and no drift\n",
