@@ -1,6 +1,8 @@
 //! Glue: parse the command line, run the command, map the outcome to the exit-code contract.
 
-use crate::cli::{CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, TopoFormat};
+use crate::cli::{
+    CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, PolicyCommand, TopoFormat,
+};
 use crate::collect::{self, Libraries};
 use crate::render::{self, Style};
 use crate::source::{Location, Source};
@@ -56,6 +58,8 @@ pub fn main() -> i32 {
         Command::Man { out_dir } => man(out_dir.as_deref()),
         Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
         Command::Watch(args) => crate::watch::command(&args),
+        Command::Policy(p) => policy_cmd(&p),
+        Command::Fleet(a) => crate::fleet::run(&a),
     }
 }
 
@@ -196,6 +200,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     };
     let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
     report.probe = Some(serde_json::Value::Object(records));
+    report.timestamp = Some(crate::clock::now_rfc3339());
     deliver(
         &report,
         args.format,
@@ -272,6 +277,15 @@ fn check(args: &CheckArgs) -> i32 {
                 .join(", ")
         ));
     }
+    // The policy is read before the node, so that a broken policy file stops the run (exit 2).
+    let policy = match crate::policy::resolve(
+        args.policy.as_deref(),
+        args.no_policy,
+        args.sysroot.is_none(),
+    ) {
+        Ok(p) => p,
+        Err(e) => return err(e),
+    };
     let libs = if args.static_only {
         Libraries::Skip
     } else {
@@ -306,7 +320,15 @@ fn check(args: &CheckArgs) -> i32 {
         },
         allow_incomplete: args.allow_incomplete,
     };
-    let report = gdrdoctor_checks::build_report(&node, &opts);
+    let mut report = gdrdoctor_checks::build_report(&node, &opts);
+    if let Some(l) = &policy {
+        let cx = gdrdoctor_checks::policy::Context {
+            path: l.path.display().to_string(),
+            today: crate::clock::today(),
+        };
+        gdrdoctor_checks::policy::apply(&mut report, &node, &l.policy, &cx, &opts);
+    }
+    report.timestamp = Some(crate::clock::now_rfc3339());
     rates.finish(&node);
     deliver(
         &report,
@@ -336,6 +358,10 @@ fn list(format: ListFormat) -> i32 {
             let mut s = String::new();
             for c in CHECKS {
                 s.push_str(&row(c.id, c.title));
+            }
+            s.push_str("\npolicy findings (gdrdoctor check --policy):\n");
+            for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
+                s.push_str(&format!("{id:<w$}  {title}\n"));
             }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
             for f in crate::probe::finding_defs() {
@@ -374,6 +400,10 @@ pub fn markdown_list() -> String {
             c.category(),
             c.title
         ));
+    }
+    s.push_str("\n## Policy findings\n\n`gdrdoctor check --policy FILE` adds these (see [the fleet guide](guides/fleet.md)).\n\n| id | verifies |\n|---|---|\n");
+    for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
+        s.push_str(&format!("| [`{id}`](checks/{id}.md) | {title} |\n"));
     }
     s
 }
@@ -467,5 +497,104 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
             0
         }
         Err(e) => err(e),
+    }
+}
+
+fn policy_cmd(c: &PolicyCommand) -> i32 {
+    match c {
+        PolicyCommand::Init {
+            sysroot,
+            output,
+            force,
+            static_only,
+        } => {
+            if let Some(o) = output {
+                if o.exists() && !force {
+                    return err(format!(
+                        "{} exists; pass --force to overwrite it",
+                        o.display()
+                    ));
+                }
+            }
+            let libs = if *static_only {
+                Libraries::Skip
+            } else {
+                Libraries::Query
+            };
+            let (_src, node) = match load_node(Location::from_arg(sysroot.as_deref()), libs) {
+                Ok(x) => x,
+                Err(e) => return err(e),
+            };
+            let gdr = gdrdoctor_checks::gdr::verdicts(&node);
+            let text = gdrdoctor_checks::policy::init::render(&node, &gdr, crate::clock::today());
+            // What we write must read back.
+            if let Err(e) = crate::policy::parse("the generated policy", &text) {
+                return err(format!("internal error, please report it: {e}"));
+            }
+            match output {
+                Some(o) => {
+                    if let Err(e) = write_atomic(o, &text) {
+                        return err(e);
+                    }
+                    eprintln!(
+                        "gdrdoctor: wrote {}; review it, then `gdrdoctor check --policy {}`",
+                        o.display(),
+                        o.display()
+                    );
+                    0
+                }
+                None => {
+                    if emit(&text) {
+                        0
+                    } else {
+                        EXIT_USAGE
+                    }
+                }
+            }
+        }
+        PolicyCommand::Validate { file } => match crate::policy::load(file) {
+            Ok(l) => {
+                let p = &l.policy;
+                let mut parts: Vec<String> = Vec::new();
+                for (name, on) in [
+                    ("gpu", p.gpu.is_some()),
+                    ("rdma", p.rdma.is_some()),
+                    ("pcie", p.pcie.is_some()),
+                    ("driver", p.driver.is_some()),
+                    ("peer_memory", p.peer_memory.is_some()),
+                    ("iommu", p.iommu.is_some()),
+                    ("gdr", p.gdr.is_some()),
+                    ("kernel", p.kernel.is_some()),
+                ] {
+                    if on {
+                        parts.push(name.to_string());
+                    }
+                }
+                let today = crate::clock::today();
+                let expired = p.waivers.iter().filter(|w| today > w.expires).count();
+                let text = format!(
+                    "{}: valid policy: {}; {} severity override(s); {} waiver(s){}\n",
+                    file.display(),
+                    if parts.is_empty() {
+                        "no expectations".to_string()
+                    } else {
+                        parts.join(", ")
+                    },
+                    p.severity.len(),
+                    p.waivers.len(),
+                    if expired > 0 {
+                        format!(", {expired} expired")
+                    } else {
+                        String::new()
+                    }
+                );
+                if emit(&text) {
+                    0
+                } else {
+                    EXIT_USAGE
+                }
+            }
+            Err(e) => err(e),
+        },
     }
 }

@@ -33,7 +33,7 @@ pub const VERSION: &str = concat!(
 gdrdoctor reads the node (sysfs, procfs, the NVIDIA driver's files) and answers one question: will \
 GPU-to-NIC RDMA work here, and if not, exactly why and what to change. Run it first on a new node, \
 gate CI preflight on its exit code, attach a snapshot to a bug report.",
-    after_long_help = "Examples:\n  gdrdoctor check                       # static checks of this node, as a table\n  gdrdoctor check --format json > r.json\n  gdrdoctor check --only rdma,iommu     # only some categories\n  gdrdoctor snapshot node.tar.gz        # capture what the checks read\n  gdrdoctor check --sysroot node.tar.gz # ... and check it anywhere\n  gdrdoctor explain kmod.nvidia-peermem\n  gdrdoctor list\n  gdrdoctor completions bash > /etc/bash_completion.d/gdrdoctor"
+    after_long_help = "Examples:\n  gdrdoctor check                       # static checks of this node, as a table\n  gdrdoctor check --format json > r.json\n  gdrdoctor check --only rdma,iommu     # only some categories\n  gdrdoctor snapshot node.tar.gz        # capture what the checks read\n  gdrdoctor check --sysroot node.tar.gz # ... and check it anywhere\n  gdrdoctor explain kmod.nvidia-peermem\n  gdrdoctor list\n  gdrdoctor policy init -o policy.toml  # the site's expectations, from a golden node\n  gdrdoctor check --policy policy.toml\n  gdrdoctor fleet reports/              # many nodes' JSON reports: failures and drift"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -51,7 +51,9 @@ pub enum Command {
         "  gdrdoctor check --fail-on warn --allow-incomplete      # strict gate, tolerate non-root\n",
         "  gdrdoctor check --sysroot snapshot/ --only kmod --skip kmod.nv-peer-mem\n",
         "  gdrdoctor check --interval 10s --only counters    # is a link flapping right now?\n",
-        "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n\n",
+        "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n",
+        "  gdrdoctor check --policy site.toml                # also judge against the site policy\n",
+        "  gdrdoctor check --format oneline                  # one line < 80 chars (NHC, node-problem-detector)\n\n",
         "Error counters only grow, so one reading says little. `--interval` reads them twice; \
 without it, each live run records the counters in /run/gdrdoctor/counters.json (--state-dir, \
 GDRDOCTOR_STATE_DIR) and the next run of the same boot judges the growth since then: run \
@@ -165,6 +167,38 @@ gdrdoctor man --out-dir /usr/local/share/man/man1   # gdrdoctor.1, gdrdoctor-che
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Site policy: write one from a known-good node (`init`) or check a file (`validate`)
+    #[command(
+        subcommand,
+        after_long_help = "A policy states what the site expects of a node (gpu count and model, rdma \
+devices, port state/rate/width, pcie links, driver, firmware, peer memory, iommu, gdr pairs, kernel \
+and command line), with severity overrides and waivers that carry a reason and an expiry date. \
+`gdrdoctor check --policy FILE` adds policy.* findings; live runs read /etc/gdrdoctor/policy.toml \
+when it exists (--no-policy turns it off). Guide: docs/guides/fleet.md.\n\nExamples:\n  \
+sudo gdrdoctor policy init -o /etc/gdrdoctor/policy.toml\n  \
+gdrdoctor policy validate /etc/gdrdoctor/policy.toml\n  \
+gdrdoctor check --policy /etc/gdrdoctor/policy.toml --format oneline"
+    )]
+    Policy(PolicyCommand),
+    /// Roll up many nodes' JSON reports: checks x nodes, the nodes failing each check, and drift
+    #[command(after_long_help = concat!(
+        "Drift: every inventory field (driver, firmware, kernel, cmdline, NCCL environment, BAR1, \
+link states, pci devices, gdr pairs) is compared across nodes; where a minority of nodes differs \
+from the majority, the odd nodes are named. A field with no majority value is shown as split.\n\n",
+        "Examples:\n",
+        "  srun -N64 --ntasks-per-node=1 --output='reports/%N.json' gdrdoctor check -f json\n",
+        "  gdrdoctor fleet reports/\n",
+        "  srun -N64 --ntasks-per-node=1 --label gdrdoctor check -f json | gdrdoctor fleet -\n",
+        "  gdrdoctor fleet reports/ -f prometheus -o /var/lib/node_exporter/textfile_collector/gdrdoctor_fleet.prom\n",
+        "  gdrdoctor fleet reports/ --ignore env.,pci. --allow-drift\n\n",
+        "Exit codes (fleet):\n",
+        "  0  no node failed and no drift\n",
+        "  1  a node failed (its report's exit code is 1), or drift (unless --allow-drift)\n",
+        "  2  gdrdoctor could not run (no report could be read at all, usage error)\n",
+        "  3  nothing failed, but some reports are unreadable or some nodes incomplete\n",
+        "     (unless --allow-incomplete)"
+    ))]
+    Fleet(FleetArgs),
     /// Capture every file the checks read (plus live-only facts) for --sysroot or a bug report
     #[command(
         after_long_help = "The snapshot holds exactly the files the collectors read, with sysfs \
@@ -338,6 +372,14 @@ pub struct CheckArgs {
     /// unless --interval is given)
     #[arg(long)]
     pub no_state: bool,
+    /// Also judge the node against a site policy (TOML: the gpus, ports, firmware, driver,
+    /// kernel command line the site expects, severity overrides, waivers; `gdrdoctor policy
+    /// init` writes one). Live runs read /etc/gdrdoctor/policy.toml by default when it exists
+    #[arg(long, value_name = "FILE", env = "GDRDOCTOR_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Apply no policy at all, not even /etc/gdrdoctor/policy.toml (wins over --policy)
+    #[arg(long)]
+    pub no_policy: bool,
 }
 
 /// `--nccl-version`: `2.28.9`, `2.28` or `v2.28.9-1`.
@@ -345,6 +387,80 @@ fn parse_nccl_version(s: &str) -> Result<String, String> {
     gdrdoctor_checks::nccl::Version::parse(s)
         .map(|v| v.to_string())
         .ok_or_else(|| format!("`{s}` is not an NCCL 2.x version (expected e.g. 2.28.9)"))
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Write a commented policy that this node (or a snapshot) passes: start from the golden node
+    #[command(
+        after_long_help = "The policy states what the golden node shows: gpu count and model, rdma devices, \
+port state/link layer/rate/width, firmware, pcie links per class, driver, peer-memory mechanism, iommu \
+mode, gdr pairs, kernel release and command line. Delete what your site does not want to enforce; \
+per-node command-line keys (root, resume) are ignored.\n\nExamples:\n  \
+sudo gdrdoctor policy init -o /etc/gdrdoctor/policy.toml     # on the golden node\n  \
+gdrdoctor policy init --sysroot golden.tar.gz -o policy.toml\n  \
+gdrdoctor check --policy policy.toml --sysroot other-node.tar.gz"
+    )]
+    Init {
+        /// Read a snapshot instead of the live node
+        #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
+        sysroot: Option<PathBuf>,
+        /// Write the policy to FILE instead of stdout
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Overwrite FILE when it exists
+        #[arg(long)]
+        force: bool,
+        /// Do not query NVML, the CUDA driver and libibverbs
+        #[arg(long = "static")]
+        static_only: bool,
+    },
+    /// Check a policy file without a node: exit 0 when valid, 2 naming the line of the error
+    #[command(
+        after_long_help = "Examples:\n  gdrdoctor policy validate /etc/gdrdoctor/policy.toml"
+    )]
+    Validate {
+        /// The policy file (TOML)
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FleetFormat {
+    /// Checks x nodes, failing nodes, drift (default)
+    Table,
+    /// The roll-up as JSON (schema gdrdoctor.fleet/v1)
+    Json,
+    /// Prometheus text exposition (counts per check and status, drift per field)
+    Prometheus,
+}
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// JSON reports (`gdrdoctor check -f json`): files, directories (every *.json below them),
+    /// or - for stdin (one or more reports; `srun --label` output is split by task)
+    #[arg(required = true, value_name = "REPORTS")]
+    pub reports: Vec<PathBuf>,
+    /// Output format
+    #[arg(long, short = 'f', value_enum, default_value_t = FleetFormat::Table)]
+    pub format: FleetFormat,
+    /// Write the roll-up to FILE (atomically) instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Show drift, but do not let it make the exit code 1
+    #[arg(long)]
+    pub allow_drift: bool,
+    /// Exit 0 instead of 3 when some reports are unreadable or some nodes could not evaluate
+    /// every check
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Leave fields out of the drift analysis: names or prefixes as the drift table prints them
+    /// (e.g. cmdline.BOOT_IMAGE, env., pci.)
+    #[arg(long, value_delimiter = ',', value_name = "FIELD")]
+    pub ignore: Vec<String>,
+    /// Node names shown per row in the table (the JSON always lists every node)
+    #[arg(long, value_name = "N", default_value_t = 6)]
+    pub max_names: usize,
 }
 
 pub fn exit_codes_text() -> &'static str {

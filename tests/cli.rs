@@ -131,15 +131,17 @@ fn json_junit_prometheus_are_well_formed() {
     let (_, p, _) = run(&["check", "--sysroot", &down, "--format", "prometheus"]);
     assert!(
         p.contains(
-            "gdrdoctor_check_status{check=\"rdma.ports\",category=\"rdma\",status=\"fail\"} 1"
+            "gdrdoctor_check_status{command=\"check\",check=\"rdma.ports\",category=\"rdma\",status=\"fail\"} 1"
         ),
         "{p}"
     );
     assert!(p.contains(
-        "gdrdoctor_check_status{check=\"rdma.ports\",category=\"rdma\",status=\"pass\"} 0"
+        "gdrdoctor_check_status{command=\"check\",check=\"rdma.ports\",category=\"rdma\",status=\"pass\"} 0"
     ));
-    assert!(p.contains("gdrdoctor_check_findings{check=\"rdma.ports\",status=\"pass\"} 7"));
-    assert!(p.contains("gdrdoctor_exit_code 1"));
+    assert!(p.contains(
+        "gdrdoctor_check_findings{command=\"check\",check=\"rdma.ports\",status=\"pass\"} 7"
+    ));
+    assert!(p.contains("gdrdoctor_exit_code{command=\"check\"} 1"));
     for line in p.lines().filter(|l| !l.starts_with('#')) {
         let (name, value) = line.rsplit_once(' ').unwrap();
         assert!(value.parse::<f64>().is_ok(), "bad value in {line}");

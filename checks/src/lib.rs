@@ -18,6 +18,7 @@ pub mod nccl;
 pub mod p2p;
 pub mod parse;
 pub mod pci;
+pub mod policy;
 pub mod report;
 pub mod roce;
 pub mod smi;
@@ -54,6 +55,7 @@ pub fn report_with(
         tool: report::Tool {
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
+        timestamp: None,
         host: report::Host {
             hostname: node.hostname.get().cloned(),
             kernel: node.kernel_release.get().cloned(),

@@ -6,6 +6,9 @@ use gdrdoctor::meta;
 use gdrdoctor::reader::Root;
 use gdrdoctor_checks::report::{Finding, Report};
 use gdrdoctor_checks::RunOptions;
+pub mod plant;
+pub mod tools;
+
 use std::path::{Path, PathBuf};
 
 pub mod require;
