@@ -361,7 +361,7 @@ fn list(format: ListFormat) -> i32 {
             }
             s.push_str("\npolicy findings (gdrdoctor check --policy):\n");
             for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
-                s.push_str(&format!("{id:<w$}  {title}\n"));
+                s.push_str(&row(id, title));
             }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
             for f in crate::probe::finding_defs() {

@@ -322,12 +322,12 @@ fn severity_overrides_and_waivers() {
     // Another host: the host-scoped waiver does not apply.
     std::fs::write(
         &p,
-        "[[waiver]]\ncheck = \"rdma\"\nreason = \"r\"\nexpires = 2999-12-31\n[[waiver]]\ncheck = \"gdr\"\nhosts = [\"other-*\"]\nreason = \"r\"\nexpires = 2999-12-31\n",
+        "[[waiver]]\ncheck = \"rdma\"\nhosts = [\"other-*\"]\nreason = \"r\"\nexpires = 2999-12-31\n",
     )
     .unwrap();
     let (code, r, _) = check_json(&down, &["--policy", &s(&p)]);
     assert_eq!(code, 1);
-    assert_eq!(find(&r, "gdr.gpu", "0000:48:00.0").status, Status::Fail);
+    assert_eq!(find(&r, "rdma.ports", "mlx5_3/1").status, Status::Fail);
     // An expired waiver waives nothing and says so.
     std::fs::write(
         &p,

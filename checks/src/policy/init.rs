@@ -344,7 +344,10 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
                 );
             }
         }
-        let n = gdr.iter().filter(|p| p.enabled).count();
+        // Counted as the evaluation counts them: enabled and within `max_path` (PXN pairs, whose
+        // own path is PHB or SYS, are not among the close pairs of a PIX node).
+        let limit = worst.map(|w| rank(w)).unwrap_or(u8::MAX);
+        let n = gdr.iter().filter(|p| p.enabled && rank(p) <= limit).count();
         let _ = writeln!(
             o,
             "min_pairs = {n}  # gpu x nic pairs with gpudirect rdma on the golden node"
