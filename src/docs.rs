@@ -2,13 +2,14 @@
 //! registries: each check row and each probe finding row embeds its own page, so there is no
 //! second list to keep in step.
 
-/// Every page: the checks in registry order, then the probe findings, then watch's findings.
+/// Every page: the checks in registry order, then the probe findings, then watch's and diagnose's findings.
 pub fn pages() -> Vec<(&'static str, &'static str)> {
     gdrdoctor_checks::checks::CHECKS
         .iter()
         .map(|c| (c.id, c.page))
         .chain(crate::probe::finding_defs().map(|f| (f.id, f.page)))
         .chain(crate::watch::PAGES.iter().copied())
+        .chain(crate::diagnose::PAGES.iter().copied())
         .collect()
 }
 

@@ -4,6 +4,7 @@
 pub mod app;
 pub mod cli;
 pub mod collect;
+pub mod diagnose;
 pub mod docs;
 pub mod health;
 pub mod live;

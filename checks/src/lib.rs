@@ -17,6 +17,7 @@ pub mod names;
 pub mod nccl;
 pub mod p2p;
 pub mod parse;
+pub mod paste;
 pub mod pci;
 pub mod report;
 pub mod roce;
@@ -60,6 +61,7 @@ pub fn report_with(
             source: match node.source {
                 model::SourceKind::Live => "live".into(),
                 model::SourceKind::Sysroot => "sysroot".into(),
+                model::SourceKind::Evidence => "evidence".into(),
             },
         },
         summary,

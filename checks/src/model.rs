@@ -75,6 +75,8 @@ impl<T> Fact<T> {
 pub enum SourceKind {
     Live,
     Sysroot,
+    /// Pasted command output (`gdrdoctor diagnose`): facts cite the paste block they came from.
+    Evidence,
 }
 
 /// Everything the collectors know about one node.

@@ -4,6 +4,7 @@ use gdrdoctor_checks::report::Report;
 
 pub mod junit;
 pub mod markdown;
+pub mod paste_md;
 pub mod prometheus;
 pub mod table;
 pub mod topo;

@@ -84,8 +84,16 @@ pub fn nv_peer_mem(node: &Node) -> Vec<Finding> {
         Fact::Known { value: false, .. } => {
             vec![Finding::new(ID, Status::Pass, "node", "nv_peer_mem is not loaded").evidence(SRC, "absent")]
         }
-        Fact::Absent { reason, .. } => vec![Finding::new(ID, Status::Error, "node", "cannot tell whether nv_peer_mem is loaded")
-            .evidence(SRC, format!("unknown ({reason})"))],
+        Fact::Absent { reason, .. } => match derive::module_loaded(node, "nv_peer_mem") {
+            // A whole /proc/modules answers where /sys/module was not captured.
+            Some((true, src)) => vec![Finding::new(ID, Status::Warn, "node", "the deprecated nv_peer_mem module is loaded")
+                .expect(src, "nv_peer_mem listed", "absent")
+                .fix("`systemctl disable --now nv_peer_mem` (or `rmmod nv_peer_mem`), uninstall the nvidia-peer-memory package, then `modprobe nvidia-peermem`")],
+            Some((false, src)) => vec![Finding::new(ID, Status::Pass, "node", "nv_peer_mem is not loaded")
+                .evidence(src, "not in the list of loaded modules")],
+            None => vec![Finding::new(ID, Status::Error, "node", "cannot tell whether nv_peer_mem is loaded")
+                .evidence(SRC, format!("unknown ({reason})"))],
+        },
     }
 }
 

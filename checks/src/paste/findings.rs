@@ -1,0 +1,630 @@
+//! The findings only pasted text can give: how each block was read (`paste.blocks`), what NCCL
+//! logged (`nccl.*`: its GDR decisions against the prediction, and each known failure line),
+//! and what the kernel logged (`dmesg.*`). Every id has a page `docs/checks/<id>.md`.
+
+use super::kernel::DmesgEvent;
+use super::nccl::{FailureKind, NcclLog};
+use super::verdict::{Gdr, PastePair};
+use super::{BlockStatus, Paste};
+use crate::report::{Finding, Status};
+
+/// Finding ids that only `diagnose` produces, with what they verify (for `gdrdoctor list`).
+pub static IDS: &[(&str, &str)] = &[
+    (
+        "paste.blocks",
+        "each pasted block was recognised and read; what was repaired, what cannot be trusted",
+    ),
+    (
+        "nccl.gdr",
+        "nccl's logged gdr decisions agree with the topology and the node's gdr support",
+    ),
+    (
+        "nccl.reg-mr",
+        "nccl could register gpu memory with the nic (ibv_reg_mr)",
+    ),
+    (
+        "nccl.dmabuf-mr",
+        "nccl could register gpu memory through dma-buf (ibv_reg_dmabuf_mr)",
+    ),
+    ("nccl.system-error", "nccl hit no unhandled system error"),
+    ("nccl.cuda-failure", "nccl's cuda calls did not fail"),
+    (
+        "nccl.ib-completion",
+        "no infiniband work completion with an error status",
+    ),
+    (
+        "nccl.remote-error",
+        "no peer rank exited or lost its network",
+    ),
+    (
+        "nccl.timeout",
+        "no collective timed out (nccl or the pytorch watchdog)",
+    ),
+    ("dmesg.xid", "the kernel log has no nvidia xid errors"),
+    (
+        "dmesg.iommu-fault",
+        "the kernel log has no iommu translation faults",
+    ),
+    (
+        "dmesg.peermem",
+        "the kernel log has no peer-memory module errors",
+    ),
+];
+
+/// `paste.blocks`: one finding per block that was recognised, one for the ignored text.
+pub fn blocks(p: &Paste) -> Vec<Finding> {
+    const ID: &str = "paste.blocks";
+    let mut out = Vec::new();
+    for b in &p.blocks {
+        let lab = b.label();
+        let f = match b.status {
+            BlockStatus::Parsed => Finding::new(
+                ID,
+                Status::Pass,
+                &b.id,
+                format!("read {}: {}", b.kind.as_str(), b.summary),
+            )
+            .evidence(lab, b.summary.clone()),
+            BlockStatus::Repaired => {
+                let mut f = Finding::new(
+                    ID,
+                    Status::Pass,
+                    &b.id,
+                    format!("read {} after repairs: {}", b.kind.as_str(), b.summary),
+                )
+                .evidence(lab.clone(), b.summary.clone());
+                for r in &b.repairs {
+                    f = f.evidence(lab.clone(), format!("repaired: {r}"));
+                }
+                f
+            }
+            BlockStatus::Incomplete => {
+                let mut f = Finding::new(
+                    ID,
+                    Status::Error,
+                    &b.id,
+                    format!(
+                        "{} partly unreadable: {}; the parts that cannot be trusted get no verdict",
+                        b.kind.as_str(),
+                        b.summary
+                    ),
+                );
+                for r in &b.repairs {
+                    f = f.evidence(lab.clone(), format!("repaired: {r}"));
+                }
+                for x in &b.problems {
+                    f = f.evidence(lab.clone(), format!("not trusted: {x}"));
+                }
+                f.fix(paste_again(b.command.as_deref(), b.kind))
+            }
+            BlockStatus::Refused => {
+                let mut f = Finding::new(
+                    ID,
+                    Status::Error,
+                    &b.id,
+                    format!("{} recognised but not readable", b.kind.as_str()),
+                );
+                for x in &b.problems {
+                    f = f.evidence(lab.clone(), x.clone());
+                }
+                f.fix(paste_again(b.command.as_deref(), b.kind))
+            }
+            BlockStatus::Ignored => continue,
+        };
+        out.push(f);
+    }
+    let ignored: Vec<String> = p
+        .blocks
+        .iter()
+        .filter(|b| b.status == BlockStatus::Ignored)
+        .map(|b| format!("{}:{}-{}", b.file, b.lines[0], b.lines[1]))
+        .collect();
+    if !ignored.is_empty() {
+        out.push(
+            Finding::new(
+                ID,
+                Status::Skip,
+                "text",
+                format!(
+                    "{} stretch(es) of text not recognised as command output",
+                    ignored.len()
+                ),
+            )
+            .evidence("paste", ignored.join(", ")),
+        );
+    }
+    out
+}
+
+fn paste_again(cmd: Option<&str>, k: super::Kind) -> String {
+    let c = cmd.map(str::to_string).unwrap_or_else(|| match k {
+        super::Kind::TopoMatrix => "nvidia-smi topo -m".into(),
+        super::Kind::Lspci => "sudo lspci -vvv".into(),
+        super::Kind::IbvDevinfo => "ibv_devinfo -v".into(),
+        other => other.as_str().to_string(),
+    });
+    format!("paste the whole output of `{c}` again inside a ``` code block (or attach `{c} > out.txt` as a file): terminals wrap and cut wide tables")
+}
+
+/// `ibv_wc_status` names (libibverbs `verbs.h`).
+pub fn wc_status_name(s: u32) -> &'static str {
+    const N: [&str; 22] = [
+        "IBV_WC_SUCCESS",
+        "IBV_WC_LOC_LEN_ERR",
+        "IBV_WC_LOC_QP_OP_ERR",
+        "IBV_WC_LOC_EEC_OP_ERR",
+        "IBV_WC_LOC_PROT_ERR",
+        "IBV_WC_WR_FLUSH_ERR",
+        "IBV_WC_MW_BIND_ERR",
+        "IBV_WC_BAD_RESP_ERR",
+        "IBV_WC_LOC_ACCESS_ERR",
+        "IBV_WC_REM_INV_REQ_ERR",
+        "IBV_WC_REM_ACCESS_ERR",
+        "IBV_WC_REM_OP_ERR",
+        "IBV_WC_RETRY_EXC_ERR",
+        "IBV_WC_RNR_RETRY_EXC_ERR",
+        "IBV_WC_LOC_RDD_VIOL_ERR",
+        "IBV_WC_REM_INV_RD_REQ_ERR",
+        "IBV_WC_REM_ABORT_ERR",
+        "IBV_WC_INV_EECN_ERR",
+        "IBV_WC_INV_EEC_STATE_ERR",
+        "IBV_WC_FATAL_ERR",
+        "IBV_WC_RESP_TIMEOUT_ERR",
+        "IBV_WC_GENERAL_ERR",
+    ];
+    N.get(s as usize).copied().unwrap_or("unknown status")
+}
+
+fn failure_text(kind: FailureKind, first: &super::nccl::Failure) -> (String, String) {
+    let err = first.error.as_deref().unwrap_or("");
+    match kind {
+        FailureKind::RegMr => {
+            let fix = if err.contains("Bad address") {
+                "`Bad address` (EFAULT) on GPU memory means no peer-memory client served the registration: `modprobe nvidia-peermem` (MOFED/DOCA-OFED installed before the NVIDIA driver), or move to dma-buf (NVIDIA open kernel modules, kernel >= 5.12, NCCL >= 2.13); `gdrdoctor explain nccl.reg-mr`"
+            } else if err.contains("Cannot allocate memory") || err.contains("Operation not permitted") {
+                "the locked-memory limit is too low for the registration: `ulimit -l unlimited` (systemd: `LimitMEMLOCK=infinity`; docker: `--ulimit memlock=-1`; Slurm: `PropagateResourceLimits`), then rerun"
+            } else {
+                "read the error after `failed with error`: `Bad address` is a missing peer-memory client (`modprobe nvidia-peermem`), `Cannot allocate memory` the locked-memory limit (`ulimit -l unlimited`)"
+            };
+            (format!("nccl could not register memory with the nic: {}", if err.is_empty() { "ibv_reg_mr failed" } else { err }), fix.into())
+        }
+        FailureKind::DmabufMr => (
+            format!("nccl could not register gpu memory through dma-buf: {}", if err.is_empty() { "ibv_reg_dmabuf_mr failed" } else { err }),
+            "dma-buf registration needs the NVIDIA open kernel modules (>= 515), a kernel >= 5.12 (or a MOFED with dma-buf) and rdma-core >= 34; until then `NCCL_DMABUF_ENABLE=0` makes NCCL use nvidia-peermem (which must be loaded)".into(),
+        ),
+        FailureKind::SystemError => (
+            "nccl reported an unhandled system error".into(),
+            "the first `NCCL WARN` above it names the failing call: rerun with `NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET` and read it; frequent causes are a small /dev/shm in containers (`--shm-size=1g`), the wrong socket interface (`NCCL_SOCKET_IFNAME`), and failed verbs calls (see nccl.reg-mr)".into(),
+        ),
+        FailureKind::CudaFailure => {
+            let fix = if err.contains("out of memory") {
+                "the GPU ran out of memory while NCCL allocated its buffers: free memory in the application (or lower `NCCL_BUFFSIZE`/channels), and check `nvidia-smi` for other processes on the GPU"
+            } else if err.contains("initialization error") || err.contains("no CUDA-capable") {
+                "CUDA could not initialise: driver and toolkit mismatch, or a GPU in a bad state; check `nvidia-smi` and `dmesg | grep -i xid`"
+            } else {
+                "read the CUDA error NCCL quoted; `dmesg | grep -i xid` shows GPU faults behind it"
+            };
+            (format!("a cuda call inside nccl failed: {}", if err.is_empty() { "Cuda failure" } else { err }), fix.into())
+        }
+        FailureKind::IbCompletion => {
+            let st = first.status.map(|s| format!("{s} ({})", wc_status_name(s))).unwrap_or_else(|| "?".into());
+            let fix = match first.status {
+                Some(4) => "local protection error: the NIC could not access the registered (GPU) memory; with GDR this is usually ACS redirecting peer-to-peer to the root complex or an IOMMU in translated mode: disable ACS on the bridges between GPU and NIC (`gdrdoctor check --only pcie.acs-redirect`) and use `iommu=pt`; `NCCL_NET_GDR_LEVEL=LOC` confirms by turning GDR off",
+                Some(12) => "transport retry counter exceeded: the peer never acknowledged; check the link on both nodes (`ibstat`, cable/switch counters), the RoCE setup (`NCCL_IB_GID_INDEX`, PFC/ECN) and whether the peer process died (its log)",
+                Some(5) => "work request flushed: a consequence of an earlier error on the same queue pair; find the first completion error in the logs of both nodes",
+                Some(10) => "remote access error: the peer refused the RDMA access (its memory registration failed or was revoked); read the peer's log",
+                Some(13) => "receiver-not-ready retries exceeded: the peer did not post receives in time (peer stuck or dead)",
+                _ => "read the status and vendor error; the first completion error across all nodes' logs is the cause, the others follow from it",
+            };
+            (format!("the nic completed a work request with an error: status {st}{}", first.vendor_err.map(|v| format!(", vendor err {v} (0x{v:x})")).unwrap_or_default()), fix.into())
+        }
+        FailureKind::RemoteError => (
+            "a peer rank exited or its network failed".into(),
+            "the cause is on the other side: read the first error in the other ranks' logs, then check the network between the nodes (`ibstat`, `ib_write_bw` between them)".into(),
+        ),
+        FailureKind::Timeout => (
+            "a collective operation timed out".into(),
+            "one rank stopped making progress (application hang, a dead peer, or a network/GDR fault): compare the ranks' last collectives (PyTorch: `TORCH_NCCL_DUMP_ON_TIMEOUT=1` for the flight recorder), and look for the first `NCCL WARN` and completion error before the timeout".into(),
+        ),
+    }
+}
+
+/// One finding per kind of failure line in the NCCL logs.
+pub fn nccl_failures(p: &Paste) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (bi, log) in &p.nccl {
+        let lab = p.label(*bi);
+        let mut kinds: Vec<FailureKind> = log.failures.iter().map(|f| f.kind).collect();
+        kinds.sort();
+        kinds.dedup();
+        for k in kinds {
+            let all: Vec<&super::nccl::Failure> =
+                log.failures.iter().filter(|f| f.kind == k).collect();
+            let Some(first) = all.first() else { continue };
+            let (msg, fix) = failure_text(k, first);
+            let mut f = Finding::new(
+                k.id(),
+                Status::Fail,
+                first.origin.host.clone().unwrap_or_else(|| "log".into()),
+                if all.len() > 1 {
+                    format!("{msg} ({} lines)", all.len())
+                } else {
+                    msg
+                },
+            );
+            for x in all.iter().take(3) {
+                f = f.evidence(format!("{lab} line {}", x.origin.line), x.text.clone());
+            }
+            out.push(f.fix(fix));
+        }
+    }
+    out
+}
+
+/// Xids that mean hardware or driver trouble rather than an application bug.
+const SEVERE_XIDS: &[u32] = &[48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140];
+
+/// `dmesg.*` findings.
+pub fn dmesg(p: &Paste) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut xid: Vec<(usize, u32, String, usize)> = Vec::new();
+    let mut faults: Vec<(usize, String, usize)> = Vec::new();
+    let mut peer: Vec<(usize, String, usize)> = Vec::new();
+    for (i, e) in &p.dmesg {
+        match e {
+            DmesgEvent::Xid {
+                code, text, line, ..
+            } => xid.push((*i, *code, text.clone(), *line)),
+            DmesgEvent::IommuFault { text, line } => faults.push((*i, text.clone(), *line)),
+            DmesgEvent::PeerMem { text, line } => peer.push((*i, text.clone(), *line)),
+            _ => {}
+        }
+    }
+    if !xid.is_empty() {
+        let severe = xid.iter().any(|x| SEVERE_XIDS.contains(&x.1));
+        let mut codes: Vec<u32> = xid.iter().map(|x| x.1).collect();
+        codes.sort();
+        codes.dedup();
+        let mut f = Finding::new(
+            "dmesg.xid",
+            if severe { Status::Fail } else { Status::Warn },
+            "node",
+            format!(
+                "the kernel log has nvidia xid {}",
+                codes
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+        for (i, _, t, l) in xid.iter().take(4) {
+            f = f.evidence(format!("{} line {l}", p.label(*i)), t.clone());
+        }
+        out.push(f.fix(if codes.contains(&79) {
+            "Xid 79 (the GPU fell off the bus): drain the node, check power, seating and PCIe errors (`lspci -vvv` AER), reboot; repeated 79s mean hardware service"
+        } else if codes.contains(&74) {
+            "Xid 74 (NVLink error): `nvidia-smi nvlink -e` for the failing links; reset the GPU or reseat, and on NVSwitch systems restart nvidia-fabricmanager"
+        } else if codes.iter().any(|c| [48, 63, 64, 92, 94, 95].contains(c)) {
+            "memory (ECC/row-remap) Xid: `nvidia-smi -q -d ECC,ROW_REMAPPER`; drain and reset the GPU, replace it if remapping fails"
+        } else {
+            "look the Xid up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); 13, 31, 43 and 45 usually come from the application, the others from the GPU or driver"
+        }));
+    }
+    if !faults.is_empty() {
+        let mut f = Finding::new(
+            "dmesg.iommu-fault",
+            Status::Fail,
+            "node",
+            format!("the iommu blocked {} dma transfer(s): it translates device addresses, which breaks gpudirect peer-to-peer", faults.len()),
+        );
+        for (i, t, l) in faults.iter().take(4) {
+            f = f.evidence(format!("{} line {l}", p.label(*i)), t.clone());
+        }
+        out.push(f.fix("boot with the IOMMU in passthrough (`iommu=pt` on x86, `iommu.passthrough=1` on arm64) or off (`intel_iommu=off` / `amd_iommu=off`), and turn ACS redirection off on the GPU-NIC path; `gdrdoctor explain iommu.mode`"));
+    }
+    if !peer.is_empty() {
+        let broken = peer.iter().any(|(_, t, _)| {
+            t.contains("Unknown symbol")
+                || t.contains("disagrees about version")
+                || t.contains("Invalid argument")
+        });
+        let mut f = Finding::new(
+            "dmesg.peermem",
+            if broken { Status::Fail } else { Status::Warn },
+            "node",
+            if broken {
+                "the peer-memory module could not load: the running ib_core has no peer-memory api (or another build of it)".to_string()
+            } else {
+                format!("the kernel log has {} peer-memory message(s)", peer.len())
+            },
+        );
+        for (i, t, l) in peer.iter().take(4) {
+            f = f.evidence(format!("{} line {l}", p.label(*i)), t.clone());
+        }
+        out.push(f.fix(if broken {
+            "install MOFED/DOCA-OFED first, then (re)install the NVIDIA driver so nvidia-peermem is built against its ib_core; or use dma-buf (open kernel modules, kernel >= 5.12) and no peer-memory module at all"
+        } else {
+            "read the messages: `nv_get_p2p_free_callback ... invalid context` during teardown is usually harmless; errors at registration time are not"
+        }));
+    }
+    out
+}
+
+/// NCCL's path-type numbering by version (the `distance N` of its GDR lines), from the tags
+/// v2.4.8-1 .. v2.30.7-1 (`src/graph/topo.h` `topoPathTypeStr`; 2.4-2.5 `src/transport/net.cc`).
+/// (first version, last version, names by number).
+type PathTable = ((u32, u32), (u32, u32), &'static [&'static str]);
+
+const PATH_TABLES: &[PathTable] = &[
+    ((2, 0), (2, 5), &["PIX", "PXB", "PHB", "NODE", "SYS"]),
+    ((2, 6), (2, 7), &["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]),
+    (
+        (2, 8),
+        (2, 11),
+        &["LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS"],
+    ),
+    (
+        (2, 12),
+        (2, 25),
+        &["LOC", "NVL", "NVB", "PIX", "PXB", "PXN", "PHB", "SYS"],
+    ),
+    (
+        (2, 26),
+        (2, 26),
+        &[
+            "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "PHB", "SYS",
+        ],
+    ),
+    (
+        (2, 27),
+        (2, 27),
+        &[
+            "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "P2C", "PHB", "SYS",
+        ],
+    ),
+    (
+        (2, 28),
+        (2, 99),
+        &[
+            "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS",
+        ],
+    ),
+];
+
+/// Name NCCL's `distance d > t` numbers: by the version when the log has it, else by the
+/// threshold (NCCL_NET_GDR_LEVEL's name when set, else NCCL's default PXB) when only one
+/// numbering fits. `None` when it cannot be told.
+pub fn distance_names(
+    d: u32,
+    t: u32,
+    version: Option<super::nccl::Version>,
+    level: Option<&str>,
+) -> Option<(&'static str, &'static str)> {
+    let fits: Vec<&[&str]> = PATH_TABLES
+        .iter()
+        .filter(|(lo, hi, names)| match version {
+            Some(v) => (v.major, v.minor) >= *lo && (v.major, v.minor) <= *hi,
+            None => {
+                let want = level.unwrap_or("PXB");
+                names.get(t as usize) == Some(&want) && (d as usize) < names.len()
+            }
+        })
+        .map(|x| x.2)
+        .collect();
+    let names: Vec<(&str, &str)> = fits
+        .iter()
+        .filter_map(|n| Some((*n.get(d as usize)?, *n.get(t as usize)?)))
+        .collect();
+    match names.as_slice() {
+        [first, rest @ ..] if rest.iter().all(|x| x == first) => Some(*first),
+        _ => None,
+    }
+}
+
+/// `nccl.gdr` from NCCL's own distance lines (`GPU Direct RDMA Disabled for GPU x / HCA y
+/// (distance 5 > 4)`), one finding per logged GPU.
+pub fn nccl_distance(log: Option<&NcclLog>, log_label: &str) -> Vec<Finding> {
+    const ID: &str = "nccl.gdr";
+    let mut out = Vec::new();
+    let Some(log) = log else { return out };
+    let version = log.version();
+    let level = log.env.get("NCCL_NET_GDR_LEVEL").map(String::as_str);
+    let mut gpus: Vec<(Option<String>, String)> = Vec::new();
+    for g in &log.gpu_gdr {
+        let k = (g.origin.host.clone(), g.gpu.clone());
+        if !gpus.contains(&k) {
+            gpus.push(k);
+        }
+    }
+    for (host, gpu) in gpus {
+        let lines: Vec<&super::nccl::GpuGdr> = log
+            .gpu_gdr
+            .iter()
+            .filter(|g| g.origin.host == host && g.gpu == gpu)
+            .collect();
+        let describe = |g: &super::nccl::GpuGdr| -> String {
+            let (d, t) = (g.distance.unwrap_or(0), g.threshold.unwrap_or(0));
+            let names = distance_names(d, t, version, level)
+                .map(|(a, b)| format!(" ({a} vs {b})"))
+                .unwrap_or_default();
+            format!(
+                "HCA {}: {} (distance {d} {} {t}{names})",
+                g.hca,
+                if g.enabled { "enabled" } else { "disabled" },
+                g.op.as_deref().unwrap_or("?")
+            )
+        };
+        let mut seen: Vec<String> = Vec::new();
+        let mut ev: Vec<(usize, String)> = Vec::new();
+        for g in &lines {
+            let d = describe(g);
+            if !seen.contains(&d) {
+                seen.push(d.clone());
+                ev.push((g.origin.line, d));
+            }
+        }
+        let subject = format!("gpu {gpu}");
+        let on = lines.iter().any(|g| g.enabled);
+        let mut f = if on {
+            Finding::new(
+                ID,
+                Status::Pass,
+                &subject,
+                format!("nccl enabled gdr for gpu {gpu} by distance"),
+            )
+        } else {
+            Finding::new(ID, Status::Warn, &subject, format!("nccl turned gdr off for gpu {gpu}: every logged nic is beyond NCCL_NET_GDR_LEVEL"))
+                .fix("the NIC is too far from the GPU (across the CPU or sockets): put a NIC under the GPU's PCIe switch, or accept the host-memory path; `NCCL_NET_GDR_LEVEL=SYS` forces GDR through the CPU, which is often slower")
+        };
+        for (line, d) in ev {
+            f = f.evidence(format!("{log_label} line {line}"), d);
+        }
+        out.push(f);
+    }
+    out
+}
+
+/// Compare NCCL's logged decisions with the pairs' predictions (`nccl.gdr`).
+pub fn nccl_gdr(
+    pairs: &[PastePair],
+    log: Option<&NcclLog>,
+    log_label: &str,
+    peermem_loaded: Option<bool>,
+) -> Vec<Finding> {
+    const ID: &str = "nccl.gdr";
+    let mut out = Vec::new();
+    let Some(log) = log else { return out };
+    out.extend(nccl_distance(Some(log), log_label));
+    for nic in &log.nic_gdr {
+        if !nic.enabled {
+            let why = if peermem_loaded == Some(true) {
+                " although nvidia_peermem is loaded: NCCL < 2.23 looks only for /sys/kernel/mm/memory_peers/nv_mem (absent without MOFED's peer-memory registry, or hidden in a container), and its dma-buf probe failed"
+            } else {
+                ": no peer-memory client and no dma-buf"
+            };
+            out.push(
+                Finding::new(ID, Status::Fail, &nic.name, format!("nccl turned gdr off for {} at the nic level{why}", nic.name))
+                    .evidence(format!("{log_label} line {}", nic.origin.line), format!("GPU Direct RDMA Disabled for HCA {} '{}'{}", nic.index, nic.name, nic.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default()))
+                    .fix("load a peer-memory client (`modprobe nvidia-peermem`) or enable dma-buf (NVIDIA open kernel modules, kernel >= 5.12); `gdrdoctor explain kmod.nvidia-peermem`"),
+            );
+        }
+    }
+    for p in pairs {
+        let Some(l) = &p.logged else { continue };
+        let Some(any) = l.any() else { continue };
+        let subject = format!("{}|{}", p.gpu, p.nic);
+        let dirs = [
+            ("send", l.send),
+            ("receive", l.receive),
+            ("channel", l.undirected),
+        ]
+        .iter()
+        .filter_map(|(d, v)| v.map(|v| format!("{d} {}", if v { "GDRDMA" } else { "no GDRDMA" })))
+        .collect::<Vec<_>>()
+        .join(", ");
+        let ev = format!("{log_label} line {}", l.line);
+        let predicted = match p.gdr {
+            Gdr::On => Some(true),
+            Gdr::Off => Some(false),
+            Gdr::Unknown => p.by_distance.filter(|d| !d),
+        };
+        let f = match (any, predicted, l.send, l.receive) {
+            (true, _, Some(false), Some(true)) => Finding::new(ID, Status::Warn, &subject, format!("nccl uses gdr only to receive on {} ({dirs}): the send side reads gpu memory through the cpu", p.nic))
+                .evidence(ev, dirs.clone())
+                .fix("NCCL's read gate: <= 2.18 GDR reads need an NVLink peer for every GPU, >= 2.19 only pre-Ampere GPUs are gated; `NCCL_NET_GDR_READ=1` forces GDR reads where the platform supports them"),
+            (true, Some(false), _, _) => Finding::new(ID, Status::Pass, &subject, format!("nccl used gdr with {} ({dirs}) although the path is {}: NCCL_NET_GDR_LEVEL or PXN allowed it", p.nic, p.nvidia_smi))
+                .evidence(ev, dirs.clone()),
+            (true, _, _, _) => Finding::new(ID, Status::Pass, &subject, format!("nccl used gdr with {} ({dirs})", p.nic)).evidence(ev, dirs.clone()),
+            (false, Some(true), _, _) | (false, None, _, _) if p.by_distance == Some(true) => Finding::new(ID, Status::Fail, &subject, format!("nccl did not use gdr with {} although the path ({}) allows it", p.nic, p.nvidia_smi))
+                .evidence(ev, dirs.clone())
+                .fix("the NIC-level support is missing: look for `GPU Direct RDMA Disabled for HCA` in the log; load nvidia-peermem or enable dma-buf, and check NCCL_NET_GDR_LEVEL in the environment"),
+            (false, _, _, _) => Finding::new(ID, Status::Pass, &subject, format!("nccl did not use gdr with {} ({dirs}), as the {} path predicts", p.nic, p.nvidia_smi))
+                .evidence(ev, dirs.clone()),
+        };
+        out.push(f);
+    }
+    out
+}
+
+/// `pcie.acs-redirect` from lspci text when the check itself cannot pair GPUs with NICs: every
+/// pasted port whose ACSCtl redirects peer-to-peer (ReqRedir+, CmpltRedir+ or EgressCtrl+).
+/// `None` when the paste has no ACSCtl line.
+pub fn acs_text(p: &Paste) -> Option<Finding> {
+    const ID: &str = "pcie.acs-redirect";
+    let mut all: Vec<(String, String, super::lspci::AcsFlags)> = Vec::new();
+    for (i, d) in &p.lspci {
+        if let Some(c) = d.acs_ctl {
+            all.push((p.label(*i), d.bdf.clone(), c));
+        }
+    }
+    for (i, no, c) in &p.acs_lines {
+        all.push((p.label(*i), format!("line {no}"), *c));
+    }
+    if all.is_empty() {
+        return None;
+    }
+    let on: Vec<&(String, String, super::lspci::AcsFlags)> =
+        all.iter().filter(|x| x.2.redirects()).collect();
+    let flags = |c: &super::lspci::AcsFlags| {
+        format!(
+            "ReqRedir{} CmpltRedir{} EgressCtrl{}",
+            if c.req_redir { '+' } else { '-' },
+            if c.cmplt_redir { '+' } else { '-' },
+            if c.egress_ctrl { '+' } else { '-' }
+        )
+    };
+    let mut f = if on.is_empty() {
+        Finding::new(
+            ID,
+            Status::Pass,
+            "node",
+            format!("acs redirection is off on all {} pasted port(s)", all.len()),
+        )
+    } else {
+        Finding::new(ID, Status::Warn, "node", format!(
+            "acs redirects peer-to-peer on {} of {} pasted port(s): if one sits between a gpu and its nic, gdr traffic detours through the root complex (or fails with IOMMU faults)",
+            on.len(),
+            all.len()
+        ))
+        .fix("disable ACS redirection on the switch ports between GPUs and NICs (BIOS: ACS off, or `setpci -s <bdf> ECAP_ACS+0x6.w=0000` at boot); paste `lspci -tv` with `sudo lspci -vvv` (or run `gdrdoctor check --only pcie.acs-redirect` on the node) to see which ports are on a GPU-NIC path")
+    };
+    for (lab, who, c) in on
+        .iter()
+        .copied()
+        .chain(all.iter().filter(|x| !x.2.redirects()))
+        .take(6)
+    {
+        f = f.evidence(format!("{lab} {who}"), format!("ACSCtl {}", flags(c)));
+    }
+    Some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paste::nccl::Version;
+
+    #[test]
+    fn distance_numbers_are_named_by_version_or_threshold() {
+        // 2.12-2.25: PIX3 PXB4 PXN5 PHB6 SYS7 (issue #1151 asked what "distance 7" is).
+        assert_eq!(distance_names(7, 4, None, None), Some(("SYS", "PXB")));
+        let v = |a, b| {
+            Some(Version {
+                major: a,
+                minor: b,
+                patch: 0,
+            })
+        };
+        assert_eq!(distance_names(7, 4, v(2, 19), None), Some(("SYS", "PXB")));
+        assert_eq!(distance_names(5, 4, v(2, 7), None), Some(("SYS", "PHB")));
+        // NCCL_NET_GDR_LEVEL=PHB with threshold 4: only 2.6-2.7 numbers PHB as 4.
+        assert_eq!(
+            distance_names(5, 4, None, Some("PHB")),
+            Some(("SYS", "PHB"))
+        );
+        assert_eq!(distance_names(8, 5, v(2, 28), None), Some(("PHB", "PXB")));
+        // Ambiguous without a version: PXB is 3 in 2.6-2.7 only, so 5 there is SYS.
+        assert_eq!(distance_names(9, 1, None, None), None);
+    }
+}
