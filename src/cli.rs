@@ -87,13 +87,16 @@ gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt -
         /// text (default) or json
         #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
         format: TopoFormat,
-        /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: the
-        /// per-pair distance verdict and the rail balance, for bug reports without a snapshot.
-        /// The same reader as `gdrdoctor diagnose` (its JSON schema: gdrdoctor.topo-paste/v1)
+        /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: NCCL's
+        /// verdict per pair (PXN from the NV# cells; peer memory, dma-buf and ports unknown
+        /// unless the file shows them) and the rail balance, for bug reports without a
+        /// snapshot. The same reader and rule as `gdrdoctor diagnose` (its JSON schema:
+        /// gdrdoctor.topo-paste/v1)
         #[arg(long, value_name = "FILE", conflicts_with = "sysroot")]
         nvidia_smi: Option<PathBuf>,
         /// Judge with this NCCL version's rules (e.g. 2.18.6) instead of the libnccl.so.2
-        /// found on the node (or, with none found, the newest rules gdrdoctor knows)
+        /// found on the node (with --nvidia-smi: instead of the version in a pasted NCCL log;
+        /// with none found, the newest rules gdrdoctor knows)
         #[arg(long, value_name = "X.Y.Z", value_parser = parse_nccl_version)]
         nccl_version: Option<String>,
     },
@@ -114,7 +117,11 @@ NCCL_* environment lines.\n\n",
         "  gdrdoctor diagnose topo.txt nccl.log lsmod.txt\n",
         "  pbpaste | gdrdoctor diagnose -                 # from the clipboard\n",
         "  gdrdoctor diagnose issue.txt --format markdown # to paste back into the issue\n",
-        "  gdrdoctor diagnose issue.txt --format json     # schema gdrdoctor.diagnose/v1\n\n",
+        "  gdrdoctor diagnose issue.txt --format json     # schema gdrdoctor.diagnose/v1\n",
+        "  gdrdoctor diagnose topo.txt --nccl-version 2.18.6  # judge for the NCCL the job used\n\n",
+        "GDR verdicts follow NCCL's rule for the version in the pasted log (or --nccl-version), with \
+the NCCL_* settings the log or the paste shows; NCCL_* variables set where gdrdoctor runs overlay \
+them (to ask \"what if\").\n\n",
         "Exit codes:\n",
         "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
         "  1  at least one check failed\n",
@@ -319,6 +326,10 @@ pub struct DiagnoseArgs {
     /// Show evidence for passing and skipped checks too
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Judge GDR with this NCCL version's rules (e.g. 2.18.6) instead of the version in the
+    /// pasted NCCL log (or, with none, the newest rules gdrdoctor knows)
+    #[arg(long, value_name = "X.Y.Z", value_parser = parse_nccl_version)]
+    pub nccl_version: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -151,6 +151,17 @@ pub fn render_table(r: &DiagnoseReport, style: &Style) -> String {
     o
 }
 
+/// `--nccl-version` and the `NCCL_*` variables of this run, which overlay the paste's.
+fn assume(nccl_version: Option<&str>) -> paste::report::Assume {
+    paste::report::Assume {
+        nccl_version: nccl_version.map(str::to_string),
+        env: crate::collect::relevant_env()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("NCCL_"))
+            .collect(),
+    }
+}
+
 pub fn run(args: &DiagnoseArgs) -> i32 {
     let unknown: Vec<&String> = args
         .only
@@ -197,7 +208,8 @@ pub fn run(args: &DiagnoseArgs) -> i32 {
         fail_on,
         allow_incomplete: args.allow_incomplete,
     };
-    let r = paste::report::diagnose_paste(&p, &inputs, &opts);
+    let r =
+        paste::report::diagnose_paste(&p, &inputs, &opts, &assume(args.nccl_version.as_deref()));
     let color = args.output.is_none() && color_enabled(args.color);
     colored::control::set_override(color);
     let style = Style {
@@ -235,11 +247,18 @@ pub struct TopoPastePair {
     pub nic: String,
     /// The cell as nvidia-smi printed it (`?` when the paste does not hold it).
     pub path: String,
-    /// Within NCCL's GDR distance (PIX/PXB by default); null when the cell is unknown.
+    /// The pair's own path is within NCCL's GDR threshold; null when the cell is unknown.
     pub gdr_by_distance: Option<bool>,
-    /// The full verdict: `on`, `off`, or `unknown` when the paste lacks what it needs.
+    /// NCCL's verdict: `on`, `off`, or `unknown` when the paste lacks what it needs.
     pub gdr: Gdr,
+    /// Per direction, when decided.
+    pub send: Option<bool>,
+    pub receive: Option<bool>,
+    /// The NVLink peer that carries this GPU's sends to the NIC (PXN).
+    pub via: Option<String>,
     pub reasons: Vec<String>,
+    /// What the verdict needs that the paste does not show.
+    pub unknown: Vec<String>,
 }
 
 /// `gdrdoctor topo --nvidia-smi FILE --format json` (`gdrdoctor.topo-paste/v1`).
@@ -249,7 +268,11 @@ pub struct TopoPaste {
     pub source: &'static str,
     /// The matrix block (`b1`) and where it is.
     pub block: String,
+    /// The threshold, where it came from, and whose rules.
     pub gdr_level: String,
+    pub gdr_level_source: String,
+    pub nccl_rules: String,
+    pub notes: Vec<String>,
     pub pairs: Vec<TopoPastePair>,
     /// Per GPU whose row is readable: the NICs within the GDR distance.
     pub close_nics: BTreeMap<String, Vec<String>>,
@@ -273,7 +296,11 @@ pub fn topo_paste(r: &DiagnoseReport) -> Option<TopoPaste> {
             path: p.nvidia_smi.clone(),
             gdr_by_distance: p.by_distance,
             gdr: p.gdr,
+            send: p.send,
+            receive: p.receive,
+            via: p.via.clone(),
             reasons: p.reasons.clone(),
+            unknown: p.unknown.clone(),
         })
         .collect();
     let mut close: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -297,12 +324,15 @@ pub fn topo_paste(r: &DiagnoseReport) -> Option<TopoPaste> {
         counts.iter().copied().min().unwrap_or(0),
         counts.iter().copied().max().unwrap_or(0),
     );
+    let within = format!("within {}", r.gdr_level);
     let rails = if first.matrix.nics().is_empty() {
         "no NIC columns in the matrix".to_string()
     } else if close.is_empty() {
         "no GPU row is readable".to_string()
     } else if max == 0 {
-        "no GPU has a NIC at PIX/PXB: NCCL uses GPUDirect RDMA for none of them by default".into()
+        format!(
+            "no GPU has a NIC {within}: NCCL uses GPUDirect RDMA from none of them on its own path"
+        )
     } else if min == 0 {
         let none: Vec<&str> = close
             .iter()
@@ -310,7 +340,7 @@ pub fn topo_paste(r: &DiagnoseReport) -> Option<TopoPaste> {
             .map(|(g, _)| g.as_str())
             .collect();
         format!(
-            "asymmetric rails: {} have no NIC at PIX/PXB while others have up to {max}",
+            "asymmetric rails: {} have no NIC {within} while others have up to {max}",
             none.join(", ")
         )
     } else if min != max {
@@ -323,6 +353,9 @@ pub fn topo_paste(r: &DiagnoseReport) -> Option<TopoPaste> {
         source: "evidence",
         block: block.label(),
         gdr_level: r.gdr_level.clone(),
+        gdr_level_source: r.gdr_level_source.clone(),
+        nccl_rules: r.nccl_rules.clone(),
+        notes: r.gdr_notes.clone(),
         pairs,
         close_nics: close,
         rails,
@@ -331,10 +364,9 @@ pub fn topo_paste(r: &DiagnoseReport) -> Option<TopoPaste> {
     })
 }
 
-/// `gdrdoctor topo --nvidia-smi FILE`: the diagnose reader, shown as the topo view.
+/// `gdrdoctor topo --nvidia-smi FILE`: the diagnose reader and NCCL's rule, shown as the topo
+/// view.
 pub fn topo_alias(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    // TODO(lead): route through checks/src/nccl/rule.rs decide() with this version.
-    let _ = nccl_version;
     let input = match read_input(file) {
         Ok(i) => i,
         Err(e) => return err(e),
@@ -353,7 +385,8 @@ pub fn topo_alias(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -
             file.display()
         ));
     }
-    let r = paste::report::diagnose_paste(&p, &inputs, &RunOptions::default());
+    let r =
+        paste::report::diagnose_paste(&p, &inputs, &RunOptions::default(), &assume(nccl_version));
     let Some(t) = topo_paste(&r) else {
         return err(format!(
             "{}: the matrix has no readable rows",
@@ -374,7 +407,7 @@ pub fn topo_alias(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -
             for x in &t.problems {
                 o.push_str(&format!("not trusted: {x}\n"));
             }
-            o.push_str("From a pasted matrix only the distance rule is known; `gdrdoctor diagnose` reads the other pastes (lsmod, ibv_devinfo, NCCL logs) too.\n");
+            o.push_str("A matrix alone does not show peer memory, dma-buf or port states; `gdrdoctor diagnose` reads the other pastes (lsmod, ibv_devinfo, NCCL logs) too.\n");
             o
         }
     };
@@ -388,16 +421,34 @@ pub fn topo_alias(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -
 /// The pages of the finding ids only `diagnose` produces, in the order of
 /// `gdrdoctor_checks::paste::findings::IDS` (the tidy test holds the two to the same ids).
 pub static PAGES: &[(&str, &str)] = &[
-    ("paste.blocks", include_str!("../docs/checks/paste.blocks.md")),
+    (
+        "paste.blocks",
+        include_str!("../docs/checks/paste.blocks.md"),
+    ),
     ("nccl.gdr", include_str!("../docs/checks/nccl.gdr.md")),
     ("nccl.reg-mr", include_str!("../docs/checks/nccl.reg-mr.md")),
-    ("nccl.dmabuf-mr", include_str!("../docs/checks/nccl.dmabuf-mr.md")),
-    ("nccl.system-error", include_str!("../docs/checks/nccl.system-error.md")),
-    ("nccl.cuda-failure", include_str!("../docs/checks/nccl.cuda-failure.md")),
-    ("nccl.ib-completion", include_str!("../docs/checks/nccl.ib-completion.md")),
-    ("nccl.remote-error", include_str!("../docs/checks/nccl.remote-error.md")),
-    ("nccl.timeout", include_str!("../docs/checks/nccl.timeout.md")),
-    ("dmesg.xid", include_str!("../docs/checks/dmesg.xid.md")),
-    ("dmesg.iommu-fault", include_str!("../docs/checks/dmesg.iommu-fault.md")),
-    ("dmesg.peermem", include_str!("../docs/checks/dmesg.peermem.md")),
+    (
+        "nccl.dmabuf-mr",
+        include_str!("../docs/checks/nccl.dmabuf-mr.md"),
+    ),
+    (
+        "nccl.system-error",
+        include_str!("../docs/checks/nccl.system-error.md"),
+    ),
+    (
+        "nccl.cuda-failure",
+        include_str!("../docs/checks/nccl.cuda-failure.md"),
+    ),
+    (
+        "nccl.ib-completion",
+        include_str!("../docs/checks/nccl.ib-completion.md"),
+    ),
+    (
+        "nccl.remote-error",
+        include_str!("../docs/checks/nccl.remote-error.md"),
+    ),
+    (
+        "nccl.timeout",
+        include_str!("../docs/checks/nccl.timeout.md"),
+    ),
 ];

@@ -836,15 +836,41 @@ fn rdma_and_module_pastes_fill_the_model() {
         statuses(&r, "kmod.nvidia-peermem"),
         vec![("node", Status::Pass)]
     );
+    // A pasted dmesg feeds the node's kernel log: issue 17's kernel.xid judges it (the
+    // three-line "fallen off the bus" report is Xid 79 for 0000:b3:00.0).
     let r = run_on(&["nvsentinel-155-fallen-off-bus.txt"]);
-    assert_eq!(statuses(&r, "dmesg.xid"), vec![("node", Status::Fail)]);
+    assert_eq!(
+        statuses(&r, "kernel.xid"),
+        vec![("0000:b3:00.0", Status::Fail)]
+    );
+    // No IOMMU line in the excerpt: not proof of none.
+    assert_eq!(
+        statuses(&r, "kernel.iommu-fault"),
+        vec![("node", Status::Skip)]
+    );
     assert_eq!(
         r.inventory.driver.nvidia_version.as_deref(),
         Some("570.158.01")
     );
     assert_eq!(r.inventory.driver.flavor.as_deref(), Some("open"));
+    // nv_peer_mem could not load: kmod.nvidia-peermem says why there is no peer-memory client.
     let r = run_on(&["nv_peer_memory-8-disagrees-symbol.txt"]);
-    assert_eq!(statuses(&r, "dmesg.peermem"), vec![("node", Status::Fail)]);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "kmod.nvidia-peermem")
+        .unwrap();
+    assert_eq!(f.status, Status::Fail, "{f:?}");
+    assert!(
+        f.message.contains("nv_peer_mem could not load"),
+        "{}",
+        f.message
+    );
+    assert!(
+        f.evidence.iter().any(|e| e.source.starts_with("b1 ")
+            && e.observed.contains("Unknown symbol nvidia_p2p_put_pages")),
+        "{f:?}"
+    );
 }
 
 #[test]
@@ -943,9 +969,25 @@ fn topo_nvidia_smi_is_the_diagnose_reader() {
         !v["problems"].as_array().unwrap().is_empty(),
         "the cut row is reported"
     );
+    // A matrix alone: NCCL's rule allows GDR at PXB if peer memory or dma-buf and the ports
+    // are in place, which the matrix does not show (`?`); SYS cells get no mark.
     let (code, out, _) = run(&["topo", "--nvidia-smi", &m.display().to_string()]);
     assert_eq!(code, 0);
-    assert!(out.contains("PXB*"), "{out}");
+    assert!(out.contains("PXB?") && !out.contains("PXB*"), "{out}");
+    assert!(out.contains("Rules: NCCL 2.30.7 rules"), "{out}");
+    // --nccl-version picks the rules (the TODO of the first merge).
+    let (code, out, _) = run(&[
+        "topo",
+        "--nvidia-smi",
+        &m.display().to_string(),
+        "--nccl-version",
+        "2.18.6",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["nccl_rules"], "NCCL 2.18.6 rules (--nccl-version 2.18.6)");
 }
 
 // ---- item 5: a whole /proc/modules is conclusive ----

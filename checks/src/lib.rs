@@ -21,7 +21,6 @@ pub mod paste;
 pub mod pci;
 pub mod report;
 pub mod roce;
-pub mod smi;
 pub mod testing;
 pub mod topo;
 pub mod watch;

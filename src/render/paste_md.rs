@@ -22,11 +22,17 @@ fn axes<'a>(pairs: &[&'a PastePair]) -> (Vec<&'a str>, Vec<&'a str>) {
     (gpus, nics)
 }
 
-/// One cell: the path, `*` within the GDR distance, `+`/`-` what NCCL logged, `?` unknown.
+/// One cell: the path, then NCCL's verdict (`*` GDR, `x` GDR with sends through an NVLink peer
+/// (PXN), `r` GDR for receives only, `?` undecided), then what NCCL logged (`+` GDRDMA, `-` no
+/// GDRDMA).
 pub fn cell(p: &PastePair) -> String {
     let mut s = p.nvidia_smi.clone();
-    if p.by_distance == Some(true) {
-        s.push('*');
+    match p.gdr {
+        Gdr::On if p.via.is_some() => s.push('x'),
+        Gdr::On if p.send == Some(false) => s.push('r'),
+        Gdr::On => s.push('*'),
+        Gdr::Unknown if p.nvidia_smi != "?" && p.by_distance != Some(false) => s.push('?'),
+        _ => {}
     }
     match p.logged.as_ref().and_then(|l| l.any()) {
         Some(true) => s.push('+'),
@@ -34,6 +40,18 @@ pub fn cell(p: &PastePair) -> String {
         None => {}
     }
     s
+}
+
+/// The legend under a view.
+pub fn legend(r: &DiagnoseReport) -> Vec<String> {
+    vec![
+        format!(
+            "* gdr, x gdr with sends through an nvlink peer (pxn), r gdr for receives only, ? nccl's rule allows gdr if what the paste does not show is in place; threshold {} ({})",
+            r.gdr_level, r.gdr_level_source
+        ),
+        "+ NCCL logged GDRDMA, - NCCL logged no GDRDMA; a cell ? is not in the paste".into(),
+        format!("Rules: {}", r.nccl_rules),
+    ]
 }
 
 /// One line per GPU: the verdict and why.
@@ -46,18 +64,34 @@ pub fn gpu_line(g: &str, row: &[&PastePair]) -> String {
     if !logged_on.is_empty() {
         return format!("{g}: NCCL logged GDRDMA with {}", logged_on.join(" "));
     }
-    let on: Vec<&str> = row
-        .iter()
-        .filter(|p| p.gdr == Gdr::On)
-        .map(|p| p.nic.as_str())
-        .collect();
-    if !on.is_empty() {
-        return format!("{g}: gdr on with {}", on.join(" "));
+    let on: Vec<&&PastePair> = row.iter().filter(|p| p.gdr == Gdr::On).collect();
+    if let Some(first) = on.iter().find(|p| p.via.is_none()).or(on.first()) {
+        let names = on
+            .iter()
+            .map(|p| p.nic.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        return match (&first.via, first.send) {
+            (Some(v), _) => format!(
+                "{g}: gdr with {names} through {v} via PXN (own path to {} is {}; sends go over NVLink to the peer)",
+                first.nic, first.nvidia_smi
+            ),
+            (None, Some(false)) => format!(
+                "{g}: gdr for receives only with {names}: {}",
+                first.reasons.first().cloned().unwrap_or_default()
+            ),
+            _ => format!("{g}: gdr on with {names}"),
+        };
     }
-    let near: Vec<&&PastePair> = row.iter().filter(|p| p.by_distance == Some(true)).collect();
     let best = row
         .iter()
-        .min_by_key(|p| gdrdoctor_checks::topo::parse_level(&p.path).unwrap_or(u8::MAX));
+        .filter(|p| p.path != "?")
+        .min_by_key(|p| match p.path.as_str() {
+            "PIX" => 0,
+            "PXB" => 1,
+            "PHB" => 2,
+            _ => 3,
+        });
     if row.iter().all(|p| p.gdr == Gdr::Off) {
         return format!(
             "{g}: no gdr (nearest {} {}: {})",
@@ -67,12 +101,14 @@ pub fn gpu_line(g: &str, row: &[&PastePair]) -> String {
                 .unwrap_or_default()
         );
     }
-    if near.is_empty() {
+    let open: Vec<&&PastePair> = row.iter().filter(|p| p.gdr == Gdr::Unknown).collect();
+    if open.iter().all(|p| p.nvidia_smi == "?") {
         return format!("{g}: cannot tell: its matrix row is incomplete");
     }
     format!(
-        "{g}: the distance allows gdr with {}; the rest is not in the paste",
-        near.iter()
+        "{g}: nccl's rule allows gdr with {}; the rest is not in the paste",
+        open.iter()
+            .filter(|p| p.nvidia_smi != "?")
             .map(|p| p.nic.as_str())
             .collect::<Vec<_>>()
             .join(" ")
@@ -85,7 +121,7 @@ pub fn unknowns(pairs: &[&PastePair]) -> Vec<String> {
         .iter()
         .filter(|p| p.gdr == Gdr::Unknown)
         .flat_map(|p| p.unknown.clone())
-        .filter(|u| !u.starts_with("matrix cell"))
+        .filter(|u| !u.contains("the matrix cell is not in the paste"))
         .collect();
     unk.sort();
     unk.dedup();
@@ -125,11 +161,12 @@ pub fn gdr_view(r: &DiagnoseReport) -> String {
             }
             let _ = writeln!(o);
         }
-        let _ = writeln!(
-            o,
-            "* within NCCL_NET_GDR_LEVEL {} ({}); + NCCL logged GDRDMA, - NCCL logged no GDRDMA; ? not in the paste",
-            r.gdr_level, r.gdr_level_source
-        );
+        for l in legend(r) {
+            let _ = writeln!(o, "{l}");
+        }
+        for n in &r.gdr_notes {
+            let _ = writeln!(o, "Note: {n}");
+        }
         for g in &gpus {
             let row: Vec<&PastePair> = mine.iter().copied().filter(|p| p.gpu == *g).collect();
             let _ = writeln!(o, "  {}", gpu_line(g, &row));
@@ -248,11 +285,23 @@ pub fn render(r: &DiagnoseReport) -> String {
                     .collect();
                 let _ = writeln!(o, "| {g} | {} |", cells.join(" | "));
             }
-            let _ = writeln!(
-                o,
-                "\n`*` within NCCL_NET_GDR_LEVEL {} ({}), `+` NCCL logged GDRDMA, `-` NCCL logged no GDRDMA, `?` not in the paste.\n",
-                r.gdr_level, r.gdr_level_source
-            );
+            let _ = writeln!(o);
+            for l in legend(r) {
+                // Markdown reads a leading `*`, `+` or `-` as a list item.
+                let l = l
+                    .replacen("* gdr,", "`*` gdr,", 1)
+                    .replacen(", x gdr", ", `x` gdr", 1)
+                    .replacen(", r gdr", ", `r` gdr", 1)
+                    .replacen(", ? nccl", ", `?` nccl", 1)
+                    .replacen("+ NCCL", "`+` NCCL", 1)
+                    .replacen(", - NCCL", ", `-` NCCL", 1)
+                    .replacen("cell ? is", "cell `?` is", 1);
+                let _ = writeln!(o, "{l}  ");
+            }
+            for n in &r.gdr_notes {
+                let _ = writeln!(o, "Note: {n}  ");
+            }
+            let _ = writeln!(o);
             for g in &gpus {
                 let row: Vec<&PastePair> = mine.iter().copied().filter(|p| p.gpu == *g).collect();
                 let _ = writeln!(o, "- {}", gpu_line(g, &row));

@@ -1,8 +1,8 @@
-//! The findings only pasted text can give: how each block was read (`paste.blocks`), what NCCL
-//! logged (`nccl.*`: its GDR decisions against the prediction, and each known failure line),
-//! and what the kernel logged (`dmesg.*`). Every id has a page `docs/checks/<id>.md`.
+//! The findings only pasted text can give: how each block was read (`paste.blocks`) and what
+//! NCCL logged (`nccl.*`: its GDR decisions against the prediction, and each known failure
+//! line). Every id has a page `docs/checks/<id>.md`. What the kernel logged is judged by the
+//! registry's `kernel.*` and `kmod.*` checks on the pasted lines (`crate::klog`).
 
-use super::kernel::DmesgEvent;
 use super::nccl::{FailureKind, NcclLog};
 use super::verdict::{Gdr, PastePair};
 use super::{BlockStatus, Paste};
@@ -39,15 +39,6 @@ pub static IDS: &[(&str, &str)] = &[
     (
         "nccl.timeout",
         "no collective timed out (nccl or the pytorch watchdog)",
-    ),
-    ("dmesg.xid", "the kernel log has no nvidia xid errors"),
-    (
-        "dmesg.iommu-fault",
-        "the kernel log has no iommu translation faults",
-    ),
-    (
-        "dmesg.peermem",
-        "the kernel log has no peer-memory module errors",
     ),
 ];
 
@@ -261,96 +252,6 @@ pub fn nccl_failures(p: &Paste) -> Vec<Finding> {
     out
 }
 
-/// Xids that mean hardware or driver trouble rather than an application bug.
-const SEVERE_XIDS: &[u32] = &[48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140];
-
-/// `dmesg.*` findings.
-pub fn dmesg(p: &Paste) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let mut xid: Vec<(usize, u32, String, usize)> = Vec::new();
-    let mut faults: Vec<(usize, String, usize)> = Vec::new();
-    let mut peer: Vec<(usize, String, usize)> = Vec::new();
-    for (i, e) in &p.dmesg {
-        match e {
-            DmesgEvent::Xid {
-                code, text, line, ..
-            } => xid.push((*i, *code, text.clone(), *line)),
-            DmesgEvent::IommuFault { text, line } => faults.push((*i, text.clone(), *line)),
-            DmesgEvent::PeerMem { text, line } => peer.push((*i, text.clone(), *line)),
-            _ => {}
-        }
-    }
-    if !xid.is_empty() {
-        let severe = xid.iter().any(|x| SEVERE_XIDS.contains(&x.1));
-        let mut codes: Vec<u32> = xid.iter().map(|x| x.1).collect();
-        codes.sort();
-        codes.dedup();
-        let mut f = Finding::new(
-            "dmesg.xid",
-            if severe { Status::Fail } else { Status::Warn },
-            "node",
-            format!(
-                "the kernel log has nvidia xid {}",
-                codes
-                    .iter()
-                    .map(|c| c.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        );
-        for (i, _, t, l) in xid.iter().take(4) {
-            f = f.evidence(format!("{} line {l}", p.label(*i)), t.clone());
-        }
-        out.push(f.fix(if codes.contains(&79) {
-            "Xid 79 (the GPU fell off the bus): drain the node, check power, seating and PCIe errors (`lspci -vvv` AER), reboot; repeated 79s mean hardware service"
-        } else if codes.contains(&74) {
-            "Xid 74 (NVLink error): `nvidia-smi nvlink -e` for the failing links; reset the GPU or reseat, and on NVSwitch systems restart nvidia-fabricmanager"
-        } else if codes.iter().any(|c| [48, 63, 64, 92, 94, 95].contains(c)) {
-            "memory (ECC/row-remap) Xid: `nvidia-smi -q -d ECC,ROW_REMAPPER`; drain and reset the GPU, replace it if remapping fails"
-        } else {
-            "look the Xid up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); 13, 31, 43 and 45 usually come from the application, the others from the GPU or driver"
-        }));
-    }
-    if !faults.is_empty() {
-        let mut f = Finding::new(
-            "dmesg.iommu-fault",
-            Status::Fail,
-            "node",
-            format!("the iommu blocked {} dma transfer(s): it translates device addresses, which breaks gpudirect peer-to-peer", faults.len()),
-        );
-        for (i, t, l) in faults.iter().take(4) {
-            f = f.evidence(format!("{} line {l}", p.label(*i)), t.clone());
-        }
-        out.push(f.fix("boot with the IOMMU in passthrough (`iommu=pt` on x86, `iommu.passthrough=1` on arm64) or off (`intel_iommu=off` / `amd_iommu=off`), and turn ACS redirection off on the GPU-NIC path; `gdrdoctor explain iommu.mode`"));
-    }
-    if !peer.is_empty() {
-        let broken = peer.iter().any(|(_, t, _)| {
-            t.contains("Unknown symbol")
-                || t.contains("disagrees about version")
-                || t.contains("Invalid argument")
-        });
-        let mut f = Finding::new(
-            "dmesg.peermem",
-            if broken { Status::Fail } else { Status::Warn },
-            "node",
-            if broken {
-                "the peer-memory module could not load: the running ib_core has no peer-memory api (or another build of it)".to_string()
-            } else {
-                format!("the kernel log has {} peer-memory message(s)", peer.len())
-            },
-        );
-        for (i, t, l) in peer.iter().take(4) {
-            f = f.evidence(format!("{} line {l}", p.label(*i)), t.clone());
-        }
-        out.push(f.fix(if broken {
-            "install MOFED/DOCA-OFED first, then (re)install the NVIDIA driver so nvidia-peermem is built against its ib_core; or use dma-buf (open kernel modules, kernel >= 5.12) and no peer-memory module at all"
-        } else {
-            "read the messages: `nv_get_p2p_free_callback ... invalid context` during teardown is usually harmless; errors at registration time are not"
-        }));
-    }
-    out
-}
-
 /// NCCL's path-type numbering by version (the `distance N` of its GDR lines), from the tags
 /// v2.4.8-1 .. v2.30.7-1 (`src/graph/topo.h` `topoPathTypeStr`; 2.4-2.5 `src/transport/net.cc`).
 /// (first version, last version, names by number).
@@ -524,24 +425,71 @@ pub fn nccl_gdr(
         .collect::<Vec<_>>()
         .join(", ");
         let ev = format!("{log_label} line {}", l.line);
-        let predicted = match p.gdr {
-            Gdr::On => Some(true),
-            Gdr::Off => Some(false),
-            Gdr::Unknown => p.by_distance.filter(|d| !d),
+        // The rule's prediction per direction (`None`: the paste lacks what it needs), and
+        // whether NCCL's log agrees with it where both are known.
+        let decided = p.gdr != Gdr::Unknown;
+        let pred_send = if decided { p.send } else { None };
+        let pred_recv = if decided { p.receive } else { None };
+        let agree = |logged: Option<bool>, pred: Option<bool>| match (logged, pred) {
+            (Some(a), Some(b)) => Some(a == b),
+            _ => None,
         };
-        let f = match (any, predicted, l.send, l.receive) {
-            (true, _, Some(false), Some(true)) => Finding::new(ID, Status::Warn, &subject, format!("nccl uses gdr only to receive on {} ({dirs}): the send side reads gpu memory through the cpu", p.nic))
-                .evidence(ev, dirs.clone())
-                .fix("NCCL's read gate: <= 2.18 GDR reads need an NVLink peer for every GPU, >= 2.19 only pre-Ampere GPUs are gated; `NCCL_NET_GDR_READ=1` forces GDR reads where the platform supports them"),
-            (true, Some(false), _, _) => Finding::new(ID, Status::Pass, &subject, format!("nccl used gdr with {} ({dirs}) although the path is {}: NCCL_NET_GDR_LEVEL or PXN allowed it", p.nic, p.nvidia_smi))
-                .evidence(ev, dirs.clone()),
-            (true, _, _, _) => Finding::new(ID, Status::Pass, &subject, format!("nccl used gdr with {} ({dirs})", p.nic)).evidence(ev, dirs.clone()),
-            (false, Some(true), _, _) | (false, None, _, _) if p.by_distance == Some(true) => Finding::new(ID, Status::Fail, &subject, format!("nccl did not use gdr with {} although the path ({}) allows it", p.nic, p.nvidia_smi))
-                .evidence(ev, dirs.clone())
+        let checks = [
+            agree(l.send, pred_send),
+            agree(l.receive, pred_recv),
+            agree(l.undirected, pred_send.zip(pred_recv).map(|(a, b)| a || b)),
+        ];
+        let disagrees = checks.contains(&Some(false));
+        let agrees = !disagrees && checks.contains(&Some(true));
+        let predicted = format!(
+            "gdrdoctor predicts {} ({}; {})",
+            match (pred_send, pred_recv) {
+                (Some(true), Some(true)) => "gdr both ways".to_string(),
+                (Some(false), Some(true)) => "gdr for receives only".to_string(),
+                (Some(true), Some(false)) => "gdr for sends only".to_string(),
+                (Some(false), Some(false)) => "no gdr".to_string(),
+                _ => "nothing: the paste lacks what the rule needs".to_string(),
+            },
+            if p.reasons.is_empty() {
+                p.unknown
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| format!("path {}", p.nvidia_smi))
+            } else {
+                p.reasons.join("; ")
+            },
+            p.via
+                .as_ref()
+                .map(|v| format!("sends through {v} via PXN"))
+                .unwrap_or_else(|| format!("path {}", p.nvidia_smi))
+        );
+        let mut f = match (any, l.send, l.receive) {
+            (true, Some(false), Some(true)) => Finding::new(ID, Status::Warn, &subject, format!(
+                "nccl uses gdr only to receive on {} ({dirs}): the send side reads gpu memory through the cpu{}",
+                p.nic,
+                if pred_send == Some(false) { ", as nccl's read gate predicts" } else { "" }
+            ))
+            .fix("NCCL's read gate: <= 2.18 GDR reads need an NVLink peer for every GPU, >= 2.19 only pre-Ampere GPUs are gated; `NCCL_NET_GDR_READ=1` forces GDR reads where the platform supports them"),
+            (true, _, _) if disagrees => Finding::new(ID, Status::Pass, &subject, format!(
+                "nccl used gdr with {} ({dirs}) where the paste predicts otherwise: the paste may lack the environment or version the job ran with (NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ)",
+                p.nic
+            )),
+            (true, _, _) => Finding::new(ID, Status::Pass, &subject, format!("nccl used gdr with {} ({dirs}){}", p.nic, if agrees { ", as predicted" } else { "" })),
+            (false, _, _) if p.by_distance == Some(true) && !agrees => Finding::new(ID, Status::Fail, &subject, format!("nccl did not use gdr with {} although the path ({}) allows it", p.nic, p.nvidia_smi))
                 .fix("the NIC-level support is missing: look for `GPU Direct RDMA Disabled for HCA` in the log; load nvidia-peermem or enable dma-buf, and check NCCL_NET_GDR_LEVEL in the environment"),
-            (false, _, _, _) => Finding::new(ID, Status::Pass, &subject, format!("nccl did not use gdr with {} ({dirs}), as the {} path predicts", p.nic, p.nvidia_smi))
-                .evidence(ev, dirs.clone()),
-        };
+            (false, _, _) if disagrees => Finding::new(ID, Status::Warn, &subject, format!(
+                "nccl did not use gdr with {} ({dirs}) where the paste predicts it: something the paste does not show turned it off",
+                p.nic
+            ))
+            .fix("look for `GPU Direct RDMA Disabled` lines and `NCCL_*` settings in the whole log; `gdrdoctor check` on the node shows the peer-memory and dma-buf state"),
+            (false, _, _) => Finding::new(ID, Status::Pass, &subject, format!(
+                "nccl did not use gdr with {} ({dirs}){}",
+                p.nic,
+                if agrees { ", as predicted".to_string() } else { format!(", and the {} path does not allow it", p.nvidia_smi) }
+            )),
+        }
+        .evidence(ev, dirs.clone());
+        f = f.evidence("nccl rule", predicted);
         out.push(f);
     }
     out

@@ -1,5 +1,6 @@
 //! Small kernel-side pastes: `/proc/cmdline` (or `GRUB_CMDLINE_LINUX=".."`), `dmesg` /
-//! `journalctl -k` lines about the IOMMU, NVIDIA Xids and peer-memory modules,
+//! `journalctl -k` lines about the driver, the kernel and the IOMMU configuration (Xids,
+//! IOMMU faults and peer-memory errors are `crate::klog`'s),
 //! `/proc/driver/nvidia/version` (or the driver's `NVRM: loading ..` banner), `uname -a` /
 //! `uname -r` / `/proc/version`, `ulimit -a` / `ulimit -l`, and `NCCL_*=..` environment lines.
 
@@ -36,23 +37,15 @@ pub fn parse_cmdline(lines: &[Line]) -> Option<Cmdline> {
     })
 }
 
-/// What a kernel log line tells.
+/// What a pasted kernel log line tells about the node's configuration (the driver, the kernel,
+/// its command line, the IOMMU). Events that mean trouble (Xids, IOMMU faults, mlx5 health,
+/// peer-memory load failures) are read by [`crate::klog`], the kernel log parser every source
+/// shares, from the block's lines ([`super::Paste::kernel_log`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum DmesgEvent {
-    /// `NVRM: Xid (PCI:0000:44:00): 79, pid=.., GPU has fallen off the bus.`
-    Xid {
-        bdf: Option<String>,
-        code: u32,
-        text: String,
-        line: usize,
-    },
-    /// DMAR / AMD-Vi / SMMU translation faults: the IOMMU translates and refused a DMA.
-    IommuFault { text: String, line: usize },
     /// `iommu: Default domain type: Translated|Passthrough`, `DMAR: IOMMU enabled`, ...
     IommuInfo { text: String, line: usize },
-    /// nvidia_peermem / nv_peer_mem messages (load failures, `Unknown symbol`, runtime errors).
-    PeerMem { text: String, line: usize },
     /// `NVRM: loading NVIDIA UNIX [Open] Kernel Module for x86_64  570.158.01 ..`
     NvidiaBanner { text: String, line: usize },
     /// `Linux version 5.15.0-91-generic ..`
@@ -63,16 +56,7 @@ pub enum DmesgEvent {
 
 /// The message of a kernel log line (after `[ 12.345]`, `[date]` or `host kernel:`).
 fn message(t: &str) -> &str {
-    let s = t.trim_start();
-    if let Some(r) = s.strip_prefix('[') {
-        if let Some((_, m)) = r.split_once(']') {
-            return m.trim();
-        }
-    }
-    if let Some((_, m)) = s.split_once(" kernel: ") {
-        return m.trim();
-    }
-    s
+    crate::klog::message(t)
 }
 
 pub fn parse_dmesg(lines: &[Line]) -> Vec<DmesgEvent> {
@@ -80,42 +64,6 @@ pub fn parse_dmesg(lines: &[Line]) -> Vec<DmesgEvent> {
     for l in lines {
         let m = message(&l.text);
         let text: String = m.chars().take(300).collect();
-        let lower = m.to_ascii_lowercase();
-        if let Some(r) = m.split_once("NVRM: Xid (").map(|x| x.1) {
-            let bdf = r
-                .split_once(')')
-                .map(|(a, _)| a.trim_start_matches("PCI:").to_ascii_lowercase());
-            let code = r
-                .split_once("):")
-                .and_then(|(_, c)| c.trim().split([',', ' ']).next())
-                .and_then(|c| c.parse().ok());
-            if let Some(code) = code {
-                out.push(DmesgEvent::Xid {
-                    bdf,
-                    code,
-                    text,
-                    line: l.no,
-                });
-            }
-            continue;
-        }
-        if m.contains("has") && m.contains("fallen off the bus") || m.contains("fallen off the bus")
-        {
-            out.push(DmesgEvent::Xid {
-                bdf: None,
-                code: 79,
-                text,
-                line: l.no,
-            });
-            continue;
-        }
-        if m.contains("IO_PAGE_FAULT")
-            || (m.contains("DMAR") && (lower.contains("fault") || m.contains("[DMA ")))
-            || (lower.contains("smmu") && lower.contains("event"))
-        {
-            out.push(DmesgEvent::IommuFault { text, line: l.no });
-            continue;
-        }
         if m.contains("Default domain type")
             || m.contains("DMAR: IOMMU enabled")
             || m.contains("AMD-Vi: Interrupt remapping enabled")
@@ -123,11 +71,6 @@ pub fn parse_dmesg(lines: &[Line]) -> Vec<DmesgEvent> {
             || m.contains("iommu: ")
         {
             out.push(DmesgEvent::IommuInfo { text, line: l.no });
-            continue;
-        }
-        if m.contains("nv_peer_mem") || m.contains("nvidia_peermem") || m.contains("nvidia-peermem")
-        {
-            out.push(DmesgEvent::PeerMem { text, line: l.no });
             continue;
         }
         if m.contains("NVRM: loading NVIDIA UNIX") {
@@ -259,17 +202,25 @@ mod tests {
 ";
         let l = clean(t).lines;
         let e = parse_dmesg(&l);
+        // The Xid, peer-memory and fault lines are klog's (the shared kernel log parser).
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(matches!(&e[0], DmesgEvent::IommuInfo { .. }));
+        assert!(matches!(&e[1], DmesgEvent::NvidiaBanner { .. }));
         assert!(
-            matches!(&e[0], DmesgEvent::Xid { code: 79, bdf: Some(b), .. } if b == "0000:44:00")
+            matches!(&e[2], DmesgEvent::LinuxVersion { release, .. } if release == "5.15.0-91-generic")
         );
-        assert!(matches!(&e[1], DmesgEvent::PeerMem { .. }));
-        assert!(matches!(&e[2], DmesgEvent::IommuFault { .. }));
-        assert!(matches!(&e[3], DmesgEvent::IommuInfo { .. }));
-        assert!(matches!(&e[4], DmesgEvent::NvidiaBanner { .. }));
+        assert!(matches!(&e[3], DmesgEvent::CommandLine { args, .. } if args.len() == 4));
+        let klog: Vec<_> = l
+            .iter()
+            .filter_map(|x| crate::klog::parse_line(&x.text))
+            .collect();
         assert!(
-            matches!(&e[5], DmesgEvent::LinuxVersion { release, .. } if release == "5.15.0-91-generic")
+            matches!(&klog[0], crate::klog::Event::Xid { xid: 79, gpu, .. } if gpu == "0000:44:00.0")
         );
-        assert!(matches!(&e[6], DmesgEvent::CommandLine { args, .. } if args.len() == 4));
+        assert!(
+            matches!(&klog[1], crate::klog::Event::PeerMemFailed { module, .. } if module == "nv_peer_mem")
+        );
+        assert!(matches!(&klog[2], crate::klog::Event::IommuFault { .. }));
         let (v, _) = nvidia_version_text(&l).unwrap();
         assert_eq!(
             crate::parse::nvidia_version(&v),

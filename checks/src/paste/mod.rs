@@ -155,6 +155,9 @@ pub struct Paste {
     pub smiq: Vec<(usize, smiq::SmiQ)>,
     pub cmdline: Vec<(usize, kernel::Cmdline)>,
     pub dmesg: Vec<(usize, kernel::DmesgEvent)>,
+    /// The lines of each kernel log block, continuation lines joined
+    /// ([`crate::klog::join_continuations`]): what `crate::klog` and the `kernel.*` checks read.
+    pub kernel_log: Vec<(usize, Vec<String>)>,
     pub nvidia_version: Vec<(usize, String)>,
     /// (block, kernel release, machine)
     pub uname: Vec<(usize, String, Option<String>)>,
@@ -429,11 +432,23 @@ pub fn read(inputs: &[Input]) -> Paste {
                 },
                 Kind::Dmesg => {
                     let e = kernel::parse_dmesg(&raw.lines);
+                    let lines =
+                        crate::klog::join_continuations(raw.lines.iter().map(|l| l.text.as_str()));
+                    let events = lines
+                        .iter()
+                        .filter(|l| {
+                            !matches!(
+                                crate::klog::parse_line(l),
+                                None | Some(crate::klog::Event::Boot)
+                            )
+                        })
+                        .count();
                     b.summary = format!(
-                        "{} kernel log line(s), {} relevant",
+                        "{} kernel log line(s): {events} about Xids, IOMMU faults, mlx5 health or peer-memory modules, {} about the driver, kernel or IOMMU setup",
                         raw.lines.len(),
                         e.len()
                     );
+                    p.kernel_log.push((idx, lines));
                     b.status = status(&b.repairs, &b.problems);
                     if let Some((t, _)) = kernel::nvidia_version_text(&raw.lines) {
                         p.nvidia_version.push((idx, t));

@@ -37,41 +37,8 @@ use super::clean::Line;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// `2.18.5` as numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct Version {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
-}
-
-impl Version {
-    /// `2.18.5+cuda12.2` -> 2.18.5.
-    pub fn parse(s: &str) -> Option<Version> {
-        let core = s.split(['+', ' ', ',']).next()?;
-        let mut it = core.split('.');
-        let major = it.next()?.parse().ok()?;
-        let minor = it.next()?.parse().ok()?;
-        let patch = it
-            .next()
-            .and_then(|p| {
-                let d: String = p.chars().take_while(|c| c.is_ascii_digit()).collect();
-                d.parse().ok()
-            })
-            .unwrap_or(0);
-        Some(Version {
-            major,
-            minor,
-            patch,
-        })
-    }
-}
-
-impl std::fmt::Display for Version {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
+/// NCCL's version: the one type the rule ([`crate::nccl::rule`]) and every reader share.
+pub use crate::nccl::Version;
 
 /// The `host:pid:tid [dev]` prefix of a line.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]

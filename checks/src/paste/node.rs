@@ -304,8 +304,33 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
         pci,
         rdma,
         live: LiveFacts::absent(NOT_PASTED),
+        health: Health {
+            kernel_log: kernel_log(p),
+            ..Health::absent(NOT_PASTED)
+        },
     };
     (node, prov)
+}
+
+/// The pasted kernel log lines, through the same keeper as every other kernel log
+/// ([`crate::klog::Keeper`]), as an excerpt: what they show happened, but a missing event
+/// proves nothing.
+fn kernel_log(p: &Paste) -> Fact<KernelLog> {
+    if p.kernel_log.is_empty() {
+        return absent("kernel log", format!("{NOT_PASTED} (`sudo dmesg`)"));
+    }
+    let mut k = crate::klog::Keeper::default();
+    let mut labels = Vec::new();
+    for (i, lines) in &p.kernel_log {
+        labels.push(p.label(*i));
+        for l in lines {
+            k.push(l.clone());
+        }
+    }
+    let origin = labels.join(", ");
+    let mut log = k.finish(origin.clone(), LogScope::Excerpt);
+    log.scope = LogScope::Excerpt;
+    Fact::known(log, origin)
 }
 
 fn kn<T>(lab: &str) -> impl Fn(T) -> Fact<T> + '_ {

@@ -10,7 +10,7 @@
 
 use super::nccl::{Direction, LoggedGdr, NcclLog};
 use super::node::{self, Provenance};
-use super::verdict::{self, Context, Gdr, Logged, PairEvidence, PastePair};
+use super::verdict::{self, Context, Gdr, Logged, PastePair};
 use super::{findings, BlockStatus, Input, Kind, Paste};
 use crate::report::{self, Finding, Status};
 use crate::RunOptions;
@@ -66,6 +66,12 @@ pub struct DiagnoseReport {
     /// The GDR distance threshold the verdicts used, and where it came from.
     pub gdr_level: String,
     pub gdr_level_source: String,
+    /// Whose rules the verdicts follow: `NCCL 2.19.3 rules (`NCCL version 2.19.3+cuda12.3` in
+    /// b2 (...))`, `--nccl-version`, or the newest rules when the paste shows no version.
+    pub nccl_rules: String,
+    /// Node-wide remarks of the rule: the environment's effects (PXN disabled, ignored values),
+    /// unknown NVLink-C2C.
+    pub gdr_notes: Vec<String>,
     pub matrices: Vec<MatrixView>,
     pub nccl: Option<NcclSummary>,
     pub inventory: report::Inventory,
@@ -295,15 +301,14 @@ fn logged_for(gpu: &str, nic: &str, entries: &[(String, &LoggedGdr)]) -> Option<
     })
 }
 
-/// The model of a GPU by its matrix index (nvidia-smi -q sections are in the same order).
-fn gpu_model(p: &Paste, idx: usize) -> Option<String> {
-    p.smiq
-        .first()
-        .and_then(|(_, q)| q.gpus.get(idx))
-        .and_then(|g| g.product_name.clone())
-}
-
-fn pairs(p: &Paste, cx: &Context, log: Option<&NcclLog>) -> Vec<PastePair> {
+/// Every pair's verdict, through [`verdict::decide`]: one decision per pasted matrix (a node),
+/// or, without a matrix, one over the GPU x NIC pairs NCCL logged. The log is matched with the
+/// first matrix's node. Also the first decision (for its threshold, rules and notes).
+fn pairs(
+    p: &Paste,
+    cx: &Context,
+    log: Option<&NcclLog>,
+) -> (Vec<PastePair>, Option<crate::nccl::rule::Decision>) {
     let entries: Vec<(String, LoggedGdr)> = match log {
         Some(l) => l
             .logged_gdr()
@@ -314,71 +319,81 @@ fn pairs(p: &Paste, cx: &Context, log: Option<&NcclLog>) -> Vec<PastePair> {
     };
     let refs: Vec<(String, &LoggedGdr)> = entries.iter().map(|(g, e)| (g.clone(), e)).collect();
     let mut out = Vec::new();
+    let mut first = None;
     for (bi, m) in &p.matrices {
         let block = p.blocks.get(*bi).map(|b| b.id.clone()).unwrap_or_default();
-        for (gi, g) in m.gpus().into_iter().enumerate() {
-            for n in m.nics() {
-                let nic = m.nic_name(n).to_string();
-                let peers = m
-                    .gpus()
-                    .into_iter()
-                    .filter(|o| *o != g)
-                    .filter_map(|o| {
-                        m.nvlinks(g, o)
-                            .map(|k| (o.clone(), k, m.cell(o, n).map(str::to_string)))
-                    })
-                    .collect();
-                let e = PairEvidence {
-                    block: block.clone(),
-                    gpu: g.clone(),
-                    nic: nic.clone(),
-                    smi_path: m.cell(g, n).map(str::to_string),
-                    nvlink_peers: peers,
-                    gpu_model: gpu_model(p, gi),
-                };
-                let mut pair = verdict::decide(cx, &e);
-                // The log is from the node whose matrix comes first.
-                if Some(*bi) == p.matrices.first().map(|x| x.0) {
-                    pair.logged = logged_for(g, &nic, &refs);
-                }
-                out.push(pair);
+        let sys = verdict::system(cx, p, *bi, m);
+        let (d, mut v) = verdict::decide(cx, &block, &sys);
+        if first.is_none() {
+            for pair in &mut v {
+                pair.logged = logged_for(&pair.gpu, &pair.nic, &refs);
             }
+            first = Some(d);
         }
+        out.extend(v);
     }
     if p.matrices.is_empty() {
-        // No matrix: one pair per logged GPU x NIC, with the distance unknown.
+        // No matrix: the pairs NCCL logged, their paths unknown.
         let block = p
             .nccl
             .first()
-            .map(|(i, _)| p.blocks[*i].id.clone())
+            .and_then(|(i, _)| p.blocks.get(*i))
+            .map(|b| b.id.clone())
             .unwrap_or_default();
+        let mut gpus: Vec<String> = Vec::new();
+        let mut nics: Vec<String> = Vec::new();
         let mut seen: Vec<(String, String)> = Vec::new();
         for (g, e) in &refs {
             let Some(nic) = e.nic.clone() else { continue };
-            if seen.contains(&(g.clone(), nic.clone())) {
-                continue;
+            if !gpus.contains(g) {
+                gpus.push(g.clone());
             }
-            seen.push((g.clone(), nic.clone()));
-            let ev = PairEvidence {
-                block: block.clone(),
-                gpu: g.clone(),
-                nic: nic.clone(),
-                smi_path: None,
-                nvlink_peers: vec![],
-                gpu_model: g
-                    .strip_prefix("GPU")
-                    .and_then(|i| i.parse().ok())
-                    .and_then(|i| gpu_model(p, i)),
-            };
-            let mut pair = verdict::decide(cx, &ev);
-            pair.logged = logged_for(g, &nic, &refs);
-            out.push(pair);
+            if !nics.contains(&nic) {
+                nics.push(nic.clone());
+            }
+            if !seen.contains(&(g.clone(), nic.clone())) {
+                seen.push((g.clone(), nic));
+            }
+        }
+        if !seen.is_empty() {
+            let sys = verdict::system_of_pairs(cx, &gpus, &nics);
+            let (d, v) = verdict::decide(cx, &block, &sys);
+            for mut pair in v {
+                if !seen.contains(&(pair.gpu.clone(), pair.nic.clone())) {
+                    continue;
+                }
+                pair.logged = logged_for(&pair.gpu, &pair.nic, &refs);
+                out.push(pair);
+            }
+            first = Some(d);
         }
     }
-    out
+    (out, first)
 }
 
-/// `topo.nic-distance`, `topo.rails` and `gdr.gpu` from the matrices and the log.
+/// `route` of a pair for messages: `PIX`, `NODE to it, sends through GPU1 via PXN`.
+fn route(x: &PastePair) -> String {
+    match (&x.via, x.nccl_path.as_deref()) {
+        (Some(v), _) => format!("{} to it, sends through {v} via PXN", x.nvidia_smi),
+        (None, Some(n)) => format!("{} counted as {n}", x.nvidia_smi),
+        _ => x.nvidia_smi.clone(),
+    }
+}
+
+/// What NCCL did for a pair when the log says, else what the rule predicts: (send, receive).
+fn effective(x: &PastePair) -> (Option<bool>, Option<bool>) {
+    match &x.logged {
+        Some(l) if l.any().is_some() => match (l.send, l.receive, l.undirected) {
+            (None, None, u) => (u, u),
+            (s, r, _) => (s, r),
+        },
+        _ if x.gdr == Gdr::On => (x.send, x.receive),
+        _ => (None, None),
+    }
+}
+
+/// `topo.nic-distance`, `topo.rails` and `gdr.gpu` from the matrices and the log, on the
+/// verdicts of [`verdict::decide`].
 fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
     let blocks: Vec<String> = {
@@ -387,6 +402,7 @@ fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
         b
     };
     let many = blocks.len() > 1;
+    let threshold = format!("{} ({})", cx.level.name, cx.level.source);
     for blk in &blocks {
         let mine: Vec<&PastePair> = pairs.iter().filter(|x| &x.block == blk).collect();
         let mut gpus: Vec<&str> = mine.iter().map(|x| x.gpu.as_str()).collect();
@@ -416,6 +432,15 @@ fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
                 .map(|x| format!("{} {}", x.nic, x.nvidia_smi))
                 .collect::<Vec<_>>()
                 .join(", ");
+            let best = row
+                .iter()
+                .filter(|x| x.path != "?")
+                .min_by_key(|x| {
+                    crate::nccl::PathKind::from_name(&x.path)
+                        .and_then(|k| crate::nccl::version::NEWEST.value(k))
+                        .unwrap_or(u8::MAX)
+                })
+                .copied();
             if from_matrix {
                 let known: Vec<&&PastePair> =
                     row.iter().filter(|x| x.by_distance.is_some()).collect();
@@ -424,6 +449,9 @@ fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
                     .filter(|x| x.by_distance == Some(true))
                     .map(|x| x.nic.as_str())
                     .collect();
+                let pxn = row
+                    .iter()
+                    .find(|x| x.via.is_some() && effective(x).0 == Some(true));
                 let f = if !near.is_empty() {
                     close.insert(g, Some(near.clone()));
                     Finding::new(
@@ -447,58 +475,105 @@ fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
                     )
                     .evidence(lab.clone(), listing.clone())
                     .fix(format!(
-                        "paste `nvidia-smi topo -m` again in a code block; {} is cut or garbled",
-                        g
+                        "paste `nvidia-smi topo -m` again in a code block; {g} is cut or garbled"
                     ))
+                } else if let Some(x) = pxn {
+                    close.insert(g, Some(Vec::new()));
+                    Finding::new("topo.nic-distance", Status::Warn, subj(g), format!(
+                        "no nic within {} of this gpu: the nearest, {}, is {}; nccl sends its traffic through {} over nvlink (pxn) and uses gdr there ({})",
+                        cx.level.name,
+                        best.map(|b| b.nic.as_str()).unwrap_or("?"),
+                        best.map(|b| b.nvidia_smi.as_str()).unwrap_or("?"),
+                        x.via.as_deref().unwrap_or("?"),
+                        x.nic
+                    ))
+                    .expected(lab.clone(), listing.clone(), format!("a nic within {threshold}"))
+                    .fix("PXN keeps GDR but adds an NVLink hop and shares the peer's NIC; for a NIC of its own move one under this GPU's PCIe switch")
                 } else {
                     close.insert(g, Some(Vec::new()));
-                    let best = row
-                        .iter()
-                        .min_by_key(|x| crate::topo::parse_level(&x.path).unwrap_or(u8::MAX));
                     Finding::new("topo.nic-distance", Status::Warn, subj(g), format!(
                         "no nic within {} of this gpu: the nearest, {}, is {}; nccl turns gdr off for it by default and stages through host memory",
                         cx.level.name,
                         best.map(|b| b.nic.as_str()).unwrap_or("?"),
                         best.map(|b| b.nvidia_smi.as_str()).unwrap_or("?")
                     ))
-                    .expect(lab.clone(), listing.clone(), format!("a nic at PIX or PXB ({})", cx.level.source))
+                    .expected(lab.clone(), listing.clone(), format!("a nic at PIX or PXB ({threshold})"))
                     .fix("move a NIC under the same PCIe switch as this GPU; or accept the host-memory path (`NCCL_NET_GDR_LEVEL=PHB`/`SYS` forces GDR through the CPU, often slower)")
                 };
                 out.push(f);
             }
-            // gdr.gpu: what NCCL did when the log says, else the prediction.
-            let on: Vec<&PastePair> = row
+            // gdr.gpu: what NCCL did when the log says, else the rule's prediction.
+            let both: Vec<&PastePair> = row
+                .iter()
+                .filter(|x| effective(x) == (Some(true), Some(true)))
+                .copied()
+                .collect();
+            let partial: Vec<&PastePair> = row
                 .iter()
                 .filter(|x| {
-                    x.logged.as_ref().and_then(|l| l.any()) == Some(true)
-                        || (x.logged.is_none() && x.gdr == Gdr::On)
+                    let e = effective(x);
+                    (e.0 == Some(true) || e.1 == Some(true)) && e != (Some(true), Some(true))
                 })
                 .copied()
                 .collect();
             let logged_any = row.iter().any(|x| x.logged.is_some());
-            let f = if !on.is_empty() {
-                let how = if on.iter().any(|x| x.logged.is_some()) {
+            let how = |xs: &[&PastePair]| {
+                if xs.iter().any(|x| x.logged.is_some()) {
                     "nccl logged gdrdma"
                 } else {
                     "predicted"
-                };
-                Finding::new(
+                }
+            };
+            let f = if let Some(first) = both.first() {
+                let mut f = Finding::new(
                     "gdr.gpu",
                     Status::Pass,
                     subj(g),
                     format!(
-                        "gdr on with {} ({how})",
-                        on.iter()
+                        "gdr on with {} ({}; {})",
+                        both.iter()
                             .map(|x| x.nic.as_str())
                             .collect::<Vec<_>>()
-                            .join(" ")
+                            .join(" "),
+                        how(&both),
+                        route(first)
+                    ),
+                )
+                .evidence(lab.clone(), listing.clone());
+                for n in &first.notes {
+                    f = f.evidence("nccl rule", n.clone());
+                }
+                f
+            } else if let Some(first) = partial.first() {
+                let (s, _) = effective(first);
+                let why = if s == Some(false) {
+                    first
+                        .reasons
+                        .first()
+                        .cloned()
+                        .unwrap_or_else(|| "nccl logged no gdrdma for sends".into())
+                } else {
+                    "one direction is off".into()
+                };
+                Finding::new(
+                    "gdr.gpu",
+                    Status::Warn,
+                    subj(g),
+                    format!(
+                        "gdr for {} only with {} ({}; {}): {why}",
+                        if s == Some(true) { "sends" } else { "receives" },
+                        partial
+                            .iter()
+                            .map(|x| x.nic.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                        how(&partial),
+                        route(first)
                     ),
                 )
                 .evidence(lab.clone(), listing.clone())
+                .fix("to have NCCL use GDR for sends too, run the job with NCCL_NET_GDR_READ=1 (measure: NCCL keeps sends off GDR on such GPUs because host-staged sends were faster there)")
             } else if logged_any || row.iter().all(|x| x.gdr == Gdr::Off) {
-                let best = row
-                    .iter()
-                    .min_by_key(|x| crate::topo::parse_level(&x.path).unwrap_or(u8::MAX));
                 let why = best
                     .map(|b| {
                         if b.reasons.is_empty() {
@@ -512,10 +587,19 @@ fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
                         }
                     })
                     .unwrap_or_default();
-                Finding::new("gdr.gpu", Status::Fail, subj(g), format!("gdr off for every nic; nearest {} ({}): {why}", best.map(|b| b.nic.as_str()).unwrap_or("?"), best.map(|b| b.nvidia_smi.as_str()).unwrap_or("?")))
-                    .evidence(lab.clone(), listing.clone())
-                    .fix("fix the first reason above; `gdrdoctor explain gdr.gpu` gives NCCL's decision chain")
-            } else if row.iter().any(|x| x.by_distance.is_none()) {
+                Finding::new(
+                    "gdr.gpu",
+                    Status::Fail,
+                    subj(g),
+                    format!(
+                        "gdr off for every nic; nearest {} ({}): {why}",
+                        best.map(|b| b.nic.as_str()).unwrap_or("?"),
+                        best.map(|b| b.nvidia_smi.as_str()).unwrap_or("?")
+                    ),
+                )
+                .evidence(lab.clone(), listing.clone())
+                .fix("fix the first reason above; `gdrdoctor explain gdr.gpu` gives NCCL's decision chain")
+            } else if row.iter().any(|x| x.by_distance.is_none()) && from_matrix {
                 Finding::new(
                     "gdr.gpu",
                     Status::Error,
@@ -524,18 +608,26 @@ fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
                 )
                 .evidence(lab.clone(), listing.clone())
             } else {
-                let near: Vec<&PastePair> = row
+                let open: Vec<&PastePair> = row
                     .iter()
                     .copied()
-                    .filter(|x| x.by_distance == Some(true))
+                    .filter(|x| x.gdr == Gdr::Unknown)
                     .collect();
-                let mut unk: Vec<String> = near.iter().flat_map(|x| x.unknown.clone()).collect();
+                let mut unk: Vec<String> = open.iter().flat_map(|x| x.unknown.clone()).collect();
                 unk.sort();
                 unk.dedup();
-                let mut f = Finding::new("gdr.gpu", Status::Skip, subj(g), format!(
-                    "the distance allows gdr with {}; whether nccl uses it is not in the pasted text",
-                    near.iter().map(|x| x.nic.as_str()).collect::<Vec<_>>().join(" ")
-                ))
+                let mut f = Finding::new(
+                    "gdr.gpu",
+                    Status::Skip,
+                    subj(g),
+                    format!(
+                        "nccl's rule allows gdr with {} if what the paste does not show is in place; whether nccl uses it is not in the pasted text",
+                        open.iter()
+                            .map(|x| x.nic.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
+                )
                 .evidence(lab.clone(), listing.clone());
                 for u in unk {
                     f = f.evidence("not in the paste", u);
@@ -602,7 +694,7 @@ fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
                     .map(|(g, _)| **g)
                     .collect();
                 Finding::new("topo.rails", Status::Warn, subject, format!("asymmetric rails: {} have no close nic while others have up to {max}", none.join(", ")))
-                    .expect(lab.clone(), listing, "the same number of close nics for every gpu")
+                    .expected(lab.clone(), listing, "the same number of close nics for every gpu")
                     .fix("rebalance NICs across the PCIe switches so every GPU has one under its switch (the HGX rail layout); until then NCCL sends the NIC-less GPUs' traffic through host memory or a neighbour (PXN)")
             } else if min != max {
                 Finding::new(
@@ -611,7 +703,7 @@ fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
                     subject,
                     format!("uneven rails: gpus have between {min} and {max} close nics"),
                 )
-                .expect(
+                .expected(
                     lab.clone(),
                     listing,
                     "the same number of close nics for every gpu",
@@ -674,38 +766,42 @@ pub fn recognised(p: &Paste) -> bool {
 /// Run diagnose on pasted inputs.
 pub fn diagnose(inputs: &[Input], opts: &RunOptions) -> DiagnoseReport {
     let p = super::read(inputs);
-    diagnose_paste(&p, inputs, opts)
+    diagnose_paste(&p, inputs, opts, &Assume::default())
 }
 
-pub fn diagnose_paste(p: &Paste, inputs: &[Input], opts: &RunOptions) -> DiagnoseReport {
-    let (node, prov) = node::build(p);
+/// What the verdicts take from outside the paste.
+#[derive(Debug, Clone, Default)]
+pub struct Assume {
+    /// `--nccl-version`: its rules, whatever the log says.
+    pub nccl_version: Option<String>,
+    /// `NCCL_*` variables of the environment gdrdoctor runs in: they overlay the paste's (to
+    /// ask "what if", as `--sysroot` does), and the verdicts name them as the source.
+    pub env: BTreeMap<String, String>,
+}
+
+pub fn diagnose_paste(
+    p: &Paste,
+    inputs: &[Input],
+    opts: &RunOptions,
+    assume: &Assume,
+) -> DiagnoseReport {
+    let (mut node, prov) = node::build(p);
+    if !assume.env.is_empty() {
+        node.env = match &node.env {
+            crate::model::Fact::Known { value, source } => {
+                let mut e = value.clone();
+                e.extend(assume.env.clone());
+                crate::model::Fact::known(e, format!("{source} + the environment of this run"))
+            }
+            crate::model::Fact::Absent { .. } => {
+                crate::model::Fact::known(assume.env.clone(), "the environment of this run")
+            }
+        };
+    }
     let log = p.nccl_merged();
     let log_label = p.nccl.first().map(|(i, _)| p.label(*i)).unwrap_or_default();
-    let nic_logged: BTreeMap<String, (bool, String)> = log
-        .as_ref()
-        .map(|l| {
-            l.nic_gdr
-                .iter()
-                .map(|n| {
-                    (
-                        n.name.clone(),
-                        (
-                            n.enabled,
-                            format!(
-                                "NET/{} : GPU Direct RDMA {} for HCA {} '{}'",
-                                n.net,
-                                if n.enabled { "Enabled" } else { "Disabled" },
-                                n.index,
-                                n.name
-                            ),
-                        ),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let cx = Context::new(&node, log.as_ref().and_then(|l| l.version()), nic_logged);
-    let gdr = pairs(p, &cx, log.as_ref());
+    let cx = Context::new(&node, p, log.as_ref(), assume.nccl_version.as_deref());
+    let (gdr, decision) = pairs(p, &cx, log.as_ref());
     let replaced = ["topo.nic-distance", "topo.rails", "gdr.gpu"];
     let has_topo = !gdr.is_empty();
     let rdma_unplaced = node.rdma.get().is_some_and(|r| {
@@ -742,7 +838,6 @@ pub fn diagnose_paste(p: &Paste, inputs: &[Input], opts: &RunOptions) -> Diagnos
         findings::nccl_gdr(&gdr, log.as_ref(), &log_label, cx.peermem.available)
             .into_iter()
             .chain(findings::nccl_failures(p))
-            .chain(findings::dmesg(p))
             .filter(|f| wants(&f.id)),
     );
     // ACS from lspci text where the check could not pair GPUs with NICs.
@@ -785,6 +880,11 @@ pub fn diagnose_paste(p: &Paste, inputs: &[Input], opts: &RunOptions) -> Diagnos
         gdr,
         gdr_level: cx.level.name.to_string(),
         gdr_level_source: cx.level.source.clone(),
+        nccl_rules: cx.config.rules.describe(),
+        gdr_notes: match &decision {
+            Some(d) => d.notes.clone(),
+            None => cx.config.env.notes.clone(),
+        },
         matrices: p
             .matrices
             .iter()
