@@ -317,7 +317,7 @@ fn list(format: ListFormat) -> i32 {
             }
             s.push_str("\ndiagnose findings (gdrdoctor diagnose):\n");
             for (id, title) in gdrdoctor_checks::paste::findings::IDS {
-                s.push_str(&format!("{id:<w$}  {title}\n"));
+                s.push_str(&row(id, title));
             }
             s
         }
