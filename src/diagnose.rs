@@ -133,11 +133,19 @@ pub fn render_table(r: &DiagnoseReport, style: &Style) -> String {
         o.push('\n');
     }
     if folded > 0 {
+        let (live, pastable): (Vec<&String>, Vec<&String>) =
+            commands.iter().partition(|c| c.starts_with("gdrdoctor"));
         o.push_str(&format!(
             "\n{folded} check(s) skipped: their input is not in the paste (`-v` lists them). To complete the picture, paste:\n"
         ));
-        for c in &commands {
+        for c in &pastable {
             o.push_str(&format!("  {c}\n"));
+        }
+        if !live.is_empty() {
+            o.push_str("and for the live facts no paste shows, run on the node:\n");
+            for c in &live {
+                o.push_str(&format!("  {c}\n"));
+            }
         }
     }
     if !r.gdr.is_empty() {

@@ -701,6 +701,67 @@ mod tests {
     }
 
     #[test]
+    fn peer_memory_load_failures() {
+        for (l, m) in [
+            ("[ 4724.350488] nv_peer_mem: Unknown symbol nvidia_p2p_put_pages (err -22)", "nv_peer_mem"),
+            ("[Fri Feb 12 11:47:20 2021] nv_peer_mem: Unknown symbol ib_register_peer_memory_client (err 0)", "nv_peer_mem"),
+            ("[ 9.1] nvidia_peermem: disagrees about version of symbol ib_register_peer_memory_client", "nvidia_peermem"),
+            ("modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument", "nvidia_peermem"),
+        ] {
+            assert!(
+                matches!(parse_line(l), Some(Event::PeerMemFailed { module, .. }) if module == m),
+                "{l}"
+            );
+        }
+        // Runtime messages of a loaded module are not load failures (gpud-testdata kmsg).
+        assert_eq!(
+            parse_line("[ 5.0] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping further processing"),
+            None
+        );
+    }
+
+    #[test]
+    fn continuation_lines_join_and_the_three_line_fallen_off_report_is_xid_79() {
+        let t = "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\n               NVRM: (PCI ID: 10de:26b5) installed in this system has\n               NVRM: fallen off the bus and is not responding to commands.\n[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).\n";
+        let j = join_continuations(t.lines());
+        assert_eq!(j.len(), 2, "{j:?}");
+        assert_eq!(
+            parse_line(&j[0]),
+            Some(Event::FellOffBus {
+                gpu: "0000:b3:00.0".into()
+            })
+        );
+        // The same message as one /dev/kmsg record (newlines escaped).
+        let k = "6,1,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0a NVRM: (PCI ID: 10de:26b5) installed in this system has\\x0a NVRM: fallen off the bus and is not responding to commands.";
+        assert_eq!(
+            parse_line(k),
+            Some(Event::FellOffBus {
+                gpu: "0000:b3:00.0".into()
+            })
+        );
+        // Indented lines after an unstamped line are not continuations.
+        assert_eq!(join_continuations(["a", "  b"]).len(), 2);
+    }
+
+    #[test]
+    fn the_keeper_keeps_events_and_starts_over_at_a_boot() {
+        let mut k = Keeper::default();
+        for l in [
+            "[ 1.0] NVRM: Xid (PCI:0000:18:00): 79, old boot",
+            "[ 0.0] Linux version 6.8.0-45-generic (buildd@lcy02)",
+            "[ 2.0] something else",
+            "[ 3.0] NVRM: Xid (PCI:0000:18:00): 13, pid=1",
+        ] {
+            k.push(l.to_string());
+        }
+        assert_eq!(k.scanned(), 4);
+        let log = k.finish("b1".into(), LogScope::Excerpt);
+        assert_eq!(log.scope, LogScope::ThisBoot);
+        assert_eq!(log.lines.len(), 2, "{:?}", log.lines);
+        assert!(log.lines[1].contains("13, pid=1"));
+    }
+
+    #[test]
     fn xid_table_classifies() {
         assert!(xid_info(79).action.is_drain());
         for x in [48, 63, 64, 74, 79, 92, 94, 95, 119, 120] {
@@ -743,6 +804,14 @@ mod tests {
             let _ = parse_line(&s);
             let _ = timestamp(&s);
             let _ = message(&s);
+        }
+
+        #[test]
+        fn joining_keeps_every_character(lines in proptest::collection::vec("[ \\[\\]a-z0-9.:]{0,30}", 0..12)) {
+            let j = join_continuations(lines.iter().map(String::as_str));
+            prop_assert!(j.len() <= lines.len());
+            let squash = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+            prop_assert_eq!(squash(&j.concat()), squash(&lines.concat()));
         }
 
         #[test]

@@ -31,7 +31,7 @@ pub fn cell(p: &PastePair) -> String {
         Gdr::On if p.via.is_some() => s.push('x'),
         Gdr::On if p.send == Some(false) => s.push('r'),
         Gdr::On => s.push('*'),
-        Gdr::Unknown if p.nvidia_smi != "?" && p.by_distance != Some(false) => s.push('?'),
+        Gdr::Unknown if p.nvidia_smi != "?" => s.push('?'),
         _ => {}
     }
     match p.logged.as_ref().and_then(|l| l.any()) {
@@ -122,8 +122,17 @@ pub fn unknowns(pairs: &[&PastePair]) -> Vec<String> {
         .filter(|p| p.gdr == Gdr::Unknown)
         .flat_map(|p| p.unknown.clone())
         .filter(|u| !u.contains("the matrix cell is not in the paste"))
+        .map(|u| {
+            // "cannot tell whether NCCL sends through GPU3 (PXN): ... that is unknown: <facts>":
+            // the facts are listed on their own; say once what hangs on them.
+            if u.contains("takes a PXN peer only with GDR to the NIC") {
+                "pxn: whether NCCL sends through an NVLink peer: it takes a peer only with GDR to the NIC, which needs the facts above".to_string()
+            } else {
+                u
+            }
+        })
         .collect();
-    unk.sort();
+    unk.sort_by_key(|u| (u.starts_with("pxn:"), u.clone()));
     unk.dedup();
     unk
 }

@@ -384,6 +384,23 @@ mod tests {
     }
 
     #[test]
+    fn a_pasted_excerpt_judges_what_it_shows_and_proves_no_absence() {
+        let n = with_log(
+            &["[ 1843.3] NVRM: Xid (PCI:0000:48:00): 79, pid=1, GPU has fallen off the bus."],
+            LogScope::Excerpt,
+        );
+        assert_eq!(xid(&n)[0].status, Status::Fail);
+        let f = iommu_fault(&n);
+        assert_eq!(f[0].status, Status::Skip);
+        assert!(
+            f[0].message.contains("not proof of none"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(mlx5_health(&n)[0].status, Status::Skip);
+    }
+
+    #[test]
     fn an_old_log_downgrades_drain_to_warn() {
         let n = with_log(
             &["Sep 1 00:00:00 h kernel: NVRM: Xid (PCI:0000:48:00): 79, x"],

@@ -261,6 +261,52 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_memory_module_that_could_not_load_is_the_reason() {
+        use crate::model::{KernelLog, LogScope};
+        let mut n = switch_pair();
+        proprietary(&mut n);
+        n.peermem.nvidia_peermem_version = Fact::absent(
+            "/sys/module/nvidia_peermem/version",
+            "not in the pasted text",
+        );
+        n.peermem.nv_mem_version = Fact::absent(
+            "/sys/kernel/mm/memory_peers/nv_mem/version",
+            "not in the pasted text",
+        );
+        n.health.kernel_log = known(KernelLog {
+            origin: "b1".into(),
+            scope: LogScope::Excerpt,
+            scanned: 2,
+            lines: vec![
+                "[ 47.3] nv_peer_mem: Unknown symbol ib_register_peer_memory_client (err -22)"
+                    .into(),
+            ],
+        });
+        let f = nvidia_peermem(&n);
+        assert_eq!(f[0].status, Status::Fail, "{f:?}");
+        assert!(
+            f[0].message.starts_with("nv_peer_mem could not load")
+                && f[0]
+                    .message
+                    .contains("whether a peer-memory client is loaded now is not shown"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].evidence.iter().any(|e| e
+            .observed
+            .contains("Unknown symbol ib_register_peer_memory_client")));
+        // A client loaded now: the old failure does not matter.
+        let mut n = switch_pair();
+        n.health.kernel_log = known(KernelLog {
+            origin: "b1".into(),
+            scope: LogScope::Excerpt,
+            scanned: 1,
+            lines: vec!["nv_peer_mem: Unknown symbol x (err -22)".into()],
+        });
+        assert_eq!(nvidia_peermem(&n)[0].status, Status::Pass);
+    }
+
+    #[test]
     fn the_legacy_module_warns() {
         let mut n = switch_pair();
         assert_eq!(nv_peer_mem(&n)[0].status, Status::Pass);

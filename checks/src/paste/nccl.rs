@@ -21,7 +21,7 @@
 //!   is a rank from 2.28, `mode %s` from 2.27; 2.4 prints `NET/IB : .. for GPU 0[0] / HCA 0
 //!   (distance 3 >= 2)`; 2.30 moved it to TRACE);
 //! * `Channel 00/0 : 0[1c000] -> 8[1c000] [send] via NET/IB/0/GDRDMA` (`net.cc`; `[busId]`
-//!   until 2.18, `[nvmlDev]` from 2.19; `NET/IB/0(1)` names the PXN proxy rank; `/Shared`,
+//!   until 2.18.1, `[nvmlDev]` from 2.18.3; `NET/IB/0(1)` names the PXN proxy rank; `/Shared`,
 //!   `(PCI)`), `via P2P/CUMEM/read`, `via P2P/IPC`, `via P2P/direct pointer`, `via
 //!   SHM/direct/direct`, `via direct shared memory` and the 2.4 `Ring 00 : 3 -> 4 [send] via
 //!   NET/IB/0/GDRDMA`;
@@ -147,7 +147,7 @@ pub struct Connection {
     pub channel: u32,
     pub conn: Option<u32>,
     pub from_rank: u32,
-    /// The bracket after the rank: bus id (2.7-2.18) or nvmlDev (2.19+).
+    /// The bracket after the rank: bus id (2.7-2.18.1) or nvmlDev (2.18.3+).
     pub from_dev: Option<String>,
     pub to_rank: u32,
     pub to_dev: Option<String>,

@@ -129,6 +129,19 @@ fn needs(id: &str) -> (&'static [Kind], &'static str, &'static str) {
         "topo.nic-distance" | "topo.rails" | "gdr.gpu" => {
             (&[TopoMatrix], "the gpu-nic topology", "nvidia-smi topo -m")
         }
+        "kernel.xid" | "kernel.iommu-fault" | "kernel.mlx5-health" => {
+            (&[Dmesg], "the kernel log", "sudo dmesg")
+        }
+        id if id.starts_with("counters.") => (
+            &[],
+            "error counters (judged on two readings)",
+            "gdrdoctor check --interval 10s",
+        ),
+        id if id.starts_with("roce.") => (
+            &[],
+            "the RoCE GID tables, netdevs and QoS",
+            "gdrdoctor check",
+        ),
         _ => (&[], "its input", "gdrdoctor check"),
     }
 }
@@ -240,7 +253,14 @@ fn gpu_label(l: &LoggedGdr, log: &NcclLog, p: &Paste) -> Option<String> {
         .find(|r| r.rank == l.rank && r.origin.host == l.host)
         .and_then(|r| r.nvml_dev);
     let dev = l.gpu.as_deref()?;
-    let nvml = if v.is_some_and(|v| (v.major, v.minor) >= (2, 19)) {
+    // The bracket of a channel line is the bus id up to 2.18.1 and nvmlDev from 2.18.3
+    // (src/transport/net.cc v2.18.1-1 / v2.18.3-1 `myInfo->busId` / `myInfo->nvmlDev`); without
+    // a version, a one- or two-digit number is an nvmlDev (bus ids print as `1c000`).
+    let nvml_bracket = match v {
+        Some(v) => v >= super::nccl::Version::new(2, 18, 3),
+        None => dev.len() <= 2 && dev.bytes().all(|b| b.is_ascii_digit()),
+    };
+    let nvml = if nvml_bracket {
         dev.parse::<u32>().ok()
     } else {
         None

@@ -272,10 +272,8 @@ pub struct SmiPair {
     pub gpu: String,
     pub nic: String,
     /// The cell as nvidia-smi printed it (`SOC` read as `SYS`); `?` when the paste does not
-    /// hold a trustworthy value.
+    /// hold a trustworthy value. GDR verdicts are `super::verdict`'s, by NCCL's rule.
     pub path: String,
-    /// Within NCCL's default GDR distance (PIX/PXB); `None` for a cell we cannot read.
-    pub gdr_by_distance: Option<bool>,
     /// Where the cell came from when it is not the GPU's own row (`NIC2 row`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
@@ -930,16 +928,10 @@ impl Matrix {
         for g in self.gpus() {
             for n in self.nics() {
                 let cell = self.cell(g, n).map(str::to_string);
-                let gdr = cell.as_deref().and_then(|c| match c {
-                    "PIX" | "PXB" => Some(true),
-                    "PHB" | "NODE" | "SYS" | "P2C" | "C2C" => Some(false),
-                    _ => None,
-                });
                 out.push(SmiPair {
                     gpu: g.clone(),
                     nic: self.nic_name(n).to_string(),
                     path: cell.unwrap_or_else(|| "?".into()),
-                    gdr_by_distance: gdr,
                     from: None,
                 });
             }
@@ -1011,14 +1003,8 @@ NIC Legend:
         assert_eq!(m.nvlinks("GPU0", "GPU1"), Some(18));
         let p = m.pairs();
         assert_eq!(p[0].nic, "mlx5_0");
-        assert_eq!(
-            (p[0].path.as_str(), p[0].gdr_by_distance),
-            ("PIX", Some(true))
-        );
-        assert_eq!(
-            (p[1].path.as_str(), p[1].gdr_by_distance),
-            ("SYS", Some(false))
-        );
+        assert_eq!(p[0].path, "PIX");
+        assert_eq!(p[1].path, "SYS");
         let r = m.row("GPU1").unwrap();
         assert_eq!(r.cpu_affinity.as_deref(), Some("32-63,96-127"));
         assert_eq!(r.numa_affinity.as_deref(), Some("1"));
@@ -1109,7 +1095,7 @@ NIC Legend:
         assert_eq!(m.cell("GPU1", "NIC0"), None, "NO is not a cell value");
         assert_eq!(m.cell("GPU2", "NIC1"), None);
         let p = m.pairs();
-        assert_eq!(p.iter().filter(|p| p.gdr_by_distance.is_none()).count(), 4);
+        assert_eq!(p.iter().filter(|p| p.path == "?").count(), 4);
         assert!(m
             .problems
             .iter()
