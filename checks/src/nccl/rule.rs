@@ -586,19 +586,23 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
     // (3) P2C: a GPU's PHB NIC on its own C2C-attached CPU (v2.27.3-1 L670-680; from 2.29
     // only the GPU's closest NICs, v2.29.7-1 L712-727).
     let mut c2c_unknown: Vec<usize> = Vec::new();
-    if v.has_p2c() {
+    // GDR for a NIC on the GPU's own C2C CPU is on (2.26 with NCCL_NET_GDR_C2C=1, 2.27+ by
+    // default): an unknown C2C attachment leaves such a pair undecided, not off.
+    let c2c_gdr = env.gdr_c2c.as_ref().is_some_and(|s| s.value);
+    if v.has_p2c() || c2c_gdr {
         #[allow(clippy::needless_range_loop)]
         for g in 0..ng {
             let best = (0..nn)
                 .filter(|n| used[*n])
                 .filter_map(|n| cx.path[g][n])
                 .min_by_key(|k| val(v, *k));
+            let closest = !v.p2c_local_nets_only() || best == Some(PathKind::Phb);
             for n in (0..nn).filter(|n| used[*n]) {
                 if cx.path[g][n] != Some(PathKind::Phb) {
                     continue;
                 }
                 match cx.c2c(g) {
-                    Some(true) if !v.p2c_local_nets_only() || best == Some(PathKind::Phb) => {
+                    Some(true) if v.has_p2c() && closest => {
                         cx.path[g][n] = Some(PathKind::P2c);
                         pair_notes[g][n].push(format!(
                             "P2C: {} reaches its own CPU over NVLink-C2C ({}) and the NIC hangs off that CPU: NCCL counts the pair as P2C, not PHB",
@@ -606,7 +610,20 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                             sys.gpus[g].c2c_source
                         ));
                     }
-                    None if !c2c_unknown.contains(&g) => c2c_unknown.push(g),
+                    None => {
+                        if !c2c_unknown.contains(&g) {
+                            c2c_unknown.push(g);
+                        }
+                        if c2c_gdr && closest {
+                            pair_undecided[g][n].push(format!(
+                                "cannot tell whether NCCL {v} uses GDR with {} through {}'s own CPU (NVLink-C2C, P2C): whether {} reaches its CPU over NVLink-C2C is unknown ({})",
+                                sys.nics[n].name,
+                                cx.gpu_name(g),
+                                cx.gpu_name(g),
+                                sys.gpus[g].c2c_source
+                            ));
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -1187,6 +1204,13 @@ mod tests {
         let d = run(&s, "2.30.7", &[]);
         assert!(!d.pair(0, 0).unwrap().enabled());
         assert!(d.notes.iter().any(|n| n.contains("NVLink-C2C is unknown")));
+        // ... and the PHB pair is undecided, not off: on a Grace it would be P2C.
+        assert!(d.pair(0, 0).unwrap().undecided[0].contains("(NVLink-C2C, P2C)"));
+        // The SYS pair is off whatever the attachment.
+        assert!(d.pair(0, 1).unwrap().undecided.is_empty());
+        // With the C2C rule off (NCCL_NET_GDR_C2C=0) the PHB pair is off.
+        let d = run(&s, "2.30.7", &[("NCCL_NET_GDR_C2C", "0")]);
+        assert!(d.pair(0, 0).unwrap().undecided.is_empty());
     }
 
     #[test]

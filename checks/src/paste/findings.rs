@@ -252,45 +252,25 @@ pub fn nccl_failures(p: &Paste) -> Vec<Finding> {
     out
 }
 
-/// NCCL's path-type numbering by version (the `distance N` of its GDR lines), from the tags
-/// v2.4.8-1 .. v2.30.7-1 (`src/graph/topo.h` `topoPathTypeStr`; 2.4-2.5 `src/transport/net.cc`).
-/// (first version, last version, names by number).
-type PathTable = ((u32, u32), (u32, u32), &'static [&'static str]);
+/// NCCL's path-type names by number (the `distance N` of its GDR lines) for version `v`:
+/// [`crate::nccl::Version::path_names`], the one table the rule uses; 2.4-2.5 number PIX 0,
+/// PXB 1, PHB 2, NODE 3 (2.4), SYS 4 (src/include/topo.h v2.4.8-1 L32-38).
+fn path_names(v: super::nccl::Version) -> Vec<&'static str> {
+    match v.path_names() {
+        Some(k) => k.iter().map(|k| k.as_str()).collect(),
+        None => vec!["PIX", "PXB", "PHB", "NODE", "SYS"],
+    }
+}
 
-const PATH_TABLES: &[PathTable] = &[
-    ((2, 0), (2, 5), &["PIX", "PXB", "PHB", "NODE", "SYS"]),
-    ((2, 6), (2, 7), &["LOC", "NVL", "PIX", "PXB", "PHB", "SYS"]),
-    (
-        (2, 8),
-        (2, 11),
-        &["LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS"],
-    ),
-    (
-        (2, 12),
-        (2, 25),
-        &["LOC", "NVL", "NVB", "PIX", "PXB", "PXN", "PHB", "SYS"],
-    ),
-    (
-        (2, 26),
-        (2, 26),
-        &[
-            "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "PHB", "SYS",
-        ],
-    ),
-    (
-        (2, 27),
-        (2, 27),
-        &[
-            "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "P2C", "PHB", "SYS",
-        ],
-    ),
-    (
-        (2, 28),
-        (2, 99),
-        &[
-            "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS",
-        ],
-    ),
+/// One version of each numbering NCCL 2.4-2.30 used (the boundaries of `path_names`).
+const NUMBERINGS: [(u32, u32, u32); 7] = [
+    (2, 4, 8),
+    (2, 6, 4),
+    (2, 8, 4),
+    (2, 12, 12),
+    (2, 26, 6),
+    (2, 27, 3),
+    (2, 30, 7),
 ];
 
 /// Name NCCL's `distance d > t` numbers: by the version when the log has it, else by the
@@ -302,17 +282,17 @@ pub fn distance_names(
     version: Option<super::nccl::Version>,
     level: Option<&str>,
 ) -> Option<(&'static str, &'static str)> {
-    let fits: Vec<&[&str]> = PATH_TABLES
-        .iter()
-        .filter(|(lo, hi, names)| match version {
-            Some(v) => (v.major, v.minor) >= *lo && (v.major, v.minor) <= *hi,
-            None => {
-                let want = level.unwrap_or("PXB");
-                names.get(t as usize) == Some(&want) && (d as usize) < names.len()
-            }
-        })
-        .map(|x| x.2)
-        .collect();
+    let fits: Vec<Vec<&'static str>> = match version {
+        Some(v) => vec![path_names(v)],
+        None => {
+            let want = level.unwrap_or("PXB");
+            NUMBERINGS
+                .iter()
+                .map(|(a, b, c)| path_names(super::nccl::Version::new(*a, *b, *c)))
+                .filter(|names| names.get(t as usize) == Some(&want) && (d as usize) < names.len())
+                .collect()
+        }
+    };
     let names: Vec<(&str, &str)> = fits
         .iter()
         .filter_map(|n| Some((*n.get(d as usize)?, *n.get(t as usize)?)))
@@ -557,13 +537,7 @@ mod tests {
     fn distance_numbers_are_named_by_version_or_threshold() {
         // 2.12-2.25: PIX3 PXB4 PXN5 PHB6 SYS7 (issue #1151 asked what "distance 7" is).
         assert_eq!(distance_names(7, 4, None, None), Some(("SYS", "PXB")));
-        let v = |a, b| {
-            Some(Version {
-                major: a,
-                minor: b,
-                patch: 0,
-            })
-        };
+        let v = |a, b| Some(Version::new(a, b, 0));
         assert_eq!(distance_names(7, 4, v(2, 19), None), Some(("SYS", "PXB")));
         assert_eq!(distance_names(5, 4, v(2, 7), None), Some(("SYS", "PHB")));
         // NCCL_NET_GDR_LEVEL=PHB with threshold 4: only 2.6-2.7 numbers PHB as 4.

@@ -137,13 +137,29 @@ fn models(node: &Node, p: &Paste) -> Vec<(String, String)> {
         .collect()
 }
 
-/// An x86 CPU, when the paste shows one: `uname -m`, or an Intel or AMD host bridge in lspci.
+/// Modules only x86 kernels load.
+const X86_MODULES: [&str; 6] = [
+    "kvm_intel",
+    "kvm_amd",
+    "intel_rapl_msr",
+    "x86_pkg_temp_thermal",
+    "amd64_edac",
+    "intel_cstate",
+];
+
+/// An x86 CPU, when the paste shows one: `uname -m`, an x86-only module in a pasted `lsmod`,
+/// or an Intel or AMD host bridge in lspci.
 fn x86(node: &Node) -> Option<String> {
     if let Fact::Known { value, source } = &node.arch {
         if value == "x86_64" {
             return Some(format!("uname: {value} ({source})"));
         }
         return None;
+    }
+    if let Fact::Known { value, source } = &node.modules.proc_modules {
+        if let Some(m) = X86_MODULES.iter().find(|m| value.contains_key(**m)) {
+            return Some(format!("{m} in {source}"));
+        }
     }
     let pci = node.pci.get()?;
     pci.iter()
@@ -292,8 +308,16 @@ impl Context {
         }
     }
 
-    /// A GPU's compute capability and NVLink-C2C attachment, with their sources.
-    fn gpu(&self, id: &str, i: usize, n: usize, p2c_cell: bool) -> rule::Gpu {
+    /// A GPU's compute capability and NVLink-C2C attachment, with their sources. `not_grace`:
+    /// what the matrix shows against a Grace superchip node.
+    fn gpu(
+        &self,
+        id: &str,
+        i: usize,
+        n: usize,
+        p2c_cell: bool,
+        not_grace: Option<String>,
+    ) -> rule::Gpu {
         let model = self.model(i, n);
         let (cc, cc_source) = match &model {
             Some((m, src)) => match gdr::cc_from_model(m) {
@@ -316,6 +340,8 @@ impl Context {
                 Some(false),
                 format!("{m} ({src}) is not a Grace superchip GPU"),
             )
+        } else if let Some(why) = not_grace {
+            (Some(false), why)
         } else {
             (
                 None,
@@ -331,6 +357,22 @@ impl Context {
             c2c_source,
         }
     }
+}
+
+/// What a matrix shows against a Grace superchip node (GH200: one GPU per Grace CPU; GB200 and
+/// GB300 trays: four GPUs, two Graces): more than four GPUs, or a GPU's CPU affinity in several
+/// ranges (SMT siblings, which Grace's Neoverse cores do not have). Heuristics, and said so.
+fn not_grace(m: &super::topo::Matrix, g: &str) -> Option<String> {
+    let n = m.gpus().len();
+    if n > 4 {
+        return Some(format!(
+            "{n} GPUs in one matrix: not a Grace superchip node, whose CPUs each carry at most two GPUs (heuristic)"
+        ));
+    }
+    let aff = m.row(g)?.cpu_affinity.as_deref()?;
+    aff.contains(',').then(|| {
+        format!("CPU affinity {aff} has SMT sibling ranges, which Grace CPUs do not have: x86 (heuristic)")
+    })
 }
 
 /// The rule's [`System`] for one pasted matrix (block `bi`). GPU ids are the matrix's names
@@ -351,7 +393,7 @@ pub fn system(cx: &Context, p: &Paste, bi: usize, m: &super::topo::Matrix) -> Sy
             .enumerate()
             .map(|(i, g)| {
                 let p2c = cols.iter().any(|n| cell(g, n).as_deref() == Some("P2C"));
-                cx.gpu(g, i, ng, p2c)
+                cx.gpu(g, i, ng, p2c, not_grace(m, g))
             })
             .collect(),
         nics: cols
@@ -431,7 +473,7 @@ pub fn system_of_pairs(cx: &Context, gpus: &[String], nics: &[String]) -> System
         gpus: gpus
             .iter()
             .enumerate()
-            .map(|(i, g)| cx.gpu(g, i, ng, false))
+            .map(|(i, g)| cx.gpu(g, i, ng, false, None))
             .collect(),
         nics: nics
             .iter()
@@ -746,6 +788,26 @@ NIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n";
         // --nccl-version wins over the log.
         let (d, _) = pairs(&[&t, IBSTAT, log], Some("2.30.7"));
         assert_eq!(d.rules.source, "--nccl-version 2.30.7");
+    }
+
+    #[test]
+    fn an_unknown_cpu_leaves_a_node_pair_undecided_and_smt_shows_x86() {
+        // No NVLink (no PXN), peer memory loaded, ports active: GPU0's NODE NIC would be P2C
+        // on a Grace (NCCL 2.27-2.28 take every PHB NIC of a C2C GPU, v2.27.3-1 L670-680), so
+        // with nothing showing the CPU it is undecided. (2.29+ only the closest NIC: PIX here.)
+        let t = TWO.replace("NV18", "SYS");
+        let (_, v) = pairs(&[&t, LSMOD, IBSTAT], Some("2.28.9"));
+        let p = pair(&v, "GPU0", "mlx5_1");
+        assert_eq!(p.gdr, Gdr::Unknown, "{p:?}");
+        assert!(p.unknown.iter().any(|u| u.contains("NVLink-C2C")), "{p:?}");
+        // SMT sibling ranges in the CPU affinity: x86, so NODE is plain PHB: off.
+        let (_, v) = pairs(&[&t, LSMOD, IBSTAT], None);
+        assert_eq!(pair(&v, "GPU0", "mlx5_1").gdr, Gdr::Off);
+        let t = t.replace("\t0-31\t", "\t0-31,64-95\t");
+        let (_, v) = pairs(&[&t, LSMOD, IBSTAT], Some("2.28.9"));
+        let p = pair(&v, "GPU0", "mlx5_1");
+        assert_eq!(p.gdr, Gdr::Off, "{p:?}");
+        assert!(p.reasons[0].contains("path PHB is beyond"), "{p:?}");
     }
 
     #[test]
