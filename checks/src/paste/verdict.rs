@@ -606,8 +606,7 @@ pub fn decide(cx: &Context, block: &str, sys: &System) -> (Decision, Vec<PastePa
             }
         }
         let mut reasons: Vec<String> = Vec::new();
-        for (side, r) in [(&v.send, "send"), (&v.receive, "receive")] {
-            let _ = r;
+        for side in [&v.send, &v.receive] {
             if side.gdr {
                 continue;
             }
@@ -617,10 +616,13 @@ pub fn decide(cx: &Context, block: &str, sys: &System) -> (Decision, Vec<PastePa
                 }
             }
         }
+        // Per direction when decided; an `on` that waits on a port state is not decided.
         let decided = |s: &rule::Direction| -> Option<bool> {
-            (gdr != Gdr::Unknown || !v.enabled())
-                .then_some(())
-                .and((!s.undecided).then_some(s.gdr))
+            if s.undecided || (gdr == Gdr::Unknown && v.enabled()) {
+                None
+            } else {
+                Some(s.gdr)
+            }
         };
         let path = v.pcie.map(|k| k.as_str().to_string());
         out.push(PastePair {
@@ -808,6 +810,34 @@ NIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n";
         let p = pair(&v, "GPU0", "mlx5_1");
         assert_eq!(p.gdr, Gdr::Off, "{p:?}");
         assert!(p.reasons[0].contains("path PHB is beyond"), "{p:?}");
+    }
+
+    proptest::proptest! {
+        /// A matrix alone never gives `on` (peer memory, dma-buf and ports are not in it), and
+        /// no input panics.
+        #[test]
+        fn a_matrix_alone_is_never_on(
+            cells in proptest::collection::vec(0usize..8, 16),
+            version in proptest::option::of(4u32..31),
+        ) {
+            const C: [&str; 8] = ["PIX", "PXB", "PHB", "NODE", "SYS", "NV4", "P2C", "SOC"];
+            let c = |i: usize| C[cells[i] % 8];
+            let t = format!(
+                "\tGPU0\tGPU1\tNIC0\tNIC1\nGPU0\t X \t{}\t{}\t{}\nGPU1\t{}\t X \t{}\t{}\nNIC0\t{}\t{}\t X \t{}\nNIC1\t{}\t{}\t{}\t X \n",
+                c(0), c(1), c(2), c(0), c(3), c(4), c(1), c(3), c(5), c(2), c(4), c(5)
+            );
+            let (node, p) = paste(&[&t]);
+            let v = version.map(|m| format!("2.{m}.0"));
+            let cx = Context::new(&node, &p, None, v.as_deref());
+            proptest::prop_assert_eq!(p.matrices.len(), 1, "{}", t);
+            for (bi, m) in &p.matrices {
+                let sys = system(&cx, &p, *bi, m);
+                let (_, pairs) = decide(&cx, "b1", &sys);
+                for x in pairs {
+                    proptest::prop_assert_ne!(x.gdr, Gdr::On, "{:?}", x);
+                }
+            }
+        }
     }
 
     #[test]
