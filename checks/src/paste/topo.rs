@@ -952,7 +952,8 @@ impl Matrix {
     }
 }
 
-/// Parse the first matrix found in a text (what `topo --nvidia-smi` used to call).
+/// Parse the first matrix found in a text, without the block splitter (`super::read`, which
+/// `diagnose` and `topo --nvidia-smi` use, cuts a paste into blocks first).
 pub fn parse(text: &str) -> Option<Matrix> {
     let c = super::clean::clean(text);
     let start = c
