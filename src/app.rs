@@ -36,6 +36,7 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Check(args) => check(&args),
+        Command::Diagnose(args) => crate::diagnose::run(&args),
         Command::Probe(args) => probe(&args),
         Command::Topo {
             sysroot,
@@ -44,7 +45,7 @@ pub fn main() -> i32 {
             nccl_version,
         } => {
             let _ = sysroot;
-            topo_smi(&file, format, nccl_version.as_deref())
+            crate::diagnose::topo_alias(&file, format, nccl_version.as_deref())
         }
         Command::Topo {
             sysroot,
@@ -211,37 +212,6 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     )
 }
 
-fn topo_smi(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    let text = if file.as_os_str() == "-" {
-        let mut s = String::new();
-        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
-            return err(format!("stdin: {e}"));
-        }
-        s
-    } else {
-        match std::fs::read(file) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) => return err(format!("{}: {e}", file.display())),
-        }
-    };
-    let Some(m) = gdrdoctor_checks::smi::parse(&text) else {
-        return err(format!(
-            "{}: no `nvidia-smi topo -m` matrix found (expected a header line starting with GPU0)",
-            file.display()
-        ));
-    };
-    let t = render::topo::build_smi(&m, nccl_version, &collect::relevant_env());
-    let out = match format {
-        TopoFormat::Text => render::topo::render_smi(&m, &t),
-        TopoFormat::Json => format!("{}\n", serde_json::to_string_pretty(&t).unwrap_or_default()),
-    };
-    if emit(&out) {
-        0
-    } else {
-        EXIT_USAGE
-    }
-}
-
 fn topo(sysroot: Option<&Path>, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
     let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Skip) {
         Ok(x) => x,
@@ -369,6 +339,10 @@ fn list(format: ListFormat) -> i32 {
             }
             s.push_str("\nwatch findings (gdrdoctor watch):\n");
             for (id, title) in gdrdoctor_checks::watch::IDS {
+                s.push_str(&row(id, title));
+            }
+            s.push_str("\ndiagnose findings (gdrdoctor diagnose):\n");
+            for (id, title) in gdrdoctor_checks::paste::findings::IDS {
                 s.push_str(&row(id, title));
             }
             s

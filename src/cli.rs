@@ -89,15 +89,48 @@ gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt -
         /// text (default) or json
         #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
         format: TopoFormat,
-        /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: the
-        /// per-pair distance verdict and the rail balance, for bug reports without a snapshot
+        /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: NCCL's
+        /// verdict per pair (PXN from the NV# cells; peer memory, dma-buf and ports unknown
+        /// unless the file shows them) and the rail balance, for bug reports without a
+        /// snapshot. The same reader and rule as `gdrdoctor diagnose` (its JSON schema:
+        /// gdrdoctor.topo-paste/v1)
         #[arg(long, value_name = "FILE", conflicts_with = "sysroot")]
         nvidia_smi: Option<PathBuf>,
         /// Judge with this NCCL version's rules (e.g. 2.18.6) instead of the libnccl.so.2
-        /// found on the node (or, with none found, the newest rules gdrdoctor knows)
+        /// found on the node (with --nvidia-smi: instead of the version in a pasted NCCL log;
+        /// with none found, the newest rules gdrdoctor knows)
         #[arg(long, value_name = "X.Y.Z", value_parser = parse_nccl_version)]
         nccl_version: Option<String>,
     },
+    /// Diagnose from pasted command output (topo -m, NCCL logs, lspci -vvv, ibv_devinfo, lsmod,
+    /// nvidia-smi -q, dmesg): the same checks and GDR verdicts, for bug reports
+    #[command(after_long_help = concat!(
+        "Give it what people paste into a bug report, in any mix and order: several outputs in one \
+file are fine, each block is recognised by its shape (not by the file name). Damaged text is \
+repaired where that is unambiguous (ANSI escapes, CRLF, `> ` quotes, cells glued or wrapped by a \
+terminal, a lost header) and the repair is reported; what cannot be trusted gets no verdict. What \
+the paste does not show is `skip` with the command that shows it, never `pass`.\n\n",
+        "Reads: nvidia-smi topo -m/-mp, NCCL_DEBUG=INFO/WARN logs (2.4-2.30), lspci -vvv[-xxxx] and \
+lspci -tv, ibv_devinfo [-v], ibstat/ibstatus, lsmod (whole, or `| grep` with the command shown), \
+/proc/modules, nvidia-smi -q, /proc/cmdline, /proc/driver/nvidia/version, dmesg, uname -a, ulimit -l, \
+NCCL_* environment lines.\n\n",
+        "Examples:\n",
+        "  gdrdoctor diagnose issue.txt                   # everything pasted in one file\n",
+        "  gdrdoctor diagnose topo.txt nccl.log lsmod.txt\n",
+        "  pbpaste | gdrdoctor diagnose -                 # from the clipboard\n",
+        "  gdrdoctor diagnose issue.txt --format markdown # to paste back into the issue\n",
+        "  gdrdoctor diagnose issue.txt --format json     # schema gdrdoctor.diagnose/v1\n",
+        "  gdrdoctor diagnose topo.txt --nccl-version 2.18.6  # judge for the NCCL the job used\n\n",
+        "GDR verdicts follow NCCL's rule for the version in the pasted log (or --nccl-version), with \
+the NCCL_* settings the log or the paste shows; NCCL_* variables set where gdrdoctor runs overlay \
+them (to ask \"what if\").\n\n",
+        "Exit codes:\n",
+        "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
+        "  1  at least one check failed\n",
+        "  2  gdrdoctor could not run (unreadable file, nothing recognisable in the input)\n",
+        "  3  nothing failed, but part of the paste could not be read (status error)"
+    ))]
+    Diagnose(DiagnoseArgs),
     /// Live probes on this node's GPUs (each in a worker process with a deadline)
     #[command(after_long_help = format!("{}\n{EXIT_CODES}", crate::probe::help_examples()))]
     Probe(ProbeArgs),
@@ -294,6 +327,53 @@ pub struct WatchArgs {
     /// Show evidence for passing findings too
     #[arg(long, short = 'v')]
     pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiagnoseArgs {
+    /// Files holding pasted command output (any mix; several outputs per file are fine); `-`
+    /// reads standard input
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// table (default), json (schema gdrdoctor.diagnose/v1) or markdown (to paste back into the
+    /// issue thread)
+    #[arg(long, short = 'f', value_enum, default_value_t = DiagnoseFormat::Table)]
+    pub format: DiagnoseFormat,
+    /// Write the report to FILE instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// When to color the table
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// Report only these checks: ids or categories, comma-separated (e.g. nccl,gdr.gpu)
+    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    pub only: Vec<String>,
+    /// Leave out these checks: ids or categories
+    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    pub skip: Vec<String>,
+    /// The lowest status that makes the exit code 1
+    #[arg(long, value_enum, default_value_t = FailOnArg::Fail)]
+    pub fail_on: FailOnArg,
+    /// Exit 0 instead of 3 when part of the paste could not be read
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Show evidence for passing and skipped checks too
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+    /// Judge GDR with this NCCL version's rules (e.g. 2.18.6) instead of the version in the
+    /// pasted NCCL log (or, with none, the newest rules gdrdoctor knows)
+    #[arg(long, value_name = "X.Y.Z", value_parser = parse_nccl_version)]
+    pub nccl_version: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiagnoseFormat {
+    /// Human table, the GPU x NIC view, details under each finding that is not a pass
+    Table,
+    /// The versioned report (schema gdrdoctor.diagnose/v1)
+    Json,
+    /// GitHub-flavoured Markdown to paste back into the issue thread
+    Markdown,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -2,7 +2,8 @@
 //! registries: each check row and each probe finding row embeds its own page, so there is no
 //! second list to keep in step.
 
-/// Every page: the checks in registry order, then the probe findings, then watch's and the site policy's findings.
+/// Every page: the checks in registry order, then the probe findings, then the findings of
+/// watch, the site policy and diagnose.
 pub fn pages() -> Vec<(&'static str, &'static str)> {
     gdrdoctor_checks::checks::CHECKS
         .iter()
@@ -10,6 +11,7 @@ pub fn pages() -> Vec<(&'static str, &'static str)> {
         .chain(crate::probe::finding_defs().map(|f| (f.id, f.page)))
         .chain(crate::watch::PAGES.iter().copied())
         .chain(crate::policy::PAGES.iter().copied())
+        .chain(crate::diagnose::PAGES.iter().copied())
         .collect()
 }
 

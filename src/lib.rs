@@ -5,6 +5,7 @@ pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod collect;
+pub mod diagnose;
 pub mod docs;
 pub mod fleet;
 pub mod health;

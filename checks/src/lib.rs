@@ -17,11 +17,11 @@ pub mod names;
 pub mod nccl;
 pub mod p2p;
 pub mod parse;
+pub mod paste;
 pub mod pci;
 pub mod policy;
 pub mod report;
 pub mod roce;
-pub mod smi;
 pub mod testing;
 pub mod topo;
 pub mod watch;
@@ -62,6 +62,7 @@ pub fn report_with(
             source: match node.source {
                 model::SourceKind::Live => "live".into(),
                 model::SourceKind::Sysroot => "sysroot".into(),
+                model::SourceKind::Evidence => "evidence".into(),
             },
         },
         summary,

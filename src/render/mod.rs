@@ -5,6 +5,7 @@ use gdrdoctor_checks::report::Report;
 pub mod junit;
 pub mod markdown;
 pub mod oneline;
+pub mod paste_md;
 pub mod prometheus;
 pub mod table;
 pub mod topo;
