@@ -2,8 +2,12 @@
 
 use gdrdoctor_checks::report::Report;
 
+pub mod fleet_html;
 pub mod junit;
 pub mod prometheus;
+pub mod svg;
+pub mod svg_layout;
+pub mod svg_png;
 pub mod table;
 pub mod topo;
 
