@@ -829,7 +829,9 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
                 Some(Swatch::Route(RouteStyle::Pxn)),
             ));
         }
-        footer.push(("     no GDR: the GPU's nearest NIC; hover the line for why, hover a GPU for every pair".into(), Some(Swatch::Route(RouteStyle::NoGdr))));
+        if pic.route_styles.values().any(|s| *s == RouteStyle::NoGdr) {
+            footer.push(("     no GDR: the GPU's nearest NIC; hover the line for why, hover a GPU for every pair".into(), Some(Swatch::Route(RouteStyle::NoGdr))));
+        }
         if pic
             .route_styles
             .values()

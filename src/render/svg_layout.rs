@@ -757,17 +757,29 @@ pub fn layout(scene: &Scene) -> Layout {
                     continue;
                 };
                 let Some(p) = rect_of.get(via) else { continue };
+                // Down to the bar, along it to the peer, up beside the peer (in the gap
+                // between endpoints, never across its text), then the peer's own route.
                 let mut pts = vec![(stub_x(a), a.bottom())];
+                let side = p.right() + H_GAP / 2.0;
+                let above = p.y - 8.0;
                 if let Some(fy) = fabric_y {
                     pts.push((stub_x(a), fy));
-                    pts.push((stub_x(p), fy));
+                    pts.push((side, fy));
+                } else {
+                    pts.push((stub_x(a), a.bottom() + 8.0));
+                    pts.push((side, a.bottom() + 8.0));
                 }
-                pts.push((stub_x(p), p.bottom()));
+                pts.push((side, above));
                 match tree_points.get(&(via.clone(), r.to.clone())) {
-                    Some((tp, _)) => pts.extend(tp.iter().copied()),
+                    Some((tp, _)) => {
+                        if let Some(&(x0, _)) = tp.first() {
+                            pts.push((x0, above));
+                        }
+                        pts.extend(tp.iter().skip(1).copied());
+                    }
                     None => {
                         if let Some(n) = rect_of.get(&r.to) {
-                            pts.push((p.cx(), p.y));
+                            pts.push((n.cx(), above));
                             pts.push((n.cx(), n.y));
                         }
                     }
