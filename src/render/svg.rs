@@ -849,7 +849,7 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
             .values()
             .chain(pic.edge_tones.values())
             .any(|t| *t == s)
-            || pic.header_tones.iter().any(|t| *t == Some(s))
+            || pic.header_tones.contains(&Some(s))
         {
             footer.push((
                 format!(
@@ -969,11 +969,11 @@ text{fill:#1d2330}\
 pub fn render(pic: &Picture, l: &Layout, interactive: bool) -> String {
     let mut o = String::new();
     let (w, h) = (n(l.width), n(l.height));
-    let _ = write!(
+    let _ = writeln!(
         o,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" \
 font-family=\"DejaVu Sans Mono, Liberation Mono, Menlo, Consolas, monospace\" font-size=\"{}\" \
-data-generator=\"gdrdoctor topo\">\n",
+data-generator=\"gdrdoctor topo\">",
         n(svg_layout::FONT)
     );
     let _ = writeln!(o, "<title>gdrdoctor topo: {}</title>", esc(&pic.host));

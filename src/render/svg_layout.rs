@@ -420,6 +420,9 @@ impl Placer<'_> {
     }
 }
 
+/// A polyline.
+type Points = Vec<(f64, f64)>;
+
 /// Greedy interval lanes: the first lane whose intervals do not touch `iv`.
 fn take_lane(lanes: &mut Vec<Vec<(f64, f64)>>, iv: (f64, f64)) -> usize {
     for (i, l) in lanes.iter_mut().enumerate() {
@@ -552,7 +555,7 @@ pub fn layout(scene: &Scene) -> Layout {
     // beside the tree's edges; labels merged per ancestor.
     let mut offsets: BTreeMap<String, usize> = BTreeMap::new();
     let mut anc_text: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut tree_points: BTreeMap<(String, String), (Vec<(f64, f64)>, String)> = BTreeMap::new();
+    let mut tree_points: BTreeMap<(String, String), Points> = BTreeMap::new();
     for r in scene.routes.iter().filter(|r| r.kind == RouteKind::Tree) {
         let (ca, cb) = (chain(&r.from), chain(&r.to));
         let Some(anc) = ca.iter().find(|x| cb.contains(x)).cloned() else {
@@ -581,7 +584,7 @@ pub fn layout(scene: &Scene) -> Layout {
         pts.dedup();
         let labels = anc_text.entry(anc.clone()).or_default();
         labels.push(r.label.clone());
-        tree_points.insert((r.from.clone(), r.to.clone()), (pts.clone(), anc));
+        tree_points.insert((r.from.clone(), r.to.clone()), pts.clone());
         out.routes.push(PlacedRoute {
             id: r.id.clone(),
             kind: r.kind,
@@ -771,7 +774,7 @@ pub fn layout(scene: &Scene) -> Layout {
                 }
                 pts.push((side, above));
                 match tree_points.get(&(via.clone(), r.to.clone())) {
-                    Some((tp, _)) => {
+                    Some(tp) => {
                         if let Some(&(x0, _)) = tp.first() {
                             pts.push((x0, above));
                         }
