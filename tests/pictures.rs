@@ -233,6 +233,17 @@ fn what_the_pictures_say() {
         .any(|(a, t)| a.starts_with("socket:") && t.text.contains("P2C")));
 }
 
+/// A node with nothing readable (no PCI list, no RDMA devices) still gets a picture that says
+/// so, without a panic.
+#[test]
+fn empty_node_draws_a_note() {
+    let node = gdrdoctor_checks::testing::empty_node();
+    let text = svg::svg(&node, &findings(&node));
+    assert!(text.starts_with("<svg "));
+    assert!(text.contains("0 gpu(s), 0 rdma device(s): no gpu-nic pair to draw"));
+    resvg::usvg::Tree::from_str(&text, &resvg::usvg::Options::default()).unwrap();
+}
+
 fn mono_font() -> bool {
     match svg_png::fonts() {
         Ok(_) => true,

@@ -296,10 +296,59 @@ fn chars_fit(w: f64) -> usize {
     ((w - 2.0 * PAD) / CHAR_W).floor().max(1.0) as usize
 }
 
-/// Subtree widths, by id.
-fn widths(it: &Item, out: &mut BTreeMap<String, f64>) -> f64 {
-    let own = box_w(it);
-    let kids: f64 = it.children.iter().map(|c| widths(c, out)).sum::<f64>()
+/// Parent of every item, by id.
+fn tree_parents(it: &Item, out: &mut BTreeMap<String, String>) {
+    for c in &it.children {
+        out.insert(c.id.clone(), it.id.clone());
+        tree_parents(c, out);
+    }
+}
+
+/// The ids from `id` up to its socket.
+fn chain_of(parents: &BTreeMap<String, String>, id: &str) -> Vec<String> {
+    let mut v = vec![id.to_string()];
+    let mut cur = id.to_string();
+    while let Some(p) = parents.get(&cur) {
+        if v.len() > 256 {
+            break;
+        }
+        v.push(p.clone());
+        cur = p.clone();
+    }
+    v
+}
+
+/// The labels of the routes meeting at one ancestor, merged: `PIX x2, PXB`.
+fn merged_label(labels: &[String]) -> String {
+    let mut uniq: Vec<(&String, usize)> = Vec::new();
+    for l in labels {
+        match uniq.iter_mut().find(|(x, _)| *x == l) {
+            Some((_, n)) => *n += 1,
+            None => uniq.push((l, 1)),
+        }
+    }
+    let text = uniq
+        .iter()
+        .map(|(l, n)| {
+            if *n > 1 {
+                format!("{l} x{n}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    cut(&text, 24)
+}
+
+/// Subtree widths, by id; `extra` is room to keep right of a box (its ancestor label).
+fn widths(it: &Item, extra: &BTreeMap<String, f64>, out: &mut BTreeMap<String, f64>) -> f64 {
+    let own = box_w(it) + extra.get(&it.id).copied().unwrap_or(0.0);
+    let kids: f64 = it
+        .children
+        .iter()
+        .map(|c| widths(c, extra, out))
+        .sum::<f64>()
         + H_GAP * it.children.len().saturating_sub(1) as f64;
     let mut w = own.max(kids);
     if it.kind == Kind::Socket {
@@ -325,6 +374,7 @@ fn depth_heights(it: &Item, d: usize, rows: &mut Vec<f64>, leaf_h: &mut f64) {
 
 struct Placer<'a> {
     widths: &'a BTreeMap<String, f64>,
+    extra: &'a BTreeMap<String, f64>,
     row_y: &'a [f64],
     leaf_y: f64,
     items: Vec<PlacedItem>,
@@ -353,7 +403,8 @@ impl Placer<'_> {
         } else {
             sw
         };
-        let mut x = inner_left + (inner_w - bw) / 2.0;
+        let room = self.extra.get(&it.id).copied().unwrap_or(0.0);
+        let mut x = inner_left + (inner_w - bw - room) / 2.0;
         let mut child_rects = Vec::new();
         if !leaf {
             let total: f64 = it
@@ -371,7 +422,7 @@ impl Placer<'_> {
             }
             if let (Some((_, a)), Some((_, b))) = (child_rects.first(), child_rects.last()) {
                 let cx = (a.cx() + b.cx()) / 2.0;
-                x = (cx - bw / 2.0).clamp(inner_left, inner_left + inner_w - bw);
+                x = (cx - bw / 2.0).clamp(inner_left, inner_left + inner_w - bw - room);
             }
         }
         let rect = Rect { x, y, w: bw, h: bh };
@@ -447,10 +498,39 @@ pub fn layout(scene: &Scene) -> Layout {
     // Rows: depth 0 is the socket label box.
     let mut rows = Vec::new();
     let mut leaf_h: f64 = 0.0;
+    // Room right of each ancestor box for the label of the routes that meet there.
+    let mut parents_pre = BTreeMap::new();
+    for s in &scene.sockets {
+        tree_parents(s, &mut parents_pre);
+    }
+    let mut anc_text: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut route_anc: BTreeMap<String, String> = BTreeMap::new();
+    for r in scene.routes.iter().filter(|r| r.kind == RouteKind::Tree) {
+        let (ca, cb) = (
+            chain_of(&parents_pre, &r.from),
+            chain_of(&parents_pre, &r.to),
+        );
+        if let Some(anc) = ca.iter().find(|x| cb.contains(x)) {
+            anc_text
+                .entry(anc.clone())
+                .or_default()
+                .push(r.label.clone());
+            route_anc.insert(r.id.clone(), anc.clone());
+        }
+    }
+    let extra: BTreeMap<String, f64> = anc_text
+        .iter()
+        .map(|(a, l)| {
+            (
+                a.clone(),
+                merged_label(l).chars().count() as f64 * SMALL_W + 8.0,
+            )
+        })
+        .collect();
     let mut widths_by = BTreeMap::new();
     for s in &scene.sockets {
         depth_heights(s, 0, &mut rows, &mut leaf_h);
-        widths(s, &mut widths_by);
+        widths(s, &extra, &mut widths_by);
     }
     let tree_top = y + CPAD;
     let mut row_y = Vec::new();
@@ -463,6 +543,7 @@ pub fn layout(scene: &Scene) -> Layout {
     let leaf_bottom = leaf_y + leaf_h;
     let mut placer = Placer {
         widths: &widths_by,
+        extra: &extra,
         row_y: &row_y,
         leaf_y,
         items: Vec::new(),
@@ -554,11 +635,10 @@ pub fn layout(scene: &Scene) -> Layout {
     // Tree routes: up from the source to the common ancestor, down to the target, shifted
     // beside the tree's edges; labels merged per ancestor.
     let mut offsets: BTreeMap<String, usize> = BTreeMap::new();
-    let mut anc_text: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut tree_points: BTreeMap<(String, String), Points> = BTreeMap::new();
     for r in scene.routes.iter().filter(|r| r.kind == RouteKind::Tree) {
         let (ca, cb) = (chain(&r.from), chain(&r.to));
-        let Some(anc) = ca.iter().find(|x| cb.contains(x)).cloned() else {
+        let Some(anc) = route_anc.get(&r.id).cloned() else {
             continue;
         };
         let k = offsets.entry(anc.clone()).or_insert(0);
@@ -582,8 +662,6 @@ pub fn layout(scene: &Scene) -> Layout {
             }
         }
         pts.dedup();
-        let labels = anc_text.entry(anc.clone()).or_default();
-        labels.push(r.label.clone());
         tree_points.insert((r.from.clone(), r.to.clone()), pts.clone());
         out.routes.push(PlacedRoute {
             id: r.id.clone(),
@@ -594,35 +672,17 @@ pub fn layout(scene: &Scene) -> Layout {
             group: r.group.clone(),
         });
     }
-    for (anc, labels) in anc_text {
-        let Some(rect) = rect_of.get(&anc) else {
+    for (anc, labels) in &anc_text {
+        let Some(rect) = rect_of.get(anc) else {
             continue;
         };
-        let mut uniq: Vec<(String, usize)> = Vec::new();
-        for l in labels {
-            match uniq.iter_mut().find(|(x, _)| *x == l) {
-                Some((_, n)) => *n += 1,
-                None => uniq.push((l, 1)),
-            }
-        }
-        let text = uniq
-            .iter()
-            .map(|(l, n)| {
-                if *n > 1 {
-                    format!("{l} x{n}")
-                } else {
-                    l.clone()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
         out.ancestor_labels.push((
             anc.clone(),
             Text::new(
                 rect.right() + 4.0,
                 rect.bottom() + 12.0,
                 SMALL,
-                &cut(&text, 24),
+                &merged_label(labels),
             ),
         ));
     }
@@ -820,7 +880,7 @@ pub fn layout(scene: &Scene) -> Layout {
         .iter()
         .map(|(_, t)| t.rect.right() + MARGIN)
         .chain(
-            out.edges
+            edges
                 .iter()
                 .filter_map(|e| e.label.as_ref())
                 .map(|t| t.rect.right() + MARGIN),
@@ -1107,6 +1167,83 @@ mod tests {
         assert!(small.width < a.width);
         assert_clean(&small);
         assert_clean(&layout(&hgx(3)));
+    }
+
+    /// A random tree: `shape` says how many children each level has.
+    fn random_tree(
+        prefix: &str,
+        depth: usize,
+        shape: &[usize],
+        lines: usize,
+        kinds: &mut Vec<String>,
+    ) -> Item {
+        let n = shape.get(depth).copied().unwrap_or(0);
+        if n == 0 || depth >= shape.len() {
+            kinds.push(prefix.to_string());
+            let mut l = leaf(prefix, Kind::Gpu);
+            l.lines.truncate(lines.max(1));
+            l.edge_label = (prefix.len() % 3 == 0).then(|| "x8/16 GT of x16/32".to_string());
+            return l;
+        }
+        let children = (0..n)
+            .map(|i| random_tree(&format!("{prefix}{i}"), depth + 1, shape, lines, kinds))
+            .collect();
+        let mut it = node(
+            prefix,
+            if depth == 0 {
+                Kind::Socket
+            } else {
+                Kind::Bridge
+            },
+            children,
+        );
+        it.edge_label = (depth % 2 == 0).then(|| "x4 of x16".to_string());
+        it
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Any forest and any routes between its leaves: no overlap among boxes and visible
+        /// labels, and every hover group's labels clear of each other and of what is visible.
+        #[test]
+        fn any_tree_lays_out_cleanly(
+            sockets in 1usize..4,
+            shape in proptest::collection::vec(1usize..4, 1..4),
+            lines in 1usize..4,
+            pairs in proptest::collection::vec((0usize..64, 0usize..64, 0u8..3, proptest::bool::ANY), 0..24),
+        ) {
+            let mut leaves = Vec::new();
+            let socks: Vec<Item> = (0..sockets)
+                .map(|s| random_tree(&format!("s{s}-"), 0, &shape, lines, &mut leaves))
+                .collect();
+            let routes = pairs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (a, b, k, shown))| {
+                    let (a, b) = (&leaves[a % leaves.len()], &leaves[b % leaves.len()]);
+                    (a != b).then(|| Route {
+                        id: format!("r{i}"),
+                        from: a.clone(),
+                        to: b.clone(),
+                        via: (*k == 1).then(|| leaves[0].clone()),
+                        kind: [RouteKind::Tree, RouteKind::Fabric, RouteKind::Lane][*k as usize],
+                        label: ["PIX", "PXN", "no GDR: SYS"][*k as usize].into(),
+                        shown: *k == 0 || *shown,
+                        group: a.clone(),
+                    })
+                })
+                .collect();
+            let s = Scene {
+                header: vec!["h".into()],
+                sockets: socks,
+                routes,
+                fabric: Some(Fabric { label: "NVLink".into(), members: leaves.clone() }),
+                footer: vec!["f".into()],
+            };
+            let l = layout(&s);
+            assert_clean(&l);
+            proptest::prop_assert_eq!(l.items.iter().filter(|i| i.leaf).count(), leaves.len());
+        }
     }
 
     #[test]
