@@ -259,7 +259,7 @@ impl Browser {
     pub fn screenshot(&mut self, full: bool) -> Vec<u8> {
         let mut p = json!({"format": "png", "captureBeyondViewport": full});
         if full {
-            let s = self.eval("(() => { const e = document.documentElement; const r = e.getBoundingClientRect(); return [Math.ceil(Math.max(r.width, e.scrollWidth)), Math.ceil(Math.max(r.height, e.scrollHeight))]; })()");
+            let s = self.eval("(() => { const e = document.documentElement; const r = e.getBoundingClientRect(); return e.namespaceURI === 'http://www.w3.org/2000/svg' ? [Math.ceil(r.width), Math.ceil(r.height)] : [Math.ceil(Math.max(r.width, e.scrollWidth)), Math.ceil(Math.max(r.height, e.scrollHeight))]; })()");
             p["clip"] = json!({"x": 0, "y": 0, "width": s[0], "height": s[1], "scale": 1});
         }
         let r = self.call("Page.captureScreenshot", p);
