@@ -740,7 +740,9 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
         if switches > 0 {
             let _ = write!(label, ", {switches} NVSwitch(es) on the PCI bus");
         }
-        label.push_str(" (PXN routes run here: hover a GPU)");
+        if t.pairs.iter().any(|p| p.enabled && p.via.is_some()) {
+            label.push_str(" (PXN routes run here: hover a GPU)");
+        }
         pic.scene.fabric = Some(Fabric {
             label,
             members: nvl,
@@ -908,6 +910,17 @@ fn path_d(pts: &[(f64, f64)]) -> String {
 }
 
 fn text_el(o: &mut String, t: &Text, class: &str) {
+    // Labels on lines sit on a white ground, so that a line crossing them does not hide them.
+    if matches!(class, "routelabel" | "anc" | "edgelabel" | "fabriclabel") {
+        let _ = write!(
+            o,
+            "<rect class=\"labelbg\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#ffffff\" fill-opacity=\"0.9\"/>",
+            n(t.rect.x - 1.0),
+            n(t.rect.y + 1.0),
+            n(t.rect.w + 2.0),
+            n(t.rect.h - 1.0)
+        );
+    }
     let _ = write!(
         o,
         "<text class=\"{class}\" x=\"{}\" y=\"{}\"{} xml:space=\"preserve\">{}</text>",
@@ -1055,16 +1068,6 @@ data-generator=\"gdrdoctor topo\">",
         }
         let _ = writeln!(o, "</g>");
     };
-    let _ = writeln!(o, "<g class=\"routes\">");
-    for r in l.routes.iter().filter(|r| r.shown) {
-        route_el(&mut o, r, false);
-    }
-    for (anc, t) in &l.ancestor_labels {
-        let _ = write!(o, "<g class=\"anclabel\" data-id=\"{}\">", esc(anc));
-        text_el(&mut o, t, "anc");
-        let _ = writeln!(o, "</g>");
-    }
-    let _ = writeln!(o, "</g>");
     // Fabric.
     if let Some(f) = &l.fabric {
         let _ = write!(
@@ -1079,6 +1082,16 @@ data-generator=\"gdrdoctor topo\">",
         text_el(&mut o, &f.label, "fabriclabel");
         let _ = writeln!(o, "</g>");
     }
+    let _ = writeln!(o, "<g class=\"routes\">");
+    for r in l.routes.iter().filter(|r| r.shown) {
+        route_el(&mut o, r, false);
+    }
+    for (anc, t) in &l.ancestor_labels {
+        let _ = write!(o, "<g class=\"anclabel\" data-id=\"{}\">", esc(anc));
+        text_el(&mut o, t, "anc");
+        let _ = writeln!(o, "</g>");
+    }
+    let _ = writeln!(o, "</g>");
     // Boxes (GPUs last, so that their hover routes are drawn on top of everything).
     let _ = writeln!(o, "<g class=\"items\">");
     let mut order: Vec<&svg_layout::PlacedItem> = l.items.iter().collect();
@@ -1157,10 +1170,12 @@ pub fn svg(node: &Node, findings: &[Finding]) -> String {
     render(&pic, &l, true)
 }
 
-/// The static SVG the PNG is rasterised from.
+/// The static SVG the PNG is rasterised from: without the routes revealed by hovering, and
+/// without the room they take.
 pub fn svg_static(node: &Node, findings: &[Finding]) -> String {
     let t = super::topo::build(node);
-    let pic = scene(node, &t, findings);
+    let mut pic = scene(node, &t, findings);
+    pic.scene.routes.retain(|r| r.shown);
     let l = svg_layout::layout(&pic.scene);
     render(&pic, &l, false)
 }

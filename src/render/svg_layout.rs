@@ -706,7 +706,7 @@ pub fn layout(scene: &Scene) -> Layout {
             (xb, lane_y),
             (xb, b.bottom()),
         ];
-        let label = Text::centred((xa + xb) / 2.0, lane_y - 3.0, SMALL, &cut(&r.label, 30));
+        let label = Text::centred((xa + xb) / 2.0, lane_y - 5.0, SMALL, &cut(&r.label, 30));
         Some((pts, label))
     };
     let interval = |r: &Route, attach: &BTreeMap<(String, String), f64>| -> Option<(f64, f64)> {
@@ -739,7 +739,7 @@ pub fn layout(scene: &Scene) -> Layout {
             .then(a.id.cmp(&b.id))
     });
     let mut lanes: Vec<Vec<(f64, f64)>> = Vec::new();
-    let band0 = leaf_bottom + CPAD + 14.0;
+    let band0 = leaf_bottom + CPAD + 16.0;
     for r in by_len {
         let Some(iv) = interval(r, &attach) else {
             continue;
