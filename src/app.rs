@@ -471,7 +471,10 @@ fn topo(
     output: Option<&Path>,
     nccl_version: Option<&str>,
 ) -> i32 {
-    let (_opened, mut node) = match load_node(sysroot, false) {
+    // The picture is coloured by the checks' findings, which on a live node need what NVML,
+    // CUDA and libibverbs say (as `check`); the matrix does not.
+    let picture = matches!(format, TopoFormat::Svg | TopoFormat::Png);
+    let (_opened, mut node) = match load_node(sysroot, picture) {
         Ok(x) => x,
         Err(e) => return err(e),
     };

@@ -756,7 +756,11 @@ pub fn layout(scene: &Scene) -> Layout {
             });
         }
     }
-    let mut y = band0 + lanes.len() as f64 * LANE_H;
+    let mut y = if lanes.is_empty() {
+        leaf_bottom + CPAD
+    } else {
+        band0 + lanes.len() as f64 * LANE_H
+    };
 
     // The NVLink fabric.
     let mut fabric_y = None;
@@ -859,7 +863,11 @@ pub fn layout(scene: &Scene) -> Layout {
             RouteKind::Tree => {}
         }
     }
-    let mut y = band1 + max_lanes as f64 * LANE_H + 6.0;
+    let mut y = if max_lanes == 0 {
+        y + 6.0
+    } else {
+        band1 + max_lanes as f64 * LANE_H + 6.0
+    };
     for f in &scene.footer {
         y += HEADER_H;
         out.footer.push(Text::new(MARGIN, y - 3.0, FONT, f));
