@@ -1190,7 +1190,10 @@ mod tests {
             kinds.push(prefix.to_string());
             let mut l = leaf(prefix, Kind::Gpu);
             l.lines.truncate(lines.max(1));
-            l.edge_label = (prefix.len() % 3 == 0).then(|| "x8/16 GT of x16/32".to_string());
+            l.edge_label = prefix
+                .len()
+                .is_multiple_of(3)
+                .then(|| "x8/16 GT of x16/32".to_string());
             return l;
         }
         let children = (0..n)
@@ -1205,7 +1208,7 @@ mod tests {
             },
             children,
         );
-        it.edge_label = (depth % 2 == 0).then(|| "x4 of x16".to_string());
+        it.edge_label = depth.is_multiple_of(2).then(|| "x4 of x16".to_string());
         it
     }
 
