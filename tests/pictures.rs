@@ -597,7 +597,7 @@ fn fleet_page_in_a_browser() {
     let counts = b.eval(
         "({rows: document.querySelectorAll('#fl-heat tbody tr').length, \
            checks: document.querySelectorAll('#fl-heat th.fl-check').length, \
-           cells: document.querySelectorAll('#fl-heat td.fl-cell').length, \
+           cells: document.querySelectorAll('#fl-heat tbody td.fl-cell').length, \
            fails: document.querySelectorAll('#fl-heat td.st-fail').length, \
            drift: document.querySelectorAll('#fl-drift tbody tr').length, \
            svgs: document.querySelectorAll('details.fl-node svg').length, \
@@ -610,6 +610,9 @@ fn fleet_page_in_a_browser() {
     assert_eq!(counts["drift"], 2);
     assert_eq!(counts["svgs"], n, "every node's topology inline");
     assert_eq!(counts["count"], format!("{n} of {n} nodes"));
+    // The footer counts the nodes where a check does not pass.
+    let total = b.eval("document.querySelector('#fl-heat tfoot td.fl-total:nth-of-type(' + (1 + [...document.querySelectorAll('#fl-heat th.fl-check')].findIndex(t => t.getAttribute('data-check') === 'gdr.gpu') + 4) + ')').textContent");
+    assert_eq!(total, "1", "gdr.gpu fails on no-peermem only");
     keep("fleet.png", &b.screenshot(false));
 
     // Sort by failures: the worst node first; again: healthy first.

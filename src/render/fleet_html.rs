@@ -155,6 +155,8 @@ table.fl-heat th.fl-node,table.fl-heat td.fl-node{position:sticky;left:0;backgro
 table.fl-heat thead th.fl-node{z-index:3;background:#f6f7fa}
 table.fl-heat td.fl-num,table.fl-heat th.fl-num{padding:0 6px;text-align:right;font-variant-numeric:tabular-nums}
 td.fl-cell{width:22px;height:20px;text-align:center;font-size:11px;font-weight:bold}
+td.fl-total{font-weight:normal;color:#3b4456}
+table.fl-heat tfoot th,table.fl-heat tfoot td{border-top:2px solid #d5dae3;background:#f6f7fa}
 td.fl-cell a{display:block;color:inherit;text-decoration:none;line-height:20px}
 th[aria-sort=ascending]::after{content:" \25B2";font-size:10px}th[aria-sort=descending]::after{content:" \25BC";font-size:10px}
 .st-pass{background:#cdeccf;color:#1d5e24}.st-warn{background:#ffd98a;color:#6b4300}.st-fail{background:#f28b82;color:#5c0a05}
@@ -222,6 +224,7 @@ const JS: &str = r#"
     cols.forEach(function(p){
       heads[p[0]].classList.toggle('fl-hidden',!p[1]);
       for(var r=0;r<tbody.rows.length;r++)tbody.rows[r].cells[p[0]].classList.toggle('fl-hidden',!p[1]);
+      if(table.tFoot)for(var f=0;f<table.tFoot.rows.length;f++){var c=table.tFoot.rows[f].cells[p[0]];if(c)c.classList.toggle('fl-hidden',!p[1]);}
     });
     for(var r=0;r<tbody.rows.length;r++){
       var row=tbody.rows[r];
@@ -332,7 +335,25 @@ Click a column to sort by it; a cell opens the node's findings.</p>"
         }
         let _ = writeln!(o, "</tr>");
     }
-    let _ = writeln!(o, "</tbody></table></div>");
+    let _ = write!(
+        o,
+        "</tbody>\n<tfoot><tr><th class=\"fl-node\" scope=\"row\" title=\"nodes where the check warns, fails or errors\">not passing</th><td></td><td></td><td></td><td></td>"
+    );
+    for ci in 0..p.checks.len() {
+        let bad = (0..p.nodes.len())
+            .filter(|n| rank(cell(ci, *n)) >= 3)
+            .count();
+        let _ = write!(
+            o,
+            "<td class=\"fl-cell fl-total\">{}</td>",
+            if bad > 0 {
+                bad.to_string()
+            } else {
+                String::new()
+            }
+        );
+    }
+    let _ = writeln!(o, "</tr></tfoot></table></div>");
     // Drift.
     let _ = writeln!(o, "<h2 id=\"drift\">Drift from the majority</h2>");
     if p.drift.is_empty() {
