@@ -8,10 +8,15 @@
 //! shapes differ between font packages, so PNG bytes are only reproducible on one machine; the
 //! SVG is the reproducible form.
 
+//!
+//! Built with the `png` cargo feature (default); without it, both functions return an error.
+
 /// Monospace families the SVG names, in order of preference.
+#[cfg(feature = "png")]
 const PREFERRED: [&str; 3] = ["DejaVu Sans Mono", "Liberation Mono", "Noto Sans Mono"];
 
 /// The font database of this machine and the monospace family the picture will use.
+#[cfg(feature = "png")]
 pub fn fonts() -> Result<(resvg::usvg::fontdb::Database, String), String> {
     let mut db = resvg::usvg::fontdb::Database::new();
     db.load_system_fonts();
@@ -40,6 +45,7 @@ pub fn fonts() -> Result<(resvg::usvg::fontdb::Database, String), String> {
 }
 
 /// Rasterise `svg` at `scale` (1.0: one pixel per SVG unit) into PNG bytes.
+#[cfg(feature = "png")]
 pub fn png(svg: &str, scale: f32) -> Result<Vec<u8>, String> {
     let (db, family) = fonts()?;
     let mut opt = resvg::usvg::Options {
@@ -65,4 +71,20 @@ pub fn png(svg: &str, scale: f32) -> Result<Vec<u8>, String> {
     pixmap
         .encode_png()
         .map_err(|e| format!("png encoding: {e}"))
+}
+
+#[cfg(not(feature = "png"))]
+const NO_PNG: &str =
+    "this gdrdoctor was built without the `png` feature: use --format svg (or rebuild with default features)";
+
+/// Without the `png` feature: no rasteriser, no fonts.
+#[cfg(not(feature = "png"))]
+pub fn fonts() -> Result<((), String), String> {
+    Err(NO_PNG.to_string())
+}
+
+/// Without the `png` feature: an error that points to `--format svg`.
+#[cfg(not(feature = "png"))]
+pub fn png(_svg: &str, _scale: f32) -> Result<Vec<u8>, String> {
+    Err(NO_PNG.to_string())
 }
