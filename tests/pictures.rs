@@ -705,3 +705,98 @@ fn fleet_page_in_a_browser() {
     assert!(target.as_str().unwrap().starts_with("#n"), "{target}");
     assert!(b.errors.is_empty(), "console errors: {:?}", b.errors);
 }
+
+/// Copy a capture from ../shared/realdata, turning the files that hold a relative path (how
+/// the captures flattened symlinks) back into symlinks (as tests/realdata.rs does).
+fn rehydrate(src: &std::path::Path, dst: &std::path::Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            rehydrate(&e.path(), &to);
+        } else if t.is_file() {
+            let b = std::fs::read(e.path()).unwrap_or_default();
+            let s = String::from_utf8_lossy(&b);
+            if b.len() < 512 && s.starts_with("../") && !s.contains('\n') && !s.contains(' ') {
+                std::os::unix::fs::symlink(s.as_ref(), &to).unwrap();
+            } else {
+                std::fs::write(&to, &b).unwrap();
+            }
+        }
+    }
+}
+
+/// Real sysfs captures (hwloc's, in ../shared/realdata; skipped when absent): a picture without
+/// overlaps that parses, and the devices the capture holds are on it.
+#[test]
+fn real_captures_draw_cleanly() {
+    let rd = repo().join("../shared/realdata");
+    if !rd.is_dir() {
+        eprintln!("skipping: {} is absent", rd.display());
+        return;
+    }
+    for name in [
+        "hwloc-sysfs-xeon4108-cx4-plx",
+        "hwloc-sysfs-xeon-e5-2680-cx3-mlx4-mic",
+        "hwloc-sysfs-power9-v100-procdrivernvidia",
+        "hwloc-nvidia-dgx-gb10-proc-dmi",
+    ] {
+        let t = tempfile::tempdir().unwrap();
+        rehydrate(&rd.join(name), t.path());
+        let mut root = Root::sysroot(t.path()).unwrap();
+        let m = meta::read(&root).unwrap();
+        root.set_complete(m.is_some());
+        let mut node = collect::collect(&root, m.as_ref());
+        node.live = meta::read_live(&root);
+        let f = findings(&node);
+        let tp = topo::build(&node);
+        let pic = svg::scene(&node, &tp, &f);
+        let l = svg_layout::layout(&pic.scene);
+        let vis = l.visible_texts();
+        for (i, a) in vis.iter().enumerate() {
+            for b in &vis[i + 1..] {
+                assert!(
+                    !a.rect.overlaps(&b.rect),
+                    "{name}: {:?} overlaps {:?}",
+                    a.text,
+                    b.text
+                );
+            }
+        }
+        let gpus = l
+            .items
+            .iter()
+            .filter(|i| i.kind == svg_layout::Kind::Gpu)
+            .count();
+        let nics = l
+            .items
+            .iter()
+            .filter(|i| i.kind == svg_layout::Kind::Nic)
+            .count();
+        assert_eq!(gpus, tp.gpus.len(), "{name}: every gpu is drawn");
+        // Every placed RDMA function is a box; Mellanox functions without an RDMA device too.
+        let placed: std::collections::BTreeSet<&str> =
+            tp.nics.iter().filter_map(|n| n.bdf.as_deref()).collect();
+        assert!(
+            nics >= placed.len(),
+            "{name}: {nics} nic boxes for {placed:?}"
+        );
+        if name == "hwloc-sysfs-xeon4108-cx4-plx" {
+            // Two ConnectX-4 functions under PLX switches; the capture has no
+            // /sys/class/infiniband, so they are drawn as NICs without an RDMA device.
+            assert_eq!(nics, 2, "{name}");
+            assert!(pic
+                .titles
+                .values()
+                .any(|t| t.contains("no RDMA device points at this function")));
+        }
+        let text = svg::render(&pic, &l, true);
+        #[cfg(feature = "png")]
+        resvg::usvg::Tree::from_str(&text, &resvg::usvg::Options::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(text.starts_with("<svg "));
+        std::fs::write(out_dir().join(format!("real-{name}.svg")), &text).unwrap();
+    }
+}

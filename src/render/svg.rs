@@ -303,10 +303,35 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
         }
     }
     // Endpoints to draw, and every bridge above them.
+    // Mellanox network functions without an RDMA device (mlx5_ib not loaded, or a capture
+    // without /sys/class/infiniband) are drawn too: a NIC NCCL cannot use is worth seeing.
+    let bare_nics: BTreeSet<&str> = pci
+        .iter()
+        .filter(|d| {
+            d.is_network()
+                && d.vendor_id.get() == Some(&0x15b3)
+                && !d.is_virtfn
+                && !ibdevs.contains_key(&d.bdf)
+        })
+        .map(|d| d.bdf.as_str())
+        .collect();
+    {
+        let idx = gdrdoctor_checks::topo::PciIndex::new(node);
+        for b in &bare_nics {
+            if let Some(e) = idx.endpoint(b, true) {
+                switches.extend(e.switches);
+            }
+        }
+    }
     let endpoints: Vec<&PciDevice> = pci
         .iter()
         .copied()
-        .filter(|d| d.is_nvidia_gpu() || d.is_nvswitch() || ibdevs.contains_key(&d.bdf))
+        .filter(|d| {
+            d.is_nvidia_gpu()
+                || d.is_nvswitch()
+                || ibdevs.contains_key(&d.bdf)
+                || bare_nics.contains(d.bdf.as_str())
+        })
         .collect();
     let mut drawn: BTreeSet<&str> = BTreeSet::new();
     for e in &endpoints {
@@ -422,6 +447,15 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
                 lines.push(format!("{} ports", ports.len()));
             }
             (Kind::Nic, lines)
+        } else if bare_nics.contains(d.bdf.as_str()) {
+            (
+                Kind::Nic,
+                vec![
+                    format!("NIC {bus}"),
+                    short_name(&name),
+                    "no rdma device".to_string(),
+                ],
+            )
         } else if d.is_nvswitch() {
             (
                 Kind::NvSwitch,
@@ -564,6 +598,19 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
         let mut title = format!("{} {}", d.bdf, gdrdoctor_checks::names::device_name(d));
         if let Some(i) = gpu_index.get(b) {
             title = format!("GPU{i} {title}");
+        }
+        if bare_nics.contains(b) {
+            let _ = write!(
+                title,
+                "\nno RDMA device points at this function ({}): NCCL cannot use it; is mlx5_ib loaded?",
+                match node.rdma.get() {
+                    Some(_) => "/sys/class/infiniband".to_string(),
+                    None => format!(
+                        "/sys/class/infiniband: {}",
+                        node.rdma.reason().unwrap_or("not readable")
+                    ),
+                }
+            );
         }
         if let Some(rs) = ibdevs.get(*b) {
             for r in rs {
