@@ -800,3 +800,72 @@ fn real_captures_draw_cleanly() {
         std::fs::write(out_dir().join(format!("real-{name}.svg")), &text).unwrap();
     }
 }
+
+/// An HGX-like board built in the test: NVSwitches on the PCI bus are drawn, the NVLink bar is
+/// assumed from them (NVML not queried), and a GPU whose only NIC is on the other socket gets
+/// PXN through the NIC's local GPU.
+#[test]
+fn nvswitches_and_an_assumed_fabric() {
+    use gdrdoctor_checks::testing::{bridge, gpu, nic, pci, rdma, with};
+    let rp = |b: &str| format!("/sys/devices/pci0000:{b}/0000:{b}:01.0");
+    let node = with(
+        gdrdoctor_checks::testing::empty_node(),
+        vec![
+            bridge(&rp("15"), 0),
+            gpu(&format!("{}/0000:16:00.0", rp("15")), 0),
+            bridge(&rp("25"), 0),
+            nic(&format!("{}/0000:26:00.0", rp("25")), 0),
+            bridge(&rp("95"), 1),
+            gpu(&format!("{}/0000:96:00.0", rp("95")), 1),
+            bridge(&rp("05"), 0),
+            pci(
+                &format!("{}/0000:06:00.0", rp("05")),
+                0x068000,
+                0x10de,
+                0x22a3,
+                0,
+            ),
+            pci(
+                &format!("{}/0000:07:00.0", rp("05")),
+                0x068000,
+                0x10de,
+                0x22a3,
+                0,
+            ),
+        ],
+        vec![rdma("mlx5_0", "0000:26:00.0", "4: ACTIVE")],
+    );
+    let t = topo::build(&node);
+    let pic = svg::scene(&node, &t, &findings(&node));
+    let l = svg_layout::layout(&pic.scene);
+    let nvs: Vec<_> = l
+        .items
+        .iter()
+        .filter(|i| i.kind == svg_layout::Kind::NvSwitch)
+        .collect();
+    assert_eq!(nvs.len(), 2);
+    assert!(nvs[0].lines[0].text.starts_with("NVSwitch 06:00.0"));
+    let fabric = pic
+        .scene
+        .fabric
+        .as_ref()
+        .expect("NVLink bar from the NVSwitches");
+    assert!(fabric.label.contains("2 NVSwitch(es)"), "{}", fabric.label);
+    assert!(fabric.label.contains("assumed"), "{}", fabric.label);
+    // Both GPUs are on the bar, and both GPU-NIC pairs have a line with a hover text.
+    assert_eq!(fabric.members, vec!["0000:16:00.0", "0000:96:00.0"]);
+    for g in ["0000:16:00.0", "0000:96:00.0"] {
+        let r = pic
+            .scene
+            .routes
+            .iter()
+            .find(|r| r.from == g && r.to == "0000:26:00.0")
+            .unwrap_or_else(|| panic!("{g}: no route to mlx5_0: {:?}", pic.scene.routes));
+        assert!(
+            pic.titles[&r.id].contains("-> mlx5_0"),
+            "{}",
+            pic.titles[&r.id]
+        );
+    }
+    assert!(l.fabric.is_some());
+}

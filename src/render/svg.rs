@@ -757,20 +757,23 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
         .routes
         .retain(|r| seen.insert((r.from.clone(), r.to.clone(), r.kind == RouteKind::Tree)));
 
-    // The NVLink fabric: GPUs NCCL sees NVLink between.
+    // The NVLink fabric: the GPUs NCCL's rule sees NVLink between (NVML, else assumed from
+    // NVSwitches on the PCI bus), plus any GPU a PXN verdict routes through.
+    let (_, sys, _) = gdrdoctor_checks::gdr::decision(node);
     let nvl: Vec<String> = t
         .gpus
         .iter()
-        .filter(|g| {
-            t.gpu_pairs
-                .iter()
-                .any(|p| (p.a == g.bdf || p.b == g.bdf) && p.nvlinks() > 0)
+        .enumerate()
+        .filter(|(i, g)| {
+            sys.nvlink
+                .get(*i)
+                .is_some_and(|row| row.iter().any(|x| *x == Some(true)))
                 || t.pairs.iter().any(|p| {
                     p.enabled
                         && (p.via.as_deref() == Some(&g.bdf) || (p.gpu == g.bdf && p.via.is_some()))
                 })
         })
-        .map(|g| g.bdf.clone())
+        .map(|(_, g)| g.bdf.clone())
         .collect();
     if !nvl.is_empty() {
         let switches = pci.iter().filter(|d| d.is_nvswitch()).count();
@@ -786,6 +789,9 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
         }
         if switches > 0 {
             let _ = write!(label, ", {switches} NVSwitch(es) on the PCI bus");
+        }
+        if sys.nvlink_source.starts_with("assumed") {
+            label.push_str(", assumed (NVML not queried)");
         }
         if t.pairs.iter().any(|p| p.enabled && p.via.is_some()) {
             label.push_str(" (PXN routes run here: hover a GPU)");
