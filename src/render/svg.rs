@@ -767,7 +767,7 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
         .filter(|(i, g)| {
             sys.nvlink
                 .get(*i)
-                .is_some_and(|row| row.iter().any(|x| *x == Some(true)))
+                .is_some_and(|row| row.contains(&Some(true)))
                 || t.pairs.iter().any(|p| {
                     p.enabled
                         && (p.via.as_deref() == Some(&g.bdf) || (p.gpu == g.bdf && p.via.is_some()))
