@@ -41,18 +41,25 @@ pub fn main() -> i32 {
         Command::Topo {
             sysroot,
             format,
+            output,
             nvidia_smi: Some(file),
             nccl_version,
         } => {
             let _ = sysroot;
-            crate::diagnose::topo_alias(&file, format, nccl_version.as_deref())
+            crate::diagnose::topo_alias(&file, format, output.as_deref(), nccl_version.as_deref())
         }
         Command::Topo {
             sysroot,
             format,
+            output,
             nvidia_smi: None,
             nccl_version,
-        } => topo(sysroot.as_deref(), format, nccl_version.as_deref()),
+        } => topo(
+            sysroot.as_deref(),
+            format,
+            output.as_deref(),
+            nccl_version.as_deref(),
+        ),
         Command::List { format } => list(format),
         Command::Explain { id, no_pager } => explain(&id, no_pager),
         Command::Completions { shell } => completions(shell),
@@ -84,6 +91,11 @@ pub fn emit(text: &str) -> bool {
 
 /// Write `text` to `path` atomically (temp file in the same directory, then rename).
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
+    write_atomic_bytes(path, text.as_bytes())
+}
+
+/// [`write_atomic`] for bytes (a PNG).
+pub fn write_atomic_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -212,22 +224,67 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     )
 }
 
-fn topo(sysroot: Option<&Path>, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Skip) {
+/// Write `out` to `output`, or to stdout; a PNG is not written to a terminal.
+pub(crate) fn deliver_topo(out: &[u8], output: Option<&Path>, binary: bool) -> i32 {
+    match output {
+        Some(p) => match write_atomic_bytes(p, out) {
+            Ok(()) => 0,
+            Err(e) => err(e),
+        },
+        None if binary && std::io::stdout().is_terminal() => {
+            err("not writing a png to a terminal: pass -o FILE (or redirect stdout to a file)")
+        }
+        None => {
+            let mut o = std::io::stdout().lock();
+            match o.write_all(out).and_then(|_| o.flush()) {
+                Ok(()) => 0,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+                Err(e) => err(format!("writing to stdout: {e}")),
+            }
+        }
+    }
+}
+
+fn topo(
+    sysroot: Option<&Path>,
+    format: TopoFormat,
+    output: Option<&Path>,
+    nccl_version: Option<&str>,
+) -> i32 {
+    // The picture is coloured by the checks' findings, which on a live node need what NVML,
+    // CUDA and libibverbs say (as `check`); the matrix does not.
+    let picture = matches!(format, TopoFormat::Svg | TopoFormat::Png);
+    let libs = if picture {
+        Libraries::Query
+    } else {
+        Libraries::Skip
+    };
+    let (_src, mut node) = match load_node(Location::from_arg(sysroot), libs) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
     apply_nccl_version(&mut node, nccl_version);
-    let t = render::topo::build(&node);
-    let text = match format {
-        TopoFormat::Text => render::topo::render_text(&t),
-        TopoFormat::Json => format!("{}\n", serde_json::to_string_pretty(&t).unwrap_or_default()),
+    let out = match format {
+        TopoFormat::Text => render::topo::render_text(&render::topo::build(&node)).into_bytes(),
+        TopoFormat::Json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&render::topo::build(&node)).unwrap_or_default()
+        )
+        .into_bytes(),
+        // The picture colours elements by the check registry's findings on the same node.
+        TopoFormat::Svg => {
+            let findings = gdrdoctor_checks::checks::run(&node, &Selection::default());
+            render::svg::svg(&node, &findings).into_bytes()
+        }
+        TopoFormat::Png => {
+            let findings = gdrdoctor_checks::checks::run(&node, &Selection::default());
+            match render::svg_png::png(&render::svg::svg_static(&node, &findings), 1.0) {
+                Ok(b) => b,
+                Err(e) => return err(e),
+            }
+        }
     };
-    if emit(&text) {
-        0
-    } else {
-        EXIT_USAGE
-    }
+    deliver_topo(&out, output, format == TopoFormat::Png)
 }
 
 fn check(args: &CheckArgs) -> i32 {

@@ -79,6 +79,8 @@ NCCL_NET_GDR_C2C, NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_PXN_DISABLE, NCCL_P2P_LEVEL
 (with --sysroot, the snapshot's environment overlaid by the current one).\n\nExamples:\n  \
 gdrdoctor topo\n  gdrdoctor topo --format json\n  NCCL_NET_GDR_LEVEL=SYS gdrdoctor topo\n  \
 NCCL_IB_HCA=^mlx5_4 gdrdoctor topo     # what if the job excludes a NIC\n  \
+gdrdoctor topo --format svg -o topo.svg # the PCIe tree with the verdicts, for a browser\n  \
+gdrdoctor topo --format png -o topo.png --sysroot node.tar.gz\n  \
 gdrdoctor topo --nccl-version 2.18.6   # judge for an older NCCL\n  \
 gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt --nccl-version 2.21.5"
     )]
@@ -86,9 +88,13 @@ gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt -
         /// Read a snapshot instead of the live node
         #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
         sysroot: Option<PathBuf>,
-        /// text (default) or json
+        /// text (default), json, or a picture of the PCIe tree with the verdicts: svg (hover a
+        /// GPU for its routes, a box for its findings) or png
         #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
         format: TopoFormat,
+        /// Write to FILE instead of stdout (png is never written to a terminal)
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
         /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: NCCL's
         /// verdict per pair (PXN from the NV# cells; peer memory, dma-buf and ports unknown
         /// unless the file shows them) and the rail balance, for bug reports without a
@@ -378,8 +384,15 @@ pub enum DiagnoseFormat {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TopoFormat {
+    /// The GPU x NIC matrix (default)
     Text,
+    /// The same data, schema gdrdoctor.topo/v1
     Json,
+    /// The PCIe tree drawn like lstopo's I/O view, with findings and GDR paths; open it in a
+    /// browser
+    Svg,
+    /// The same picture as a PNG (needs a monospace font installed, e.g. fonts-dejavu-core)
+    Png,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

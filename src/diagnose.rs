@@ -374,7 +374,17 @@ pub fn topo_paste(r: &DiagnoseReport) -> Option<TopoPaste> {
 
 /// `gdrdoctor topo --nvidia-smi FILE`: the diagnose reader and NCCL's rule, shown as the topo
 /// view.
-pub fn topo_alias(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
+pub fn topo_alias(
+    file: &Path,
+    format: TopoFormat,
+    output: Option<&Path>,
+    nccl_version: Option<&str>,
+) -> i32 {
+    if matches!(format, TopoFormat::Svg | TopoFormat::Png) {
+        return err(
+            "--format svg and png draw a node's PCIe tree, which a pasted `nvidia-smi topo -m` does not hold: use --sysroot or run on the node",
+        );
+    }
     let input = match read_input(file) {
         Ok(i) => i,
         Err(e) => return err(e),
@@ -406,7 +416,7 @@ pub fn topo_alias(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -
             "{}\n",
             serde_json::to_string_pretty(&t).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
         ),
-        TopoFormat::Text => {
+        TopoFormat::Text | TopoFormat::Svg | TopoFormat::Png => {
             let mut o = render::paste_md::gdr_view(&r);
             o.push_str(&format!("rails: {}\n", t.rails));
             for x in &t.repairs {
@@ -419,11 +429,7 @@ pub fn topo_alias(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -
             o
         }
     };
-    if emit(&out) {
-        0
-    } else {
-        EXIT_USAGE
-    }
+    crate::app::deliver_topo(out.as_bytes(), output, false)
 }
 
 /// The pages of the finding ids only `diagnose` produces, in the order of

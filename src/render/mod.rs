@@ -2,11 +2,15 @@
 
 use gdrdoctor_checks::report::Report;
 
+pub mod fleet_html;
 pub mod junit;
 pub mod markdown;
 pub mod oneline;
 pub mod paste_md;
 pub mod prometheus;
+pub mod svg;
+pub mod svg_layout;
+pub mod svg_png;
 pub mod table;
 pub mod topo;
 pub mod wrap;
