@@ -795,9 +795,13 @@ impl fmt::Debug for Verbs {
 }
 
 impl Verbs {
-    /// Load `libibverbs.so.1` and try `libmlx5.so.1` (its absence is kept, see [`Verbs::mlx5dv`]).
+    /// Load `libibverbs.so.1` and try `libmlx5.so.1` (its absence is kept, see [`Verbs::mlx5dv`]),
+    /// both by soname, or both from the test-only `GDRDOCTOR_LIB_DIR` ([`super::stand_in`]).
     pub fn load() -> Result<Verbs, LoadError> {
-        Verbs::load_paths(IBVERBS_LIB, MLX5_LIB)
+        Verbs::load_paths(
+            &super::stand_in::library(IBVERBS_LIB),
+            &super::stand_in::library(MLX5_LIB),
+        )
     }
 
     /// Load libibverbs from `ibverbs` (a soname or a path) and libmlx5 from its default soname.

@@ -66,18 +66,21 @@ fn step(name: &str, bytes: u64, t0: Instant, r: Result<(), String>) -> Step {
     }
 }
 
+/// The peer-memory counters, read through the reader (the live node's files, or the test-only
+/// `GDRDOCTOR_LIVE_ROOT`).
 fn memory_peers() -> Option<std::collections::BTreeMap<String, u64>> {
-    let dir = std::path::Path::new("/sys/kernel/mm/memory_peers/nv_mem");
-    let rd = std::fs::read_dir(dir).ok()?;
+    const DIR: &str = "/sys/kernel/mm/memory_peers/nv_mem";
+    let root = crate::reader::Root::live();
+    let entries = root.read_dir(DIR).ok()?;
     let mut m = std::collections::BTreeMap::new();
-    for e in rd.flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
-        if n.starts_with("num_") {
-            if let Some(v) = std::fs::read_to_string(e.path())
+    for e in entries {
+        if e.name.starts_with("num_") {
+            if let Some(v) = root
+                .read_trimmed(&format!("{DIR}/{}", e.name))
                 .ok()
-                .and_then(|s| s.trim().parse().ok())
+                .and_then(|s| s.parse().ok())
             {
-                m.insert(n, v);
+                m.insert(e.name, v);
             }
         }
     }
@@ -85,7 +88,7 @@ fn memory_peers() -> Option<std::collections::BTreeMap<String, u64>> {
 }
 
 fn bar1_used(bdf: &str) -> Option<u64> {
-    let nvml = nvml_wrapper::Nvml::init().ok()?;
+    let nvml = crate::live::nvml::open().ok()?;
     let n = nvml.device_count().ok()?;
     for i in 0..n {
         let d = nvml.device_by_index(i).ok()?;
