@@ -9,6 +9,7 @@ use gdrdoctor_checks::RunOptions;
 use std::path::{Path, PathBuf};
 
 pub mod require;
+pub mod stand_ins;
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
