@@ -358,6 +358,25 @@ fn kernel_without_the_dma_buf_method_is_eprotonosupport() {
 }
 
 #[test]
+fn nccl_probe_answers_other_than_ebadf_are_errors_with_nccl_decision() {
+    let Some(l) = libs() else { return };
+    // mlx5 without UMR support for the length: EINVAL before the fd is looked at
+    // (drivers/infiniband/hw/mlx5/mr.c:1484-1485).
+    let (r, j) = registration(
+        &l.current,
+        &format!("{TWO_NICS}fail ibv_reg_dmabuf_mr max_len=0 errno=EINVAL\n"),
+    );
+    for dev in ["mlx5_0", "mlx5_1"] {
+        let p = finding(&r, &j, "probe.nccl-dmabuf", dev);
+        assert_eq!(status(p), "error", "{p:#}");
+        let m = text(p, "message");
+        assert!(m.contains("errno 22 (Invalid argument)"), "{m}");
+        assert!(m.contains("NCCL would enable dma-buf"), "{m}");
+    }
+    assert_eq!(r.code, 3, "{}", r.stderr);
+}
+
+#[test]
 fn no_kernel_rdma_support_skips_the_verbs_part() {
     let Some(l) = libs() else { return };
     let (r, j) = registration(&l.current, &format!("{TWO_NICS}list errno=ENOSYS\n"));

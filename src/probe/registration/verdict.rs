@@ -256,12 +256,7 @@ pub fn findings(r: &Record) -> Vec<Finding> {
         ));
     }
     for (dev, errno) in &res.nccl_dmabuf_probe {
-        match errno {
-            Some(95) | Some(93) => out.push(Finding::new("probe.nccl-dmabuf", Status::Fail, dev, format!("ibv_reg_dmabuf_mr(fd=-1) -> errno {}: NCCL turns dma-buf off for {dev}", errno.unwrap_or(0)))
-                .fix("errno 95 EOPNOTSUPP: libibverbs/provider without dma-buf (rdma-core >= 34, mlx5 needs ODP in the kernel); errno 93 EPROTONOSUPPORT: the kernel lacks the uverbs dma-buf method (>= 5.12)")),
-            Some(e) => out.push(Finding::new("probe.nccl-dmabuf", Status::Pass, dev, format!("ibv_reg_dmabuf_mr(fd=-1) -> errno {e}: NCCL enables dma-buf on {dev}"))),
-            None => out.push(Finding::new("probe.nccl-dmabuf", Status::Error, dev, "could not open the device or allocate a protection domain")),
-        }
+        out.push(nccl_dmabuf_finding(dev, *errno));
     }
     out
 }
@@ -449,5 +444,35 @@ fn failed(subject: &str, call: &str, errno: Option<i32>, what: &str, hint: &str)
             subject,
             format!("{what}; {call} failed without an errno"),
         ),
+    }
+}
+
+/// `probe.nccl-dmabuf` for one NIC: what NCCL decides from its fd=-1 probe (D02). NCCL turns
+/// dma-buf off only for 95 and 93; a stack that supports dma-buf answers 9 (`EBADF`: the kernel
+/// looked the fd up, Linux drivers/dma-buf/dma-buf.c `dma_buf_get()`). Any other answer is not
+/// evidence that dma-buf works, although NCCL enables it: an error naming the errno.
+fn nccl_dmabuf_finding(dev: &str, errno: Option<i32>) -> Finding {
+    const CALL: &str = "ibv_reg_dmabuf_mr";
+    match errno {
+        Some(e @ (95 | 93)) => Finding::new("probe.nccl-dmabuf", Status::Fail, dev, format!("ibv_reg_dmabuf_mr(fd=-1) -> errno {e}: NCCL turns dma-buf off for {dev}"))
+            .fix("errno 95 EOPNOTSUPP: libibverbs/provider without dma-buf (rdma-core >= 34, mlx5 needs ODP in the kernel); errno 93 EPROTONOSUPPORT: the kernel lacks the uverbs dma-buf method (>= 5.12)"),
+        Some(9) => Finding::new("probe.nccl-dmabuf", Status::Pass, dev, format!("ibv_reg_dmabuf_mr(fd=-1) -> errno 9: NCCL enables dma-buf on {dev}")),
+        Some(0) => Finding::new("probe.nccl-dmabuf", Status::Error, dev, format!("ibv_reg_dmabuf_mr(fd=-1) returned a memory region on {dev}: no kernel registers fd -1; NCCL would enable dma-buf, on a stack that is not behaving as any known one"))
+            .fix("check the libibverbs that was loaded (`ldconfig -p | grep libibverbs`) and its provider"),
+        Some(e) => {
+            let (cause, fix) = explain_errno(CALL, e);
+            let f = Finding::new(
+                "probe.nccl-dmabuf",
+                Status::Error,
+                dev,
+                format!(
+                    "ibv_reg_dmabuf_mr(fd=-1) -> {}: NCCL would enable dma-buf on {dev} (it rules out only 95 and 93), but a stack with dma-buf support answers 9 (EBADF) for fd -1: {}",
+                    errno_text(e),
+                    if cause.is_empty() { "gdrdoctor does not recognise this errno" } else { cause }
+                ),
+            );
+            f.fix(if fix.is_empty() { "check `dmesg` right after the run; set NCCL_DMABUF_ENABLE=0 if real registrations fail (probe.verbs-registration)" } else { fix })
+        }
+        None => Finding::new("probe.nccl-dmabuf", Status::Error, dev, "could not open the device or allocate a protection domain (see probe.verbs-registration)"),
     }
 }
