@@ -236,6 +236,32 @@ fn a_small_memlock_limit_is_enomem_with_the_ulimit_fix() {
 }
 
 #[test]
+fn a_memlock_limit_of_zero_is_eperm_and_still_the_ulimit_fix() {
+    let Some(l) = libs() else { return };
+    let (r, j) = registration(
+        &l.current,
+        &format!("{TWO_NICS}fail ibv_reg_dmabuf_mr errno=EOPNOTSUPP\nmemlock 0\n"),
+    );
+    let f = finding(
+        &r,
+        &j,
+        "probe.verbs-registration",
+        &format!("{GPU0}/mlx5_1"),
+    );
+    assert_eq!(status(f), "fail", "{f:#}");
+    assert!(
+        text(f, "message").contains("errno 1 (Operation not permitted)"),
+        "{f:#}"
+    );
+    // EPERM from ibv_reg_mr is the memlock limit (can_do_mlock), not a device permission.
+    assert!(
+        text(f, "remediation").contains("ulimit -l unlimited"),
+        "{f:#}"
+    );
+    assert!(!text(f, "remediation").contains("/dev/infiniband"), "{f:#}");
+}
+
+#[test]
 fn a_device_that_cannot_be_opened_fails_alone_with_its_errno() {
     let Some(l) = libs() else { return };
     let (r, j) = registration(

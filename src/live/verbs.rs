@@ -553,6 +553,12 @@ pub fn explain_errno(call: &str, errno: i32) -> (&'static str, &'static str) {
             "check the access flags and the buffer",
         ),
         EINVAL => ("invalid argument", "check the arguments of the call"),
+        EPERM if call == "ibv_reg_mr" => (
+            "the locked-memory limit (RLIMIT_MEMLOCK) is 0: the kernel pins no memory for a \
+             process that may not lock any (ib_umem_get: can_do_mlock)",
+            "raise the memlock limit: ulimit -l unlimited (limits.conf, systemd \
+             LimitMEMLOCK=infinity, docker --ulimit memlock=-1)",
+        ),
         EPERM | EACCES => (
             "permission denied: /dev/infiniband/uverbs* is not accessible to this user, or the \
              operation needs a privilege the process lacks",
