@@ -699,6 +699,25 @@ fn doorbell_with_devx_refused_is_an_error_with_the_devx_fix() {
 }
 
 #[test]
+fn doorbell_on_a_device_that_cannot_be_opened_keeps_the_errno() {
+    let Some(l) = libs() else { return };
+    let (r, j) = doorbell(
+        &l.current,
+        "gpu bdf=0000:18:00.0\ndevice mlx5_0\nfail ibv_open_device errno=EACCES\n",
+        &[],
+        &[],
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let f = finding(&r, &j, "probe.doorbell-mlx5", "mlx5_0");
+    assert_eq!(status(f), "error", "{f:#}");
+    assert!(
+        text(f, "message").contains("cannot open the device: ibv_open_device: Permission denied"),
+        "{f:#}"
+    );
+    assert!(text(f, "remediation").contains("/dev/infiniband"), "{f:#}");
+}
+
+#[test]
 fn doorbell_gpu_mapping_refused_names_peer_mapping_override() {
     let Some(l) = libs() else { return };
     let (r, j) = doorbell(

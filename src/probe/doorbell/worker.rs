@@ -285,10 +285,13 @@ fn mlx5(
         };
         let pci = nic_bdf(&root, &d.name);
         r.pci = pci.clone();
-        let Ok(ctx) = v.open(&d.name) else {
-            r.error = Some("cannot open the device".into());
-            out.push(r);
-            continue;
+        let ctx = match v.open(&d.name) {
+            Ok(c) => c,
+            Err(e) => {
+                r.error = Some(format!("cannot open the device: {e}"));
+                out.push(r);
+                continue;
+            }
         };
         // Non-cached dedicated (rdma-core >= 45), else BlueFlame.
         let (uar, kind) = match ctx.alloc_devx_uar(verbs::MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED) {
