@@ -238,7 +238,9 @@ fn topo_smi(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -> i32 
 }
 
 fn topo(sysroot: Option<&Path>, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Skip) {
+    // The live libraries' facts (NCCL's dma-buf probe per NIC, CUDA's GDR and dma-buf
+    // attributes) decide GDR on a node without peer memory: topo asks them as check does.
+    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Query) {
         Ok(x) => x,
         Err(e) => return err(e),
     };

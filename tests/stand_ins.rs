@@ -820,6 +820,31 @@ fn gdr_verdict_follows_ncclss_live_dma_buf_probe() {
     assert!(off.code == 1, "{}", off.stderr);
 }
 
+#[test]
+fn topo_json_reads_the_same_live_facts() {
+    let Some(l) = libs() else { return };
+    let root = fixture("hgx-h200x8-cx7x8-nic-no-dmabuf");
+    let r = Scenario::new(
+        &l.current,
+        root,
+        &hgx_scenario("fail ibv_reg_dmabuf_mr device=mlx5_0 errno=EPROTONOSUPPORT\n"),
+    )
+    .run(&["topo", "--format", "json"]);
+    let j = r.json();
+    let pairs = j["pairs"].as_array().unwrap_or_else(|| panic!("{j:#}"));
+    let p = pairs
+        .iter()
+        .find(|p| p["gpu"] == GPU0 && p["nic"] == "mlx5_0")
+        .unwrap();
+    assert_eq!(p["enabled"], false, "{p:#}");
+    assert!(p["reasons"].to_string().contains("errno 93"), "{p:#}");
+    let q = pairs
+        .iter()
+        .find(|p| p["gpu"] == "0000:28:00.0" && p["nic"] == "mlx5_1")
+        .unwrap();
+    assert_eq!(q["enabled"], true, "{q:#}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // The live facts' error paths (check)
 // ---------------------------------------------------------------------------------------------
