@@ -956,6 +956,63 @@ fn a_gpu_cuda_does_not_see_is_not_a_pass() {
 }
 
 #[test]
+fn nics_libibverbs_cannot_list_get_no_gdr() {
+    let Some(l) = libs() else { return };
+    // A container without /sys/class/infiniband_verbs: sysfs shows eight NICs, libibverbs
+    // lists none (ENOSYS), NCCL falls back to sockets.
+    let r = Scenario::new(
+        &l.current,
+        fixture(HGX),
+        &hgx_scenario("list errno=ENOSYS\n"),
+    )
+    .run(&["check", "--format", "json", "--allow-incomplete"]);
+    let j = r.json();
+    assert!(
+        r.log.contains("ibv_get_device_list -> NULL errno 38"),
+        "{}",
+        r.log
+    );
+    for p in gdr_pairs(&j) {
+        assert_eq!(p["enabled"], false, "{p:#}");
+        assert!(p["reasons"].to_string().contains("errno 38"), "{p:#}");
+    }
+    let f = finding(&r, &j, "gdr.gpu", GPU0);
+    assert_ne!(status(f), "pass", "{f:#}");
+    // One NIC without a user-space provider: only that NIC is lost.
+    let mut s = String::new();
+    for b in ["18", "28", "38", "48", "98", "a8", "b8", "c8"] {
+        s.push_str(&format!("gpu bdf=0000:{b}:00.0\n"));
+    }
+    for i in 1..8 {
+        s.push_str(&format!("device mlx5_{i}\n"));
+    }
+    let r = Scenario::new(&l.current, fixture(HGX), &s).run(&[
+        "check",
+        "--format",
+        "json",
+        "--allow-incomplete",
+    ]);
+    let j = r.json();
+    let pairs = gdr_pairs(&j);
+    let p0 = pairs
+        .iter()
+        .find(|p| p["gpu"] == GPU0 && p["nic"] == "mlx5_0")
+        .unwrap();
+    assert_eq!(p0["enabled"], false, "{p0:#}");
+    assert!(
+        p0["reasons"]
+            .to_string()
+            .contains("libibverbs does not list mlx5_0"),
+        "{p0:#}"
+    );
+    let p1 = pairs
+        .iter()
+        .find(|p| p["gpu"] == "0000:28:00.0" && p["nic"] == "mlx5_1")
+        .unwrap();
+    assert_eq!(p1["enabled"], true, "{p1:#}");
+}
+
+#[test]
 fn nvml_that_hangs_on_load_costs_the_live_facts_their_deadline_not_a_pass() {
     let Some(l) = libs() else { return };
     let t0 = std::time::Instant::now();
