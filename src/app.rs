@@ -251,15 +251,10 @@ fn topo(
     output: Option<&Path>,
     nccl_version: Option<&str>,
 ) -> i32 {
-    // The picture is coloured by the checks' findings, which on a live node need what NVML,
-    // CUDA and libibverbs say (as `check`); the matrix does not.
-    let picture = matches!(format, TopoFormat::Svg | TopoFormat::Png);
-    let libs = if picture {
-        Libraries::Query
-    } else {
-        Libraries::Skip
-    };
-    let (_src, mut node) = match load_node(Location::from_arg(sysroot), libs) {
+    // The live libraries' facts (NCCL's dma-buf probe per NIC, CUDA's GDR and dma-buf
+    // attributes, NVML's GPU pairs) decide GDR and the GPU x GPU block, and colour the picture:
+    // topo asks them as check does.
+    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Query) {
         Ok(x) => x,
         Err(e) => return err(e),
     };

@@ -385,6 +385,31 @@ fn support(node: &Node, cx: &Context<'_>, gpu: &str, nic: &RdmaDevice) -> Suppor
         .get()
         .and_then(|v| v.dmabuf_probe.get(&nic.name).copied().flatten());
     s.dmabuf = cx.dmabuf.available;
+    // NCCL opens NICs through libibverbs: a NIC it cannot list is not used at all, whatever
+    // sysfs shows (live verbs facts; ncclIbInit lists devices with ibv_get_device_list).
+    if let Some(v) = node.live.verbs.get() {
+        let unlisted = match v.list_errno {
+            Some(e) => Some(format!(
+                "libibverbs cannot list rdma devices (ibv_get_device_list errno {e}{}): NCCL finds no IB device and falls back to sockets, so no GDR",
+                if e == 38 {
+                    ": no kernel RDMA support, ib_uverbs not loaded or /sys/class/infiniband_verbs not visible (in a container)"
+                } else {
+                    ""
+                }
+            )),
+            None if !v.devices.contains(&nic.name) => Some(format!(
+                "libibverbs does not list {} (no user-space provider for it, or /dev/infiniband not visible): NCCL does not use it",
+                nic.name
+            )),
+            None => None,
+        };
+        if let Some(why) = unlisted {
+            s.peermem = Some(false);
+            s.dmabuf = Some(false);
+            s.nic_off = why;
+            return s;
+        }
+    }
     s.nic_off = format!(
         "NIC-level GDR off (NCCL: \"GPU Direct RDMA Disabled for HCA\"): no peer-memory client, and no dma-buf path: {}",
         cx.dmabuf.reasons.join("; ")
@@ -502,6 +527,7 @@ pub fn numa_text(n: &Fact<i32>) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::expect_used)]
     use super::*;
 
     #[test]
@@ -537,5 +563,52 @@ mod tests {
             assert_eq!(cc_from_model(name), cc, "{name}");
         }
         assert!(grace_model("NVIDIA GH200 480GB") && !grace_model("NVIDIA H100 80GB HBM3"));
+    }
+
+    #[test]
+    fn a_nic_libibverbs_cannot_list_gets_no_gdr() {
+        use crate::model::{Fact, VerbsFacts};
+        let pair = |v: Option<VerbsFacts>| {
+            let mut n = crate::testing::switch_pair();
+            if let Some(v) = v {
+                n.live.verbs = Fact::known(v, "libibverbs.so.1");
+            }
+            verdicts(&n).into_iter().next().expect("one pair")
+        };
+        // The live facts list mlx5_0: GDR through peer memory, as without live facts.
+        let listed = VerbsFacts {
+            has_reg_dmabuf_mr: true,
+            devices: vec!["mlx5_0".into()],
+            ..Default::default()
+        };
+        assert!(pair(Some(listed.clone())).enabled);
+        assert!(pair(None).enabled);
+        // No kernel RDMA support: NCCL finds no device at all.
+        let p = pair(Some(VerbsFacts {
+            devices: vec![],
+            list_errno: Some(38),
+            ..listed.clone()
+        }));
+        assert!(!p.enabled, "{p:?}");
+        assert!(
+            p.reasons
+                .iter()
+                .any(|r| r.contains("errno 38") && r.contains("sockets")),
+            "{:?}",
+            p.reasons
+        );
+        // Listed devices without this one.
+        let p = pair(Some(VerbsFacts {
+            devices: vec!["mlx5_1".into()],
+            ..listed
+        }));
+        assert!(!p.enabled, "{p:?}");
+        assert!(
+            p.reasons
+                .iter()
+                .any(|r| r.contains("libibverbs does not list mlx5_0")),
+            "{:?}",
+            p.reasons
+        );
     }
 }

@@ -22,9 +22,20 @@ fn err_text(e: &nvml_wrapper::error::NvmlError) -> String {
     s
 }
 
+/// The soname of NVML.
+pub const LIB: &str = "libnvidia-ml.so.1";
+
+/// Load NVML (by soname, or from the test-only `GDRDOCTOR_LIB_DIR`) and call `nvmlInit_v2`.
+pub fn open() -> Result<Nvml, String> {
+    let lib = crate::live::stand_in::library(LIB);
+    Nvml::builder()
+        .lib_path(std::ffi::OsStr::new(&lib))
+        .init()
+        .map_err(|e| format!("{lib}: nvmlInit failed: {}", err_text(&e)))
+}
+
 pub fn facts() -> Result<NvmlFacts, String> {
-    let nvml = Nvml::init()
-        .map_err(|e| format!("libnvidia-ml.so.1: nvmlInit failed: {}", err_text(&e)))?;
+    let nvml = open()?;
     let mut f = NvmlFacts {
         driver_version: nvml.sys_driver_version().ok(),
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),

@@ -12,6 +12,7 @@ pub mod tools;
 use std::path::{Path, PathBuf};
 
 pub mod require;
+pub mod stand_ins;
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
