@@ -461,8 +461,19 @@ fn h200_probe_captures_replay_to_their_findings() {
         }
         seen.extend(probe.as_object().unwrap().keys().cloned());
     }
-    // Every registered probe has a capture to replay.
+    // Every registered probe has a capture to replay, except those whose first capture is
+    // still to be taken on a GPU machine (remove the name when its report is in
+    // fixtures/reports/): `nccl` until `scripts/gpu-nccl.sh` has run on the two-GPU machine.
+    const AWAITING_CAPTURE: &[&str] = &["nccl"];
     for p in gdrdoctor::probe::PROBES {
+        if AWAITING_CAPTURE.contains(&p.name) {
+            assert!(
+                !seen.contains(p.name),
+                "probe.{} has a capture now: take it off AWAITING_CAPTURE",
+                p.name
+            );
+            continue;
+        }
         assert!(seen.contains(p.name), "no capture replays probe.{}", p.name);
     }
 }
