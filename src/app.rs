@@ -238,7 +238,9 @@ fn topo_smi(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -> i32 
 }
 
 fn topo(sysroot: Option<&Path>, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Skip) {
+    // The live node's NVML and CUDA facts (in a worker, as `check` asks them): the GPU x GPU
+    // block says NV18 over NVLink, as `nvidia-smi topo -m` does, not the PCIe path.
+    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Query) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
