@@ -560,7 +560,8 @@ fn gpu_pairs_nvlink_and_p2p_verdicts() {
     );
 }
 
-/// `probe --p2p`'s theoretical link rate from the fixtures' NVML facts.
+/// `probe --p2p`'s theoretical link rate from the fixtures' NVML facts (a report whose worker
+/// carried no links, as reports of older versions).
 #[test]
 fn p2p_theoretical_rates() {
     let node = |s: &str| {
@@ -569,16 +570,17 @@ fn p2p_theoretical_rates() {
             gdrdoctor::source::Source::open(gdrdoctor::source::Location::Sysroot(&at)).unwrap();
         gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip)
     };
+    let none = gdrdoctor::probe::p2p::P2pOutput::default();
     let hgx = node("hgx-h200x8-cx7x8-healthy");
-    let (t, how) =
-        gdrdoctor::probe::p2p::theoretical(&hgx, "0000:18:00.0", "0000:c8:00.0").unwrap();
-    assert_eq!(t, 450.0, "{how}");
-    assert!(how.contains("NVLink 4.0"), "{how}");
+    let r =
+        gdrdoctor::probe::p2p::theoretical(&hgx, &none, "0000:18:00.0", "0000:c8:00.0").unwrap();
+    assert_eq!(r.gbps, 450.0, "{}", r.how);
+    assert!(r.how.contains("NVLink 4.0") && r.nvlink, "{}", r.how);
     let pcie = node("pcie-h200x8-cx7x4-p2p-blocked");
-    let (t, how) =
-        gdrdoctor::probe::p2p::theoretical(&pcie, "0000:18:00.0", "0000:19:00.0").unwrap();
-    assert!((t - 63.0).abs() < 0.1, "{t} {how}");
-    assert!(how.starts_with("PCIe Gen5 x16"), "{how}");
+    let r =
+        gdrdoctor::probe::p2p::theoretical(&pcie, &none, "0000:18:00.0", "0000:19:00.0").unwrap();
+    assert!((r.gbps - 63.0).abs() < 0.1, "{r:?}");
+    assert!(r.how.starts_with("PCIe Gen5 x16") && !r.nvlink, "{}", r.how);
 }
 
 #[test]
