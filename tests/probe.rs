@@ -616,10 +616,10 @@ fn nccl_verdict_on_eight_gpus_and_eight_nics() {
         dump.push_str(&format!(
             "  <cpu numaid=\"{cpu}\" arch=\"x86_64\" vendor=\"GenuineIntel\">\n"
         ));
-        for i in cpu * 4..cpu * 4 + 4 {
+        for (i, gpu) in gpus.iter().enumerate().skip(cpu * 4).take(4) {
             dump.push_str(&format!(
                 "    <pci busid=\"0000:f{i}:00.0\" class=\"0x060400\">\n      <pci busid=\"{}\" class=\"0x030200\"><gpu dev=\"{i}\" sm=\"90\" rank=\"{i}\" gdr=\"1\"><nvlink target=\"fffffff:ffff:ff\" count=\"18\" tclass=\"0x068000\"/></gpu></pci>\n      <pci busid=\"{}\" class=\"0x020700\"><nic><net name=\"mlx5_{i}\" dev=\"{i}\" port=\"1\" gdr=\"1\"/></nic></pci>\n    </pci>\n",
-                gpus[i],
+                gpu,
                 nic_bdf(i)
             ));
         }
