@@ -721,3 +721,81 @@ fn nccl_verdict_on_eight_gpus_and_eight_nics() {
         .any(|e| e.source.starts_with("gdrdoctor (NCCL 2.28.9 rules")
             && e.observed.starts_with("GDR (PIX")));
 }
+
+/// A stand-in `libnccl.so.2` built with gcc: NCCL's signatures (src/nccl.h.in v2.28.9-1) with
+/// recorded calls, so the wrapper of `src/live/nccl.rs` is exercised without a GPU: symbols,
+/// the version, `ncclCommInitAll`, NCCL's words for an error, and one `ncclCommDestroy` per
+/// communicator when `Comms` drops.
+const FAKE_NCCL: &str = r#"
+#include <stddef.h>
+static int destroyed = 0;
+int fake_destroyed(void) { return destroyed; }
+int ncclGetVersion(int *v) { *v = 22809; return 0; }
+int ncclCommInitAll(void **comms, int n, const int *devs) {
+  if (n == 3) return 2; /* ncclSystemError */
+  for (int i = 0; i < n; i++) comms[i] = (void *)(size_t)(0x1000 + devs[i]);
+  return 0;
+}
+int ncclCommDestroy(void *c) { (void)c; destroyed++; return 0; }
+int ncclGroupStart(void) { return 0; }
+int ncclGroupEnd(void) { return 0; }
+int ncclAllReduce(const void *s, void *r, size_t n, int t, int op, void *c, void *st) { return 0; }
+const char *ncclGetErrorString(int r) { return r == 2 ? "unhandled system error" : "unknown"; }
+const char *ncclGetLastError(void *c) { (void)c; return "Net : No interface found"; }
+"#;
+
+#[test]
+fn the_nccl_wrapper_against_a_stand_in_library() {
+    use gdrdoctor::live::nccl::Nccl;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("fake.c");
+    let lib = t.path().join("libnccl.so.2");
+    std::fs::write(&src, FAKE_NCCL).unwrap();
+    let built = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        require::skip(
+            "nccl-stand-in",
+            "gcc cannot build a shared library",
+            "apt-get install gcc",
+        );
+        return;
+    }
+    let n = Nccl::load(&lib).unwrap();
+    assert_eq!(n.version().unwrap(), 22809);
+    let comms = n.init_all(&[0, 1]).unwrap();
+    assert_eq!(comms.len(), 2);
+    let e = n.init_all(&[0, 1, 2]).err().unwrap();
+    assert_eq!(
+        e.to_string(),
+        "ncclCommInitAll failed: unhandled system error (2): Net : No interface found"
+    );
+    // SAFETY (test): the stand-in's own counter, `int fake_destroyed(void)`.
+    let raw = unsafe { libloading::Library::new(&lib) }.unwrap();
+    let destroyed: libloading::Symbol<unsafe extern "C" fn() -> i32> =
+        unsafe { raw.get(b"fake_destroyed\0") }.unwrap();
+    assert_eq!(unsafe { destroyed() }, 0);
+    drop(comms);
+    assert_eq!(
+        unsafe { destroyed() },
+        2,
+        "one ncclCommDestroy per communicator"
+    );
+    // Not NCCL at all, and no library at all: the errors name the file and the symbol.
+    let e = Nccl::load(std::path::Path::new("/nonexistent/libnccl.so.2")).unwrap_err();
+    assert!(e.starts_with("dlopen /nonexistent/libnccl.so.2:"), "{e}");
+    std::fs::write(&src, "int not_nccl(void) { return 0; }\n").unwrap();
+    let other = t.path().join("libother.so");
+    let ok = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&other)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let e = Nccl::load(&other).unwrap_err();
+    assert!(e.contains("ncclGetVersion"), "{e}");
+}
