@@ -196,9 +196,15 @@ fn nic_namer<'a>(
     dump: Option<&'a Dump>,
 ) -> impl Fn(&str, u32) -> Option<String> + 'a {
     move |net: &str, dev: u32| {
+        // A plugin's channel lines say `NET/IBext_v8/0` where its list says `NET/IB : Using`.
         names
             .iter()
             .find(|(n, i, _)| n == net && *i == dev)
+            .or_else(|| {
+                names
+                    .iter()
+                    .find(|(n, i, _)| *i == dev && log::is_rdma(n) && net.starts_with(n.as_str()))
+            })
             .map(|x| x.2.clone())
             .or_else(|| {
                 let d = dump?;
@@ -983,6 +989,29 @@ n:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [receive] via NET/IB/0/GDRDMA
             .unwrap();
         assert_eq!(g1.status, Status::Fail);
         assert_eq!(g1.message, "nccl used gdr where gdrdoctor predicted no gdr");
+        // An IB plugin names its channels `NET/IBext_v8/0` and lists `NET/IB : Using`: the
+        // same device.
+        let plugin = log.replace("via NET/IB/", "via NET/IBext_v8/");
+        let mut r = Record {
+            view: Some(sys.clone()),
+            runs: vec![run(
+                "net-only",
+                &[("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")],
+                &plugin,
+                &dump,
+                &bdfs,
+            )],
+            ..Default::default()
+        };
+        r.runs[0].files.topo_dump = None; // the name comes from the log's list alone
+        let f = findings(&r);
+        assert_eq!(
+            f.iter()
+                .filter(|f| f.id == ID && f.status == Status::Pass)
+                .count(),
+            4,
+            "{f:#?}"
+        );
         // Sockets instead of the NIC gdrdoctor expected: fail.
         let sock = "n:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0\n";
         let r = Record {
