@@ -799,3 +799,26 @@ fn the_nccl_wrapper_against_a_stand_in_library() {
     let e = Nccl::load(&other).unwrap_err();
     assert!(e.contains("ncclGetVersion"), "{e}");
 }
+
+/// A real NCCL log (shared/realdata/nccl-1537-gdr-disabled-roce-excerpt, NVIDIA/nccl#1537, read
+/// in place): the probe's reader takes NCCL's device list from it as NCCL printed it, and finds
+/// no channel line in an excerpt that has none.
+#[test]
+fn nccl_log_reader_on_a_real_log() {
+    let p = repo()
+        .join("../shared/realdata/nccl-1537-gdr-disabled-roce-excerpt/nccl-debug-excerpt.log");
+    let Ok(text) = std::fs::read_to_string(&p) else {
+        eprintln!("skipping: {} is absent", p.display());
+        return;
+    };
+    use gdrdoctor::probe::nccl::log;
+    assert_eq!(
+        log::net_names(&text),
+        vec![
+            ("IB".to_string(), 0, "mlx5_0".to_string()),
+            ("IB".to_string(), 1, "mlx5_1".to_string()),
+        ]
+    );
+    assert!(log::channels(&text).is_empty());
+    assert!(log::warnings(&text).is_empty());
+}
