@@ -253,7 +253,8 @@ fn topo(
 ) -> i32 {
     // The live libraries' facts (NCCL's dma-buf probe per NIC, CUDA's GDR and dma-buf
     // attributes, NVML's GPU pairs) decide GDR and the GPU x GPU block, and colour the picture:
-    // topo asks them as check does.
+    // topo asks them as check does (the GPU x GPU block then says NV18 over NVLink, as
+    // `nvidia-smi topo -m` does, not the PCIe path).
     let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Query) {
         Ok(x) => x,
         Err(e) => return err(e),

@@ -67,7 +67,7 @@ pub fn abandon() {
     ABANDONED.store(true, Ordering::SeqCst);
 }
 
-fn abandoned() -> bool {
+pub(crate) fn abandoned() -> bool {
     ABANDONED.load(Ordering::SeqCst)
 }
 
@@ -605,6 +605,32 @@ impl DeviceBuffer {
         })
     }
 
+    /// `cuMemsetD32` of the whole buffer (synchronous): `len / 4` words of `value` (an `f32`
+    /// as its bits, `f32::to_bits`).
+    pub fn memset_d32(&self, value: u32) -> Result<(), CuError> {
+        self.ctx.make_current()?;
+        // SAFETY: the range is this allocation (whole 4-byte words only).
+        check("cuMemsetD32", unsafe {
+            sys::cuMemsetD32_v2(self.ptr, value, self.len / 4)
+        })
+    }
+
+    /// `cuMemcpyDtoH` of the buffer's first `out.len()` bytes into `out` (synchronous: the
+    /// context's earlier work on the legacy stream finishes first; other streams must be
+    /// synchronized by the caller).
+    pub fn copy_to_host(&self, out: &mut [u8]) -> Result<(), CuError> {
+        const CALL: &str = "cuMemcpyDtoH";
+        if out.len() > self.len {
+            return Err(CuError::refused(CALL, "copy larger than the buffer"));
+        }
+        self.ctx.make_current()?;
+        // SAFETY: `out` is a live, writable host slice of exactly the copied length; the
+        // source range lies inside this allocation.
+        check(CALL, unsafe {
+            sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, out.len())
+        })
+    }
+
     /// Export the whole buffer as a dma-buf fd (`cuMemGetHandleForAddressRange`).
     pub fn export_dmabuf(&self) -> Result<OwnedFd, CuError> {
         self.export_dmabuf_range(0, self.len)
@@ -804,6 +830,13 @@ impl Stream {
         check("cuStreamSynchronize", unsafe {
             sys::cuStreamSynchronize(self.raw)
         })
+    }
+
+    /// The raw `CUstream`, for another library of the live layer that takes a `cudaStream_t`
+    /// (the runtime's stream type is the same handle: NCCL's collectives in `live::nccl`). The
+    /// stream stays owned by `self`.
+    pub(crate) fn raw(&self) -> *mut c_void {
+        self.raw.cast()
     }
 
     /// `cuStreamQuery`: `Ok(true)` when all its work finished, `Ok(false)` while it runs.

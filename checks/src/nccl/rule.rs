@@ -14,9 +14,11 @@
 
 use super::env::{Level, NcclEnv, Setting};
 use super::version::{Chosen, PathKind, Version};
+use serde::{Deserialize, Serialize};
 
 /// One GPU as the rule sees it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Gpu {
     /// How messages name it (`0000:18:00.0`, `GPU3`).
     pub id: String,
@@ -29,7 +31,8 @@ pub struct Gpu {
 }
 
 /// One RDMA device (an `ibv` device, as NCCL lists them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Nic {
     pub name: String,
     /// (port number, ACTIVE); `None` when the ports are not known.
@@ -38,7 +41,8 @@ pub struct Nic {
 
 /// Whether NCCL can register this GPU's memory with this NIC (ground truth §1 steps 1-4),
 /// as the caller could tell. `None` = unknown.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Support {
     /// A peer-memory client (NCCL_PTR_CUDA).
     pub peermem: Option<bool>,
@@ -74,7 +78,8 @@ impl Support {
 }
 
 /// The machine: GPUs, NICs and how they connect.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct System {
     pub gpus: Vec<Gpu>,
     pub nics: Vec<Nic>,
