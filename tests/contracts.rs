@@ -126,6 +126,9 @@ fn json_files(dir: &str) -> Vec<std::path::PathBuf> {
     v
 }
 
+/// What an edit breaks, and the edit: a valid document edited so that its schema must reject it.
+type Edit = (&'static str, fn(&mut Value));
+
 const TOPO_SCHEMA: &str = "gdrdoctor.topo/v1";
 const TOPO_PASTE_SCHEMA: &str = "gdrdoctor.topo-paste/v1";
 
@@ -364,7 +367,7 @@ fn real_captures() -> Vec<(String, Vec<std::path::PathBuf>)> {
                 .unwrap()
                 .filter_map(|f| f.ok())
                 .map(|f| f.path())
-                .filter(|p| p.is_file() && !p.extension().is_some_and(|x| x == "xml"))
+                .filter(|p| p.is_file() && p.extension().is_none_or(|x| x != "xml"))
                 .collect();
             files.sort();
             (e.file_name().to_string_lossy().into_owned(), files)
@@ -507,7 +510,7 @@ fn topo_nvidia_smi_documents_match_the_topo_paste_schema() {
     // Strict: an undocumented field, or a value out of its set, fails.
     let v = validator(TOPO_PASTE_SCHEMA);
     assert!(v.is_valid(&doc));
-    let bad: [(&str, fn(&mut Value)); 5] = [
+    let bad: [Edit; 5] = [
         ("an undocumented pair field", |d| {
             d["pairs"][0]["why"] = Value::from("x")
         }),
@@ -596,7 +599,7 @@ n1:1:2 [0] NCCL INFO Connected all rings
     // Strict: through the references into gdrdoctor.report.v1 too.
     let s = validator(gdrdoctor_checks::paste::report::SCHEMA);
     assert!(s.is_valid(&v));
-    let bad: [(&str, fn(&mut Value)); 9] = [
+    let bad: [Edit; 9] = [
         ("an undocumented top-level field", |v| {
             v["timestamp"] = Value::from("2026-11-30T12:00:00Z")
         }),
