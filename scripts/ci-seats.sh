@@ -37,7 +37,7 @@ install_debian() {
 install_xsd() {
   mkdir -p "$T"
   if [ ! -s "$T/junit-10.xsd" ]; then
-    python3 -m pip download -q --root-user-action=ignore --no-deps --no-binary :all: "pytest==$PYTEST_VERSION" -d "$T/pytest-sdist"
+    python3 -m pip download -q --no-deps --no-binary :all: "pytest==$PYTEST_VERSION" -d "$T/pytest-sdist"
     tar -xzf "$T/pytest-sdist/pytest-$PYTEST_VERSION.tar.gz" -C "$T" \
       "pytest-$PYTEST_VERSION/testing/example_scripts/junit-10.xsd"
     cp "$T/pytest-$PYTEST_VERSION/testing/example_scripts/junit-10.xsd" "$T/junit-10.xsd"
@@ -47,7 +47,7 @@ install_xsd() {
 
 install_kubernetes_validate() {
   if [ ! -d "$T/py/kubernetes_validate" ]; then
-    python3 -m pip install -q --root-user-action=ignore --target "$T/py" kubernetes-validate
+    python3 -m pip install -q --target "$T/py" kubernetes-validate
   fi
 }
 

@@ -68,7 +68,7 @@ if [ ! -f "$STAMP" ]; then
   python3 -m pip --version >/dev/null 2>&1 || die "pip is needed (apt-get install python3-pip)"
   rm -rf "$TOOLS"
   # --target: a private directory, so neither a virtualenv nor a system install is needed.
-  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
+  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
     --target "$TOOLS" "ziglang==$ZIGLANG_VERSION" "cargo-zigbuild==$CARGO_ZIGBUILD_VERSION" ||
     die "pip could not install ziglang==$ZIGLANG_VERSION cargo-zigbuild==$CARGO_ZIGBUILD_VERSION"
   touch "$STAMP"
