@@ -245,8 +245,10 @@ impl Watched {
             Ok(s) => s,
             Err(e) => {
                 if self.ever_read && !self.path.exists() {
-                    // The job removed its area (gdrdoctor_progress_cleanup): it is over.
-                    self.finish_process(process_state(self.name_pid, 0));
+                    // The job removed its area (gdrdoctor_progress_cleanup): it is over, even
+                    // while its process is still on the way out (asking /proc now raced with
+                    // the exit and could call an ended job running).
+                    self.finish_process("closed");
                 } else if !self.ever_read {
                     self.rep.error = Some(e);
                     self.done = true;
