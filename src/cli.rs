@@ -338,6 +338,10 @@ pub struct CheckArgs {
     /// unless --interval is given)
     #[arg(long)]
     pub no_state: bool,
+    /// Ask CUDA in this run instead of using the answers kept from an earlier run of this boot
+    /// (cuda-facts.json in the state directory; kept per driver and GPU set), and keep none
+    #[arg(long)]
+    pub no_cache: bool,
 }
 
 /// `--nccl-version`: `2.28.9`, `2.28` or `v2.28.9-1`.

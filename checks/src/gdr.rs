@@ -174,12 +174,27 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
                         .get(&g.bdf)
                         .map(crate::names::device_name)
                         .unwrap_or_default();
-                    match cc_from_name(&name) {
-                        Some(cc) => (
+                    // NVML knows it without CUDA (a GPU CUDA was not started on).
+                    let nvml_cc = node.live.nvml.get().and_then(|n| {
+                        n.gpus
+                            .iter()
+                            .find(|x| x.bdf == g.bdf)
+                            .and_then(|x| Some((x.cc_major?, x.cc_minor?)))
+                    });
+                    if let Some(cc) = nvml_cc {
+                        (
                             Some(cc),
-                            format!("GPU model {name} (CUDA not queried: heuristic)"),
-                        ),
-                        None => (None, format!("unknown for {name}")),
+                            "NVML compute capability (nvmlDeviceGetCudaComputeCapability)"
+                                .to_string(),
+                        )
+                    } else {
+                        match cc_from_name(&name) {
+                            Some(cc) => (
+                                Some(cc),
+                                format!("GPU model {name} (CUDA not queried: heuristic)"),
+                            ),
+                            None => (None, format!("unknown for {name}")),
+                        }
                     }
                 }
             };

@@ -199,7 +199,7 @@ fn pci_device(root: &Root, path: &str, full: bool) -> PciDevice {
         },
         driver: link_name("driver"),
         iommu_group: link_name("iommu_group"),
-        config: fact(&attr("config"), root.read(&attr("config"))),
+        config: fact(&attr("config"), root.read_config(&attr("config"))),
         is_virtfn: root.exists(&attr("physfn")).unwrap_or(false),
     }
 }

@@ -133,12 +133,17 @@ pub fn gdr_support(node: &Node) -> Vec<Finding> {
     let mut out = Vec::new();
     for g in gpus {
         let Some(d) = cuda_for(node, &g.bdf) else {
-            out.push(Finding::new(
-                ID,
-                Status::Skip,
-                &g.bdf,
-                "cuda does not see this gpu (CUDA_VISIBLE_DEVICES, or it is not usable)",
-            ));
+            // Left out on purpose (its compute mode says a job may hold it), or not visible.
+            let why = node
+                .live
+                .cuda
+                .get()
+                .and_then(|c| c.not_asked.get(&g.bdf))
+                .map(|w| format!("cuda {w}"))
+                .unwrap_or_else(|| {
+                    "cuda does not see this gpu (CUDA_VISIBLE_DEVICES, or it is not usable)".into()
+                });
+            out.push(Finding::new(ID, Status::Skip, &g.bdf, why));
             continue;
         };
         let facts = format!(
@@ -151,7 +156,8 @@ pub fn gdr_support(node: &Node) -> Vec<Finding> {
             opt(d.gpu_direct_rdma_flush_writes_options),
             opt(d.gpu_direct_rdma_with_cuda_vmm_supported)
         );
-        let src = "cuDeviceGetAttribute";
+        let src = node.live.cuda_evidence("cuDeviceGetAttribute");
+        let src = src.as_str();
         let f = match d.gpu_direct_rdma_supported {
             Some(1) => Finding::new(ID, Status::Pass, &g.bdf, format!("cuda reports gpudirect rdma supported ({}, dma-buf {})", d.name, if d.dma_buf_supported == Some(1) { "supported" } else { "not supported" })).evidence(src, facts),
             Some(0) => Finding::new(ID, Status::Fail, &g.bdf, format!("cuda reports GPU_DIRECT_RDMA_SUPPORTED=0 for {}: nccl turns gdr off for this gpu, silently", d.name))
