@@ -469,4 +469,44 @@ mod tests {
         assert_eq!(cc_from_name("NVIDIA AD102GL [L40S]"), Some((8, 9)));
         assert_eq!(cc_from_name("10de:9999"), None);
     }
+
+    #[test]
+    fn compute_capability_from_cuda_then_nvml_then_the_name() {
+        use crate::model::{CudaDevice, CudaFacts, NvmlFacts, NvmlGpu};
+        use crate::testing::*;
+        let mut n = switch_pair();
+        let cc = |n: &Node| {
+            let cx = Context::new(n);
+            let s = system(n, &cx);
+            (s.gpus[0].cc, s.gpus[0].cc_source.clone())
+        };
+        assert!(cc(&n).1.contains("heuristic"), "{:?}", cc(&n));
+        // NVML knows it without CUDA (a GPU CUDA was not started on).
+        n.live.nvml = known(NvmlFacts {
+            gpus: vec![NvmlGpu {
+                bdf: "0000:18:00.0".into(),
+                cc_major: Some(9),
+                cc_minor: Some(0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(
+            cc(&n),
+            (
+                Some((9, 0)),
+                "NVML compute capability (nvmlDeviceGetCudaComputeCapability)".to_string()
+            )
+        );
+        // CUDA's own answer first.
+        n.live.cuda = known(CudaFacts {
+            devices: vec![CudaDevice {
+                bdf: "0000:18:00.0".into(),
+                cc_major: 9,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(cc(&n).1, "CUDA compute capability");
+    }
 }

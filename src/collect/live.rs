@@ -311,6 +311,7 @@ mod tests {
                     compute_mode: Some(m.to_string()),
                 })
                 .collect(),
+            error: None,
         }
     }
 

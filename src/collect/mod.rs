@@ -132,18 +132,51 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
     files_timed(root, Origin::classify(root, meta), meta).0
 }
 
+/// The file collectors on three threads: the PCI functions (the most files, and config space)
+/// on this one; the kernel log (`/dev/kmsg` can hold a megabyte) on another; everything else
+/// on a third; then the health collector, which needs the PCI and RDMA lists.
 fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<Timing>) {
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let (pci, rest, klog) = std::thread::scope(|s| {
+        let klog = s.spawn(|| {
+            crate::trace::timed("collect.kernel-log", || {
+                crate::health::kernel_log::collect(root)
+            })
+        });
+        let rest = s.spawn(|| {
+            let tb = &mut tb;
+            let host = timed(tb, "host", || host::collect(root, meta));
+            let kernel = timed(tb, "kernel", || kernel::collect(root));
+            let process = timed(tb, "process", || process::collect(root, origin, meta));
+            let iommu = timed(tb, "iommu", || iommu::collect(root));
+            let nvidia = timed(tb, "nvidia", || nvidia::collect(root));
+            let peermem = timed(tb, "peermem", || peermem::collect(root));
+            let rdma = timed(tb, "rdma", || rdma::collect(root));
+            (host, kernel, process, iommu, nvidia, peermem, rdma)
+        });
+        let pci = timed(&mut ta, "pci", || pci::collect(root));
+        (pci, rest.join(), klog.join())
+    });
+    // A collector thread that panicked: the whole collection is wrong; run it again here,
+    // where the panic reaches the caller as it did before the threads.
+    let (host, kernel, process, iommu, nvidia, peermem, rdma) = match rest {
+        Ok(r) => r,
+        Err(p) => std::panic::resume_unwind(p),
+    };
+    let klog = match klog {
+        Ok(k) => k,
+        Err(p) => std::panic::resume_unwind(p),
+    };
     let mut t = Vec::new();
-    let host = timed(&mut t, "host", || host::collect(root, meta));
-    let kernel = timed(&mut t, "kernel", || kernel::collect(root));
-    let process = timed(&mut t, "process", || process::collect(root, origin, meta));
-    let pci = timed(&mut t, "pci", || pci::collect(root));
-    let iommu = timed(&mut t, "iommu", || iommu::collect(root));
-    let nvidia = timed(&mut t, "nvidia", || nvidia::collect(root));
-    let peermem = timed(&mut t, "peermem", || peermem::collect(root));
-    let rdma = timed(&mut t, "rdma", || rdma::collect(root));
+    for name in [
+        "host", "kernel", "process", "pci", "iommu", "nvidia", "peermem", "rdma",
+    ] {
+        if let Some(x) = ta.iter().chain(&tb).find(|x| x.collector == name) {
+            t.push(x.clone());
+        }
+    }
     let health = timed(&mut t, "health", || {
-        crate::health::collect(root, &pci, &rdma)
+        crate::health::collect_with_log(root, &pci, &rdma, klog)
     });
     let node = Node {
         source: origin.kind(),

@@ -18,6 +18,17 @@ pub(crate) const NOT_CAPTURED: &str = "not in this capture";
 
 /// Everything issue 17's checks read, for `collect::collect`.
 pub fn collect(root: &Root, pci: &Fact<Vec<PciDevice>>, rdma: &Fact<Vec<RdmaDevice>>) -> Health {
+    collect_with_log(root, pci, rdma, kernel_log::collect(root))
+}
+
+/// [`collect`] with the kernel log already read (it needs neither the PCI nor the RDMA list, so
+/// `collect::node` reads it on a thread of its own).
+pub fn collect_with_log(
+    root: &Root,
+    pci: &Fact<Vec<PciDevice>>,
+    rdma: &Fact<Vec<RdmaDevice>>,
+    kernel_log: Fact<gdrdoctor_checks::model::KernelLog>,
+) -> Health {
     Health {
         roce: roce::collect(root, rdma),
         aer: counters::collect_aer(root, pci, rdma),
@@ -28,7 +39,7 @@ pub fn collect(root: &Root, pci: &Fact<Vec<PciDevice>>, rdma: &Fact<Vec<RdmaDevi
             state::snapshot_baseline(root)
         },
         baseline_note: None,
-        kernel_log: kernel_log::collect(root),
+        kernel_log,
     }
 }
 

@@ -112,6 +112,9 @@ pub fn key(
     early: &Early,
     env: BTreeMap<String, String>,
 ) -> Result<Key, String> {
+    if let Some(e) = &early.error {
+        return Err(format!("NVML did not answer ({e})"));
+    }
     let boot_id = files
         .boot_id
         .clone()
@@ -403,6 +406,7 @@ mod tests {
                     compute_mode: Some("default".into()),
                 },
             ],
+            error: None,
         }
     }
 

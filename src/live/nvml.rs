@@ -33,6 +33,10 @@ fn err_text(e: &nvml_wrapper::error::NvmlError) -> String {
 pub struct Early {
     pub driver_version: Option<String>,
     pub gpus: Vec<EarlyGpu>,
+    /// NVML could not be started (the parent then decides about CUDA without waiting for the
+    /// rest of the worker).
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -65,8 +69,17 @@ pub fn facts() -> Result<NvmlFacts, String> {
 /// [`facts`], handing `early` the driver version, the GPUs' addresses, UUIDs and compute modes
 /// as soon as NVML knows them (before the per-GPU queries, which run on one thread per GPU).
 pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
-    let nvml = crate::trace::timed("nvml.init", Nvml::init)
-        .map_err(|e| format!("libnvidia-ml.so.1: nvmlInit failed: {}", err_text(&e)))?;
+    let nvml = match crate::trace::timed("nvml.init", Nvml::init) {
+        Ok(n) => n,
+        Err(e) => {
+            let why = format!("libnvidia-ml.so.1: nvmlInit failed: {}", err_text(&e));
+            early(&Early {
+                error: Some(why.clone()),
+                ..Default::default()
+            });
+            return Err(why);
+        }
+    };
     // The process ends right after the answer: skip nvmlShutdown (detaching every GPU costs
     // time and the kernel closes the handles anyway).
     let nvml = std::mem::ManuallyDrop::new(nvml);
@@ -79,9 +92,17 @@ pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
         gpus: Vec::new(),
         pairs: Vec::new(),
     };
-    let n = nvml
-        .device_count()
-        .map_err(|e| format!("nvmlDeviceGetCount: {}", err_text(&e)))?;
+    let n = match nvml.device_count() {
+        Ok(n) => n,
+        Err(e) => {
+            let why = format!("nvmlDeviceGetCount: {}", err_text(&e));
+            early(&Early {
+                error: Some(why.clone()),
+                ..Default::default()
+            });
+            return Err(why);
+        }
+    };
     drop(sys);
     // First pass, cheap: handles, addresses, UUIDs, compute modes.
     let first = crate::trace::span("nvml.identify");
@@ -122,6 +143,7 @@ pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
     }
     drop(first);
     early(&Early {
+        error: None,
         driver_version: f.driver_version.clone(),
         gpus: gpus
             .iter()

@@ -603,6 +603,39 @@ mod tests {
             assert!(f[0].evidence[0]
                 .observed
                 .contains(&format!("GPU_DIRECT_RDMA_SUPPORTED={v}")));
+            assert_eq!(f[0].evidence[0].source, "cuDeviceGetAttribute");
         }
+        // Answered by the cache of an earlier run: the evidence says so.
+        n.live.cuda = Fact::known(
+            CudaFacts {
+                driver_version: 13000,
+                devices: vec![dev(1)],
+                ..Default::default()
+            },
+            "cache /run/gdrdoctor/cuda-facts.json (cuDeviceGetAttribute 5.0 min ago, this boot, driver 580.159.04)",
+        );
+        let f = gdr_support(&n);
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(
+            f[0].evidence[0]
+                .source
+                .starts_with("cuDeviceGetAttribute via cache /run/gdrdoctor/cuda-facts.json"),
+            "{}",
+            f[0].evidence[0].source
+        );
+        // Left out on purpose (compute mode): a skip that says why, never a pass.
+        let mut left = CudaFacts::default();
+        left.not_asked.insert(
+            "0000:18:00.0".into(),
+            "not asked: compute mode exclusive-process (a job may hold this gpu; gdrdoctor starts no CUDA on it)".into(),
+        );
+        n.live.cuda = known(left);
+        let f = gdr_support(&n);
+        assert_eq!(f[0].status, Status::Skip);
+        assert!(
+            f[0].message.contains("compute mode exclusive-process"),
+            "{}",
+            f[0].message
+        );
     }
 }
