@@ -117,6 +117,8 @@ pub struct Root {
     /// Resolved directories (kernel path -> components): a device directory is resolved once,
     /// not once per attribute read below it.
     dir_cache: Mutex<std::collections::HashMap<String, Vec<String>>>,
+    /// Kernel paths already seen to be directories (not links): resolved without an lstat.
+    known_dirs: Mutex<std::collections::HashSet<String>>,
     /// `GDRDOCTOR_TRACE=reads`: every file read is a phase in the trace (`crate::trace`).
     trace: bool,
     /// Config space read partially ([`Root::read_config`]): the live node.
@@ -142,6 +144,7 @@ impl Root {
             complete: true,
             recorder: None,
             dir_cache: Mutex::default(),
+            known_dirs: Mutex::default(),
             trace: trace_enabled(),
             partial: true,
         }
@@ -161,6 +164,7 @@ impl Root {
             complete: false,
             recorder: None,
             dir_cache: Mutex::default(),
+            known_dirs: Mutex::default(),
             trace: trace_enabled(),
             partial: false,
         })
@@ -283,6 +287,12 @@ impl Root {
             if is_last && !follow_last {
                 break;
             }
+            // A component seen as a real directory before (`/sys`, `/sys/devices/pci0000:00`,
+            // every bridge above a device): no second lstat.
+            let key = join(&stack);
+            if self.is_known_dir(&key) {
+                continue;
+            }
             let host = self.host_path(&stack);
             let md = match std::fs::symlink_metadata(&host) {
                 Ok(md) => md,
@@ -309,11 +319,27 @@ impl Root {
                 for (i, t) in target.split('/').enumerate() {
                     pending.insert(i, t.to_string());
                 }
-            } else if !is_last && !md.is_dir() {
+            } else if md.is_dir() {
+                self.known_dir(key);
+            } else if !is_last {
                 return Err(ReadError::new(path, ErrorKind::NotADirectory));
             }
         }
         Ok(stack)
+    }
+
+    fn is_known_dir(&self, key: &str) -> bool {
+        match self.known_dirs.lock() {
+            Ok(k) => k.contains(key),
+            Err(p) => p.into_inner().contains(key),
+        }
+    }
+
+    fn known_dir(&self, key: String) {
+        match self.known_dirs.lock() {
+            Ok(mut k) => k.insert(key),
+            Err(p) => p.into_inner().insert(key),
+        };
     }
 
     /// The fully resolved kernel path (`/sys/bus/pci/devices/X` -> `/sys/devices/pci0000:00/X`).

@@ -29,10 +29,24 @@ pub fn collect_with_log(
     rdma: &Fact<Vec<RdmaDevice>>,
     kernel_log: Fact<gdrdoctor_checks::model::KernelLog>,
 ) -> Health {
+    // The AER files of every PCI function on one thread, the RDMA ports' on another.
+    let (aer, (roce, port_counters)) = std::thread::scope(|s| {
+        let ports = s.spawn(|| {
+            (
+                roce::collect(root, rdma),
+                counters::collect_ports(root, rdma),
+            )
+        });
+        let aer = counters::collect_aer(root, pci, rdma);
+        match ports.join() {
+            Ok(p) => (aer, p),
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    });
     Health {
-        roce: roce::collect(root, rdma),
-        aer: counters::collect_aer(root, pci, rdma),
-        port_counters: counters::collect_ports(root, rdma),
+        roce,
+        aer,
+        port_counters,
         baseline: if root.is_live() {
             None
         } else {

@@ -708,9 +708,10 @@ mod tests {
         )
         .unwrap();
         assert_ne!(FileInputs::read(r).module_params, a.module_params);
-        // A module loaded again is a new directory.
-        std::fs::remove_dir(r.join("sys/module/nvidia")).unwrap();
-        std::fs::create_dir_all(r.join("sys/module/other")).unwrap();
+        // A module loaded again is a new directory (sysfs numbers its nodes cyclically, so a
+        // new load gets a new inode; here the old directory is kept so that the filesystem
+        // cannot hand its inode out again).
+        std::fs::rename(r.join("sys/module/nvidia"), r.join("sys/module/old")).unwrap();
         std::fs::create_dir_all(r.join("sys/module/nvidia")).unwrap();
         assert_ne!(FileInputs::read(r).module_instance, a.module_instance);
     }
