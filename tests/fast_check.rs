@@ -163,6 +163,11 @@ fn a_cold_run_fills_the_cache_and_a_warm_run_starts_no_cuda() {
     let n = Node::new(TWO);
     let (err, calls) = n.check(&[]);
     assert_eq!(cu_inits(&calls).len(), 1, "cold: {calls:?}\n{err}");
+    // Never an MPS client (a root client would make the daemon stop the users' MPS server).
+    assert!(
+        cu_inits(&calls)[0].contains("CUDA_MPS_PIPE_DIRECTORY=/proc/self/gdrdoctor-no-mps "),
+        "{calls:?}"
+    );
     assert!(err.contains("cache.load") && err.contains("miss"), "{err}");
     let v = n.cached();
     assert_eq!(cached_bdfs(&v), ["0000:18:00.0", "0000:2a:00.0"]);

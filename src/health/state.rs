@@ -64,14 +64,22 @@ pub const MAX_STATE_BYTES: u64 = 4 << 20;
 /// old file or the new one, never half of one. Shared by every state file gdrdoctor keeps
 /// (the counters here, the CUDA cache in `live::cache`).
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    // 0755 and 0644 whatever the umask: `read_trusted` refuses what others could write.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .mode(0o644)
             .open(&tmp)?;
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, &path)

@@ -484,6 +484,14 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec![CACHE_FILE.to_string()]);
+        // Readable by everyone (a non-root `check` may use root's answers), writable by its
+        // owner only (what `read_trusted` asks), whatever the umask.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(t.path().join(CACHE_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644);
     }
 
     /// Every key input, changed alone, makes the cache a miss that says why; the facts of the

@@ -70,6 +70,10 @@ pub fn gather_nvml(early: &(dyn Fn(&nvml::Early) + Sync)) -> LiveFacts {
     })
 }
 
+/// `CUDA_MPS_PIPE_DIRECTORY` of the `live-cuda` worker: a directory nobody can create (under
+/// `/proc/self`), so no MPS control pipe is ever found there.
+pub const NO_MPS_PIPE_DIRECTORY: &str = "/proc/self/gdrdoctor-no-mps";
+
 /// What the parent asks the `live-cuda` worker.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,11 +88,18 @@ pub struct CudaParams {
 /// The `live-cuda` worker: `cuInit` and the device attributes, no context (see
 /// [`cuda::facts`]).
 pub fn gather_cuda(p: &CudaParams) -> Result<CudaFacts, String> {
+    // The worker is single-threaded here and libcuda is not loaded yet: CUDA reads these in
+    // cuInit.
     if let Some(v) = &p.visible_devices {
-        // The worker is single-threaded here and libcuda is not loaded yet: CUDA reads the
-        // variable in cuInit.
         std::env::set_var("CUDA_VISIBLE_DEVICES", v);
     }
+    // Never an MPS client: "when CUDA is first initialized in a program, the CUDA driver
+    // attempts to connect to the MPS control daemon", and a client of another user makes the
+    // daemon ask the running MPS server to shut down once its clients are done, then start one
+    // for the newcomer (nvidia-cuda-mps-control(1)): a root `check` would queue the users' next
+    // jobs behind it. With no control pipe to connect to, CUDA runs as without MPS.
+    std::env::set_var("CUDA_MPS_PIPE_DIRECTORY", NO_MPS_PIPE_DIRECTORY);
+    std::env::remove_var("CUDA_MPS_LOG_DIRECTORY");
     let mut f = cuda::facts()?;
     f.not_asked = p.not_asked.clone();
     Ok(f)

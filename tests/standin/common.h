@@ -3,8 +3,8 @@
  * The GPUs come from GDRDOCTOR_STANDIN_GPUS: "BDF=UUID=MODE;BDF=UUID=MODE;..." with MODE one of
  * default, exclusive-process, prohibited. The driver version from GDRDOCTOR_STANDIN_DRIVER
  * (default 580.159.04). Every call is appended to the file GDRDOCTOR_STANDIN_LOG as
- * "<library> <function> CUDA_VISIBLE_DEVICES=<value or (unset)>", so that a test can see what
- * a gdrdoctor run called, and in which environment. */
+ * "<library> <function> CUDA_MPS_PIPE_DIRECTORY=<value> CUDA_VISIBLE_DEVICES=<value>" (or
+ * "(unset)"), so that a test can see what a gdrdoctor run called, and in which environment. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +51,8 @@ static inline void standin_log(const char *lib, const char *fn) {
     FILE *f = fopen(path, "a");
     if (!f) return;
     const char *v = getenv("CUDA_VISIBLE_DEVICES");
-    fprintf(f, "%s %s CUDA_VISIBLE_DEVICES=%s\n", lib, fn, v ? v : "(unset)");
+    const char *m = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    fprintf(f, "%s %s CUDA_MPS_PIPE_DIRECTORY=%s CUDA_VISIBLE_DEVICES=%s\n", lib, fn, m ? m : "(unset)",
+            v ? v : "(unset)");
     fclose(f);
 }

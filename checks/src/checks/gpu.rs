@@ -358,7 +358,7 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
         }
         if let (Some(x), Some(y)) = (p.cuda_ab, p.cuda_ba) {
             f = f.evidence(
-                "cuDeviceCanAccessPeer a->b / b->a",
+                node.live.cuda_evidence("cuDeviceCanAccessPeer a->b / b->a"),
                 format!("{} / {}", u8::from(x), u8::from(y)),
             );
         }
