@@ -51,7 +51,12 @@ pub enum Command {
         "  gdrdoctor check --fail-on warn --allow-incomplete      # strict gate, tolerate non-root\n",
         "  gdrdoctor check --sysroot snapshot/ --only kmod --skip kmod.nv-peer-mem\n",
         "  gdrdoctor check --interval 10s --only counters    # is a link flapping right now?\n",
-        "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n\n",
+        "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n",
+        "  GDRDOCTOR_TRACE=1 gdrdoctor check                 # where the time goes, per phase\n\n",
+        "CUDA's answers (cuInit and device attributes; never a context) are kept for the rest of \
+the boot in /run/gdrdoctor/cuda-facts.json, per driver and GPU set, so most runs start no CUDA; \
+--no-cache asks CUDA anyway. GPUs in an exclusive or prohibited compute mode are left out of \
+CUDA (a job may hold them).\n\n",
         "Error counters only grow, so one reading says little. `--interval` reads them twice; \
 without it, each live run records the counters in /run/gdrdoctor/counters.json (--state-dir, \
 GDRDOCTOR_STATE_DIR) and the next run of the same boot judges the growth since then: run \
