@@ -134,7 +134,8 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
 
 /// The file collectors on three threads: the PCI functions (the most files, and config space)
 /// on this one; the kernel log (`/dev/kmsg` can hold a megabyte) on another; everything else
-/// on a third; then the health collector, which needs the PCI and RDMA lists.
+/// on a third, with the RDMA half of the health collector (RoCE, port counters) once the RDMA
+/// list is there; then the AER files, which need both lists.
 fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<Timing>) {
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
     let (pci, rest, klog) = std::thread::scope(|s| {
@@ -152,14 +153,18 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
             let nvidia = timed(tb, "nvidia", || nvidia::collect(root));
             let peermem = timed(tb, "peermem", || peermem::collect(root));
             let rdma = timed(tb, "rdma", || rdma::collect(root));
-            (host, kernel, process, iommu, nvidia, peermem, rdma)
+            // The health collector's RDMA half needs only the RDMA list: read it now.
+            let side = crate::trace::timed("collect.health-rdma", || {
+                crate::health::collect_rdma_side(root, &rdma)
+            });
+            (host, kernel, process, iommu, nvidia, peermem, rdma, side)
         });
         let pci = timed(&mut ta, "pci", || pci::collect(root));
         (pci, rest.join(), klog.join())
     });
     // A collector thread that panicked: the whole collection is wrong; run it again here,
     // where the panic reaches the caller as it did before the threads.
-    let (host, kernel, process, iommu, nvidia, peermem, rdma) = match rest {
+    let (host, kernel, process, iommu, nvidia, peermem, rdma, side) = match rest {
         Ok(r) => r,
         Err(p) => std::panic::resume_unwind(p),
     };
@@ -176,7 +181,7 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         }
     }
     let health = timed(&mut t, "health", || {
-        crate::health::collect_with_log(root, &pci, &rdma, klog)
+        crate::health::collect_with(root, &pci, &rdma, side, klog)
     });
     let node = Node {
         source: origin.kind(),

@@ -18,35 +18,42 @@ pub(crate) const NOT_CAPTURED: &str = "not in this capture";
 
 /// Everything issue 17's checks read, for `collect::collect`.
 pub fn collect(root: &Root, pci: &Fact<Vec<PciDevice>>, rdma: &Fact<Vec<RdmaDevice>>) -> Health {
-    collect_with_log(root, pci, rdma, kernel_log::collect(root))
+    collect_with(
+        root,
+        pci,
+        rdma,
+        collect_rdma_side(root, rdma),
+        kernel_log::collect(root),
+    )
 }
 
-/// [`collect`] with the kernel log already read (it needs neither the PCI nor the RDMA list, so
-/// `collect::node` reads it on a thread of its own).
-pub fn collect_with_log(
+/// The half of [`collect`] that needs only the RDMA list: RoCE addressing and the ports'
+/// counters (`collect::node` reads it while the PCI functions are still being read).
+pub struct RdmaSide {
+    pub roce: Fact<Vec<gdrdoctor_checks::model::RocePort>>,
+    pub port_counters: Fact<Vec<gdrdoctor_checks::model::PortCounters>>,
+}
+
+pub fn collect_rdma_side(root: &Root, rdma: &Fact<Vec<RdmaDevice>>) -> RdmaSide {
+    RdmaSide {
+        roce: roce::collect(root, rdma),
+        port_counters: counters::collect_ports(root, rdma),
+    }
+}
+
+/// [`collect`] from its parts read elsewhere: the RDMA side and the kernel log (which needs
+/// neither list); the AER files are read here.
+pub fn collect_with(
     root: &Root,
     pci: &Fact<Vec<PciDevice>>,
     rdma: &Fact<Vec<RdmaDevice>>,
+    side: RdmaSide,
     kernel_log: Fact<gdrdoctor_checks::model::KernelLog>,
 ) -> Health {
-    // The AER files of every PCI function on one thread, the RDMA ports' on another.
-    let (aer, (roce, port_counters)) = std::thread::scope(|s| {
-        let ports = s.spawn(|| {
-            (
-                roce::collect(root, rdma),
-                counters::collect_ports(root, rdma),
-            )
-        });
-        let aer = counters::collect_aer(root, pci, rdma);
-        match ports.join() {
-            Ok(p) => (aer, p),
-            Err(p) => std::panic::resume_unwind(p),
-        }
-    });
     Health {
-        roce,
-        aer,
-        port_counters,
+        roce: side.roce,
+        aer: counters::collect_aer(root, pci, rdma),
+        port_counters: side.port_counters,
         baseline: if root.is_live() {
             None
         } else {
