@@ -649,3 +649,68 @@ mod prop {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The NCCL version from the library's .rodata, not the whole file
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_nccl_banner_is_found_in_rodata_without_reading_the_whole_library() {
+    use gdrdoctor::live::nccl::{read_version, rodata_range};
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("nccl.c");
+    // A library like NCCL's: the banner in .rodata, a large blob after it (NCCL's device code
+    // is hundreds of MiB).
+    std::fs::write(
+        &src,
+        "const char banner[] = \"NCCL version 2.99.1+cuda13.0\";\n\
+         __attribute__((section(\".nv_fatbin\"))) const char blob[4 << 20] = {1};\n\
+         const char *v(void) { return banner; }\n",
+    )
+    .unwrap();
+    let lib = t.path().join("libnccl.so.2");
+    match Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+    {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("cc: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            require::skip(
+                "the NCCL banner in .rodata",
+                &format!("`cc` cannot be run ({e})"),
+                "apt-get install gcc",
+            );
+            return;
+        }
+    }
+    let bytes = std::fs::read(&lib).unwrap();
+    let at = bytes
+        .windows(13)
+        .position(|w| w == b"NCCL version ")
+        .unwrap() as u64;
+    let (off, len) = rodata_range(&mut std::fs::File::open(&lib).unwrap()).unwrap();
+    assert!(
+        off <= at && at < off + len,
+        ".rodata {off}+{len}, banner at {at}"
+    );
+    assert!(
+        len < bytes.len() as u64 / 4,
+        ".rodata is {len} of {} bytes",
+        bytes.len()
+    );
+    assert_eq!(
+        read_version(&lib).unwrap().map(|(v, _)| v).as_deref(),
+        Some("2.99.1")
+    );
+    // Not an ELF file: the whole file is scanned, as before.
+    let plain = t.path().join("plain");
+    std::fs::write(&plain, b"junk NCCL version 2.18.3 junk").unwrap();
+    assert!(rodata_range(&mut std::fs::File::open(&plain).unwrap()).is_none());
+    assert_eq!(
+        read_version(&plain).unwrap().map(|(v, _)| v).as_deref(),
+        Some("2.18.3")
+    );
+}
