@@ -123,6 +123,8 @@ pub struct Root {
     trace: bool,
     /// Config space read partially ([`Root::read_config`]): the live node.
     partial: bool,
+    /// [`Root::config_stats`].
+    config_stats: [std::sync::atomic::AtomicU64; 4],
 }
 
 fn trace_enabled() -> bool {
@@ -145,6 +147,7 @@ impl Root {
             recorder: None,
             dir_cache: Mutex::default(),
             known_dirs: Mutex::default(),
+            config_stats: Default::default(),
             trace: trace_enabled(),
             partial: true,
         }
@@ -165,6 +168,7 @@ impl Root {
             recorder: None,
             dir_cache: Mutex::default(),
             known_dirs: Mutex::default(),
+            config_stats: Default::default(),
             trace: trace_enabled(),
             partial: false,
         })
@@ -440,12 +444,37 @@ impl Root {
     /// every config dword read traps to the hypervisor. Elsewhere (a sysroot's plain files, a
     /// snapshot being recorded, which keeps the whole space) the whole file.
     pub fn read_config(&self, path: &str) -> Result<Vec<u8>, ReadError> {
-        if self.partial && self.recorder.is_none() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let t0 = crate::trace::now_ns();
+        let r = if self.partial && self.recorder.is_none() {
             self.read_partial(path, &gdrdoctor_checks::pci::config::touched)
-                .map(|p| p.bytes)
+                .map(|p| {
+                    self.config_stats[1].fetch_add(p.fetched as u64, Relaxed);
+                    self.config_stats[2].fetch_add(p.reads as u64, Relaxed);
+                    p.bytes
+                })
         } else {
-            self.read(path)
-        }
+            self.read(path).inspect(|b| {
+                self.config_stats[1].fetch_add(b.len() as u64, Relaxed);
+                self.config_stats[2].fetch_add(1, Relaxed);
+            })
+        };
+        self.config_stats[0].fetch_add(1, Relaxed);
+        self.config_stats[3].fetch_add(crate::trace::now_ns().saturating_sub(t0), Relaxed);
+        r
+    }
+
+    /// Config-space reads so far: (files, bytes fetched, reads, nanoseconds summed over
+    /// threads), for the trace.
+    pub fn config_stats(&self) -> (u64, u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let [a, b, c, d] = &self.config_stats;
+        (
+            a.load(Relaxed),
+            b.load(Relaxed),
+            c.load(Relaxed),
+            d.load(Relaxed),
+        )
     }
 
     /// Read config space partially even on a sysroot (tests of the partial reader).

@@ -161,6 +161,15 @@ pub fn record(name: &str, start_ns: u64, detail: impl Into<String>) {
     record_at(name, start_ns, now_ns(), detail.into());
 }
 
+/// A phase made of many pieces (on several threads): `total_ns` summed, shown as ending now.
+pub fn record_summed(name: &str, total_ns: u64, detail: impl Into<String>) {
+    if level() & PHASES == 0 {
+        return;
+    }
+    let end = now_ns();
+    record_at(name, end.saturating_sub(total_ns), end, detail.into());
+}
+
 /// One file read (`GDRDOCTOR_TRACE=reads`): `kind path`, from `start_ns` until now.
 pub fn record_read(kind: &str, start_ns: u64, path: &str, detail: impl FnOnce() -> String) {
     if level() & READS == 0 {

@@ -102,21 +102,33 @@ pub fn query_with(opts: &Options) -> LiveFacts {
             // `tx` goes with this closure: the channel closes when the worker is done.
             runner::run("live-nvml", &(), DEADLINE, &on)
         });
-        let early = match rx.recv_timeout(DEADLINE) {
-            Ok(e) => Ok(Some(e)),
-            // The worker ended without the early message (no NVML, or it failed).
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Ok(None),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(format!(
-                "not asked: NVML did not list the GPUs within {} s",
-                DEADLINE.as_secs()
-            )),
-        };
-        let cuda = match early {
-            Ok(e) => cuda_facts(opts, e.as_ref(), progress),
-            Err(why) => Fact::absent("libcuda.so.1", why),
-        };
-        let nvml = nvml.join();
-        (nvml, cuda)
+        match rx.recv_timeout(DEADLINE) {
+            // The usual case: decide about CUDA while NVML's per-GPU queries run.
+            Ok(e) => {
+                let cuda = cuda_facts(opts, Some(&e), progress);
+                (nvml.join(), cuda)
+            }
+            // No early message: the worker failed before NVML listed the GPUs, or hung.
+            Err(_) => {
+                let nvml = nvml.join();
+                let hung = matches!(&nvml, Ok(Ok(r)) if r.outcome == runner::Outcome::TimedOut)
+                    || matches!(&nvml, Ok(Err(runner::RunFailure::TimedOut { .. })));
+                let cuda = if hung {
+                    // A driver that does not answer NVML does not answer CUDA either: do not
+                    // wait for it twice.
+                    Fact::absent(
+                        "libcuda.so.1",
+                        format!(
+                            "not asked: NVML did not answer within {} s (is the driver wedged?)",
+                            DEADLINE.as_secs()
+                        ),
+                    )
+                } else {
+                    cuda_facts(opts, None, progress)
+                };
+                (nvml, cuda)
+            }
+        }
     });
     progress.finish();
     let mut live = match nvml_run {

@@ -110,6 +110,14 @@ pub(super) fn collect(root: &Root) -> Fact<Vec<PciDevice>> {
     } else {
         work.into_iter().map(one).collect()
     };
+    if crate::trace::enabled() {
+        let (n, bytes, reads, ns) = root.config_stats();
+        crate::trace::record_summed(
+            "collect.config-space",
+            ns,
+            format!("{n} functions, {bytes} bytes in {reads} reads (time summed over threads)"),
+        );
+    }
     devs.sort_by(|a, b| a.bdf.cmp(&b.bdf));
     devs.dedup_by(|a, b| a.bdf == b.bdf);
     Fact::known(devs, source)

@@ -60,10 +60,12 @@ pub fn now_ms() -> u64 {
 pub const MAX_STATE_BYTES: u64 = 4 << 20;
 
 /// Write `bytes` to `dir/name` atomically: the directory created if needed, a temporary file
-/// beside the target (never another process's: `create_new`), fsync, rename. A reader sees the
-/// old file or the new one, never half of one. Shared by every state file gdrdoctor keeps
-/// (the counters here, the CUDA cache in `live::cache`).
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+/// beside the target (never another process's: `create_new`), fsync when `durable`, rename. A
+/// reader sees the old file or the new one, never half of one. Shared by every state file
+/// gdrdoctor keeps (the counters here, the CUDA cache in `live::cache`, which skips the fsync:
+/// it is worthless after a crash, the next boot has another id, and an fsync outside a tmpfs
+/// costs milliseconds of every cold `check`).
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     // 0755 and 0644 whatever the umask: `read_trusted` refuses what others could write.
     std::fs::DirBuilder::new()
@@ -81,7 +83,9 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> 
             .open(&tmp)?;
         f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, &path)
     };
     write().map_err(|e| {
@@ -217,7 +221,7 @@ pub fn save(
     };
     let mut json = serde_json::to_vec_pretty(&s).map_err(|e| e.to_string())?;
     json.push(b'\n');
-    write_atomic(dir, STATE_FILE, &json)
+    write_atomic(dir, STATE_FILE, &json, true)
 }
 
 /// A snapshot's baseline (`gdrdoctor/counters-baseline.json`), if it has one.

@@ -19,7 +19,8 @@
 //!   size, mtime) of the libcuda file the answers came from;
 //! * this gdrdoctor build (another may ask other attributes).
 //!
-//! The file is written atomically (`health::state::write_atomic`) and read with validation
+//! The file is written atomically (`health::state::write_atomic`, without fsync: a crash
+//! means a new boot id, which makes the file stale anyway) and read with validation
 //! (`health::state::read_trusted`: owner and mode; then schema, unknown fields, a checksum,
 //! the key, and the facts' own consistency). Anything that does not match is ignored, the
 //! CUDA worker runs, and the file is rewritten: a stale or corrupt cache is never trusted.
@@ -380,7 +381,7 @@ pub fn save(dir: &Path, key: &Key, facts: &CudaFacts, now_ms: u64) -> Result<Pat
     f.checksum = f.sum()?;
     let mut json = serde_json::to_vec_pretty(&f).map_err(|e| e.to_string())?;
     json.push(b'\n');
-    crate::health::state::write_atomic(dir, CACHE_FILE, &json)?;
+    crate::health::state::write_atomic(dir, CACHE_FILE, &json, false)?;
     Ok(dir.join(CACHE_FILE))
 }
 
