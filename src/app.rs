@@ -1,6 +1,8 @@
 //! Glue: parse the command line, run the command, map the outcome to the exit-code contract.
 
-use crate::cli::{CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, TopoFormat};
+use crate::cli::{
+    CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, PolicyCommand, TopoFormat,
+};
 use crate::collect::{self, Libraries};
 use crate::render::{self, Style};
 use crate::source::{Location, Source};
@@ -41,28 +43,38 @@ fn run() -> i32 {
     };
     match cli.command {
         Command::Check(args) => check(&args),
+        Command::Diagnose(args) => crate::diagnose::run(&args),
         Command::Probe(args) => probe(&args),
         Command::Topo {
             sysroot,
             format,
+            output,
             nvidia_smi: Some(file),
             nccl_version,
         } => {
             let _ = sysroot;
-            topo_smi(&file, format, nccl_version.as_deref())
+            crate::diagnose::topo_alias(&file, format, output.as_deref(), nccl_version.as_deref())
         }
         Command::Topo {
             sysroot,
             format,
+            output,
             nvidia_smi: None,
             nccl_version,
-        } => topo(sysroot.as_deref(), format, nccl_version.as_deref()),
+        } => topo(
+            sysroot.as_deref(),
+            format,
+            output.as_deref(),
+            nccl_version.as_deref(),
+        ),
         Command::List { format } => list(format),
         Command::Explain { id, no_pager } => explain(&id, no_pager),
         Command::Completions { shell } => completions(shell),
         Command::Man { out_dir } => man(out_dir.as_deref()),
         Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
         Command::Watch(args) => crate::watch::command(&args),
+        Command::Policy(p) => policy_cmd(&p),
+        Command::Fleet(a) => crate::fleet::run(&a),
     }
 }
 
@@ -86,6 +98,11 @@ pub fn emit(text: &str) -> bool {
 
 /// Write `text` to `path` atomically (temp file in the same directory, then rename).
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
+    write_atomic_bytes(path, text.as_bytes())
+}
+
+/// [`write_atomic`] for bytes (a PNG).
+pub fn write_atomic_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -212,6 +229,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     };
     let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
     report.probe = Some(serde_json::Value::Object(records));
+    report.timestamp = Some(crate::clock::now_rfc3339());
     deliver(
         &report,
         args.format,
@@ -222,53 +240,63 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     )
 }
 
-fn topo_smi(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    let text = if file.as_os_str() == "-" {
-        let mut s = String::new();
-        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
-            return err(format!("stdin: {e}"));
+/// Write `out` to `output`, or to stdout; a PNG is not written to a terminal.
+pub(crate) fn deliver_topo(out: &[u8], output: Option<&Path>, binary: bool) -> i32 {
+    match output {
+        Some(p) => match write_atomic_bytes(p, out) {
+            Ok(()) => 0,
+            Err(e) => err(e),
+        },
+        None if binary && std::io::stdout().is_terminal() => {
+            err("not writing a png to a terminal: pass -o FILE (or redirect stdout to a file)")
         }
-        s
-    } else {
-        match std::fs::read(file) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) => return err(format!("{}: {e}", file.display())),
+        None => {
+            let mut o = std::io::stdout().lock();
+            match o.write_all(out).and_then(|_| o.flush()) {
+                Ok(()) => 0,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+                Err(e) => err(format!("writing to stdout: {e}")),
+            }
         }
-    };
-    let Some(m) = gdrdoctor_checks::smi::parse(&text) else {
-        return err(format!(
-            "{}: no `nvidia-smi topo -m` matrix found (expected a header line starting with GPU0)",
-            file.display()
-        ));
-    };
-    let t = render::topo::build_smi(&m, nccl_version, &collect::relevant_env());
-    let out = match format {
-        TopoFormat::Text => render::topo::render_smi(&m, &t),
-        TopoFormat::Json => format!("{}\n", serde_json::to_string_pretty(&t).unwrap_or_default()),
-    };
-    if emit(&out) {
-        0
-    } else {
-        EXIT_USAGE
     }
 }
 
-fn topo(sysroot: Option<&Path>, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Skip) {
+fn topo(
+    sysroot: Option<&Path>,
+    format: TopoFormat,
+    output: Option<&Path>,
+    nccl_version: Option<&str>,
+) -> i32 {
+    // The live libraries' facts (NCCL's dma-buf probe per NIC, CUDA's GDR and dma-buf
+    // attributes, NVML's GPU pairs) decide GDR and the GPU x GPU block, and colour the picture:
+    // topo asks them as check does (the GPU x GPU block then says NV18 over NVLink, as
+    // `nvidia-smi topo -m` does, not the PCIe path).
+    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Query) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
     apply_nccl_version(&mut node, nccl_version);
-    let t = render::topo::build(&node);
-    let text = match format {
-        TopoFormat::Text => render::topo::render_text(&t),
-        TopoFormat::Json => format!("{}\n", serde_json::to_string_pretty(&t).unwrap_or_default()),
+    let out = match format {
+        TopoFormat::Text => render::topo::render_text(&render::topo::build(&node)).into_bytes(),
+        TopoFormat::Json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&render::topo::build(&node)).unwrap_or_default()
+        )
+        .into_bytes(),
+        // The picture colours elements by the check registry's findings on the same node.
+        TopoFormat::Svg => {
+            let findings = gdrdoctor_checks::checks::run(&node, &Selection::default());
+            render::svg::svg(&node, &findings).into_bytes()
+        }
+        TopoFormat::Png => {
+            let findings = gdrdoctor_checks::checks::run(&node, &Selection::default());
+            match render::svg_png::png(&render::svg::svg_static(&node, &findings), 1.0) {
+                Ok(b) => b,
+                Err(e) => return err(e),
+            }
+        }
     };
-    if emit(&text) {
-        0
-    } else {
-        EXIT_USAGE
-    }
+    deliver_topo(&out, output, format == TopoFormat::Png)
 }
 
 fn check(args: &CheckArgs) -> i32 {
@@ -288,6 +316,15 @@ fn check(args: &CheckArgs) -> i32 {
                 .join(", ")
         ));
     }
+    // The policy is read before the node, so that a broken policy file stops the run (exit 2).
+    let policy = match crate::policy::resolve(
+        args.policy.as_deref(),
+        args.no_policy,
+        args.sysroot.is_none(),
+    ) {
+        Ok(p) => p,
+        Err(e) => return err(e),
+    };
     let libs = if args.static_only {
         Libraries::Skip
     } else {
@@ -335,7 +372,17 @@ fn check(args: &CheckArgs) -> i32 {
         },
         allow_incomplete: args.allow_incomplete,
     };
-    let report = crate::trace::timed("checks", || gdrdoctor_checks::build_report(&node, &opts));
+    let mut report =
+        crate::trace::timed("checks", || gdrdoctor_checks::build_report(&node, &opts));
+    if let Some(l) = &policy {
+        let _t = crate::trace::span("policy");
+        let cx = gdrdoctor_checks::policy::Context {
+            path: l.path.display().to_string(),
+            today: crate::clock::today(),
+        };
+        gdrdoctor_checks::policy::apply(&mut report, &node, &l.policy, &cx, &opts);
+    }
+    report.timestamp = Some(crate::clock::now_rfc3339());
     crate::trace::timed("state.save", || rates.finish(&node));
     let _t = crate::trace::span("render");
     deliver(
@@ -367,12 +414,20 @@ fn list(format: ListFormat) -> i32 {
             for c in CHECKS {
                 s.push_str(&row(c.id, c.title));
             }
+            s.push_str("\npolicy findings (gdrdoctor check --policy):\n");
+            for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
+                s.push_str(&row(id, title));
+            }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
             for f in crate::probe::finding_defs() {
                 s.push_str(&row(f.id, f.title));
             }
             s.push_str("\nwatch findings (gdrdoctor watch):\n");
             for (id, title) in gdrdoctor_checks::watch::IDS {
+                s.push_str(&row(id, title));
+            }
+            s.push_str("\ndiagnose findings (gdrdoctor diagnose):\n");
+            for (id, title) in gdrdoctor_checks::paste::findings::IDS {
                 s.push_str(&row(id, title));
             }
             s
@@ -404,6 +459,10 @@ pub fn markdown_list() -> String {
             c.category(),
             c.title
         ));
+    }
+    s.push_str("\n## Policy findings\n\n`gdrdoctor check --policy FILE` adds these (see [the fleet guide](guides/fleet.md)).\n\n| id | verifies |\n|---|---|\n");
+    for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
+        s.push_str(&format!("| [`{id}`](checks/{id}.md) | {title} |\n"));
     }
     s
 }
@@ -505,5 +564,104 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
             0
         }
         Err(e) => err(e),
+    }
+}
+
+fn policy_cmd(c: &PolicyCommand) -> i32 {
+    match c {
+        PolicyCommand::Init {
+            sysroot,
+            output,
+            force,
+            static_only,
+        } => {
+            if let Some(o) = output {
+                if o.exists() && !force {
+                    return err(format!(
+                        "{} exists; pass --force to overwrite it",
+                        o.display()
+                    ));
+                }
+            }
+            let libs = if *static_only {
+                Libraries::Skip
+            } else {
+                Libraries::Query
+            };
+            let (_src, node) = match load_node(Location::from_arg(sysroot.as_deref()), libs) {
+                Ok(x) => x,
+                Err(e) => return err(e),
+            };
+            let gdr = gdrdoctor_checks::gdr::verdicts(&node);
+            let text = gdrdoctor_checks::policy::init::render(&node, &gdr, crate::clock::today());
+            // What we write must read back.
+            if let Err(e) = crate::policy::parse("the generated policy", &text) {
+                return err(format!("internal error, please report it: {e}"));
+            }
+            match output {
+                Some(o) => {
+                    if let Err(e) = write_atomic(o, &text) {
+                        return err(e);
+                    }
+                    eprintln!(
+                        "gdrdoctor: wrote {}; review it, then `gdrdoctor check --policy {}`",
+                        o.display(),
+                        o.display()
+                    );
+                    0
+                }
+                None => {
+                    if emit(&text) {
+                        0
+                    } else {
+                        EXIT_USAGE
+                    }
+                }
+            }
+        }
+        PolicyCommand::Validate { file } => match crate::policy::load(file) {
+            Ok(l) => {
+                let p = &l.policy;
+                let mut parts: Vec<String> = Vec::new();
+                for (name, on) in [
+                    ("gpu", p.gpu.is_some()),
+                    ("rdma", p.rdma.is_some()),
+                    ("pcie", p.pcie.is_some()),
+                    ("driver", p.driver.is_some()),
+                    ("peer_memory", p.peer_memory.is_some()),
+                    ("iommu", p.iommu.is_some()),
+                    ("gdr", p.gdr.is_some()),
+                    ("kernel", p.kernel.is_some()),
+                ] {
+                    if on {
+                        parts.push(name.to_string());
+                    }
+                }
+                let today = crate::clock::today();
+                let expired = p.waivers.iter().filter(|w| today > w.expires).count();
+                let text = format!(
+                    "{}: valid policy: {}; {} severity override(s); {} waiver(s){}\n",
+                    file.display(),
+                    if parts.is_empty() {
+                        "no expectations".to_string()
+                    } else {
+                        parts.join(", ")
+                    },
+                    p.severity.len(),
+                    p.waivers.len(),
+                    if expired > 0 {
+                        format!(", {expired} expired")
+                    } else {
+                        String::new()
+                    }
+                );
+                if emit(&text) {
+                    0
+                } else {
+                    EXIT_USAGE
+                }
+            }
+            Err(e) => err(e),
+        },
     }
 }

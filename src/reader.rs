@@ -138,8 +138,26 @@ impl fmt::Debug for Root {
 }
 
 impl Root {
-    /// The running system.
+    /// The running system: `/`, or under the test-only `GDRDOCTOR_LIVE_ROOT`
+    /// ([`crate::live::stand_in::live_root`]) a directory read as the live node's files. That
+    /// root is complete (a missing file is absent on the node) but not live: the kernel log,
+    /// the counter baseline and the counter state file come from the directory, never from
+    /// this machine.
     pub fn live() -> Root {
+        if let Some(dir) = crate::live::stand_in::live_root() {
+            return Root {
+                base: dir,
+                live: false,
+                complete: true,
+                recorder: None,
+                dir_cache: Mutex::default(),
+                known_dirs: Mutex::default(),
+                config_stats: Default::default(),
+                trace: trace_enabled(),
+                // Read as the live node is: only the config-space bytes the decoder uses.
+                partial: true,
+            };
+        }
         Root {
             base: PathBuf::from("/"),
             live: true,
