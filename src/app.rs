@@ -372,8 +372,7 @@ fn check(args: &CheckArgs) -> i32 {
         },
         allow_incomplete: args.allow_incomplete,
     };
-    let mut report =
-        crate::trace::timed("checks", || gdrdoctor_checks::build_report(&node, &opts));
+    let mut report = crate::trace::timed("checks", || gdrdoctor_checks::build_report(&node, &opts));
     if let Some(l) = &policy {
         let _t = crate::trace::span("policy");
         let cx = gdrdoctor_checks::policy::Context {

@@ -119,7 +119,7 @@ pub fn query_with(opts: &Options) -> LiveFacts {
                     Fact::absent(
                         "libcuda.so.1",
                         format!(
-                            "not asked: NVML did not answer within {} s (is the driver wedged?)",
+                            "not asked: NVML did not answer within its deadline ({} s): is the driver wedged?",
                             DEADLINE.as_secs()
                         ),
                     )
