@@ -3,13 +3,19 @@
 # on a GPU machine. Whole processes, wall time, the commands interleaved round-robin (so that
 # drift hits every row alike), median of N runs each.
 #
-# Usage: scripts/bench-live.sh [BIN] [N]
-#   BIN     the gdrdoctor binary (default: target/release/gdrdoctor, else gdrdoctor on PATH)
+# Usage: [GDRDOCTOR=BIN] scripts/bench-live.sh [BIN] [N]
+#   BIN     the gdrdoctor binary: the argument, else $GDRDOCTOR, else target/release/gdrdoctor,
+#           else gdrdoctor on PATH. Needs no cargo: carry a release build.
 #   N       runs per command (default 30; at least 20)
 # Environment:
+#   GDRDOCTOR the gdrdoctor binary (as BIN)
 #   OUT       where the files go (default: ./bench-live-out); the lead's device runs set it
-#   LSPCI     the lspci to time (default: lspci on PATH); e.g. LSPCI="/tmp/lspci -i /tmp/pci.ids"
-#   PROBES=0  skip the probe timings (probe --registration, --doorbell, --hang; 5 runs each)
+#   LSPCI     the lspci to time (default: lspci on PATH, row left out when there is none);
+#             e.g. LSPCI="/tmp/lspci -i /tmp/pci.ids"
+#   BUDGET_S  seconds for the timed rounds (default 150): rounds stop at N, or once the budget
+#             is spent after at least 20 rounds; the whole script stays under 4 minutes unless
+#             one round of every command takes more than ~7 s
+#   PROBES=1  also time the probes (probe --registration, --doorbell, --hang; 5 runs each)
 #   EXCLUSIVE=1  also check that a GPU in EXCLUSIVE_PROCESS compute mode is left out of CUDA
 #             (needs root; sets GPU 0 to EXCLUSIVE_PROCESS and back to DEFAULT)
 #
@@ -18,11 +24,15 @@
 # env.txt (machine, driver, GPUs), strace-warm.txt (when strace is there), exclusive.txt.
 set -u
 export LC_ALL=C
-BIN=${1:-}
+BIN=${1:-${GDRDOCTOR:-}}
 if [ -z "$BIN" ]; then
   if [ -x target/release/gdrdoctor ]; then BIN=target/release/gdrdoctor; else BIN=$(command -v gdrdoctor); fi
 fi
 N=${2:-30}
+BUDGET_S=${BUDGET_S:-150}
+# Every command under a deadline: one wedged tool must not eat the machine's time.
+TO=(env)
+command -v timeout >/dev/null && TO=(timeout -k 5 60)
 [ "$N" -ge 20 ] 2>/dev/null || { echo "N must be at least 20 (got $N)" >&2; exit 2; }
 [ -x "$BIN" ] || { echo "no gdrdoctor binary at '$BIN'" >&2; exit 2; }
 OUT=${OUT:-./bench-live-out}
@@ -50,7 +60,6 @@ add() { NAMES+=("$1"); CMDS+=("$2"); }
 add "gdrdoctor check (live, warm: cache present)" "warm"
 add "gdrdoctor check (live, cold: cache removed)" "cold"
 add "gdrdoctor check --static" "$BIN check --static --format json"
-add "gdrdoctor check --no-cache" "$BIN check --no-cache --format json"
 if command -v nvidia-smi >/dev/null; then
   add "nvidia-smi -q" "nvidia-smi -q"
   add "nvidia-smi topo -m" "nvidia-smi topo -m"
@@ -64,10 +73,10 @@ fi
 run_one() { # run_one KIND -> prints elapsed microseconds
   local kind=$1 s e
   case "$kind" in
-    warm) s=$EPOCHREALTIME; "$BIN" check --format json >/dev/null 2>&1; e=$EPOCHREALTIME ;;
+    warm) s=$EPOCHREALTIME; "${TO[@]}" "$BIN" check --format json >/dev/null 2>&1; e=$EPOCHREALTIME ;;
     cold) rm -f "$STATE/cuda-facts.json"
-          s=$EPOCHREALTIME; "$BIN" check --format json >/dev/null 2>&1; e=$EPOCHREALTIME ;;
-    *)    s=$EPOCHREALTIME; eval "$kind" >/dev/null 2>&1; e=$EPOCHREALTIME ;;
+          s=$EPOCHREALTIME; "${TO[@]}" "$BIN" check --format json >/dev/null 2>&1; e=$EPOCHREALTIME ;;
+    *)    s=$EPOCHREALTIME; eval "${TO[*]} $kind" >/dev/null 2>&1; e=$EPOCHREALTIME ;;
   esac
   echo $(( (${e/./} - ${s/./}) ))
 }
@@ -76,10 +85,17 @@ run_one() { # run_one KIND -> prints elapsed microseconds
 "$BIN" check --format json >/dev/null 2>&1
 for i in "${!CMDS[@]}"; do run_one "${CMDS[$i]}" >/dev/null; done
 printf 'round\tcommand\tus\n' > "$OUT/samples.tsv"
+T0=$SECONDS
+ROUNDS=0
 for r in $(seq "$N"); do
   for i in "${!CMDS[@]}"; do
     printf '%s\t%s\t%s\n' "$r" "${NAMES[$i]}" "$(run_one "${CMDS[$i]}")" >> "$OUT/samples.tsv"
   done
+  ROUNDS=$r
+  if [ "$r" -ge 20 ] && [ $((SECONDS - T0)) -ge "$BUDGET_S" ]; then
+    echo "note: time budget (${BUDGET_S} s) spent after $r rounds" >&2
+    break
+  fi
 done
 
 stat_of() { # stat_of NAME -> "median min p90" in ms
@@ -89,7 +105,7 @@ stat_of() { # stat_of NAME -> "median min p90" in ms
          printf "%.1f %.1f %.1f", m/1000, a[1]/1000, p/1000}'
 }
 declare -A MED
-TABLE="| command ($N runs each, interleaved) | median ms | min ms | p90 ms |
+TABLE="| command ($ROUNDS runs each, interleaved) | median ms | min ms | p90 ms |
 |---|---|---|---|"
 for i in "${!NAMES[@]}"; do
   read -r med min p90 <<< "$(stat_of "${NAMES[$i]}")"
@@ -99,13 +115,13 @@ done
 
 # ---- probes (one GPU, end to end) -------------------------------------------------------------
 PTABLE=""
-if [ "${PROBES:-1}" != 0 ] && command -v nvidia-smi >/dev/null; then
+if [ "${PROBES:-0}" = 1 ] && command -v nvidia-smi >/dev/null; then
   PTABLE="| probe (5 runs, GPU 0) | median ms | target |
 |---|---|---|"
   for p in "--registration" "--doorbell" "--hang"; do
     t=()
     for _ in 1 2 3 4 5; do
-      s=$EPOCHREALTIME; "$BIN" probe $p --gpu 0 --format json >/dev/null 2>&1; e=$EPOCHREALTIME
+      s=$EPOCHREALTIME; "${TO[@]}" "$BIN" probe $p --gpu 0 --format json >/dev/null 2>&1; e=$EPOCHREALTIME
       t+=($(( (${e/./} - ${s/./}) )))
     done
     med=$(printf '%s\n' "${t[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.0f", a[3]/1000}')
@@ -114,20 +130,22 @@ if [ "${PROBES:-1}" != 0 ] && command -v nvidia-smi >/dev/null; then
 fi
 
 # ---- one traced run of each kind --------------------------------------------------------------
-"$BIN" check --format json >/dev/null 2>&1
-GDRDOCTOR_TRACE=1 "$BIN" check --format json 2>"$OUT/trace-warm.txt" >/dev/null
+"${TO[@]}" "$BIN" check --format json >/dev/null 2>&1
+GDRDOCTOR_TRACE=1 "${TO[@]}" "$BIN" check --format json 2>"$OUT/trace-warm.txt" >/dev/null
 rm -f "$STATE/cuda-facts.json"
-GDRDOCTOR_TRACE=1 "$BIN" check --format json 2>"$OUT/trace-cold.txt" >/dev/null
-GDRDOCTOR_TRACE=1 "$BIN" check --static --format json 2>"$OUT/trace-static.txt" >/dev/null
+GDRDOCTOR_TRACE=1 "${TO[@]}" "$BIN" check --format json 2>"$OUT/trace-cold.txt" >/dev/null
+GDRDOCTOR_TRACE=1 "${TO[@]}" "$BIN" check --static --format json 2>"$OUT/trace-static.txt" >/dev/null
 if command -v strace >/dev/null; then
-  strace -f -c -o "$OUT/strace-warm.txt" "$BIN" check --format json >/dev/null 2>&1
+  "${TO[@]}" strace -f -c -o "$OUT/strace-warm.txt" "$BIN" check --format json >/dev/null 2>&1
 fi
 WARM_CUDA=$(grep -c '\[live-cuda\]' "$OUT/trace-warm.txt")
 
 # ---- targets ----------------------------------------------------------------------------------
 lt() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a != "-" && b != "-" && a+0 < b+0)}'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a != "-" && b != "-" && a+0 <= b+0)}'; }
-verdict() { if "$@"; then echo "met"; else echo "NOT met"; fi; }
+verdict() { # verdict lt|le A B: n/a when a side was not measured (no nvidia-smi)
+  if [ "$2" = - ] || [ "$3" = - ]; then echo "n/a"; elif "$@"; then echo "met"; else echo "NOT met"; fi
+}
 W=${MED["gdrdoctor check (live, warm: cache present)"]}
 C=${MED["gdrdoctor check (live, cold: cache removed)"]}
 S=${MED["gdrdoctor check --static"]}
