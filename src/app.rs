@@ -24,7 +24,14 @@ pub fn main() -> i32 {
     if args.get(1).map(String::as_str) == Some("__worker") {
         return crate::probe::worker::main(args.get(2..).unwrap_or(&[]));
     }
-    let cli = match Cli::try_parse() {
+    crate::trace::init();
+    let code = run();
+    crate::trace::flush();
+    code
+}
+
+fn run() -> i32 {
+    let cli = match crate::trace::timed("cli.parse", Cli::try_parse) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -169,8 +176,17 @@ pub fn color_enabled(choice: ColorChoice) -> bool {
 /// probe. `libs`: on the live node, also ask NVML, CUDA and libibverbs (in a worker process).
 /// The source is returned with the node: it holds the unpacked snapshot until the command ends.
 pub fn load_node(at: Location, libs: Libraries) -> Result<(Source, Node), String> {
-    let src = Source::open(at)?;
-    let node = collect::node(&src, libs);
+    load_node_with(at, libs, &collect::live::Options::default())
+}
+
+/// [`load_node`] with the live-facts options (the CUDA cache).
+pub fn load_node_with(
+    at: Location,
+    libs: Libraries,
+    opts: &collect::live::Options,
+) -> Result<(Source, Node), String> {
+    let src = crate::trace::timed("source.open", || Source::open(at))?;
+    let node = collect::node_with(&src, libs, opts);
     Ok((src, node))
 }
 
@@ -314,7 +330,19 @@ fn check(args: &CheckArgs) -> i32 {
     } else {
         Libraries::Query
     };
-    let (src, mut node) = match load_node(Location::from_arg(args.sysroot.as_deref()), libs) {
+    let live_opts = collect::live::Options {
+        cache: if args.no_cache {
+            collect::live::CacheMode::Off
+        } else {
+            collect::live::CacheMode::Use
+        },
+        state_dir: Some(args.state_dir.clone()),
+    };
+    let (src, mut node) = match load_node_with(
+        Location::from_arg(args.sysroot.as_deref()),
+        libs,
+        &live_opts,
+    ) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -328,8 +356,9 @@ fn check(args: &CheckArgs) -> i32 {
         interval: args.interval.filter(|_| counters_selected),
         state_dir: (!args.no_state).then(|| args.state_dir.clone()),
     };
+    let requery_live = || collect::live::query_with(&live_opts);
     let requery: Option<&dyn Fn() -> gdrdoctor_checks::model::LiveFacts> =
-        (!args.static_only).then_some(&collect::live::query as &dyn Fn() -> _);
+        (!args.static_only).then_some(&requery_live as &dyn Fn() -> _);
     let rates = match crate::health::state::Rates::start(&src.root, &mut node, &rate_opts, requery)
     {
         Ok(r) => r,
@@ -343,8 +372,9 @@ fn check(args: &CheckArgs) -> i32 {
         },
         allow_incomplete: args.allow_incomplete,
     };
-    let mut report = gdrdoctor_checks::build_report(&node, &opts);
+    let mut report = crate::trace::timed("checks", || gdrdoctor_checks::build_report(&node, &opts));
     if let Some(l) = &policy {
+        let _t = crate::trace::span("policy");
         let cx = gdrdoctor_checks::policy::Context {
             path: l.path.display().to_string(),
             today: crate::clock::today(),
@@ -352,7 +382,8 @@ fn check(args: &CheckArgs) -> i32 {
         gdrdoctor_checks::policy::apply(&mut report, &node, &l.policy, &cx, &opts);
     }
     report.timestamp = Some(crate::clock::now_rfc3339());
-    rates.finish(&node);
+    crate::trace::timed("state.save", || rates.finish(&node));
+    let _t = crate::trace::span("render");
     deliver(
         &report,
         args.format,
@@ -504,7 +535,15 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
     // Live library facts: from the node's libraries, or carried over from the sysroot.
     // Keep the last periodic run's counters as the snapshot's baseline (issue 17).
     crate::health::SNAPSHOT_USES_STATE.store(true, std::sync::atomic::Ordering::Relaxed);
-    let live = collect::live::collect(&src, Libraries::Query);
+    // Fresh CUDA answers for a bug report (and the cache refreshed with them).
+    let live = collect::live::collect_with(
+        &src,
+        Libraries::Query,
+        &collect::live::Options {
+            cache: collect::live::CacheMode::Refresh,
+            state_dir: None,
+        },
+    );
     match snapshot::take_source(src.recording(), out, Some(&live)) {
         Ok((node, w)) => {
             if node.euid.get() != Some(&0)

@@ -53,7 +53,12 @@ pub enum Command {
         "  gdrdoctor check --interval 10s --only counters    # is a link flapping right now?\n",
         "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n",
         "  gdrdoctor check --policy site.toml                # also judge against the site policy\n",
-        "  gdrdoctor check --format oneline                  # one line < 80 chars (NHC, node-problem-detector)\n\n",
+        "  gdrdoctor check --format oneline                  # one line < 80 chars (NHC, node-problem-detector)\n",
+        "  GDRDOCTOR_TRACE=1 gdrdoctor check                 # where the time goes, per phase\n\n",
+        "CUDA's answers (cuInit and device attributes; never a context) are kept for the rest of \
+the boot in /run/gdrdoctor/cuda-facts.json, per driver and GPU set, so most runs start no CUDA; \
+--no-cache asks CUDA anyway. GPUs in an exclusive or prohibited compute mode are left out of \
+CUDA (a job may hold them).\n\n",
         "Error counters only grow, so one reading says little. `--interval` reads them twice; \
 without it, each live run records the counters in /run/gdrdoctor/counters.json (--state-dir, \
 GDRDOCTOR_STATE_DIR) and the next run of the same boot judges the growth since then: run \
@@ -465,6 +470,10 @@ pub struct CheckArgs {
     /// unless --interval is given)
     #[arg(long)]
     pub no_state: bool,
+    /// Ask CUDA in this run instead of using the answers kept from an earlier run of this boot
+    /// (cuda-facts.json in the state directory; kept per driver and GPU set), and keep none
+    #[arg(long)]
+    pub no_cache: bool,
     /// Also judge the node against a site policy (TOML: the gpus, ports, firmware, driver,
     /// kernel command line the site expects, severity overrides, waivers; `gdrdoctor policy
     /// init` writes one). Live runs read /etc/gdrdoctor/policy.toml by default when it exists

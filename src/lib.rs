@@ -19,4 +19,5 @@ pub mod snapshot;
 pub mod source;
 pub mod suggest;
 pub mod term;
+pub mod trace;
 pub mod watch;

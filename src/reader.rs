@@ -117,12 +117,18 @@ pub struct Root {
     /// Resolved directories (kernel path -> components): a device directory is resolved once,
     /// not once per attribute read below it.
     dir_cache: Mutex<std::collections::HashMap<String, Vec<String>>>,
-    /// `GDRDOCTOR_TRACE=reads`: print every file read with its time to stderr.
+    /// Kernel paths already seen to be directories (not links): resolved without an lstat.
+    known_dirs: Mutex<std::collections::HashSet<String>>,
+    /// `GDRDOCTOR_TRACE=reads`: every file read is a phase in the trace (`crate::trace`).
     trace: bool,
+    /// Config space read partially ([`Root::read_config`]): the live node.
+    partial: bool,
+    /// [`Root::config_stats`].
+    config_stats: [std::sync::atomic::AtomicU64; 4],
 }
 
 fn trace_enabled() -> bool {
-    std::env::var("GDRDOCTOR_TRACE").is_ok_and(|v| v.split(',').any(|x| x == "reads"))
+    crate::trace::reads()
 }
 
 impl fmt::Debug for Root {
@@ -145,7 +151,11 @@ impl Root {
                 complete: true,
                 recorder: None,
                 dir_cache: Mutex::default(),
+                known_dirs: Mutex::default(),
+                config_stats: Default::default(),
                 trace: trace_enabled(),
+                // Read as the live node is: only the config-space bytes the decoder uses.
+                partial: true,
             };
         }
         Root {
@@ -154,7 +164,10 @@ impl Root {
             complete: true,
             recorder: None,
             dir_cache: Mutex::default(),
+            known_dirs: Mutex::default(),
+            config_stats: Default::default(),
             trace: trace_enabled(),
+            partial: true,
         }
     }
 
@@ -172,7 +185,10 @@ impl Root {
             complete: false,
             recorder: None,
             dir_cache: Mutex::default(),
+            known_dirs: Mutex::default(),
+            config_stats: Default::default(),
             trace: trace_enabled(),
+            partial: false,
         })
     }
 
@@ -293,6 +309,12 @@ impl Root {
             if is_last && !follow_last {
                 break;
             }
+            // A component seen as a real directory before (`/sys`, `/sys/devices/pci0000:00`,
+            // every bridge above a device): no second lstat.
+            let key = join(&stack);
+            if self.is_known_dir(&key) {
+                continue;
+            }
             let host = self.host_path(&stack);
             let md = match std::fs::symlink_metadata(&host) {
                 Ok(md) => md,
@@ -319,11 +341,27 @@ impl Root {
                 for (i, t) in target.split('/').enumerate() {
                     pending.insert(i, t.to_string());
                 }
-            } else if !is_last && !md.is_dir() {
+            } else if md.is_dir() {
+                self.known_dir(key);
+            } else if !is_last {
                 return Err(ReadError::new(path, ErrorKind::NotADirectory));
             }
         }
         Ok(stack)
+    }
+
+    fn is_known_dir(&self, key: &str) -> bool {
+        match self.known_dirs.lock() {
+            Ok(k) => k.contains(key),
+            Err(p) => p.into_inner().contains(key),
+        }
+    }
+
+    fn known_dir(&self, key: String) {
+        match self.known_dirs.lock() {
+            Ok(mut k) => k.insert(key),
+            Err(p) => p.into_inner().insert(key),
+        };
     }
 
     /// The fully resolved kernel path (`/sys/bus/pci/devices/X` -> `/sys/devices/pci0000:00/X`).
@@ -339,22 +377,142 @@ impl Root {
     /// Read a whole file (at most [`MAX_FILE`] bytes).
     pub fn read(&self, path: &str) -> Result<Vec<u8>, ReadError> {
         if self.trace {
-            let t0 = std::time::Instant::now();
+            let t0 = crate::trace::now_ns();
             let r = self.read_inner(path);
-            eprintln!(
-                "gdrdoctor: trace: {:>8.1} us  {path}  {}",
-                t0.elapsed().as_secs_f64() * 1e6,
-                match &r {
-                    Ok(b) => format!("{} bytes", b.len()),
-                    Err(e) => e.reason(),
-                }
-            );
+            crate::trace::record_read("read", t0, path, || match &r {
+                Ok(b) => format!("{} bytes", b.len()),
+                Err(e) => e.reason(),
+            });
             return r;
         }
         self.read_inner(path)
     }
 
+    /// The resolved components of `path`'s directory when it is in the cache, and the name.
+    fn cached_parent<'p>(&self, path: &'p str) -> Option<(Vec<String>, &'p str)> {
+        let (dir, name) = path.rsplit_once('/')?;
+        if dir.is_empty() || matches!(name, "" | "." | "..") {
+            return None;
+        }
+        let c = match self.dir_cache.lock() {
+            Ok(c) => c.get(dir).cloned(),
+            Err(p) => p.into_inner().get(dir).cloned(),
+        };
+        c.map(|c| (c, name))
+    }
+
     fn read_inner(&self, path: &str) -> Result<Vec<u8>, ReadError> {
+        // Fast path (most reads: the attributes of a device directory already resolved): open
+        // the name directly. O_NOFOLLOW fails with ELOOP on a link, which takes the slow path
+        // below; anything else is the answer. Four system calls a file: open, read, read, close.
+        if let Some((mut comps, name)) = self.cached_parent(path) {
+            comps.push(name.to_string());
+            match open_nofollow(&self.host_path(&comps)) {
+                Ok(f) => return self.read_open(path, &comps, f),
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
+                Err(e) => return Err(ReadError::io(path, &e)),
+            }
+        }
+        let comps = self.resolve_comps(path, true)?;
+        let host = self.host_path(&comps);
+        let file = open_nofollow(&host).map_err(|e| ReadError::io(path, &e))?;
+        self.read_open(path, &comps, file)
+    }
+
+    fn read_open(
+        &self,
+        path: &str,
+        comps: &[String],
+        file: std::fs::File,
+    ) -> Result<Vec<u8>, ReadError> {
+        // A read shorter than a page is the end of a sysfs attribute (kernfs hands out the
+        // rest of the file, or a page, per read) and of a regular file: no second read to see
+        // the end. procfs (seq_file) and devices can return less before the end: read to EOF.
+        let one_shot = !(path.starts_with("/proc/") || path.starts_with("/dev/"));
+        let mut file = file;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            let n = match file.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // A directory opens fine; reading it fails.
+                Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                    return Err(ReadError::new(path, ErrorKind::Io("is a directory".into())))
+                }
+                Err(e) => return Err(ReadError::io(path, &e)),
+            };
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.len() as u64 > MAX_FILE {
+                return Err(ReadError::new(path, ErrorKind::TooLarge));
+            }
+            if n == 0 || (one_shot && n < 4096) {
+                break;
+            }
+        }
+        if self.recorder.is_some() {
+            self.record(&join(comps), Recorded::File(buf.clone()));
+        }
+        Ok(buf)
+    }
+
+    /// A device's PCI config space (`.../config`) as the checks need it. On the live node
+    /// (not recording) only the bytes the decoder reads are fetched
+    /// ([`Root::read_partial`] driven by `gdrdoctor_checks::pci::config::touched`): in a VM
+    /// every config dword read traps to the hypervisor. Elsewhere (a sysroot's plain files, a
+    /// snapshot being recorded, which keeps the whole space) the whole file.
+    pub fn read_config(&self, path: &str) -> Result<Vec<u8>, ReadError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let t0 = crate::trace::now_ns();
+        let r = if self.partial && self.recorder.is_none() {
+            self.read_partial(path, &gdrdoctor_checks::pci::config::touched)
+                .map(|p| {
+                    self.config_stats[1].fetch_add(p.fetched as u64, Relaxed);
+                    self.config_stats[2].fetch_add(p.reads as u64, Relaxed);
+                    p.bytes
+                })
+        } else {
+            self.read(path).inspect(|b| {
+                self.config_stats[1].fetch_add(b.len() as u64, Relaxed);
+                self.config_stats[2].fetch_add(1, Relaxed);
+            })
+        };
+        self.config_stats[0].fetch_add(1, Relaxed);
+        self.config_stats[3].fetch_add(crate::trace::now_ns().saturating_sub(t0), Relaxed);
+        r
+    }
+
+    /// Config-space reads so far: (files, bytes fetched, reads, nanoseconds summed over
+    /// threads), for the trace.
+    pub fn config_stats(&self) -> (u64, u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let [a, b, c, d] = &self.config_stats;
+        (
+            a.load(Relaxed),
+            b.load(Relaxed),
+            c.load(Relaxed),
+            d.load(Relaxed),
+        )
+    }
+
+    /// Read config space partially even on a sysroot (tests of the partial reader).
+    pub fn with_partial_reads(mut self, on: bool) -> Root {
+        self.partial = on;
+        self
+    }
+
+    /// Read only the parts of a file that `need` asks for. The buffer has the file's readable
+    /// length (what a whole read would return: a non-root reader of sysfs `config` gets 64
+    /// bytes of a 4096-byte file) and holds zeros where nothing was fetched. `need` sees the
+    /// buffer so far and names the byte ranges it reads; they are fetched (whole dwords, with
+    /// `pread`) and `need` asked again, until it asks for nothing new. The caller's decoder
+    /// then sees exactly the bytes it would see in the whole file wherever it looks.
+    pub fn read_partial(
+        &self,
+        path: &str,
+        need: &dyn Fn(&[u8]) -> Vec<std::ops::Range<usize>>,
+    ) -> Result<Partial, ReadError> {
+        let t0 = crate::trace::now_ns();
         let comps = self.resolve_comps(path, true)?;
         let host = self.host_path(&comps);
         let file = open_nofollow(&host).map_err(|e| ReadError::io(path, &e))?;
@@ -362,15 +520,58 @@ impl Root {
         if md.is_dir() {
             return Err(ReadError::new(path, ErrorKind::Io("is a directory".into())));
         }
-        let mut buf = Vec::new();
-        file.take(MAX_FILE + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| ReadError::io(path, &e))?;
-        if buf.len() as u64 > MAX_FILE {
+        if md.len() > MAX_FILE {
             return Err(ReadError::new(path, ErrorKind::TooLarge));
         }
-        self.record(&join(&comps), Recorded::File(buf.clone()));
-        Ok(buf)
+        let size = md.len() as usize;
+        let mut p = Partial::default();
+        // The first 64 bytes (the standard header) in one read.
+        let mut head = vec![0u8; size.min(64)];
+        let n = pread_full(&file, &mut head, 0, &mut p).map_err(|e| ReadError::io(path, &e))?;
+        let len = if n < head.len() || n == size {
+            n
+        } else {
+            readable_len(&file, n, size, &mut p).map_err(|e| ReadError::io(path, &e))?
+        };
+        let mut buf = vec![0u8; len];
+        let mut have = vec![false; len];
+        let k = n.min(len);
+        buf[..k].copy_from_slice(&head[..k]);
+        have[..k].iter_mut().for_each(|h| *h = true);
+        // Each round follows one more link of a capability chain; a chain is at most
+        // 48 + 480 links (config.rs), and each round fetches something new.
+        for _ in 0..1024 {
+            let mut todo: Vec<std::ops::Range<usize>> = Vec::new();
+            for r in need(&buf) {
+                let (s, e) = (r.start.min(len), r.end.min(len));
+                if (s..e).all(|i| have[i]) {
+                    continue;
+                }
+                // Whole dwords, as the hardware reads them.
+                let (s, e) = (s & !3, ((e + 3) & !3).min(len));
+                match todo.last_mut() {
+                    Some(l) if l.end >= s => l.end = l.end.max(e),
+                    _ => todo.push(s..e),
+                }
+            }
+            if todo.is_empty() {
+                break;
+            }
+            for r in todo {
+                let got = pread_full(&file, &mut buf[r.clone()], r.start as u64, &mut p)
+                    .map_err(|e| ReadError::io(path, &e))?;
+                // A short read (the file shrank) leaves zeros: still marked, so that the
+                // loop ends.
+                let _ = got;
+                have[r].iter_mut().for_each(|h| *h = true);
+            }
+        }
+        p.len = len;
+        p.bytes = buf;
+        crate::trace::record_read("read-partial", t0, path, || {
+            format!("{} of {} bytes in {} reads", p.fetched, p.len, p.reads)
+        });
+        Ok(p)
     }
 
     /// Read a text file (invalid UTF-8 replaced), trailing whitespace trimmed.
@@ -454,6 +655,69 @@ impl Root {
             Err(e) => Err(e),
         }
     }
+}
+
+/// What [`Root::read_partial`] read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Partial {
+    /// The file's readable length, with zeros where nothing was fetched.
+    pub bytes: Vec<u8>,
+    pub len: usize,
+    /// Bytes fetched, and `pread` calls made (the length probes included).
+    pub fetched: usize,
+    pub reads: usize,
+}
+
+/// `pread` until `buf` is full or the file ends; the bytes read.
+fn pread_full(
+    f: &std::fs::File,
+    buf: &mut [u8],
+    off: u64,
+    p: &mut Partial,
+) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        p.reads += 1;
+        match f.read_at(&mut buf[done..], off + done as u64) {
+            Ok(0) => break,
+            Ok(k) => done += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    p.fetched += done;
+    Ok(done)
+}
+
+/// How many bytes of a file a whole read would return, knowing the first `known` are there
+/// and the file claims `size`: sysfs `config` holds 4096 bytes but gives a non-root reader
+/// 64 (128 for CardBus). One-byte probes; past the limit the kernel answers without touching
+/// the device.
+fn readable_len(
+    f: &std::fs::File,
+    known: usize,
+    size: usize,
+    p: &mut Partial,
+) -> std::io::Result<usize> {
+    let mut one = [0u8; 1];
+    let mut probe = |off: usize, p: &mut Partial| -> std::io::Result<bool> {
+        Ok(pread_full(f, &mut one, off as u64, p)? == 1)
+    };
+    if probe(size - 1, p)? {
+        return Ok(size);
+    }
+    // Readable below `lo`, not at `hi`.
+    let (mut lo, mut hi) = (known, size - 1);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if probe(mid, p)? {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
 }
 
 fn split(path: &str) -> Vec<String> {

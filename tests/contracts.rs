@@ -141,6 +141,7 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
         gdrdoctor_checks::policy::POLICY_SCHEMA,
         gdrdoctor_checks::paste::report::SCHEMA,
         gdrdoctor::health::state::STATE_SCHEMA,
+        gdrdoctor::live::cache::SCHEMA,
         TOPO_SCHEMA,
         TOPO_PASTE_SCHEMA,
     ];
@@ -1106,4 +1107,54 @@ fn oneline_is_one_short_line_whose_word_follows_the_exit_code() {
         "oneline",
     ]);
     assert!(out.starts_with("OK ") && out.contains(" pass"), "{out}");
+}
+
+/// The CUDA cache file a live `check` writes (against the stand-in libraries, on the 8-GPU
+/// fixture as the node) matches its schema, and the schema is strict about it.
+#[test]
+fn the_cuda_cache_file_matches_its_schema() {
+    let Some(l) = common::stand_ins::build() else {
+        return;
+    };
+    let mut scenario = String::new();
+    for b in ["18", "28", "38", "48", "98", "a8", "b8", "c8"] {
+        scenario.push_str(&format!("gpu bdf=0000:{b}:00.0\n"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::stand_ins::Scenario::new(
+        &l.current,
+        fixture("hgx-h200x8-cx7x8-healthy"),
+        &scenario,
+    )
+    .command(dir.path(), &["check", "--only", "gpu", "--format", "json"])
+    .output()
+    .unwrap();
+    let file = dir
+        .path()
+        .join("state")
+        .join(gdrdoctor::live::cache::CACHE_FILE);
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}\nstderr: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v["facts"]["devices"].as_array().map(Vec::len),
+        Some(8),
+        "{v:#}"
+    );
+    validate(gdrdoctor::live::cache::SCHEMA, &v, "cuda-facts.json");
+    let validator = validator(gdrdoctor::live::cache::SCHEMA);
+    let mut bad = v.clone();
+    bad["facts"]["devices"][0]["surprise"] = Value::from(1);
+    assert!(!validator.is_valid(&bad), "an unknown device field passes");
+    let mut bad = v.clone();
+    bad["key"]["gpus"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("uuid");
+    assert!(!validator.is_valid(&bad), "a gpu without a uuid passes");
 }

@@ -412,23 +412,28 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
             blockers
                 .push("CUDA reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED=0 on every gpu".into());
         }
-        evidence.push(Evidence {
-            source: "cuDeviceGetAttribute(DMA_BUF_SUPPORTED)".into(),
-            observed: gpus
-                .iter()
-                .map(|d| {
-                    format!(
-                        "{}={}",
-                        d.bdf,
-                        d.dma_buf_supported
-                            .map(|v| v.to_string())
-                            .unwrap_or_else(|| "?".into())
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" "),
-            expected: Some("1".into()),
-        });
+        // No device asked (all left out by their compute mode): no CUDA evidence.
+        if !gpus.is_empty() {
+            evidence.push(Evidence {
+                source: node
+                    .live
+                    .cuda_evidence("cuDeviceGetAttribute(DMA_BUF_SUPPORTED)"),
+                observed: gpus
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "{}={}",
+                            d.bdf,
+                            d.dma_buf_supported
+                                .map(|v| v.to_string())
+                                .unwrap_or_else(|| "?".into())
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                expected: Some("1".into()),
+            });
+        }
     }
     if let Some(v) = node.live.verbs.get() {
         let refused: Vec<String> = v

@@ -235,12 +235,27 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
                         .get(&g.bdf)
                         .map(crate::names::device_name)
                         .unwrap_or_default();
-                    match cc_from_model(&name) {
-                        Some(cc) => (
+                    // NVML knows it without CUDA (a GPU CUDA was not started on).
+                    let nvml_cc = node.live.nvml.get().and_then(|n| {
+                        n.gpus
+                            .iter()
+                            .find(|x| x.bdf == g.bdf)
+                            .and_then(|x| Some((x.cc_major?, x.cc_minor?)))
+                    });
+                    if let Some(cc) = nvml_cc {
+                        (
                             Some(cc),
-                            format!("GPU model {name} (CUDA not queried: heuristic)"),
-                        ),
-                        None => (None, format!("unknown for {name}")),
+                            "NVML compute capability (nvmlDeviceGetCudaComputeCapability)"
+                                .to_string(),
+                        )
+                    } else {
+                        match cc_from_model(&name) {
+                            Some(cc) => (
+                                Some(cc),
+                                format!("GPU model {name} (CUDA not queried: heuristic)"),
+                            ),
+                            None => (None, format!("unknown for {name}")),
+                        }
                     }
                 }
             };
@@ -541,6 +556,46 @@ mod tests {
         assert_eq!(cc_from_name("NVIDIA TU104GL [Tesla T4]"), Some((7, 5)));
         assert_eq!(cc_from_name("NVIDIA AD102GL [L40S]"), Some((8, 9)));
         assert_eq!(cc_from_name("10de:9999"), None);
+    }
+
+    #[test]
+    fn compute_capability_from_cuda_then_nvml_then_the_name() {
+        use crate::model::{CudaDevice, CudaFacts, NvmlFacts, NvmlGpu};
+        use crate::testing::*;
+        let mut n = switch_pair();
+        let cc = |n: &Node| {
+            let cx = Context::new(n);
+            let s = system(n, &cx);
+            (s.gpus[0].cc, s.gpus[0].cc_source.clone())
+        };
+        assert!(cc(&n).1.contains("heuristic"), "{:?}", cc(&n));
+        // NVML knows it without CUDA (a GPU CUDA was not started on).
+        n.live.nvml = known(NvmlFacts {
+            gpus: vec![NvmlGpu {
+                bdf: "0000:18:00.0".into(),
+                cc_major: Some(9),
+                cc_minor: Some(0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(
+            cc(&n),
+            (
+                Some((9, 0)),
+                "NVML compute capability (nvmlDeviceGetCudaComputeCapability)".to_string()
+            )
+        );
+        // CUDA's own answer first.
+        n.live.cuda = known(CudaFacts {
+            devices: vec![CudaDevice {
+                bdf: "0000:18:00.0".into(),
+                cc_major: 9,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(cc(&n).1, "CUDA compute capability");
     }
 
     #[test]

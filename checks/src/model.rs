@@ -125,7 +125,22 @@ fn nccl_not_recorded() -> Fact<crate::nccl::NcclFacts> {
     Fact::absent("libnccl.so.2", "not recorded in this snapshot")
 }
 
+/// The start of `live.cuda`'s source when the CUDA answers came from gdrdoctor's cache (CUDA
+/// asked earlier in the same boot, same driver, same GPUs) rather than from CUDA in this run.
+pub const CUDA_CACHE_SOURCE_PREFIX: &str = "cache ";
+
 impl LiveFacts {
+    /// The evidence source of a CUDA answer of `call`: the call, and the cache when the answer
+    /// came from it.
+    pub fn cuda_evidence(&self, call: &str) -> String {
+        let s = self.cuda.source();
+        if s.starts_with(CUDA_CACHE_SOURCE_PREFIX) {
+            format!("{call} via {s}")
+        } else {
+            call.to_string()
+        }
+    }
+
     pub fn absent(reason: &str) -> Self {
         LiveFacts {
             nvml: Fact::absent("libnvidia-ml.so.1", reason),
@@ -186,6 +201,16 @@ pub struct NvmlGpu {
     /// loaded.
     #[serde(default)]
     pub pcie_replay_counter: Option<u64>,
+    /// `nvmlDeviceGetComputeMode`: `default`, `exclusive-process`, `exclusive-thread` or
+    /// `prohibited`. gdrdoctor does not start CUDA on a GPU in one of the last three (a job may
+    /// hold it).
+    #[serde(default)]
+    pub compute_mode: Option<String>,
+    /// `nvmlDeviceGetCudaComputeCapability` (the same numbers CUDA reports, without CUDA).
+    #[serde(default)]
+    pub cc_major: Option<i32>,
+    #[serde(default)]
+    pub cc_minor: Option<i32>,
     /// Calls that failed, with NVML's error (`nvmlDeviceGetRemappedRows: Not Supported`).
     pub errors: Vec<String>,
 }
@@ -232,6 +257,10 @@ pub struct CudaFacts {
     /// Every ordered GPU pair: `cuDeviceCanAccessPeer` and `cuDeviceGetP2PAttribute`.
     #[serde(default)]
     pub peers: Vec<CudaPeer>,
+    /// GPUs CUDA was deliberately not started on (PCI address -> why: the compute mode says a
+    /// job may hold it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_asked: BTreeMap<String, String>,
 }
 
 /// Peer access from `a` to `b` (CUDA ordinals; PCI addresses beside them).

@@ -5,8 +5,10 @@
 //! One collector per subsystem, one file each (node_exporter's layout): [`host`] (name, kernel
 //! release, CPU), [`kernel`] (modules, command line, huge pages), [`process`] (the live-only
 //! facts: machine, RLIMIT_MEMLOCK, euid, environment), [`pci`], [`iommu`], [`nvidia`] (the
-//! driver), [`peermem`], [`rdma`], and [`live`] (NVML, CUDA and libibverbs, in a worker). Each
-//! is timed; `GDRDOCTOR_COLLECT_TIMING=1` prints the timings on stderr.
+//! driver), [`peermem`], [`rdma`], and [`live`] (NVML, CUDA and libibverbs, in workers). Each
+//! is timed (`GDRDOCTOR_TRACE=1` prints the phases on stderr: [`crate::trace`]). On the live
+//! node the live libraries are asked in a thread of their own while this thread reads the
+//! files: the run costs the longer of the two, not their sum.
 //!
 //! Captures are partial by nature. "File not found" means "absent on the node" only on a
 //! complete root (live, or a gdrdoctor snapshot, whose recorder kept every directory it looked
@@ -34,9 +36,6 @@ use crate::source::{Origin, Source};
 use gdrdoctor_checks::model::*;
 use std::time::{Duration, Instant};
 
-/// The environment variable that prints the collectors' timings on stderr.
-pub const TIMING_ENV: &str = "GDRDOCTOR_COLLECT_TIMING";
-
 /// How long one collector took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timing {
@@ -44,10 +43,32 @@ pub struct Timing {
     pub elapsed: Duration,
 }
 
-/// Run one collector, timed.
+/// The collectors' phase names in the trace (`collect.<name>`).
+const PHASES: [(&str, &str); 10] = [
+    ("host", "collect.host"),
+    ("kernel", "collect.kernel"),
+    ("process", "collect.process"),
+    ("pci", "collect.pci"),
+    ("iommu", "collect.iommu"),
+    ("nvidia", "collect.nvidia"),
+    ("peermem", "collect.peermem"),
+    ("rdma", "collect.rdma"),
+    ("health", "collect.health"),
+    ("live", "collect.live"),
+];
+
+fn phase(collector: &'static str) -> &'static str {
+    PHASES
+        .iter()
+        .find(|(c, _)| *c == collector)
+        .map(|(_, p)| *p)
+        .unwrap_or("collect")
+}
+
+/// Run one collector, timed (and traced).
 fn timed<T>(timings: &mut Vec<Timing>, collector: &'static str, f: impl FnOnce() -> T) -> T {
     let t0 = Instant::now();
-    let v = f();
+    let v = crate::trace::timed(phase(collector), f);
     timings.push(Timing {
         collector,
         elapsed: t0.elapsed(),
@@ -56,25 +77,47 @@ fn timed<T>(timings: &mut Vec<Timing>, collector: &'static str, f: impl FnOnce()
 }
 
 /// The whole node from a source, live libraries included (or not), with each collector's time.
+/// The live libraries are asked on a thread of their own, in parallel with the file collectors
+/// (their time is the `live` entry, measured on that thread).
 pub fn node_timed(src: &Source, libs: Libraries) -> (Node, Vec<Timing>) {
-    let (mut node, mut timings) = files_timed(&src.root, src.origin, src.meta.as_ref());
-    node.live = timed(&mut timings, "live", || live::collect(src, libs));
-    (node, timings)
+    node_timed_with(src, libs, &live::Options::default())
 }
 
-/// The whole node from a source (timings on stderr with `GDRDOCTOR_COLLECT_TIMING=1`).
+/// [`node_timed`] with the live-facts options (the CUDA cache).
+pub fn node_timed_with(src: &Source, libs: Libraries, opts: &live::Options) -> (Node, Vec<Timing>) {
+    std::thread::scope(|s| {
+        let live = s.spawn(|| {
+            let t0 = Instant::now();
+            let l = crate::trace::timed("collect.live", || live::collect_with(src, libs, opts));
+            (l, t0.elapsed())
+        });
+        let (mut node, mut timings) = crate::trace::timed("collect.files", || {
+            files_timed(&src.root, src.origin, src.meta.as_ref())
+        });
+        let (l, elapsed) = match live.join() {
+            Ok(x) => x,
+            Err(_) => (
+                LiveFacts::absent("the live-facts thread panicked"),
+                Duration::ZERO,
+            ),
+        };
+        node.live = l;
+        timings.push(Timing {
+            collector: "live",
+            elapsed,
+        });
+        (node, timings)
+    })
+}
+
+/// The whole node from a source (`GDRDOCTOR_TRACE=1` prints each collector's time).
 pub fn node(src: &Source, libs: Libraries) -> Node {
-    let (node, timings) = node_timed(src, libs);
-    if std::env::var(TIMING_ENV).is_ok_and(|v| v == "1") {
-        for t in &timings {
-            eprintln!(
-                "gdrdoctor: collector {:<8} {:>9.3} ms",
-                t.collector,
-                t.elapsed.as_secs_f64() * 1e3
-            );
-        }
-    }
-    node
+    node_timed(src, libs).0
+}
+
+/// [`node`] with the live-facts options (the CUDA cache).
+pub fn node_with(src: &Source, libs: Libraries, opts: &live::Options) -> Node {
+    node_timed_with(src, libs, opts).0
 }
 
 /// The node from the source's files alone (`node.live` absent).
@@ -89,18 +132,56 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
     files_timed(root, Origin::classify(root, meta), meta).0
 }
 
+/// The file collectors on three threads: the PCI functions (the most files, and config space)
+/// on this one; the kernel log (`/dev/kmsg` can hold a megabyte) on another; everything else
+/// on a third, with the RDMA half of the health collector (RoCE, port counters) once the RDMA
+/// list is there; then the AER files, which need both lists.
 fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<Timing>) {
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let (pci, rest, klog) = std::thread::scope(|s| {
+        let klog = s.spawn(|| {
+            crate::trace::timed("collect.kernel-log", || {
+                crate::health::kernel_log::collect(root)
+            })
+        });
+        let rest = s.spawn(|| {
+            let tb = &mut tb;
+            let host = timed(tb, "host", || host::collect(root, meta));
+            let kernel = timed(tb, "kernel", || kernel::collect(root));
+            let process = timed(tb, "process", || process::collect(root, origin, meta));
+            let iommu = timed(tb, "iommu", || iommu::collect(root));
+            let nvidia = timed(tb, "nvidia", || nvidia::collect(root));
+            let peermem = timed(tb, "peermem", || peermem::collect(root));
+            let rdma = timed(tb, "rdma", || rdma::collect(root));
+            // The health collector's RDMA half needs only the RDMA list: read it now.
+            let side = crate::trace::timed("collect.health-rdma", || {
+                crate::health::collect_rdma_side(root, &rdma)
+            });
+            (host, kernel, process, iommu, nvidia, peermem, rdma, side)
+        });
+        let pci = timed(&mut ta, "pci", || pci::collect(root));
+        (pci, rest.join(), klog.join())
+    });
+    // A collector thread that panicked: the whole collection is wrong; run it again here,
+    // where the panic reaches the caller as it did before the threads.
+    let (host, kernel, process, iommu, nvidia, peermem, rdma, side) = match rest {
+        Ok(r) => r,
+        Err(p) => std::panic::resume_unwind(p),
+    };
+    let klog = match klog {
+        Ok(k) => k,
+        Err(p) => std::panic::resume_unwind(p),
+    };
     let mut t = Vec::new();
-    let host = timed(&mut t, "host", || host::collect(root, meta));
-    let kernel = timed(&mut t, "kernel", || kernel::collect(root));
-    let process = timed(&mut t, "process", || process::collect(root, origin, meta));
-    let pci = timed(&mut t, "pci", || pci::collect(root));
-    let iommu = timed(&mut t, "iommu", || iommu::collect(root));
-    let nvidia = timed(&mut t, "nvidia", || nvidia::collect(root));
-    let peermem = timed(&mut t, "peermem", || peermem::collect(root));
-    let rdma = timed(&mut t, "rdma", || rdma::collect(root));
+    for name in [
+        "host", "kernel", "process", "pci", "iommu", "nvidia", "peermem", "rdma",
+    ] {
+        if let Some(x) = ta.iter().chain(&tb).find(|x| x.collector == name) {
+            t.push(x.clone());
+        }
+    }
     let health = timed(&mut t, "health", || {
-        crate::health::collect(root, &pci, &rdma)
+        crate::health::collect_with(root, &pci, &rdma, side, klog)
     });
     let node = Node {
         source: origin.kind(),

@@ -47,25 +47,23 @@ pub(super) fn collect(root: &Root) -> Fact<Vec<PciDevice>> {
     // Config space and the other attributes are read only for GPUs, NICs, NVSwitches and the
     // bridges above them: config reads are slow (each dword traps to the hypervisor in a VM) and
     // nothing else changes a GDR decision.
-    let ids: Vec<(u32, u16)> = paths
+    // Class and vendor of every function, read once (they decide what else is read).
+    let ids: Vec<(Fact<u32>, Fact<u16>)> = paths
         .iter()
         .map(|p| {
-            let class = root
-                .read_trimmed(&format!("{p}/class"))
-                .ok()
-                .and_then(|s| parse::hex_u32(&s))
-                .unwrap_or(0);
-            let vendor = root
-                .read_trimmed(&format!("{p}/vendor"))
-                .ok()
-                .and_then(|s| parse::hex_u16(&s))
-                .unwrap_or(0);
-            (class, vendor)
+            (
+                parsed(root, &format!("{p}/class"), parse::hex_u32),
+                parsed(root, &format!("{p}/vendor"), parse::hex_u16),
+            )
         })
         .collect();
     let mut relevant = std::collections::BTreeSet::new();
     for (p, (class, vendor)) in paths.iter().zip(&ids) {
-        if is_relevant(*class, *vendor) {
+        let (class, vendor) = (
+            class.get().copied().unwrap_or(0),
+            vendor.get().copied().unwrap_or(0),
+        );
+        if is_relevant(class, vendor) {
             relevant.extend(
                 p.split('/')
                     .filter(|c| parse::is_bdf(c))
@@ -73,13 +71,53 @@ pub(super) fn collect(root: &Root) -> Fact<Vec<PciDevice>> {
             );
         }
     }
-    let mut devs: Vec<PciDevice> = paths
-        .iter()
-        .map(|p| {
-            let bdf = p.rsplit('/').next().unwrap_or_default().to_lowercase();
-            pci_device(root, p, relevant.contains(&bdf))
+    let one = |(p, (class, vendor)): (&String, (Fact<u32>, Fact<u16>))| {
+        let bdf = p.rsplit('/').next().unwrap_or_default().to_lowercase();
+        pci_device(root, p, relevant.contains(&bdf), class, vendor)
+    };
+    // The relevant functions read some twenty files each (config space among them, where every
+    // dword traps to the hypervisor in a VM): spread them over a few threads.
+    let work: Vec<_> = paths.iter().zip(ids).collect();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4);
+    let mut devs: Vec<PciDevice> = if threads > 1 && relevant.len() >= 8 {
+        let chunk = work.len().div_ceil(threads);
+        let mut parts: Vec<Vec<_>> = Vec::new();
+        let mut it = work.into_iter();
+        loop {
+            let part: Vec<_> = it.by_ref().take(chunk).collect();
+            if part.is_empty() {
+                break;
+            }
+            parts.push(part);
+        }
+        std::thread::scope(|s| {
+            let handles: Vec<_> = parts
+                .into_iter()
+                .map(|part| s.spawn(|| part.into_iter().map(one).collect::<Vec<_>>()))
+                .collect();
+            let mut out = Vec::new();
+            for h in handles {
+                match h.join() {
+                    Ok(v) => out.extend(v),
+                    Err(p) => std::panic::resume_unwind(p),
+                }
+            }
+            out
         })
-        .collect();
+    } else {
+        work.into_iter().map(one).collect()
+    };
+    if crate::trace::enabled() {
+        let (n, bytes, reads, ns) = root.config_stats();
+        crate::trace::record_summed(
+            "collect.config-space",
+            ns,
+            format!("{n} functions, {bytes} bytes in {reads} reads (time summed over threads)"),
+        );
+    }
     devs.sort_by(|a, b| a.bdf.cmp(&b.bdf));
     devs.dedup_by(|a, b| a.bdf == b.bdf);
     Fact::known(devs, source)
@@ -112,7 +150,13 @@ pub fn is_relevant(class: u32, vendor: u16) -> bool {
     base == 0x03 || base == 0x02 || base == 0x12 || (vendor == 0x10de && (class >> 8) == 0x0680)
 }
 
-fn pci_device(root: &Root, path: &str, full: bool) -> PciDevice {
+fn pci_device(
+    root: &Root,
+    path: &str,
+    full: bool,
+    class: Fact<u32>,
+    vendor_id: Fact<u16>,
+) -> PciDevice {
     let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     let bdf = comps.last().map(|c| c.to_lowercase()).unwrap_or_default();
     let bdfs: Vec<&&str> = comps.iter().filter(|c| parse::is_bdf(c)).collect();
@@ -147,11 +191,11 @@ fn pci_device(root: &Root, path: &str, full: bool) -> PciDevice {
             sysfs_path: path.to_string(),
             parent,
             host_bridge,
-            vendor_id: hex16("vendor"),
+            vendor_id,
             device_id: hex16("device"),
             subsystem_vendor_id: not_read(&attr("subsystem_vendor")),
             subsystem_device_id: not_read(&attr("subsystem_device")),
-            class: parsed(root, &attr("class"), parse::hex_u32),
+            class,
             numa_node: not_read(&attr("numa_node")),
             local_cpulist: not_read(&attr("local_cpulist")),
             cur_link_speed: not_read(&attr("current_link_speed")),
@@ -170,11 +214,11 @@ fn pci_device(root: &Root, path: &str, full: bool) -> PciDevice {
         sysfs_path: path.to_string(),
         parent,
         host_bridge,
-        vendor_id: hex16("vendor"),
+        vendor_id,
         device_id: hex16("device"),
         subsystem_vendor_id: hex16("subsystem_vendor"),
         subsystem_device_id: hex16("subsystem_device"),
-        class: parsed(root, &attr("class"), parse::hex_u32),
+        class,
         numa_node: parsed(root, &attr("numa_node"), |s| s.trim().parse().ok()),
         local_cpulist: fact(
             &attr("local_cpulist"),
@@ -199,7 +243,7 @@ fn pci_device(root: &Root, path: &str, full: bool) -> PciDevice {
         },
         driver: link_name("driver"),
         iommu_group: link_name("iommu_group"),
-        config: fact(&attr("config"), root.read(&attr("config"))),
+        config: fact(&attr("config"), root.read_config(&attr("config"))),
         is_virtfn: root.exists(&attr("physfn")).unwrap_or(false),
     }
 }

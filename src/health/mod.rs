@@ -18,17 +18,49 @@ pub(crate) const NOT_CAPTURED: &str = "not in this capture";
 
 /// Everything issue 17's checks read, for `collect::collect`.
 pub fn collect(root: &Root, pci: &Fact<Vec<PciDevice>>, rdma: &Fact<Vec<RdmaDevice>>) -> Health {
-    Health {
+    collect_with(
+        root,
+        pci,
+        rdma,
+        collect_rdma_side(root, rdma),
+        kernel_log::collect(root),
+    )
+}
+
+/// The half of [`collect`] that needs only the RDMA list: RoCE addressing and the ports'
+/// counters (`collect::node` reads it while the PCI functions are still being read).
+pub struct RdmaSide {
+    pub roce: Fact<Vec<gdrdoctor_checks::model::RocePort>>,
+    pub port_counters: Fact<Vec<gdrdoctor_checks::model::PortCounters>>,
+}
+
+pub fn collect_rdma_side(root: &Root, rdma: &Fact<Vec<RdmaDevice>>) -> RdmaSide {
+    RdmaSide {
         roce: roce::collect(root, rdma),
-        aer: counters::collect_aer(root, pci, rdma),
         port_counters: counters::collect_ports(root, rdma),
+    }
+}
+
+/// [`collect`] from its parts read elsewhere: the RDMA side and the kernel log (which needs
+/// neither list); the AER files are read here.
+pub fn collect_with(
+    root: &Root,
+    pci: &Fact<Vec<PciDevice>>,
+    rdma: &Fact<Vec<RdmaDevice>>,
+    side: RdmaSide,
+    kernel_log: Fact<gdrdoctor_checks::model::KernelLog>,
+) -> Health {
+    Health {
+        roce: side.roce,
+        aer: counters::collect_aer(root, pci, rdma),
+        port_counters: side.port_counters,
         baseline: if root.is_live() {
             None
         } else {
             state::snapshot_baseline(root)
         },
         baseline_note: None,
-        kernel_log: kernel_log::collect(root),
+        kernel_log,
     }
 }
 

@@ -56,14 +56,109 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// The largest state file read (they are a few KiB).
+pub const MAX_STATE_BYTES: u64 = 4 << 20;
+
+/// Write `bytes` to `dir/name` atomically: the directory created if needed, a temporary file
+/// beside the target (never another process's: `create_new`), fsync when `durable`, rename. A
+/// reader sees the old file or the new one, never half of one. Shared by every state file
+/// gdrdoctor keeps (the counters here, the CUDA cache in `live::cache`, which skips the fsync:
+/// it is worthless after a crash, the next boot has another id, and an fsync outside a tmpfs
+/// costs milliseconds of every cold `check`).
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    // 0755 and 0644 whatever the umask: `read_trusted` refuses what others could write.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+        f.write_all(bytes)?;
+        if durable {
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("{}: {e}", path.display())
+    })
+}
+
+/// Read `dir/name` for validation: `Ok(None)` when it does not exist. Refused (`Err`, the
+/// caller ignores the file and the next write replaces it): a file another user could have
+/// written (owned by neither root nor us, or writable by group or others), something that is
+/// not a regular file, a file larger than `max` bytes.
+pub fn read_trusted(dir: &Path, name: &str, max: u64) -> Result<Option<Vec<u8>>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let path = dir.join(name);
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}: ignored", path.display())),
+    };
+    let md = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}: ignored", path.display()))?;
+    if !md.is_file() {
+        return Err(format!("{}: not a regular file: ignored", path.display()));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if md.uid() != 0 && md.uid() != euid {
+        return Err(format!(
+            "{}: owned by uid {}, neither root nor this user: ignored",
+            path.display(),
+            md.uid()
+        ));
+    }
+    if md.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{}: writable by group or others (mode {:o}): ignored",
+            path.display(),
+            md.mode() & 0o7777
+        ));
+    }
+    if md.len() > max {
+        return Err(format!(
+            "{}: {} bytes, more than {max}: ignored",
+            path.display(),
+            md.len()
+        ));
+    }
+    let mut b = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut b)
+        .map_err(|e| format!("{}: {e}: ignored", path.display()))?;
+    if b.len() as u64 > max {
+        return Err(format!(
+            "{}: more than {max} bytes: ignored",
+            path.display()
+        ));
+    }
+    Ok(Some(b))
+}
+
 /// The baseline in the state file of `dir`: `Ok(None)` when there is none yet, `Err(why)` when
 /// it exists but cannot be used (the caller says it was ignored; the next save rewrites it).
 pub fn load(dir: &Path, boot: Option<&str>, now: u64) -> Result<Option<CounterBaseline>, String> {
     let path = dir.join(STATE_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+    let Some(bytes) = read_trusted(dir, STATE_FILE, MAX_STATE_BYTES)? else {
+        return Ok(None);
     };
     let s: StateFile = serde_json::from_slice(&bytes)
         .map_err(|e| format!("{}: corrupt ({e}): ignored", path.display()))?;
@@ -118,30 +213,15 @@ pub fn save(
     now: u64,
     values: &BTreeMap<String, u64>,
 ) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let s = StateFile {
         schema: STATE_SCHEMA.into(),
         boot_id: boot.into(),
         taken_unix_ms: now,
         values: values.clone(),
     };
-    let json = serde_json::to_vec_pretty(&s).map_err(|e| e.to_string())?;
-    let path = dir.join(STATE_FILE);
-    let tmp = dir.join(format!(".{STATE_FILE}.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        f.write_all(&json)?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", path.display())
-    })
+    let mut json = serde_json::to_vec_pretty(&s).map_err(|e| e.to_string())?;
+    json.push(b'\n');
+    write_atomic(dir, STATE_FILE, &json, true)
 }
 
 /// A snapshot's baseline (`gdrdoctor/counters-baseline.json`), if it has one.

@@ -1076,12 +1076,14 @@ impl Function {
 
 /// Every device's GDR-relevant attributes.
 pub fn facts() -> Result<CudaFacts, String> {
-    let drv = Driver::init().map_err(|e| e.to_string())?;
+    let drv = crate::trace::timed("cuda.init", Driver::init).map_err(|e| e.to_string())?;
     let driver_version = drv.version().map_err(|e| e.to_string())?;
     let n = drv.device_count().map_err(|e| e.to_string())?;
     use Attribute as A;
     let mut devices = Vec::new();
     for i in 0..n {
+        let mut t = crate::trace::span("cuda.attributes");
+        t.detail(|| format!("device {i}"));
         let d = drv.device(i).map_err(|e| e.to_string())?;
         let (cc_major, cc_minor) = d.compute_capability();
         devices.push(CudaDevice {
@@ -1110,6 +1112,7 @@ pub fn facts() -> Result<CudaFacts, String> {
             total_memory: d.total_mem(),
         });
     }
+    let _t = crate::trace::span("cuda.peers");
     let mut peers = Vec::new();
     for a in &devices {
         for b in &devices {
@@ -1123,6 +1126,7 @@ pub fn facts() -> Result<CudaFacts, String> {
         devices,
         library: loaded_library(),
         peers,
+        not_asked: Default::default(),
     })
 }
 

@@ -244,9 +244,23 @@ fn glob(pattern: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The version from the banner string in the file, else from the versioned file name.
+/// The version from the banner string in the file, else from the versioned file name. The
+/// banner is looked for in the ELF `.rodata` section first (a few MiB of a library of hundreds:
+/// a live `check` reads this on every run), then in the whole file.
 pub fn read_version(path: &Path) -> Result<Option<(String, String)>, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    use std::io::{Seek, SeekFrom};
+    let _t = crate::trace::span("nccl.read-version");
+    let mut f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some((off, len)) = rodata_range(&mut f) {
+        if f.seek(SeekFrom::Start(off)).is_ok() {
+            let part = (&mut f).take(len);
+            if let Ok(Some(v)) = scan_banner(part) {
+                return Ok(Some((v, "version string in the file".into())));
+            }
+        }
+    }
+    f.seek(SeekFrom::Start(0))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some(v) = scan_banner(f).map_err(|e| format!("{}: {e}", path.display()))? {
         return Ok(Some((v, "version string in the file".into())));
     }
@@ -321,7 +335,59 @@ pub fn scan_banner(mut r: impl Read) -> std::io::Result<Option<String>> {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    let (&first, rest) = needle.split_first()?;
+    let mut from = 0;
+    while let Some(i) = hay.get(from..)?.iter().position(|b| *b == first) {
+        let at = from + i;
+        if hay.get(at + 1..at + needle.len()) == Some(rest) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// Where the `.rodata` section of a 64-bit little-endian ELF file lies (offset, size), or
+/// `None` (another format, a damaged header: the caller scans the whole file).
+pub fn rodata_range(f: &mut (impl Read + std::io::Seek)) -> Option<(u64, u64)> {
+    use std::io::SeekFrom;
+    let mut eh = [0u8; 64];
+    f.seek(SeekFrom::Start(0)).ok()?;
+    f.read_exact(&mut eh).ok()?;
+    // \x7fELF, 64-bit, little-endian.
+    if eh[..4] != *b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |b: &[u8], o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let shoff = u64_at(&eh, 0x28)?;
+    let shentsize = usize::from(u16_at(&eh, 0x3a)?);
+    let shnum = usize::from(u16_at(&eh, 0x3c)?);
+    let shstrndx = usize::from(u16_at(&eh, 0x3e)?);
+    if shentsize < 64 || shnum == 0 || shnum > 4096 || shstrndx >= shnum {
+        return None;
+    }
+    let mut sh = vec![0u8; shentsize.checked_mul(shnum)?];
+    f.seek(SeekFrom::Start(shoff)).ok()?;
+    f.read_exact(&mut sh).ok()?;
+    let sec = |i: usize| {
+        let b = sh.get(i * shentsize..(i + 1) * shentsize)?;
+        Some((u32_at(b, 0)?, u64_at(b, 24)?, u64_at(b, 32)?))
+    };
+    let (_, str_off, str_size) = sec(shstrndx)?;
+    if str_size > 1 << 20 {
+        return None;
+    }
+    let mut names = vec![0u8; usize::try_from(str_size).ok()?];
+    f.seek(SeekFrom::Start(str_off)).ok()?;
+    f.read_exact(&mut names).ok()?;
+    (0..shnum).find_map(|i| {
+        let (name, off, size) = sec(i)?;
+        let n = names.get(usize::try_from(name).ok()?..)?;
+        let end = n.iter().position(|b| *b == 0)?;
+        (&n[..end] == b".rodata").then_some((off, size))
+    })
 }
 
 /// `site-packages/nvidia_nccl_cu12-2.28.9.dist-info` beside `site-packages/nvidia/nccl/lib`.

@@ -1,10 +1,14 @@
 //! NVML, loaded at run time by nvml-wrapper (no link-time dependency). A missing library or
-//! driver is an error value, never a crash. Called inside the live-facts worker.
+//! driver is an error value, never a crash. Called inside the `live-nvml` worker, which sends
+//! the parent what it needs to decide about CUDA ([`Early`]) before the per-GPU queries.
 
 use gdrdoctor_checks::model::{NvLink, NvmlFacts, NvmlGpu, NvmlPair, RemappedRows};
-use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
+use nvml_wrapper::enum_wrappers::device::{
+    ComputeMode, P2pCapabilitiesIndex, P2pStatus, TopologyLevel,
+};
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::Nvml;
+use serde::{Deserialize, Serialize};
 
 /// The error text of an NVML failure, with libloading's source chain (its Display alone is
 /// only "a libloading error occurred").
@@ -34,8 +38,64 @@ pub fn open() -> Result<Nvml, String> {
         .map_err(|e| format!("{lib}: nvmlInit failed: {}", err_text(&e)))
 }
 
+/// What the parent needs from NVML before it decides whether to start CUDA (the CUDA cache's
+/// key and the compute modes), sent ahead of the slower queries (see [`EARLY_PREFIX`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Early {
+    pub driver_version: Option<String>,
+    pub gpus: Vec<EarlyGpu>,
+    /// NVML could not be started (the parent then decides about CUDA without waiting for the
+    /// rest of the worker).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EarlyGpu {
+    /// PCI address, or `index N` when NVML could not say.
+    pub bdf: String,
+    pub uuid: Option<String>,
+    /// `default`, `exclusive-process`, `exclusive-thread`, `prohibited`; `None` when unknown.
+    pub compute_mode: Option<String>,
+}
+
+/// The progress-line prefix of the early message: `GDRDOCTOR-PROGRESS nvml-early <Early JSON>`.
+pub const EARLY_PREFIX: &str = "nvml-early ";
+
+fn compute_mode_name(m: ComputeMode) -> &'static str {
+    match m {
+        ComputeMode::Default => "default",
+        ComputeMode::ExclusiveThread => "exclusive-thread",
+        ComputeMode::Prohibited => "prohibited",
+        ComputeMode::ExclusiveProcess => "exclusive-process",
+    }
+}
+
+/// Every NVML fact the checks use.
 pub fn facts() -> Result<NvmlFacts, String> {
-    let nvml = open()?;
+    facts_with(&|_| {})
+}
+
+/// [`facts`], handing `early` the driver version, the GPUs' addresses, UUIDs and compute modes
+/// as soon as NVML knows them (before the per-GPU queries, which run on one thread per GPU).
+pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
+    let nvml = match crate::trace::timed("nvml.init", open) {
+        Ok(n) => n,
+        Err(why) => {
+            early(&Early {
+                error: Some(why.clone()),
+                ..Default::default()
+            });
+            return Err(why);
+        }
+    };
+    // The process ends right after the answer: skip nvmlShutdown (detaching every GPU costs
+    // time and the kernel closes the handles anyway).
+    let nvml = std::mem::ManuallyDrop::new(nvml);
+    let nvml: &Nvml = &nvml;
+    let sys = crate::trace::span("nvml.system");
     let mut f = NvmlFacts {
         driver_version: nvml.sys_driver_version().ok(),
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
@@ -43,163 +103,261 @@ pub fn facts() -> Result<NvmlFacts, String> {
         gpus: Vec::new(),
         pairs: Vec::new(),
     };
-    let n = nvml
-        .device_count()
-        .map_err(|e| format!("nvmlDeviceGetCount: {}", err_text(&e)))?;
+    let n = match nvml.device_count() {
+        Ok(n) => n,
+        Err(e) => {
+            let why = format!("nvmlDeviceGetCount: {}", err_text(&e));
+            early(&Early {
+                error: Some(why.clone()),
+                ..Default::default()
+            });
+            return Err(why);
+        }
+    };
+    drop(sys);
+    // First pass, cheap: handles, addresses, UUIDs, compute modes.
+    let first = crate::trace::span("nvml.identify");
+    let mut devs: Vec<Option<nvml_wrapper::Device<'_>>> = Vec::new();
+    let mut gpus: Vec<NvmlGpu> = Vec::new();
+    let mut errs: Vec<Vec<String>> = Vec::new();
     for i in 0..n {
-        let d = match nvml.device_by_index(i) {
-            Ok(d) => d,
-            Err(e) => {
-                f.gpus.push(NvmlGpu {
-                    bdf: format!("index {i}"),
-                    errors: vec![format!("nvmlDeviceGetHandleByIndex: {}", err_text(&e))],
-                    ..Default::default()
-                });
-                continue;
-            }
-        };
         let mut g = NvmlGpu::default();
-        let mut errs = Vec::new();
-        macro_rules! get {
-            ($call:expr, $name:literal) => {
-                match $call {
-                    Ok(v) => Some(v),
-                    Err(e) => {
-                        errs.push(format!("{}: {}", $name, err_text(&e)));
-                        None
+        let mut e = Vec::new();
+        match nvml.device_by_index(i) {
+            Ok(d) => {
+                g.bdf = match d.pci_info() {
+                    Ok(p) => crate::live::cuda::normalize_bdf(&p.bus_id),
+                    Err(x) => {
+                        e.push(format!("nvmlDeviceGetPciInfo: {}", err_text(&x)));
+                        format!("index {i}")
                     }
-                }
-            };
-        }
-        g.bdf = get!(d.pci_info(), "nvmlDeviceGetPciInfo")
-            .map(|p| crate::live::cuda::normalize_bdf(&p.bus_id))
-            .unwrap_or_else(|| format!("index {i}"));
-        g.name = get!(d.name(), "nvmlDeviceGetName");
-        g.uuid = get!(d.uuid(), "nvmlDeviceGetUUID");
-        g.memory_total = get!(d.memory_info(), "nvmlDeviceGetMemoryInfo").map(|m| m.total);
-        if let Some(b) = get!(d.bar1_memory_info(), "nvmlDeviceGetBAR1MemoryInfo") {
-            g.bar1_total = Some(b.total);
-            g.bar1_used = Some(b.used);
-        }
-        g.pcie_gen_current = get!(
-            d.current_pcie_link_gen(),
-            "nvmlDeviceGetCurrPcieLinkGeneration"
-        );
-        g.pcie_gen_max = get!(d.max_pcie_link_gen(), "nvmlDeviceGetMaxPcieLinkGeneration");
-        g.pcie_width_current = get!(
-            d.current_pcie_link_width(),
-            "nvmlDeviceGetCurrPcieLinkWidth"
-        );
-        g.pcie_width_max = get!(d.max_pcie_link_width(), "nvmlDeviceGetMaxPcieLinkWidth");
-        g.persistence_mode = get!(d.is_in_persistent_mode(), "nvmlDeviceGetPersistenceMode");
-        g.ecc_enabled =
-            get!(d.is_ecc_enabled(), "nvmlDeviceGetEccMode").map(|e| e.currently_enabled);
-        g.retired_pages_pending = get!(
-            d.are_pages_pending_retired(),
-            "nvmlDeviceGetRetiredPagesPendingStatus"
-        );
-        g.remapped_rows = remapped_rows(&nvml, &d, &mut errs);
-        g.pcie_replay_counter = d.pcie_replay_counter().ok().map(u64::from);
-        for l in 0..18u32 {
-            let w = d.link_wrapper_for(l);
-            match w.is_active() {
-                Ok(active) => g.nvlinks.push(NvLink {
-                    link: l,
-                    active,
-                    remote_bdf: if active {
-                        w.remote_pci_info()
-                            .ok()
-                            .map(|p| crate::live::cuda::normalize_bdf(&p.bus_id))
-                    } else {
-                        None
-                    },
-                    remote_type: if active {
-                        remote_device_type(&nvml, &d, l)
-                    } else {
-                        None
-                    },
-                    version: w.version().ok(),
-                    // Error counters (issue 17); `None` where the GPU answers Not Supported.
-                    replay_errors: active
-                        .then(|| w.error_counter(ErrorCounter::DlReplay).ok())
-                        .flatten(),
-                    recovery_errors: active
-                        .then(|| w.error_counter(ErrorCounter::DlRecovery).ok())
-                        .flatten(),
-                    crc_flit_errors: active
-                        .then(|| w.error_counter(ErrorCounter::DlCrcFlit).ok())
-                        .flatten(),
-                    crc_data_errors: active
-                        .then(|| w.error_counter(ErrorCounter::DlCrcData).ok())
-                        .flatten(),
-                }),
-                Err(_) => break,
+                };
+                g.uuid = d
+                    .uuid()
+                    .map_err(|x| e.push(format!("nvmlDeviceGetUUID: {}", err_text(&x))))
+                    .ok();
+                g.compute_mode = d
+                    .compute_mode()
+                    .map(|m| compute_mode_name(m).to_string())
+                    .map_err(|x| e.push(format!("nvmlDeviceGetComputeMode: {}", err_text(&x))))
+                    .ok();
+                devs.push(Some(d));
+            }
+            Err(x) => {
+                g.bdf = format!("index {i}");
+                e.push(format!("nvmlDeviceGetHandleByIndex: {}", err_text(&x)));
+                devs.push(None);
             }
         }
-        g.errors = errs;
-        f.gpus.push(g);
+        gpus.push(g);
+        errs.push(e);
     }
-    f.pairs = pairs(&nvml, n);
+    drop(first);
+    early(&Early {
+        error: None,
+        driver_version: f.driver_version.clone(),
+        gpus: gpus
+            .iter()
+            .map(|g| EarlyGpu {
+                bdf: g.bdf.clone(),
+                uuid: g.uuid.clone(),
+                compute_mode: g.compute_mode.clone(),
+            })
+            .collect(),
+    });
+    // Second pass: one thread per GPU (NVML is thread-safe; the driver serves GPUs apart).
+    let bdfs: Vec<String> = gpus.iter().map(|g| g.bdf.clone()).collect();
+    let results: Vec<(NvmlGpu, Vec<NvmlPair>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = gpus
+            .into_iter()
+            .zip(errs)
+            .enumerate()
+            .map(|(i, (g, e))| {
+                let devs = &devs;
+                let bdfs = &bdfs;
+                s.spawn(move || {
+                    let mut t = crate::trace::span("nvml.gpu");
+                    t.detail(|| bdfs.get(i).cloned().unwrap_or_default());
+                    match &devs[i] {
+                        Some(d) => {
+                            let g = gpu_facts(nvml, d, g, e);
+                            let pairs = pairs_from(nvml, devs, bdfs, i);
+                            (g, pairs)
+                        }
+                        None => (NvmlGpu { errors: e, ..g }, Vec::new()),
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| {
+                h.join().unwrap_or_else(|_| {
+                    (
+                        NvmlGpu {
+                            bdf: format!("index {i}"),
+                            errors: vec!["the NVML query thread panicked".into()],
+                            ..Default::default()
+                        },
+                        Vec::new(),
+                    )
+                })
+            })
+            .collect()
+    });
+    for (g, p) in results {
+        f.gpus.push(g);
+        f.pairs.extend(p);
+    }
     Ok(f)
 }
 
-/// Topology and P2P status of every GPU pair.
-fn pairs(nvml: &Nvml, n: u32) -> Vec<NvmlPair> {
-    let mut out = Vec::new();
-    let devs: Vec<Option<nvml_wrapper::Device<'_>>> =
-        (0..n).map(|i| nvml.device_by_index(i).ok()).collect();
-    let bdf = |d: &nvml_wrapper::Device<'_>| {
-        d.pci_info()
-            .map(|p| crate::live::cuda::normalize_bdf(&p.bus_id))
-            .unwrap_or_default()
-    };
-    for i in 0..devs.len() {
-        for j in i + 1..devs.len() {
-            let (Some(a), Some(b)) = (&devs[i], &devs[j]) else {
-                continue;
-            };
-            let mut p = NvmlPair {
-                a: bdf(a),
-                b: bdf(b),
-                ..Default::default()
-            };
-            match nvml.topology_common_ancestor(a, b) {
-                Ok(l) => {
-                    p.common_ancestor = Some(
-                        match l {
-                            TopologyLevel::Internal => "internal",
-                            TopologyLevel::Single => "single",
-                            TopologyLevel::Multiple => "multiple",
-                            TopologyLevel::HostBridge => "hostbridge",
-                            TopologyLevel::Node => "node",
-                            TopologyLevel::System => "system",
-                        }
-                        .to_string(),
-                    )
-                }
-                Err(e) => p.errors.push(format!(
-                    "nvmlDeviceGetTopologyCommonAncestor: {}",
-                    err_text(&e)
-                )),
-            }
-            for (name, idx) in [
-                ("read", P2pCapabilitiesIndex::Read),
-                ("write", P2pCapabilitiesIndex::Write),
-                ("nvlink", P2pCapabilitiesIndex::NvLink),
-                ("atomics", P2pCapabilitiesIndex::Atomics),
-                ("prop", P2pCapabilitiesIndex::Prop),
-            ] {
-                match a.p2p_status(b, idx) {
-                    Ok(s) => {
-                        p.p2p.insert(name.to_string(), p2p_name(s).to_string());
-                    }
-                    Err(e) => p
-                        .errors
-                        .push(format!("nvmlDeviceGetP2PStatus({name}): {}", err_text(&e))),
+/// Everything NVML says about one GPU (its address, UUID and compute mode are already in `g`).
+fn gpu_facts(
+    nvml: &Nvml,
+    d: &nvml_wrapper::Device<'_>,
+    mut g: NvmlGpu,
+    mut errs: Vec<String>,
+) -> NvmlGpu {
+    macro_rules! get {
+        ($call:expr, $name:literal) => {
+            match $call {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    errs.push(format!("{}: {}", $name, err_text(&e)));
+                    None
                 }
             }
-            out.push(p);
+        };
+    }
+    g.name = get!(d.name(), "nvmlDeviceGetName");
+    if let Some(cc) = get!(
+        d.cuda_compute_capability(),
+        "nvmlDeviceGetCudaComputeCapability"
+    ) {
+        g.cc_major = Some(cc.major);
+        g.cc_minor = Some(cc.minor);
+    }
+    g.memory_total = get!(d.memory_info(), "nvmlDeviceGetMemoryInfo").map(|m| m.total);
+    if let Some(b) = get!(d.bar1_memory_info(), "nvmlDeviceGetBAR1MemoryInfo") {
+        g.bar1_total = Some(b.total);
+        g.bar1_used = Some(b.used);
+    }
+    g.pcie_gen_current = get!(
+        d.current_pcie_link_gen(),
+        "nvmlDeviceGetCurrPcieLinkGeneration"
+    );
+    g.pcie_gen_max = get!(d.max_pcie_link_gen(), "nvmlDeviceGetMaxPcieLinkGeneration");
+    g.pcie_width_current = get!(
+        d.current_pcie_link_width(),
+        "nvmlDeviceGetCurrPcieLinkWidth"
+    );
+    g.pcie_width_max = get!(d.max_pcie_link_width(), "nvmlDeviceGetMaxPcieLinkWidth");
+    g.persistence_mode = get!(d.is_in_persistent_mode(), "nvmlDeviceGetPersistenceMode");
+    g.ecc_enabled = get!(d.is_ecc_enabled(), "nvmlDeviceGetEccMode").map(|e| e.currently_enabled);
+    g.retired_pages_pending = get!(
+        d.are_pages_pending_retired(),
+        "nvmlDeviceGetRetiredPagesPendingStatus"
+    );
+    g.remapped_rows = remapped_rows(nvml, d, &mut errs);
+    g.pcie_replay_counter = d.pcie_replay_counter().ok().map(u64::from);
+    for l in 0..18u32 {
+        let w = d.link_wrapper_for(l);
+        match w.is_active() {
+            Ok(active) => g.nvlinks.push(NvLink {
+                link: l,
+                active,
+                remote_bdf: if active {
+                    w.remote_pci_info()
+                        .ok()
+                        .map(|p| crate::live::cuda::normalize_bdf(&p.bus_id))
+                } else {
+                    None
+                },
+                remote_type: if active {
+                    remote_device_type(nvml, d, l)
+                } else {
+                    None
+                },
+                version: w.version().ok(),
+                // Error counters (issue 17); `None` where the GPU answers Not Supported.
+                replay_errors: active
+                    .then(|| w.error_counter(ErrorCounter::DlReplay).ok())
+                    .flatten(),
+                recovery_errors: active
+                    .then(|| w.error_counter(ErrorCounter::DlRecovery).ok())
+                    .flatten(),
+                crc_flit_errors: active
+                    .then(|| w.error_counter(ErrorCounter::DlCrcFlit).ok())
+                    .flatten(),
+                crc_data_errors: active
+                    .then(|| w.error_counter(ErrorCounter::DlCrcData).ok())
+                    .flatten(),
+            }),
+            Err(_) => break,
         }
+    }
+    g.errors = errs;
+    g
+}
+
+/// Topology and P2P status of the pairs (i, j) with j > i (NVML order).
+fn pairs_from(
+    nvml: &Nvml,
+    devs: &[Option<nvml_wrapper::Device<'_>>],
+    bdfs: &[String],
+    i: usize,
+) -> Vec<NvmlPair> {
+    let mut out = Vec::new();
+    let Some(Some(a)) = devs.get(i) else {
+        return out;
+    };
+    for j in i + 1..devs.len() {
+        let Some(Some(b)) = devs.get(j) else {
+            continue;
+        };
+        let mut p = NvmlPair {
+            a: bdfs.get(i).cloned().unwrap_or_default(),
+            b: bdfs.get(j).cloned().unwrap_or_default(),
+            ..Default::default()
+        };
+        match nvml.topology_common_ancestor(a, b) {
+            Ok(l) => {
+                p.common_ancestor = Some(
+                    match l {
+                        TopologyLevel::Internal => "internal",
+                        TopologyLevel::Single => "single",
+                        TopologyLevel::Multiple => "multiple",
+                        TopologyLevel::HostBridge => "hostbridge",
+                        TopologyLevel::Node => "node",
+                        TopologyLevel::System => "system",
+                    }
+                    .to_string(),
+                )
+            }
+            Err(e) => p.errors.push(format!(
+                "nvmlDeviceGetTopologyCommonAncestor: {}",
+                err_text(&e)
+            )),
+        }
+        for (name, idx) in [
+            ("read", P2pCapabilitiesIndex::Read),
+            ("write", P2pCapabilitiesIndex::Write),
+            ("nvlink", P2pCapabilitiesIndex::NvLink),
+            ("atomics", P2pCapabilitiesIndex::Atomics),
+            ("prop", P2pCapabilitiesIndex::Prop),
+        ] {
+            match a.p2p_status(b, idx) {
+                Ok(s) => {
+                    p.p2p.insert(name.to_string(), p2p_name(s).to_string());
+                }
+                Err(e) => p
+                    .errors
+                    .push(format!("nvmlDeviceGetP2PStatus({name}): {}", err_text(&e))),
+            }
+        }
+        out.push(p);
     }
     out
 }

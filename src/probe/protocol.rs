@@ -23,8 +23,8 @@ pub const PROGRESS_PREFIX: &str = "GDRDOCTOR-PROGRESS ";
 #[serde(deny_unknown_fields)]
 pub struct Request {
     pub protocol: u32,
-    /// The task: a probe's name (`registration`, `hang`, ...) or a built-in (`live-facts`,
-    /// `health`, `selftest-*`).
+    /// The task: a probe's name (`registration`, `hang`, ...) or a built-in (`live-nvml`,
+    /// `live-cuda`, `health`, `selftest-*`).
     pub task: String,
     /// The task's parameters (its own serde type).
     #[serde(default)]

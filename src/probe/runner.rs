@@ -274,9 +274,11 @@ pub fn run_with(
     }
     forward_signals();
     let start = Instant::now();
+    let spawn_ns = crate::trace::now_ns();
     let mut child = cmd
         .spawn()
         .map_err(|e| RunFailure::Spawn(format!("{}: cannot start worker: {e}", exe.display())))?;
+    crate::trace::record("worker.spawn", spawn_ns, task);
     let pid = child.id() as i32;
     track(pid);
     if let Some(mut stdin) = child.stdin.take() {
@@ -324,6 +326,10 @@ pub fn run_with(
                             while let Some(i) = buf.iter().position(|b| *b == b'\n') {
                                 let line: Vec<u8> = buf.drain(..=i).collect();
                                 let line = String::from_utf8_lossy(&line).trim_end().to_string();
+                                // GDRDOCTOR_TRACE: the worker's phases join the parent's.
+                                if crate::trace::ingest(task, &line) {
+                                    continue;
+                                }
                                 if let Some(p) = line.strip_prefix(PROGRESS_PREFIX) {
                                     on_progress(p);
                                 }
@@ -370,7 +376,9 @@ pub fn run_with(
                 untrack(pid);
                 return Outcome::TimedOut;
             }
-            std::thread::sleep(Duration::from_millis(5));
+            // Short: a live-facts worker is done in tens of milliseconds, and every
+            // millisecond here is one of `check`'s.
+            std::thread::sleep(Duration::from_millis(1));
         }
     });
     let elapsed = start.elapsed();

@@ -18,6 +18,22 @@ pub const EXIT_ORPHANED: i32 = 125;
 const MAX_REQUEST: u64 = 1 << 20;
 
 pub fn main(args: &[String]) -> i32 {
+    crate::trace::init();
+    let code = serve_request(args);
+    crate::trace::flush_to_parent();
+    // `check`'s live-facts workers have answered (stdout flushed, stderr unbuffered): leave at
+    // once, without the libraries' exit handlers (NVML's and libcuda's teardown), which the
+    // parent would otherwise wait for. The probes' workers exit normally.
+    if args
+        .first()
+        .is_some_and(|t| t == "live-nvml" || t == "live-cuda")
+    {
+        os::exit_now(code);
+    }
+    code
+}
+
+fn serve_request(args: &[String]) -> i32 {
     if let Some(parent) = std::env::var(PARENT_ENV)
         .ok()
         .and_then(|p| p.parse::<i32>().ok())
@@ -54,7 +70,10 @@ pub fn main(args: &[String]) -> i32 {
     {
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }
-    let r = std::panic::catch_unwind(|| dispatch(&req.task, req.params.clone()));
+    let r = std::panic::catch_unwind(|| {
+        let _t = crate::trace::span("worker.task");
+        dispatch(&req.task, req.params.clone())
+    });
     let outcome = match r {
         Ok(Ok(v)) => Outcome::Ok(v),
         Ok(Err(e)) => Outcome::Err(e),
@@ -81,7 +100,15 @@ fn dispatch(task: &str, params: serde_json::Value) -> Result<serde_json::Value, 
         return (p.worker)(params);
     }
     match task {
-        "live-facts" => protocol::output(&crate::live::gather()),
+        // `check`'s live facts: NVML (+ libibverbs, NCCL files), then CUDA when needed.
+        "live-nvml" => protocol::output(&crate::live::gather_nvml(&|e| {
+            if let Ok(j) = serde_json::to_string(e) {
+                protocol::progress(&format!("{}{j}", crate::live::nvml::EARLY_PREFIX));
+            }
+        })),
+        "live-cuda" => protocol::serve(params, |p: crate::live::CudaParams| {
+            crate::live::gather_cuda(&p).map_err(|detail| WorkerError::Failed { detail })
+        }),
         "health" => protocol::serve(params, |()| super::health::worker()),
         // Self-tests of the runner (deadline, crash, garbage, result protocol); no GPU needed.
         "selftest-sleep" => protocol::serve(params, |secs: u64| {

@@ -262,7 +262,10 @@ impl<'a> Scenario<'a> {
             .env(gdrdoctor::live::stand_in::LIVE_ROOT_ENV, &self.root)
             .env("GDRDOCTOR_STUB_SCENARIO", &scenario)
             .env("GDRDOCTOR_STUB_LOG", &log)
-            .env("GDRDOCTOR_STATE_DIR", super::test_state_dir())
+            // A state directory per scenario: the CUDA answers one scenario's libcuda gave
+            // (kept per boot, driver and GPU set, all the same across scenarios) must not
+            // answer for the next scenario's.
+            .env("GDRDOCTOR_STATE_DIR", dir.join("state"))
             .env_remove(gdrdoctor::live::stand_in::PAGE_SIZE_ENV)
             .env_remove("NO_COLOR")
             .env_remove("COLUMNS")

@@ -133,12 +133,17 @@ pub fn gdr_support(node: &Node) -> Vec<Finding> {
     let mut out = Vec::new();
     for g in gpus {
         let Some(d) = cuda_for(node, &g.bdf) else {
-            out.push(Finding::new(
-                ID,
-                Status::Skip,
-                &g.bdf,
-                "cuda does not see this gpu (CUDA_VISIBLE_DEVICES, or it is not usable)",
-            ));
+            // Left out on purpose (its compute mode says a job may hold it), or not visible.
+            let why = node
+                .live
+                .cuda
+                .get()
+                .and_then(|c| c.not_asked.get(&g.bdf))
+                .map(|w| format!("cuda {w}"))
+                .unwrap_or_else(|| {
+                    "cuda does not see this gpu (CUDA_VISIBLE_DEVICES, or it is not usable)".into()
+                });
+            out.push(Finding::new(ID, Status::Skip, &g.bdf, why));
             continue;
         };
         let facts = format!(
@@ -151,7 +156,8 @@ pub fn gdr_support(node: &Node) -> Vec<Finding> {
             opt(d.gpu_direct_rdma_flush_writes_options),
             opt(d.gpu_direct_rdma_with_cuda_vmm_supported)
         );
-        let src = "cuDeviceGetAttribute";
+        let src = node.live.cuda_evidence("cuDeviceGetAttribute");
+        let src = src.as_str();
         let f = match d.gpu_direct_rdma_supported {
             Some(1) => Finding::new(ID, Status::Pass, &g.bdf, format!("cuda reports gpudirect rdma supported ({}, dma-buf {})", d.name, if d.dma_buf_supported == Some(1) { "supported" } else { "not supported" })).evidence(src, facts),
             Some(0) => Finding::new(ID, Status::Fail, &g.bdf, format!("cuda reports GPU_DIRECT_RDMA_SUPPORTED=0 for {}: nccl turns gdr off for this gpu, silently", d.name))
@@ -392,7 +398,7 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
         }
         if let (Some(x), Some(y)) = (p.cuda_ab, p.cuda_ba) {
             f = f.evidence(
-                "cuDeviceCanAccessPeer a->b / b->a",
+                node.live.cuda_evidence("cuDeviceCanAccessPeer a->b / b->a"),
                 format!("{} / {}", u8::from(x), u8::from(y)),
             );
         }
@@ -637,6 +643,39 @@ mod tests {
             assert!(f[0].evidence[0]
                 .observed
                 .contains(&format!("GPU_DIRECT_RDMA_SUPPORTED={v}")));
+            assert_eq!(f[0].evidence[0].source, "cuDeviceGetAttribute");
         }
+        // Answered by the cache of an earlier run: the evidence says so.
+        n.live.cuda = Fact::known(
+            CudaFacts {
+                driver_version: 13000,
+                devices: vec![dev(1)],
+                ..Default::default()
+            },
+            "cache /run/gdrdoctor/cuda-facts.json (cuDeviceGetAttribute 5.0 min ago, this boot, driver 580.159.04)",
+        );
+        let f = gdr_support(&n);
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(
+            f[0].evidence[0]
+                .source
+                .starts_with("cuDeviceGetAttribute via cache /run/gdrdoctor/cuda-facts.json"),
+            "{}",
+            f[0].evidence[0].source
+        );
+        // Left out on purpose (compute mode): a skip that says why, never a pass.
+        let mut left = CudaFacts::default();
+        left.not_asked.insert(
+            "0000:18:00.0".into(),
+            "not asked: compute mode exclusive-process (a job may hold this gpu; gdrdoctor starts no CUDA on it)".into(),
+        );
+        n.live.cuda = known(left);
+        let f = gdr_support(&n);
+        assert_eq!(f[0].status, Status::Skip);
+        assert!(
+            f[0].message.contains("compute mode exclusive-process"),
+            "{}",
+            f[0].message
+        );
     }
 }

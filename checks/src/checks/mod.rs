@@ -274,19 +274,42 @@ impl Selection {
 /// Run the selected checks. A check that panics becomes one `error` finding instead of taking
 /// the whole report down.
 pub fn run(node: &Node, sel: &Selection) -> Vec<Finding> {
-    let mut out = Vec::new();
-    for def in CHECKS.iter().filter(|d| sel.wants(d)) {
-        match std::panic::catch_unwind(|| (def.run)(node)) {
-            Ok(f) => out.extend(f),
-            Err(_) => out.push(Finding::new(
-                def.id,
-                crate::report::Status::Error,
-                "node",
-                "internal error in this check; please report it with a `gdrdoctor snapshot`",
-            )),
-        }
+    let defs: Vec<&CheckDef> = CHECKS.iter().filter(|d| sel.wants(d)).collect();
+    let one = |def: &CheckDef| match std::panic::catch_unwind(|| (def.run)(node)) {
+        Ok(f) => f,
+        Err(_) => vec![Finding::new(
+            def.id,
+            crate::report::Status::Error,
+            "node",
+            "internal error in this check; please report it with a `gdrdoctor snapshot`",
+        )],
+    };
+    // The checks are pure functions of the node: a few threads, the findings kept in table
+    // order (a live `check` waits for them).
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4);
+    if threads < 2 || defs.len() < 16 {
+        return defs.into_iter().flat_map(one).collect();
     }
-    out
+    let chunk = defs.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = defs
+            .chunks(chunk)
+            .map(|part| s.spawn(move || part.iter().flat_map(|d| one(d)).collect::<Vec<_>>()))
+            .collect();
+        let mut out = Vec::new();
+        for (h, part) in handles.into_iter().zip(defs.chunks(chunk)) {
+            // A thread cannot fail (every check runs under catch_unwind); should it anyway,
+            // its checks run again here.
+            match h.join() {
+                Ok(f) => out.extend(f),
+                Err(_) => out.extend(part.iter().flat_map(|d| one(d))),
+            }
+        }
+        out
+    })
 }
 
 pub fn find(id: &str) -> Option<&'static CheckDef> {

@@ -1,0 +1,716 @@
+//! Issue 16: a live `check` that pays for CUDA only when its answer is not known, never
+//! disturbs a running job, and reads only the config space the checks use.
+//!
+//! * The CUDA cache, end to end: `gdrdoctor check` against stand-in `libcuda.so.1` and
+//!   `libnvidia-ml.so.1` (tests/standin/*.c, built here with `cc`; issue 20 is building fuller
+//!   stand-ins, these are the minimum these tests need). The stand-ins log every call, with the
+//!   `CUDA_VISIBLE_DEVICES` the process had, so a test sees whether a run started CUDA, on
+//!   which GPUs, and that no context-creating or allocating function was ever called.
+//! * The key: a changed driver version, GPU UUID or PCI address makes the next run ask CUDA
+//!   again (the boot id and the kernel-module inputs, which a test process cannot change, are
+//!   covered by `live::cache`'s unit tests over the same code).
+//! * Partial config-space reads: the decoder's view of every captured config space (fixtures,
+//!   the real captures in ../shared/realdata, this machine's own devices, and random mutations
+//!   of an H200's) is the same whether the whole file or only the bytes it reads were fetched.
+//! * The live-facts path calls no CUDA function that creates a context (a source scan of
+//!   `src/live/cuda.rs`, beside the stand-in's run-time check).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::require;
+use gdrdoctor::reader::Root;
+use gdrdoctor_checks::pci::config::{decode, parse_hex_dump, touched};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stand-in libraries
+// ---------------------------------------------------------------------------------------------
+
+/// The directory holding the stand-in libcuda and libnvidia-ml, or a visible skip.
+fn standins() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("standin-libs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = repo().join("tests/standin");
+        for (c, lib, links) in [
+            ("cuda.c", "libcuda.so.1", &["libcuda.so"][..]),
+            ("nvml.c", "libnvidia-ml.so.1", &[][..]),
+        ] {
+            let out = Command::new("cc")
+                .args(["-shared", "-fPIC", "-Wall", "-O1", "-o"])
+                .arg(dir.join(lib))
+                .arg(src.join(c))
+                .output();
+            match out {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => panic!(
+                    "building the stand-in {lib}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ),
+                Err(e) => {
+                    require::skip(
+                        "the CUDA cache against stand-in libcuda and libnvidia-ml",
+                        &format!("`cc` cannot be run ({e})"),
+                        "apt-get install gcc",
+                    );
+                    return None;
+                }
+            }
+            for l in links {
+                let _ = std::fs::remove_file(dir.join(l));
+                std::os::unix::fs::symlink(lib, dir.join(l)).unwrap();
+            }
+        }
+        Some(dir)
+    })
+    .as_deref()
+}
+
+/// One live `check` against the stand-ins: (exit code, stderr, the calls the stand-ins logged).
+struct Node {
+    state: tempfile::TempDir,
+    log: PathBuf,
+    gpus: String,
+    driver: String,
+}
+
+impl Node {
+    fn new(gpus: &str) -> Node {
+        let state = tempfile::tempdir().unwrap();
+        let log = state.path().join("calls.log");
+        Node {
+            state,
+            log,
+            gpus: gpus.into(),
+            driver: "580.159.04".into(),
+        }
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.state.path().join("state/cuda-facts.json")
+    }
+
+    /// Run `gdrdoctor check ARGS`; returns stderr and the calls logged by this run.
+    fn check(&self, args: &[&str]) -> (String, Vec<String>) {
+        let _ = std::fs::remove_file(&self.log);
+        let dir = standins().unwrap();
+        let out = Command::new(common::bin())
+            .arg("check")
+            .args(["--format", "json", "--only", "gpu"])
+            .args(args)
+            .env("LD_LIBRARY_PATH", dir)
+            .env("GDRDOCTOR_STATE_DIR", self.state.path().join("state"))
+            .env("GDRDOCTOR_STANDIN_GPUS", &self.gpus)
+            .env("GDRDOCTOR_STANDIN_DRIVER", &self.driver)
+            .env("GDRDOCTOR_STANDIN_LOG", &self.log)
+            .env("GDRDOCTOR_TRACE", "1")
+            .env_remove("CUDA_VISIBLE_DEVICES")
+            .env_remove("GDRDOCTOR_COLLECT_TIMING")
+            .output()
+            .unwrap();
+        let calls = std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+        assert!(
+            !calls.iter().any(|c| c.contains("FORBIDDEN")),
+            "check called a context-creating or allocating CUDA function: {calls:?}"
+        );
+        assert!(
+            out.status.code().is_some_and(|c| c != 2),
+            "check could not run: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (String::from_utf8_lossy(&out.stderr).into_owned(), calls)
+    }
+
+    fn cached(&self) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.cache()).unwrap()).unwrap()
+    }
+}
+
+fn cu_inits(calls: &[String]) -> Vec<&String> {
+    calls
+        .iter()
+        .filter(|c| c.starts_with("cuda cuInit"))
+        .collect()
+}
+
+fn cached_bdfs(v: &serde_json::Value) -> Vec<String> {
+    v["facts"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["bdf"].as_str().unwrap().to_string())
+        .collect()
+}
+
+const TWO: &str = "0000:18:00.0=GPU-aaaaaaaa-0000=default;0000:2a:00.0=GPU-bbbbbbbb-0000=default";
+
+#[test]
+fn a_cold_run_fills_the_cache_and_a_warm_run_starts_no_cuda() {
+    if standins().is_none() {
+        return;
+    }
+    let n = Node::new(TWO);
+    let (err, calls) = n.check(&[]);
+    assert_eq!(cu_inits(&calls).len(), 1, "cold: {calls:?}\n{err}");
+    // Never an MPS client (a root client would make the daemon stop the users' MPS server).
+    assert!(
+        cu_inits(&calls)[0].contains("CUDA_MPS_PIPE_DIRECTORY=/proc/self/gdrdoctor-no-mps "),
+        "{calls:?}"
+    );
+    assert!(err.contains("cache.load") && err.contains("miss"), "{err}");
+    let v = n.cached();
+    assert_eq!(cached_bdfs(&v), ["0000:18:00.0", "0000:2a:00.0"]);
+    assert_eq!(v["key"]["driver_version"], "580.159.04");
+    // Warm: NVML only.
+    let (err, calls) = n.check(&[]);
+    assert!(
+        cu_inits(&calls).is_empty(),
+        "warm run started CUDA: {calls:?}"
+    );
+    assert!(
+        calls.iter().any(|c| c.starts_with("nvml nvmlInit")),
+        "{calls:?}"
+    );
+    assert!(err.contains("cache.load") && err.contains("hit"), "{err}");
+    assert!(!err.contains("live.cuda-worker"), "{err}");
+}
+
+#[test]
+fn a_changed_driver_gpu_uuid_or_pci_address_asks_cuda_again() {
+    if standins().is_none() {
+        return;
+    }
+    let mut n = Node::new(TWO);
+    n.check(&[]);
+    assert!(cu_inits(&n.check(&[]).1).is_empty());
+    // Driver upgrade (reload).
+    n.driver = "580.160.01".into();
+    let (err, calls) = n.check(&[]);
+    assert_eq!(cu_inits(&calls).len(), 1, "{err}");
+    assert!(
+        err.contains("the driver changed (580.159.04 -> 580.160.01)"),
+        "{err}"
+    );
+    assert_eq!(n.cached()["key"]["driver_version"], "580.160.01");
+    assert!(cu_inits(&n.check(&[]).1).is_empty());
+    // A GPU swapped for another in the same slot.
+    n.gpus = TWO.replace("GPU-bbbbbbbb-0000", "GPU-cccccccc-0000");
+    let (err, calls) = n.check(&[]);
+    assert_eq!(cu_inits(&calls).len(), 1, "{err}");
+    assert!(err.contains("new: 0000:2a:00.0 GPU-cccccccc-0000"), "{err}");
+    assert!(cu_inits(&n.check(&[]).1).is_empty());
+    // The same GPU at another PCI address.
+    n.gpus = n.gpus.replace("0000:2a:00.0", "0000:2b:00.0");
+    let (err, calls) = n.check(&[]);
+    assert_eq!(cu_inits(&calls).len(), 1, "{err}");
+    assert_eq!(cached_bdfs(&n.cached()), ["0000:18:00.0", "0000:2b:00.0"]);
+    // A GPU gone.
+    n.gpus = "0000:18:00.0=GPU-aaaaaaaa-0000=default".into();
+    let (_, calls) = n.check(&[]);
+    assert_eq!(cu_inits(&calls).len(), 1);
+    assert_eq!(cached_bdfs(&n.cached()), ["0000:18:00.0"]);
+}
+
+#[test]
+fn a_damaged_cache_is_ignored_and_rewritten() {
+    if standins().is_none() {
+        return;
+    }
+    let n = Node::new(TWO);
+    n.check(&[]);
+    let text = std::fs::read_to_string(n.cache()).unwrap();
+    let planted = text.replacen(
+        "\"gpu_direct_rdma_supported\": 1",
+        "\"gpu_direct_rdma_supported\": 0",
+        1,
+    );
+    assert_ne!(text, planted);
+    std::fs::write(n.cache(), &planted).unwrap();
+    let (err, calls) = n.check(&[]);
+    assert_eq!(
+        cu_inits(&calls).len(),
+        1,
+        "a damaged cache was trusted: {err}"
+    );
+    assert!(err.contains("checksum"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(n.cache()).unwrap().len(),
+        text.len()
+    );
+    assert!(cu_inits(&n.check(&[]).1).is_empty());
+}
+
+#[test]
+fn no_cache_asks_cuda_every_time_and_keeps_nothing() {
+    if standins().is_none() {
+        return;
+    }
+    let n = Node::new(TWO);
+    for _ in 0..2 {
+        let (_, calls) = n.check(&["--no-cache"]);
+        assert_eq!(cu_inits(&calls).len(), 1);
+    }
+    assert!(!n.cache().exists());
+}
+
+#[test]
+fn gpus_in_exclusive_or_prohibited_mode_are_hidden_from_cuda() {
+    if standins().is_none() {
+        return;
+    }
+    let n = Node::new(
+        "0000:18:00.0=GPU-aaaaaaaa-0000=default;0000:2a:00.0=GPU-bbbbbbbb-0000=exclusive-process;0000:3a:00.0=GPU-dddddddd-0000=prohibited",
+    );
+    let (err, calls) = n.check(&[]);
+    let inits = cu_inits(&calls);
+    assert_eq!(inits.len(), 1, "{err}");
+    // cuInit ran with only the default-mode GPU visible: it never opened the others.
+    assert!(
+        inits[0].ends_with("CUDA_VISIBLE_DEVICES=GPU-aaaaaaaa-0000"),
+        "{inits:?}"
+    );
+    let v = n.cached();
+    assert_eq!(cached_bdfs(&v), ["0000:18:00.0"]);
+    let left = v["facts"]["not_asked"].as_object().unwrap();
+    assert!(left["0000:2a:00.0"]
+        .as_str()
+        .unwrap()
+        .contains("compute mode exclusive-process"));
+    assert!(left["0000:3a:00.0"]
+        .as_str()
+        .unwrap()
+        .contains("compute mode prohibited"));
+    // Still exclusive: the partial answer is valid.
+    assert!(cu_inits(&n.check(&[]).1).is_empty());
+    // Every GPU exclusive: no CUDA at all.
+    let all = Node::new(
+        "0000:18:00.0=GPU-aaaaaaaa-0000=exclusive-process;0000:2a:00.0=GPU-bbbbbbbb-0000=exclusive-process",
+    );
+    let (err, calls) = all.check(&[]);
+    assert!(cu_inits(&calls).is_empty(), "{calls:?}\n{err}");
+    assert!(!calls.iter().any(|c| c.starts_with("cuda ")), "{calls:?}");
+}
+
+#[test]
+fn a_gpu_back_to_default_mode_is_asked_again() {
+    if standins().is_none() {
+        return;
+    }
+    let mut n = Node::new(
+        "0000:18:00.0=GPU-aaaaaaaa-0000=default;0000:2a:00.0=GPU-bbbbbbbb-0000=exclusive-process",
+    );
+    n.check(&[]);
+    n.gpus = TWO.into();
+    let (err, calls) = n.check(&[]);
+    let inits = cu_inits(&calls);
+    assert_eq!(inits.len(), 1, "{err}");
+    assert!(
+        inits[0].ends_with("CUDA_VISIBLE_DEVICES=(unset)"),
+        "{inits:?}"
+    );
+    assert!(err.contains("can be asked now"), "{err}");
+    assert_eq!(cached_bdfs(&n.cached()), ["0000:18:00.0", "0000:2a:00.0"]);
+}
+
+#[test]
+fn the_trace_names_every_phase() {
+    if standins().is_none() {
+        return;
+    }
+    let n = Node::new(TWO);
+    let (err, _) = n.check(&[]);
+    for phase in [
+        "process-start",
+        "cli.parse",
+        "source.open",
+        "collect.files",
+        "collect.pci",
+        "collect.live",
+        "worker.spawn",
+        "[live-nvml] process-start",
+        "[live-nvml] nvml.init",
+        "[live-nvml] nvml.identify",
+        "[live-nvml] nvml.gpu",
+        "cache.key",
+        "cache.load",
+        "[live-cuda] cuda.init",
+        "[live-cuda] cuda.attributes",
+        "cache.save",
+        "checks",
+        "render",
+    ] {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("gdrdoctor: trace:") && l.contains(&format!("  {phase}"))),
+            "no `{phase}` line in the trace:\n{err}"
+        );
+    }
+    // Sorted by start.
+    let starts: Vec<f64> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("gdrdoctor: trace:"))
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] <= w[1]), "{err}");
+    // Unset: not one line.
+    let out = Command::new(common::bin())
+        .args(["check", "--static", "--format", "json"])
+        .env("GDRDOCTOR_STATE_DIR", n.state.path().join("state"))
+        .env_remove("GDRDOCTOR_TRACE")
+        .env_remove("GDRDOCTOR_COLLECT_TIMING")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("trace:"));
+    // The older name still prints the phases.
+    let out = Command::new(common::bin())
+        .args(["check", "--static", "--format", "json"])
+        .env("GDRDOCTOR_STATE_DIR", n.state.path().join("state"))
+        .env_remove("GDRDOCTOR_TRACE")
+        .env("GDRDOCTOR_COLLECT_TIMING", "1")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("  collect.pci"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// No context in the live-facts path (source scan)
+// ---------------------------------------------------------------------------------------------
+
+/// The driver calls `check` may make: none creates a context, allocates, or launches.
+const CHECK_MAY_CALL: [&str; 10] = [
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetAttribute",
+    "cuDeviceGetName",
+    "cuDeviceGetPCIBusId",
+    "cuDeviceTotalMem_v2",
+    "cuDeviceCanAccessPeer",
+    "cuDeviceGetP2PAttribute",
+];
+
+/// The body of `fn name` in `src` (from its line to the matching closing brace).
+fn body<'a>(src: &'a str, sig: &str) -> &'a str {
+    let start = src
+        .find(sig)
+        .unwrap_or_else(|| panic!("`{sig}` not found in src/live/cuda.rs"));
+    let mut depth = 0i32;
+    let mut seen = false;
+    for (i, c) in src[start..].char_indices() {
+        match c {
+            '{' => {
+                depth += 1;
+                seen = true;
+            }
+            '}' => {
+                depth -= 1;
+                if seen && depth == 0 {
+                    return &src[start..start + i + 1];
+                }
+            }
+            _ => {}
+        }
+    }
+    &src[start..]
+}
+
+fn sys_calls(text: &str) -> Vec<String> {
+    text.match_indices("sys::cu")
+        .map(|(i, _)| {
+            text[i + 5..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_live_facts_path_creates_no_context() {
+    let src = std::fs::read_to_string(repo().join("src/live/cuda.rs")).unwrap();
+    let facts = body(&src, "pub fn facts() -> Result<CudaFacts, String>");
+    let peer = body(&src, "fn peer(drv: &Driver");
+    // Every function of the safe layer these two call, by name, and what each calls.
+    let mut reached = String::new();
+    for f in [facts, peer] {
+        reached.push_str(f);
+        for m in [
+            "pub fn init()",
+            "pub fn version(&self)",
+            "pub fn device_count(&self)",
+            "pub fn device(&self, ordinal: i32)",
+            "pub fn attribute(&self, a: Attribute)",
+            "pub fn compute_capability(&self)",
+            "pub fn bdf(&self)",
+            "pub fn name(&self)",
+            "pub fn total_mem(&self)",
+            "pub fn can_access_peer(&self, peer: &Device)",
+            "pub fn p2p_attribute(&self, peer: &Device, a: P2pAttribute)",
+            "pub fn library_problem()",
+        ] {
+            let name = m
+                .trim_start_matches("pub fn ")
+                .split('(')
+                .next()
+                .unwrap()
+                .to_string();
+            if f.contains(&format!(".{name}(")) || f.contains(&format!("::{name}")) {
+                reached.push_str(body(&src, m));
+            }
+        }
+    }
+    // The layer's methods that facts() must not reach.
+    for forbidden in [
+        ".primary_context(",
+        "Context",
+        "DeviceBuffer",
+        "MappedHost",
+        "Stream",
+    ] {
+        assert!(
+            !facts.contains(forbidden) && !peer.contains(forbidden),
+            "the live-facts path uses {forbidden}"
+        );
+    }
+    let calls = sys_calls(&reached);
+    assert!(calls.contains(&"cuInit".to_string()), "{calls:?}");
+    for c in &calls {
+        if c == "is_culib_present" {
+            continue;
+        }
+        assert!(
+            CHECK_MAY_CALL.contains(&c.as_str()),
+            "the live-facts path calls {c}, which is not on the list of calls that create no context"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Partial config-space reads
+// ---------------------------------------------------------------------------------------------
+
+/// `bytes` as `/sys/bus/pci/devices/<bdf>/config` of a scratch root.
+fn config_root(bytes: &[u8]) -> (tempfile::TempDir, String) {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("sys/bus/pci/devices/0000:01:00.0");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("config"), bytes).unwrap();
+    (t, "/sys/bus/pci/devices/0000:01:00.0/config".into())
+}
+
+/// The partial read decodes as the whole: returns (bytes fetched, length).
+fn same_decode(bytes: &[u8], what: &str) -> (usize, usize) {
+    let (t, path) = config_root(bytes);
+    let root = Root::sysroot(t.path()).unwrap().with_partial_reads(true);
+    let p = root.read_partial(&path, &touched).unwrap();
+    assert_eq!(p.bytes.len(), bytes.len(), "{what}: length");
+    assert_eq!(decode(&p.bytes), decode(bytes), "{what}: decode differs");
+    // And through the collectors' entry point.
+    assert_eq!(
+        decode(&root.read_config(&path).unwrap()),
+        decode(bytes),
+        "{what}"
+    );
+    (p.fetched, p.len)
+}
+
+#[test]
+fn partial_config_reads_decode_as_the_whole_space() {
+    let mut n = 0;
+    for e in std::fs::read_dir(repo().join("fixtures/configspace")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "hex") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            for (bdf, bytes) in parse_hex_dump(&text) {
+                same_decode(&bytes, &format!("{} {bdf}", p.display()));
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 8, "{n} captured config spaces");
+    // The H200's 4 KiB: a fraction of it is read.
+    let text =
+        std::fs::read_to_string(repo().join("fixtures/configspace/gpu-h200-endpoint.hex")).unwrap();
+    let (_, h200) = parse_hex_dump(&text).remove(0);
+    let (fetched, len) = same_decode(&h200, "h200");
+    assert_eq!(len, 4096);
+    assert!(fetched < 1024, "{fetched} of 4096 bytes fetched");
+}
+
+#[test]
+fn partial_config_reads_of_every_fixture_sysroot_and_real_capture() {
+    use std::collections::BTreeSet;
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![repo().join("fixtures/sysroots")];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file() && p.file_name().is_some_and(|n| n == "config") {
+                let b = std::fs::read(&p).unwrap();
+                if seen.insert(b.clone()) {
+                    same_decode(&b, &p.display().to_string());
+                }
+            }
+        }
+    }
+    assert!(seen.len() >= 10, "{} distinct config spaces", seen.len());
+    let real =
+        repo().join("../shared/realdata/pciutils-haswell-cx3pro-configspace/lspci-vvv-xxxx.txt");
+    match std::fs::read_to_string(&real) {
+        Ok(t) => {
+            let dumps = parse_hex_dump(&t);
+            assert!(!dumps.is_empty());
+            for (bdf, b) in dumps {
+                same_decode(&b, &format!("realdata {bdf}"));
+            }
+        }
+        Err(e) => require::skip(
+            "partial config reads of the real lspci -xxxx capture",
+            &format!("{}: {e}", real.display()),
+            "the shared captures at ../shared/realdata",
+        ),
+    }
+}
+
+#[test]
+fn partial_config_reads_of_this_machine() {
+    let root = Root::live();
+    let Ok(devs) = std::fs::read_dir("/sys/bus/pci/devices") else {
+        return;
+    };
+    for e in devs.flatten() {
+        let path = format!(
+            "/sys/bus/pci/devices/{}/config",
+            e.file_name().to_string_lossy()
+        );
+        let Ok(whole) = std::fs::read(&path) else {
+            continue;
+        };
+        let part = root.read_config(&path).unwrap();
+        assert_eq!(part.len(), whole.len(), "{path}");
+        assert_eq!(decode(&part), decode(&whole), "{path}");
+    }
+}
+
+#[test]
+fn a_non_root_reader_gets_the_same_length() {
+    // sysfs gives a non-root reader 64 bytes of a 4096-byte file; a plain file cannot show
+    // that, so the length probe is checked on a file that is what it claims.
+    let (t, path) = config_root(&[0u8; 64]);
+    let root = Root::sysroot(t.path()).unwrap().with_partial_reads(true);
+    let p = root.read_partial(&path, &touched).unwrap();
+    assert_eq!(p.len, 64);
+    assert!(decode(&p.bytes).limited);
+}
+
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn h200() -> Vec<u8> {
+        let text =
+            std::fs::read_to_string(repo().join("fixtures/configspace/gpu-h200-endpoint.hex"))
+                .unwrap();
+        parse_hex_dump(&text).remove(0).1
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+        /// Damaged chains (pointers, ids, truncation) decode the same read whole or in part.
+        #[test]
+        fn mutated_config_spaces(
+            flips in proptest::collection::vec((0usize..4096, any::<u8>()), 0..12),
+            cut in prop_oneof![Just(4096usize), 0usize..4096],
+        ) {
+            let mut b = h200();
+            for (at, v) in flips {
+                b[at] = v;
+            }
+            b.truncate(cut);
+            same_decode(&b, "mutated h200");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The NCCL version from the library's .rodata, not the whole file
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_nccl_banner_is_found_in_rodata_without_reading_the_whole_library() {
+    use gdrdoctor::live::nccl::{read_version, rodata_range};
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("nccl.c");
+    // A library like NCCL's: the banner in .rodata, a large blob after it (NCCL's device code
+    // is hundreds of MiB).
+    std::fs::write(
+        &src,
+        "const char banner[] = \"NCCL version 2.99.1+cuda13.0\";\n\
+         __attribute__((section(\".nv_fatbin\"))) const char blob[4 << 20] = {1};\n\
+         const char *v(void) { return banner; }\n",
+    )
+    .unwrap();
+    let lib = t.path().join("libnccl.so.2");
+    match Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+    {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("cc: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            require::skip(
+                "the NCCL banner in .rodata",
+                &format!("`cc` cannot be run ({e})"),
+                "apt-get install gcc",
+            );
+            return;
+        }
+    }
+    let bytes = std::fs::read(&lib).unwrap();
+    let at = bytes
+        .windows(13)
+        .position(|w| w == b"NCCL version ")
+        .unwrap() as u64;
+    let (off, len) = rodata_range(&mut std::fs::File::open(&lib).unwrap()).unwrap();
+    assert!(
+        off <= at && at < off + len,
+        ".rodata {off}+{len}, banner at {at}"
+    );
+    assert!(
+        len < bytes.len() as u64 / 4,
+        ".rodata is {len} of {} bytes",
+        bytes.len()
+    );
+    assert_eq!(
+        read_version(&lib).unwrap().map(|(v, _)| v).as_deref(),
+        Some("2.99.1")
+    );
+    // Not an ELF file: the whole file is scanned, as before.
+    let plain = t.path().join("plain");
+    std::fs::write(&plain, b"junk NCCL version 2.18.3 junk").unwrap();
+    assert!(rodata_range(&mut std::fs::File::open(&plain).unwrap()).is_none());
+    assert_eq!(
+        read_version(&plain).unwrap().map(|(v, _)| v).as_deref(),
+        Some("2.18.3")
+    );
+}
