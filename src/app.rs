@@ -40,22 +40,24 @@ pub fn main() -> i32 {
         Command::Probe(args) => probe(&args),
         Command::Topo {
             sysroot,
+            host_root,
             format,
             output,
             nvidia_smi: Some(file),
             nccl_version,
         } => {
-            let _ = sysroot;
+            let _ = (sysroot, host_root);
             crate::diagnose::topo_alias(&file, format, output.as_deref(), nccl_version.as_deref())
         }
         Command::Topo {
             sysroot,
+            host_root,
             format,
             output,
             nvidia_smi: None,
             nccl_version,
         } => topo(
-            sysroot.as_deref(),
+            Location::from_args(sysroot.as_deref(), host_root.as_deref()),
             format,
             output.as_deref(),
             nccl_version.as_deref(),
@@ -64,7 +66,14 @@ pub fn main() -> i32 {
         Command::Explain { id, no_pager } => explain(&id, no_pager),
         Command::Completions { shell } => completions(shell),
         Command::Man { out_dir } => man(out_dir.as_deref()),
-        Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
+        Command::Snapshot {
+            out,
+            sysroot,
+            host_root,
+        } => snapshot_cmd(
+            &out,
+            Location::from_args(sysroot.as_deref(), host_root.as_deref()),
+        ),
         Command::Watch(args) => crate::watch::command(&args),
         Command::Policy(p) => policy_cmd(&p),
         Command::Fleet(a) => crate::fleet::run(&a),
@@ -194,6 +203,12 @@ pub fn apply_nccl_version(node: &mut gdrdoctor_checks::model::Node, version: Opt
 
 fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     // Every plan is validated before anything runs.
+    if let Some(dir) = &args.host_root {
+        return err(format!(
+            "probe does not take --host-root {}: the probes run GPU and RDMA work in gdrdoctor's own view of the node; run `gdrdoctor probe` on the host, or in a pod that has the GPUs and /dev/infiniband, without --host-root (`check --host-root` reads the host's files)",
+            dir.display()
+        ));
+    }
     let plans = match crate::probe::plans(&args.probes) {
         Ok(p) => p,
         Err(e) => return err(e),
@@ -246,7 +261,7 @@ pub(crate) fn deliver_topo(out: &[u8], output: Option<&Path>, binary: bool) -> i
 }
 
 fn topo(
-    sysroot: Option<&Path>,
+    at: Location,
     format: TopoFormat,
     output: Option<&Path>,
     nccl_version: Option<&str>,
@@ -255,7 +270,7 @@ fn topo(
     // attributes, NVML's GPU pairs) decide GDR and the GPU x GPU block, and colour the picture:
     // topo asks them as check does (the GPU x GPU block then says NV18 over NVLink, as
     // `nvidia-smi topo -m` does, not the PCIe path).
-    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Query) {
+    let (_src, mut node) = match load_node(at, Libraries::Query) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -314,7 +329,11 @@ fn check(args: &CheckArgs) -> i32 {
     } else {
         Libraries::Query
     };
-    let (src, mut node) = match load_node(Location::from_arg(args.sysroot.as_deref()), libs) {
+    let at = Location::from_args(args.sysroot.as_deref(), args.host_root.as_deref());
+    if args.host_root.is_some() && args.interval.is_some() {
+        return err("--interval is not available with --host-root yet: run without it (the counters are judged on one reading) or on the host");
+    }
+    let (src, mut node) = match load_node(at, libs) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -495,8 +514,8 @@ fn man(out_dir: Option<&Path>) -> i32 {
     }
 }
 
-fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
-    let src = match Source::open(Location::from_arg(sysroot)) {
+fn snapshot_cmd(out: &Path, at: Location) -> i32 {
+    let src = match Source::open(at) {
         Ok(s) => s,
         Err(e) => return err(e),
     };
@@ -504,7 +523,11 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
     // Live library facts: from the node's libraries, or carried over from the sysroot.
     // Keep the last periodic run's counters as the snapshot's baseline (issue 17).
     crate::health::SNAPSHOT_USES_STATE.store(true, std::sync::atomic::Ordering::Relaxed);
-    let live = collect::live::collect(&src, Libraries::Query);
+    let mut live = collect::live::collect(&src, Libraries::Query);
+    if src.origin == crate::source::Origin::HostRoot {
+        // What the container's libraries cannot see of the host is not kept as the host's.
+        collect::live::host_root_visibility(&mut live, &collect::files(&src));
+    }
     match snapshot::take_source(src.recording(), out, Some(&live)) {
         Ok((node, w)) => {
             if node.euid.get() != Some(&0)

@@ -59,6 +59,11 @@ fn timed<T>(timings: &mut Vec<Timing>, collector: &'static str, f: impl FnOnce()
 pub fn node_timed(src: &Source, libs: Libraries) -> (Node, Vec<Timing>) {
     let (mut node, mut timings) = files_timed(&src.root, src.origin, src.meta.as_ref());
     node.live = timed(&mut timings, "live", || live::collect(src, libs));
+    if src.origin == Origin::HostRoot {
+        let mut l = std::mem::replace(&mut node.live, LiveFacts::absent("not queried"));
+        live::host_root_visibility(&mut l, &node);
+        node.live = l;
+    }
     (node, timings)
 }
 
@@ -91,7 +96,7 @@ pub fn collect(root: &Root, meta: Option<&Meta>) -> Node {
 
 fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<Timing>) {
     let mut t = Vec::new();
-    let host = timed(&mut t, "host", || host::collect(root, meta));
+    let host = timed(&mut t, "host", || host::collect(root, origin, meta));
     let kernel = timed(&mut t, "kernel", || kernel::collect(root));
     let process = timed(&mut t, "process", || process::collect(root, origin, meta));
     let pci = timed(&mut t, "pci", || pci::collect(root));
@@ -100,7 +105,11 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
     let peermem = timed(&mut t, "peermem", || peermem::collect(root));
     let rdma = timed(&mut t, "rdma", || rdma::collect(root));
     let health = timed(&mut t, "health", || {
-        crate::health::collect(root, &pci, &rdma)
+        let mut h = crate::health::collect(root, &pci, &rdma);
+        if origin == Origin::HostRoot {
+            h.kernel_log = host_root_kernel_log(root, h.kernel_log);
+        }
+        h
     });
     let node = Node {
         source: origin.kind(),
@@ -124,6 +133,34 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         live: LiveFacts::absent("not queried"),
     };
     (node, t)
+}
+
+/// `--host-root`: the host's `/dev/kmsg` through the mount when the container may open it (a
+/// privileged pod; the device cgroup refuses others), else what the text logs under the root
+/// gave, else why not, in the words of a container.
+fn host_root_kernel_log(root: &Root, from_files: Fact<KernelLog>) -> Fact<KernelLog> {
+    let kmsg = root.base().join("dev/kmsg");
+    let shown = kmsg.display().to_string();
+    let is_char = std::fs::symlink_metadata(&kmsg)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
+    let kmsg_err = if is_char {
+        match crate::health::kernel_log::read_kmsg(&shown) {
+            Ok(l) => return Fact::known(l, shown),
+            Err(e) => e,
+        }
+    } else {
+        "not a character device".to_string()
+    };
+    match from_files {
+        Fact::Known { .. } => from_files,
+        Fact::Absent { source, reason } => Fact::absent(
+            source,
+            format!(
+                "the host's kernel log is out of this container's reach: {shown}: {kmsg_err} (a privileged pod can read it); no /var/log/kern.log, messages or syslog under {} ({reason})",
+                root.base().display()
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]
