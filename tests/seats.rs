@@ -269,8 +269,8 @@ fn daemonset_script_runs_against_a_host_root() {
     let policy_file = t.path().join("policy.toml");
     std::fs::write(&policy_file, &policy).unwrap();
     for (sc, status) in [
-        ("hgx-h200x8-cx7x8-healthy", "PASS"),
-        ("hgx-h200x8-cx7x8-port-down", "FAIL"),
+        ("hgx-h200x8-cx7x8-healthy", "OK "),
+        ("hgx-h200x8-cx7x8-port-down", "FAIL rdma.ports"),
     ] {
         let host = t.path().join(sc);
         host_tree(sc, &host, "unlimited");
