@@ -235,4 +235,30 @@ mod tests {
         assert!(live.root.is_complete());
         assert!(Source::open(Location::Sysroot(&t.path().join("missing"))).is_err());
     }
+
+    #[test]
+    fn a_host_root_is_complete_without_metadata_and_needs_proc_and_sys() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        // Even a tree with gdrdoctor/meta.json is the live host here: its metadata is not read.
+        let h = Source::open(Location::HostRoot(
+            &repo.join("fixtures/sysroots/hgx-h200x8-cx7x8-healthy"),
+        ))
+        .unwrap();
+        assert_eq!(h.origin, Origin::HostRoot);
+        assert!(h.root.is_complete() && !h.root.is_live() && h.meta.is_none());
+        assert_eq!(
+            h.origin.kind(),
+            gdrdoctor_checks::model::SourceKind::HostRoot
+        );
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("proc/1")).unwrap();
+        let e = Source::open(Location::HostRoot(t.path())).unwrap_err();
+        assert!(e.contains("sys") && e.contains("mount the host's /"), "{e}");
+        std::fs::create_dir_all(t.path().join("sys/devices")).unwrap();
+        assert!(Source::open(Location::HostRoot(t.path())).is_ok());
+        assert!(matches!(
+            Location::from_args(None, Some(t.path())),
+            Location::HostRoot(_)
+        ));
+    }
 }
