@@ -47,22 +47,24 @@ fn run() -> i32 {
         Command::Probe(args) => probe(&args),
         Command::Topo {
             sysroot,
+            host_root,
             format,
             output,
             nvidia_smi: Some(file),
             nccl_version,
         } => {
-            let _ = sysroot;
+            let _ = (sysroot, host_root);
             crate::diagnose::topo_alias(&file, format, output.as_deref(), nccl_version.as_deref())
         }
         Command::Topo {
             sysroot,
+            host_root,
             format,
             output,
             nvidia_smi: None,
             nccl_version,
         } => topo(
-            sysroot.as_deref(),
+            Location::from_args(sysroot.as_deref(), host_root.as_deref()),
             format,
             output.as_deref(),
             nccl_version.as_deref(),
@@ -71,7 +73,14 @@ fn run() -> i32 {
         Command::Explain { id, no_pager } => explain(&id, no_pager),
         Command::Completions { shell } => completions(shell),
         Command::Man { out_dir } => man(out_dir.as_deref()),
-        Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
+        Command::Snapshot {
+            out,
+            sysroot,
+            host_root,
+        } => snapshot_cmd(
+            &out,
+            Location::from_args(sysroot.as_deref(), host_root.as_deref()),
+        ),
         Command::Watch(args) => crate::watch::command(&args),
         Command::Policy(p) => policy_cmd(&p),
         Command::Fleet(a) => crate::fleet::run(&a),
@@ -210,6 +219,12 @@ pub fn apply_nccl_version(node: &mut gdrdoctor_checks::model::Node, version: Opt
 
 fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     // Every plan is validated before anything runs.
+    if let Some(dir) = &args.host_root {
+        return err(format!(
+            "probe does not take --host-root {}: the probes run GPU and RDMA work in gdrdoctor's own view of the node; run `gdrdoctor probe` on the host, or in a pod that has the GPUs and /dev/infiniband, without --host-root (`check --host-root` reads the host's files)",
+            dir.display()
+        ));
+    }
     let plans = match crate::probe::plans(&args.probes) {
         Ok(p) => p,
         Err(e) => return err(e),
@@ -262,7 +277,7 @@ pub(crate) fn deliver_topo(out: &[u8], output: Option<&Path>, binary: bool) -> i
 }
 
 fn topo(
-    sysroot: Option<&Path>,
+    at: Location,
     format: TopoFormat,
     output: Option<&Path>,
     nccl_version: Option<&str>,
@@ -271,7 +286,7 @@ fn topo(
     // attributes, NVML's GPU pairs) decide GDR and the GPU x GPU block, and colour the picture:
     // topo asks them as check does (the GPU x GPU block then says NV18 over NVLink, as
     // `nvidia-smi topo -m` does, not the PCIe path).
-    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Query) {
+    let (_src, mut node) = match load_node(at, Libraries::Query) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
@@ -330,6 +345,9 @@ fn check(args: &CheckArgs) -> i32 {
     } else {
         Libraries::Query
     };
+    if args.host_root.is_some() && args.interval.is_some() {
+        return err("--interval is not available with --host-root yet: run without it (the counters are judged on one reading) or on the host");
+    }
     let live_opts = collect::live::Options {
         cache: if args.no_cache {
             collect::live::CacheMode::Off
@@ -339,7 +357,7 @@ fn check(args: &CheckArgs) -> i32 {
         state_dir: Some(args.state_dir.clone()),
     };
     let (src, mut node) = match load_node_with(
-        Location::from_arg(args.sysroot.as_deref()),
+        Location::from_args(args.sysroot.as_deref(), args.host_root.as_deref()),
         libs,
         &live_opts,
     ) {
@@ -526,8 +544,8 @@ fn man(out_dir: Option<&Path>) -> i32 {
     }
 }
 
-fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
-    let src = match Source::open(Location::from_arg(sysroot)) {
+fn snapshot_cmd(out: &Path, at: Location) -> i32 {
+    let src = match Source::open(at) {
         Ok(s) => s,
         Err(e) => return err(e),
     };
@@ -536,7 +554,7 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
     // Keep the last periodic run's counters as the snapshot's baseline (issue 17).
     crate::health::SNAPSHOT_USES_STATE.store(true, std::sync::atomic::Ordering::Relaxed);
     // Fresh CUDA answers for a bug report (and the cache refreshed with them).
-    let live = collect::live::collect_with(
+    let mut live = collect::live::collect_with(
         &src,
         Libraries::Query,
         &collect::live::Options {
@@ -544,6 +562,10 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
             state_dir: None,
         },
     );
+    if src.origin == crate::source::Origin::HostRoot {
+        // What the container's libraries cannot see of the host is not kept as the host's.
+        collect::live::host_root_visibility(&mut live, &collect::files(&src));
+    }
     match snapshot::take_source(src.recording(), out, Some(&live)) {
         Ok((node, w)) => {
             if node.euid.get() != Some(&0)

@@ -93,6 +93,14 @@ gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt -
         /// Read a snapshot instead of the live node
         #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
         sysroot: Option<PathBuf>,
+        /// Read the host through DIR, where a container mounts the host's `/` (Kubernetes: hostPath `/`
+        /// at /host, read-only): the host's /proc, /sys and /etc are read as the live host's (a
+        /// missing file is absent on the host; symlinks, absolute ones too, resolve inside DIR).
+        /// NVML, CUDA and libibverbs are the container's (checks that need them skip when it has
+        /// none or sees fewer devices than the host); RLIMIT_MEMLOCK is the container runtime's
+        /// (containerd, cri-o, dockerd: the pods inherit it), read from DIR/proc
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["sysroot", "nvidia_smi"])]
+        host_root: Option<PathBuf>,
         /// text (default), json, or a picture of the PCIe tree with the verdicts: svg (hover a
         /// GPU for its routes, a box for its findings) or png
         #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
@@ -258,6 +266,10 @@ sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snaps
         /// Re-capture from another sysroot instead of the live node (prunes it to what the checks read)
         #[arg(long, value_name = "DIR|TAR.GZ")]
         sysroot: Option<PathBuf>,
+        /// Capture the host whose `/` a container mounts at DIR (see `check --help`): the
+        /// host's files, the container's libraries, the container runtime's RLIMIT_MEMLOCK
+        #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
+        host_root: Option<PathBuf>,
     },
 }
 
@@ -267,6 +279,10 @@ sharing.\n\nExamples:\n  sudo gdrdoctor snapshot node-a/\n  sudo gdrdoctor snaps
 pub struct ProbeArgs {
     #[command(flatten)]
     pub probes: crate::probe::ProbeOptions,
+    /// Not for probes: they run GPU and RDMA work in gdrdoctor's own view of the node, so run
+    /// them on the host, or in a pod that has the GPUs and /dev/infiniband, without it
+    #[arg(long, value_name = "DIR", hide_short_help = true)]
+    pub host_root: Option<PathBuf>,
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -428,6 +444,14 @@ pub struct CheckArgs {
     /// Read a snapshot (directory or .tar.gz from `gdrdoctor snapshot`) instead of the live node
     #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
     pub sysroot: Option<PathBuf>,
+    /// Read the host through DIR, where a container mounts the host's `/` (Kubernetes: hostPath `/`
+    /// at /host, read-only): the host's /proc, /sys and /etc are read as the live host's (a
+    /// missing file is absent on the host; symlinks, absolute ones too, resolve inside DIR).
+    /// NVML, CUDA and libibverbs are the container's (checks that need them skip when it has
+    /// none or sees fewer devices than the host); RLIMIT_MEMLOCK is the container runtime's
+    /// (containerd, cri-o, dockerd: the pods inherit it), read from DIR/proc
+    #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
+    pub host_root: Option<PathBuf>,
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,

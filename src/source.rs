@@ -4,13 +4,14 @@
 //! collectors ask the origin, never the root, whether a fact comes from a system call or from
 //! the snapshot's metadata.
 //!
-//! Adding a kind of source (the next one is `--host-root DIR` for a container that mounts the
-//! host's `/` at DIR, e.g. a Kubernetes DaemonSet): a variant of [`Origin`]; its arm in
-//! [`Source::open`] (a [`Location`] for it, `Root::sysroot(DIR)` marked complete, since it is
-//! the live host seen through a mount); its arm in `collect::process` (the container's
-//! uid, rlimits and environment are not the host's: say so, or read `/proc/1/...` of the host);
-//! and its arm in `collect::live` (the host's libraries: query them in a worker as for
-//! [`Origin::Live`] when the container has them).
+//! Adding a kind of source: a variant of [`Origin`]; its arm in [`Source::open`] (a
+//! [`Location`] for it); its arm in `collect::process` (where the live-only process facts come
+//! from) and in `collect::live` (the libraries). The last one added is [`Origin::HostRoot`]
+//! (`--host-root DIR`, a container that mounts the host's `/` at DIR, e.g. a Kubernetes
+//! DaemonSet): `Root::sysroot(DIR)` marked complete, since it is the live host seen through a
+//! mount; the container's rlimits and environment are not the host's (the memlock limit is read
+//! from the container runtime's `/proc/PID/limits` through DIR); the libraries are queried in a
+//! worker as for [`Origin::Live`] when the container has them.
 
 use crate::meta::{self, Meta};
 use crate::reader::Root;
@@ -28,6 +29,10 @@ pub enum Origin {
     /// Another tool's capture (hwloc's, a hand-made tree): partial, so a missing file is "not
     /// in this capture", never a finding.
     Foreign,
+    /// `--host-root DIR`: the host's `/` mounted at DIR in a container. Complete (a missing file
+    /// is absent on the host), never read for `gdrdoctor/meta.json`; symlinks resolve inside
+    /// DIR (an absolute target restarts at DIR, never at the container's `/`).
+    HostRoot,
 }
 
 impl Origin {
@@ -47,6 +52,7 @@ impl Origin {
         match self {
             Origin::Live => gdrdoctor_checks::model::SourceKind::Live,
             Origin::Snapshot | Origin::Foreign => gdrdoctor_checks::model::SourceKind::Sysroot,
+            Origin::HostRoot => gdrdoctor_checks::model::SourceKind::HostRoot,
         }
     }
 }
@@ -58,6 +64,8 @@ pub enum Location<'a> {
     Live,
     /// `--sysroot`: a directory, or a `.tar.gz` snapshot.
     Sysroot(&'a Path),
+    /// `--host-root`: the host's `/` mounted at this directory.
+    HostRoot(&'a Path),
 }
 
 impl<'a> Location<'a> {
@@ -65,7 +73,20 @@ impl<'a> Location<'a> {
     pub fn from_arg(sysroot: Option<&'a Path>) -> Location<'a> {
         sysroot.map_or(Location::Live, Location::Sysroot)
     }
+
+    /// `--sysroot` or `--host-root` (clap makes them exclusive; `--sysroot` wins if both come).
+    pub fn from_args(sysroot: Option<&'a Path>, host_root: Option<&'a Path>) -> Location<'a> {
+        match (sysroot, host_root) {
+            (Some(s), _) => Location::Sysroot(s),
+            (None, Some(h)) => Location::HostRoot(h),
+            (None, None) => Location::Live,
+        }
+    }
 }
+
+/// What a host root must hold to be read as the live host: its procfs and sysfs (a hostPath
+/// mount of `/` brings them along; a mount of `/etc` alone does not).
+pub const HOST_ROOT_NEEDS: &[&str] = &["proc", "sys"];
 
 /// An opened root with its origin and metadata. A `.tar.gz` is unpacked to a temporary
 /// directory that goes when the source drops.
@@ -108,6 +129,7 @@ impl Source {
     pub fn open(at: Location) -> Result<Source, String> {
         let p = match at {
             Location::Live => return Ok(Source::live()),
+            Location::HostRoot(dir) => return Source::host_root(dir),
             Location::Sysroot(p) => p,
         };
         if p.is_file() {
@@ -125,6 +147,43 @@ impl Source {
         }
         let root = Root::sysroot(p).map_err(|e| format!("--sysroot: {e}"))?;
         Source::from_root(root)
+    }
+
+    /// `--host-root DIR`: the live host through a mount. Complete, no metadata; DIR must be a
+    /// directory holding the host's `proc` and `sys` (not empty: an unmounted procfs or sysfs
+    /// would make every device look absent).
+    pub fn host_root(dir: &Path) -> Result<Source, String> {
+        let shown = dir.display();
+        let mut root = Root::sysroot(dir).map_err(|e| format!("--host-root: {e}"))?;
+        for sub in HOST_ROOT_NEEDS {
+            let p = dir.join(sub);
+            let populated = match std::fs::symlink_metadata(&p) {
+                Ok(md) if md.is_dir() => std::fs::read_dir(&p)
+                    .map_err(|e| format!("--host-root {shown}: {}: {e}", p.display()))?
+                    .next()
+                    .is_some(),
+                Ok(_) => false,
+                Err(e) => {
+                    return Err(format!(
+                        "--host-root {shown}: {}: {e}: mount the host's / there (hostPath / at {shown}, with its /proc and /sys)",
+                        p.display()
+                    ))
+                }
+            };
+            if !populated {
+                return Err(format!(
+                    "--host-root {shown}: {} is not a populated directory: mount the host's / there (hostPath / at {shown}, with its /proc and /sys)",
+                    p.display()
+                ));
+            }
+        }
+        root.set_complete(true);
+        Ok(Source {
+            root,
+            origin: Origin::HostRoot,
+            meta: None,
+            unpacked: None,
+        })
     }
 
     /// Decide the origin of a root: read its metadata (sysroots only) and mark a gdrdoctor
@@ -175,5 +234,31 @@ mod tests {
         assert_eq!(live.origin, Origin::Live);
         assert!(live.root.is_complete());
         assert!(Source::open(Location::Sysroot(&t.path().join("missing"))).is_err());
+    }
+
+    #[test]
+    fn a_host_root_is_complete_without_metadata_and_needs_proc_and_sys() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        // Even a tree with gdrdoctor/meta.json is the live host here: its metadata is not read.
+        let h = Source::open(Location::HostRoot(
+            &repo.join("fixtures/sysroots/hgx-h200x8-cx7x8-healthy"),
+        ))
+        .unwrap();
+        assert_eq!(h.origin, Origin::HostRoot);
+        assert!(h.root.is_complete() && !h.root.is_live() && h.meta.is_none());
+        assert_eq!(
+            h.origin.kind(),
+            gdrdoctor_checks::model::SourceKind::HostRoot
+        );
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("proc/1")).unwrap();
+        let e = Source::open(Location::HostRoot(t.path())).unwrap_err();
+        assert!(e.contains("sys") && e.contains("mount the host's /"), "{e}");
+        std::fs::create_dir_all(t.path().join("sys/devices")).unwrap();
+        assert!(Source::open(Location::HostRoot(t.path())).is_ok());
+        assert!(matches!(
+            Location::from_args(None, Some(t.path())),
+            Location::HostRoot(_)
+        ));
     }
 }

@@ -1,10 +1,12 @@
 //! The contrib/ seats without their engines (contrib/slurm/test.sh runs the real Slurm in CI):
 //! the Slurm health check's drain/resume logic against stub `sinfo`/`scontrol`, the
 //! node-problem-detector plugin config against NPD's own rules and the plugin's exit codes, and
-//! the Kubernetes manifests' gdrdoctor flags.
+//! the Kubernetes manifests' gdrdoctor flags, and the DaemonSet's and NPD's command lines run as
+//! written against a constructed host root (`--host-root`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+use common::host_root::host_tree;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -152,9 +154,9 @@ fn npd_plugin_config_follows_npd_rules_and_the_plugin_protocol() {
         serde_json::from_str::<serde_json::Value>(&embedded).unwrap(),
         c
     );
-    // Run the rule's command line on fixtures (the host root swapped for a sysroot until
-    // --host-root lands; the policy for a temporary one): NPD reads exit 0 as OK, 1 as NonOK,
-    // anything else as Unknown, and keeps max_output_length bytes of stdout.
+    // Run the rule's command line on fixtures made host roots (the policy swapped for a
+    // temporary one): NPD reads exit 0 as OK, 1 as NonOK, anything else as Unknown, and keeps
+    // max_output_length bytes of stdout.
     let t = tempfile::tempdir().unwrap();
     let policy = t.path().join("policy.toml");
     std::fs::write(&policy, "[gpu]\ncount = 8\n").unwrap();
@@ -169,14 +171,16 @@ fn npd_plugin_config_follows_npd_rules_and_the_plugin_protocol() {
         ("hgx-h200x8-cx7x8-port-down", 1),
         ("h200-vm-live", 1),
     ] {
+        let host = t.path().join(sc);
+        host_tree(sc, &host, "unlimited");
         let mut a = Vec::new();
         let mut it = args.iter();
         while let Some(x) = it.next() {
             match x.as_str() {
                 "--host-root" => {
-                    it.next();
-                    a.push("--sysroot".to_string());
-                    a.push(fixture(sc).display().to_string());
+                    assert_eq!(it.next().map(String::as_str), Some("/host"));
+                    a.push("--host-root".to_string());
+                    a.push(host.display().to_string());
                 }
                 "--policy" => {
                     it.next();
@@ -220,10 +224,6 @@ fn manifests_use_flags_gdrdoctor_has() {
                     && !w.contains(['.', '='])
             })
         {
-            // --host-root arrives with issue 11 (see contrib/README.md).
-            if flag == "--host-root" {
-                continue;
-            }
             assert!(help.contains(flag), "{f}: `gdrdoctor check` has no {flag}");
         }
     }
@@ -241,4 +241,68 @@ fn manifests_use_flags_gdrdoctor_has() {
         .status()
         .unwrap();
     assert!(st.success());
+}
+
+/// The DaemonSet's loop, run once as written (its policy from its own ConfigMap) against
+/// constructed host roots: the textfile lands in the host's node_exporter directory and the
+/// one-line verdict on stdout.
+#[test]
+fn daemonset_script_runs_against_a_host_root() {
+    let yaml = std::fs::read_to_string(repo().join("contrib/kubernetes/gdrdoctor-daemonset.yaml"))
+        .unwrap();
+    let block = |start: &str, indent: &str| -> String {
+        yaml.lines()
+            .skip_while(|l| !l.trim_end().ends_with(start))
+            .skip(1)
+            .take_while(|l| l.starts_with(indent) || l.trim().is_empty())
+            .map(|l| format!("{}\n", l.strip_prefix(indent).unwrap_or(l)))
+            .collect()
+    };
+    let policy = block("policy.toml: |", "    ");
+    let script = block("- |", "              ");
+    assert!(
+        script.contains("gdrdoctor check --host-root /host"),
+        "{script}"
+    );
+    assert!(policy.contains("[gpu]"), "{policy}");
+    let t = tempfile::tempdir().unwrap();
+    let policy_file = t.path().join("policy.toml");
+    std::fs::write(&policy_file, &policy).unwrap();
+    for (sc, status) in [
+        ("hgx-h200x8-cx7x8-healthy", "OK "),
+        ("hgx-h200x8-cx7x8-port-down", "FAIL rdma.ports"),
+    ] {
+        let host = t.path().join(sc);
+        host_tree(sc, &host, "unlimited");
+        std::fs::create_dir_all(host.join("var/lib/node_exporter/textfile_collector")).unwrap();
+        // Once instead of forever; the paths of this test instead of the pod's.
+        let once = script
+            .replace("while true; do", "for _once in 1; do")
+            .replace("sleep 300", ":")
+            .replace(
+                "/etc/gdrdoctor/policy.toml",
+                &policy_file.display().to_string(),
+            )
+            .replace("/host", &host.display().to_string())
+            .replace("gdrdoctor check", &format!("{} check", bin()));
+        assert_ne!(once, script);
+        let out = Command::new("sh")
+            .args(["-c", &once])
+            .env("GDRDOCTOR_STATE_DIR", test_state_dir())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stdout.starts_with(status), "{sc}: {stdout}{stderr}");
+        assert!(stdout.trim().len() <= 80, "{sc}: {stdout}");
+        let prom = std::fs::read_to_string(
+            host.join("var/lib/node_exporter/textfile_collector/gdrdoctor.prom"),
+        )
+        .unwrap();
+        assert!(prom.contains("gdrdoctor_check_status"), "{prom}");
+        assert!(
+            prom.contains("policy."),
+            "the ConfigMap's policy was applied: {prom}"
+        );
+    }
 }

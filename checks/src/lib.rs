@@ -62,6 +62,7 @@ pub fn report_with(
             source: match node.source {
                 model::SourceKind::Live => "live".into(),
                 model::SourceKind::Sysroot => "sysroot".into(),
+                model::SourceKind::HostRoot => "host-root".into(),
                 model::SourceKind::Evidence => "evidence".into(),
             },
         },

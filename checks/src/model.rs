@@ -75,6 +75,10 @@ impl<T> Fact<T> {
 pub enum SourceKind {
     Live,
     Sysroot,
+    /// The host's `/` mounted into a container (`--host-root DIR`, a Kubernetes DaemonSet): the
+    /// live host seen through a mount; the container's own process facts are not the host's.
+    #[serde(rename = "host-root")]
+    HostRoot,
     /// Pasted command output (`gdrdoctor diagnose`): facts cite the paste block they came from.
     Evidence,
 }

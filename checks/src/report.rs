@@ -176,7 +176,8 @@ pub struct Tool {
 pub struct Host {
     pub hostname: Option<String>,
     pub kernel: Option<String>,
-    /// `live`, `sysroot`, or `evidence` (pasted tool output).
+    /// `live`, `sysroot`, `host-root` (the host's `/` mounted into a container), or `evidence`
+    /// (pasted tool output).
     pub source: String,
 }
 

@@ -5,6 +5,7 @@ use super::process::from_meta;
 use super::util::*;
 use crate::meta::Meta;
 use crate::reader::Root;
+use crate::source::Origin;
 use gdrdoctor_checks::model::*;
 use gdrdoctor_checks::parse;
 
@@ -14,11 +15,17 @@ pub(super) struct Host {
     pub cpu_vendor: Fact<CpuVendor>,
 }
 
-pub(super) fn collect(root: &Root, meta: Option<&Meta>) -> Host {
-    let hostname = match root.read_trimmed("/proc/sys/kernel/hostname") {
-        Ok(h) => Fact::known(h, "/proc/sys/kernel/hostname"),
-        Err(e) => from_meta(meta, "hostname", |m| m.hostname.clone())
-            .unwrap_or_else(|| Fact::absent("/proc/sys/kernel/hostname", e.reason())),
+pub(super) fn collect(root: &Root, origin: Origin, meta: Option<&Meta>) -> Host {
+    // Under --host-root, /proc/sys/kernel/hostname answers for the *reader's* UTS namespace
+    // (the pod's name unless hostNetwork): the host's own name is in its /etc/hostname.
+    let etc = (origin == Origin::HostRoot)
+        .then(|| root.read_trimmed("/etc/hostname").ok())
+        .flatten()
+        .and_then(|t| t.lines().next().map(|l| l.trim().to_string()))
+        .filter(|h| !h.is_empty());
+    let hostname = match etc {
+        Some(h) => Fact::known(h, "/etc/hostname"),
+        None => hostname(root, meta),
     };
     let kernel_release = match root.read_trimmed("/proc/sys/kernel/osrelease") {
         Ok(k) => Fact::known(k, "/proc/sys/kernel/osrelease"),
@@ -38,5 +45,13 @@ pub(super) fn collect(root: &Root, meta: Option<&Meta>) -> Host {
         hostname,
         kernel_release,
         cpu_vendor,
+    }
+}
+
+fn hostname(root: &Root, meta: Option<&Meta>) -> Fact<String> {
+    match root.read_trimmed("/proc/sys/kernel/hostname") {
+        Ok(h) => Fact::known(h, "/proc/sys/kernel/hostname"),
+        Err(e) => from_meta(meta, "hostname", |m| m.hostname.clone())
+            .unwrap_or_else(|| Fact::absent("/proc/sys/kernel/hostname", e.reason())),
     }
 }

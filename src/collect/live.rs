@@ -15,6 +15,10 @@
 //! ```
 //!
 //! Everything here runs on its own thread, beside the file collectors (`collect::node`).
+//!
+//! Under `--host-root` the workers ask the container's libraries (the NVIDIA container toolkit
+//! injects them); what the container cannot see of the host is said, not judged
+//! ([`host_root_visibility`]).
 
 use crate::live::cache::{self, Lookup};
 use crate::live::nvml::{Early, EARLY_PREFIX};
@@ -65,8 +69,8 @@ pub fn collect(src: &Source, libs: Libraries) -> LiveFacts {
 
 pub fn collect_with(src: &Source, libs: Libraries, opts: &Options) -> LiveFacts {
     match (src.origin, libs) {
-        (Origin::Live, Libraries::Query) => query_with(opts),
-        (Origin::Live, Libraries::Skip) => {
+        (Origin::Live | Origin::HostRoot, Libraries::Query) => query_with(opts),
+        (Origin::Live | Origin::HostRoot, Libraries::Skip) => {
             let mut l = LiveFacts::absent("not queried (--static)");
             // Reading the NCCL library files is cheap and initialises nothing: no worker needed.
             l.nccl =
@@ -378,5 +382,44 @@ mod tests {
             visible_devices(None, &all, &left_out(&all)).as_deref(),
             Some("")
         );
+    }
+}
+
+/// `--host-root`: the container's libraries see the GPUs and RDMA devices given to the pod, not
+/// necessarily all of the host's. A library that sees fewer than the host's sysfs lists would
+/// make the checks judge a partial view: its facts become absent with the counts (the checks
+/// then skip with that reason). A library that could not be loaded keeps its own reason.
+pub fn host_root_visibility(live: &mut LiveFacts, node: &gdrdoctor_checks::model::Node) {
+    use gdrdoctor_checks::model::Fact;
+    let gpus = gdrdoctor_checks::derive::gpus(node).len();
+    let rdma = node.rdma.get().map(Vec::len);
+    let fewer = |what: &str, seen: usize, host: usize, how: &str| {
+        format!(
+            "gdrdoctor's container sees {seen} of the host's {host} {what} ({how}); its view is not the host's"
+        )
+    };
+    let gpu_how = "run the pod with NVIDIA_VISIBLE_DEVICES=all, or request the GPUs";
+    if let Some(n) = live.nvml.get().map(|n| n.gpus.len()) {
+        if n < gpus {
+            live.nvml = Fact::absent("libnvidia-ml.so.1", fewer("gpus", n, gpus, gpu_how));
+        }
+    }
+    if let Some(n) = live.cuda.get().map(|c| c.devices.len()) {
+        if n < gpus {
+            live.cuda = Fact::absent("libcuda.so.1", fewer("gpus", n, gpus, gpu_how));
+        }
+    }
+    if let (Some(n), Some(host)) = (live.verbs.get().map(|v| v.devices.len()), rdma) {
+        if n < host {
+            live.verbs = Fact::absent(
+                "libibverbs.so.1",
+                fewer(
+                    "rdma devices",
+                    n,
+                    host,
+                    "mount /dev/infiniband into the pod",
+                ),
+            );
+        }
     }
 }

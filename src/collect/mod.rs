@@ -101,6 +101,11 @@ pub fn node_timed_with(src: &Source, libs: Libraries, opts: &live::Options) -> (
                 Duration::ZERO,
             ),
         };
+        let mut l = l;
+        if src.origin == Origin::HostRoot {
+            // What the container's libraries cannot see of the host is said, not judged.
+            live::host_root_visibility(&mut l, &node);
+        }
         node.live = l;
         timings.push(Timing {
             collector: "live",
@@ -146,7 +151,7 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         });
         let rest = s.spawn(|| {
             let tb = &mut tb;
-            let host = timed(tb, "host", || host::collect(root, meta));
+            let host = timed(tb, "host", || host::collect(root, origin, meta));
             let kernel = timed(tb, "kernel", || kernel::collect(root));
             let process = timed(tb, "process", || process::collect(root, origin, meta));
             let iommu = timed(tb, "iommu", || iommu::collect(root));
@@ -181,7 +186,11 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         }
     }
     let health = timed(&mut t, "health", || {
-        crate::health::collect_with(root, &pci, &rdma, side, klog)
+        let mut h = crate::health::collect_with(root, &pci, &rdma, side, klog);
+        if origin == Origin::HostRoot {
+            h.kernel_log = host_root_kernel_log(root, h.kernel_log);
+        }
+        h
     });
     let node = Node {
         source: origin.kind(),
@@ -205,6 +214,34 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         live: LiveFacts::absent("not queried"),
     };
     (node, t)
+}
+
+/// `--host-root`: the host's `/dev/kmsg` through the mount when the container may open it (a
+/// privileged pod; the device cgroup refuses others), else what the text logs under the root
+/// gave, else why not, in the words of a container.
+fn host_root_kernel_log(root: &Root, from_files: Fact<KernelLog>) -> Fact<KernelLog> {
+    let kmsg = root.base().join("dev/kmsg");
+    let shown = kmsg.display().to_string();
+    let is_char = std::fs::symlink_metadata(&kmsg)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
+    let kmsg_err = if is_char {
+        match crate::health::kernel_log::read_kmsg(&shown) {
+            Ok(l) => return Fact::known(l, shown),
+            Err(e) => e,
+        }
+    } else {
+        "not a character device".to_string()
+    };
+    match from_files {
+        Fact::Known { .. } => from_files,
+        Fact::Absent { source, reason } => Fact::absent(
+            source,
+            format!(
+                "the host's kernel log is out of this container's reach: {shown}: {kmsg_err} (a privileged pod can read it); no /var/log/kern.log, messages or syslog under {} ({reason})",
+                root.base().display()
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ pub fn kmsg_record(rec: &[u8]) -> Option<(u64, String)> {
     ))
 }
 
-fn read_kmsg(path: &str) -> Result<KernelLog, String> {
+pub(crate) fn read_kmsg(path: &str) -> Result<KernelLog, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .read(true)

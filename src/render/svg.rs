@@ -811,6 +811,7 @@ pub fn scene(node: &Node, t: &Topo, findings: &[Finding]) -> Picture {
             match node.source {
                 gdrdoctor_checks::model::SourceKind::Live => "live".to_string(),
                 gdrdoctor_checks::model::SourceKind::Sysroot => "snapshot".to_string(),
+                gdrdoctor_checks::model::SourceKind::HostRoot => "host root".to_string(),
                 gdrdoctor_checks::model::SourceKind::Evidence => "pasted evidence".to_string(),
             },
             t.gpus.len(),

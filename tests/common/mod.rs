@@ -6,6 +6,7 @@ use gdrdoctor::meta;
 use gdrdoctor::reader::Root;
 use gdrdoctor_checks::report::{Finding, Report};
 use gdrdoctor_checks::RunOptions;
+pub mod host_root;
 pub mod plant;
 pub mod tools;
 

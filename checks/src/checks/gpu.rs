@@ -83,7 +83,10 @@ pub fn present(node: &Node) -> Vec<Finding> {
 /// The finding for an absent live fact.
 pub(crate) fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
     let reason = f.reason().unwrap_or_default();
-    let quiet = node.source == SourceKind::Sysroot || reason.starts_with("not queried");
+    // Under --host-root the libraries are the container's: when the NVIDIA container toolkit
+    // did not inject them (or the pod sees fewer GPUs than the host has), say so, not an error.
+    let quiet = matches!(node.source, SourceKind::Sysroot | SourceKind::HostRoot)
+        || reason.starts_with("not queried");
     if quiet {
         Finding::new(
             id,
