@@ -309,6 +309,45 @@ fn cuda_facts(
     }
 }
 
+/// `--host-root`: the container's libraries see the GPUs and RDMA devices given to the pod, not
+/// necessarily all of the host's. A library that sees fewer than the host's sysfs lists would
+/// make the checks judge a partial view: its facts become absent with the counts (the checks
+/// then skip with that reason). A library that could not be loaded keeps its own reason.
+pub fn host_root_visibility(live: &mut LiveFacts, node: &gdrdoctor_checks::model::Node) {
+    use gdrdoctor_checks::model::Fact;
+    let gpus = gdrdoctor_checks::derive::gpus(node).len();
+    let rdma = node.rdma.get().map(Vec::len);
+    let fewer = |what: &str, seen: usize, host: usize, how: &str| {
+        format!(
+            "gdrdoctor's container sees {seen} of the host's {host} {what} ({how}); its view is not the host's"
+        )
+    };
+    let gpu_how = "run the pod with NVIDIA_VISIBLE_DEVICES=all, or request the GPUs";
+    if let Some(n) = live.nvml.get().map(|n| n.gpus.len()) {
+        if n < gpus {
+            live.nvml = Fact::absent("libnvidia-ml.so.1", fewer("gpus", n, gpus, gpu_how));
+        }
+    }
+    if let Some(n) = live.cuda.get().map(|c| c.devices.len()) {
+        if n < gpus {
+            live.cuda = Fact::absent("libcuda.so.1", fewer("gpus", n, gpus, gpu_how));
+        }
+    }
+    if let (Some(n), Some(host)) = (live.verbs.get().map(|v| v.devices.len()), rdma) {
+        if n < host {
+            live.verbs = Fact::absent(
+                "libibverbs.so.1",
+                fewer(
+                    "rdma devices",
+                    n,
+                    host,
+                    "mount /dev/infiniband into the pod",
+                ),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -382,44 +421,5 @@ mod tests {
             visible_devices(None, &all, &left_out(&all)).as_deref(),
             Some("")
         );
-    }
-}
-
-/// `--host-root`: the container's libraries see the GPUs and RDMA devices given to the pod, not
-/// necessarily all of the host's. A library that sees fewer than the host's sysfs lists would
-/// make the checks judge a partial view: its facts become absent with the counts (the checks
-/// then skip with that reason). A library that could not be loaded keeps its own reason.
-pub fn host_root_visibility(live: &mut LiveFacts, node: &gdrdoctor_checks::model::Node) {
-    use gdrdoctor_checks::model::Fact;
-    let gpus = gdrdoctor_checks::derive::gpus(node).len();
-    let rdma = node.rdma.get().map(Vec::len);
-    let fewer = |what: &str, seen: usize, host: usize, how: &str| {
-        format!(
-            "gdrdoctor's container sees {seen} of the host's {host} {what} ({how}); its view is not the host's"
-        )
-    };
-    let gpu_how = "run the pod with NVIDIA_VISIBLE_DEVICES=all, or request the GPUs";
-    if let Some(n) = live.nvml.get().map(|n| n.gpus.len()) {
-        if n < gpus {
-            live.nvml = Fact::absent("libnvidia-ml.so.1", fewer("gpus", n, gpus, gpu_how));
-        }
-    }
-    if let Some(n) = live.cuda.get().map(|c| c.devices.len()) {
-        if n < gpus {
-            live.cuda = Fact::absent("libcuda.so.1", fewer("gpus", n, gpus, gpu_how));
-        }
-    }
-    if let (Some(n), Some(host)) = (live.verbs.get().map(|v| v.devices.len()), rdma) {
-        if n < host {
-            live.verbs = Fact::absent(
-                "libibverbs.so.1",
-                fewer(
-                    "rdma devices",
-                    n,
-                    host,
-                    "mount /dev/infiniband into the pod",
-                ),
-            );
-        }
     }
 }
