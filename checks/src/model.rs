@@ -123,7 +123,22 @@ fn nccl_not_recorded() -> Fact<crate::nccl::NcclFacts> {
     Fact::absent("libnccl.so.2", "not recorded in this snapshot")
 }
 
+/// How the reason of an absent live fact starts when its record exists but cannot be used (a
+/// corrupt or unreadable `gdrdoctor/live.json`). Unlike "not in this snapshot" (a `skip`),
+/// damaged evidence is an `error`.
+pub const DAMAGED: &str = "damaged: ";
+
+/// Whether an absence reason says the evidence was there but damaged (see [`DAMAGED`]).
+pub fn is_damaged(reason: &str) -> bool {
+    reason.starts_with(DAMAGED)
+}
+
 impl LiveFacts {
+    /// Every live fact absent because its record is damaged (`reason` names the file and what
+    /// is wrong with it).
+    pub fn damaged(reason: &str) -> Self {
+        LiveFacts::absent(&format!("{DAMAGED}{reason}"))
+    }
     pub fn absent(reason: &str) -> Self {
         LiveFacts {
             nvml: Fact::absent("libnvidia-ml.so.1", reason),
