@@ -5,6 +5,7 @@ use gdrdoctor_checks::report::Report;
 pub mod junit;
 pub mod markdown;
 pub mod prometheus;
+pub mod sanitize;
 pub mod table;
 pub mod topo;
 pub mod wrap;
