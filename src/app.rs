@@ -60,7 +60,11 @@ pub fn main() -> i32 {
 }
 
 fn err(msg: impl std::fmt::Display) -> i32 {
-    eprintln!("gdrdoctor: error: {msg}");
+    // Error text can quote the node (an archive's entry names, a file's content).
+    eprintln!(
+        "gdrdoctor: error: {}",
+        render::sanitize::text(&msg.to_string())
+    );
     EXIT_USAGE
 }
 
@@ -77,8 +81,69 @@ pub fn emit(text: &str) -> bool {
     }
 }
 
-/// Write `text` to `path` atomically (temp file in the same directory, then rename).
+/// The one writer behind every `-o FILE` (check, probe, watch): `-` (and `/dev/stdout`,
+/// `/dev/fd/1`, `/proc/self/fd/1`) is stdout, written through the process's own descriptor so
+/// that `-o /dev/stdout >> log` appends; a path that does not exist or is a regular file is
+/// replaced atomically ([`write_atomic`]); anything else that exists (a device such as
+/// `/dev/null`, a FIFO, a socket, or a symlink) is written in place through `open(2)`, never
+/// replaced: as root, renaming over `/dev/null` would turn the device into a regular file.
+pub fn write_output(path: &Path, text: &str) -> Result<(), String> {
+    let shown = path.display();
+    let as_str = path.to_str().unwrap_or("");
+    if matches!(
+        as_str,
+        "-" | "/dev/stdout" | "/dev/fd/1" | "/proc/self/fd/1"
+    ) {
+        return if emit(text) {
+            Ok(())
+        } else {
+            Err("writing to stdout failed".to_string())
+        };
+    }
+    if matches!(as_str, "/dev/stderr" | "/dev/fd/2" | "/proc/self/fd/2") {
+        let mut e = std::io::stderr().lock();
+        return e
+            .write_all(text.as_bytes())
+            .and_then(|_| e.flush())
+            .map_err(|e| format!("{shown}: {e}"));
+    }
+    let md = match std::fs::symlink_metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return write_atomic(path, text),
+        Err(e) => return Err(format!("{shown}: {e}")),
+    };
+    let ft = md.file_type();
+    if ft.is_file() {
+        return write_atomic(path, text);
+    }
+    if ft.is_dir() {
+        return Err(format!("{shown}: is a directory"));
+    }
+    // A device, a FIFO, a socket or a symlink: write through it. Truncate only what is (or
+    // links to) a regular file; a dangling link is not followed into a new file.
+    let target = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    if target.is_dir() {
+        return Err(format!("{shown}: is a directory"));
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(target.is_file())
+        .open(path)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    match f.write_all(text.as_bytes()).and_then(|_| f.flush()) {
+        Ok(()) => Ok(()),
+        // A reader that went away (a FIFO's, `| head`) is not an error, as for stdout.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(format!("{shown}: {e}")),
+    }
+}
+
+/// Replace the regular file `path` (or create it) atomically: a new file with an unpredictable
+/// name in the same directory, created exclusively (`O_EXCL|O_NOFOLLOW`: nothing planted under
+/// that name is followed), then renamed over `path`. Use [`write_output`] for `-o`, which also
+/// handles stdout and special files.
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -87,15 +152,42 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", path.display())
-    })
+    let mut last = String::new();
+    for attempt in 0..16u32 {
+        let tmp = dir.join(format!(
+            ".{name}.tmp.{}.{:016x}",
+            std::process::id(),
+            crate::snapshot::random_u64() ^ u64::from(attempt)
+        ));
+        let mut f = match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                last = format!("{}: {e}", tmp.display());
+                continue;
+            }
+            Err(e) => return Err(format!("{}: {e}", tmp.display())),
+        };
+        if let Err(e) = f.write_all(text.as_bytes()).and_then(|_| f.flush()) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!("{}: {e}", tmp.display()));
+        }
+        drop(f);
+        return std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("{}: {e}", path.display())
+        });
+    }
+    Err(last)
 }
 
-/// Render a report, write it to `output` (atomically) or stdout, and return its exit code.
+/// Render a report, write it to `output` ([`write_output`]) or stdout, and return its exit
+/// code.
 pub(crate) fn deliver(
     report: &gdrdoctor_checks::report::Report,
     format: render::Format,
@@ -120,7 +212,7 @@ pub(crate) fn deliver(
     };
     match output {
         Some(path) => {
-            if let Err(e) = write_atomic(path, &text) {
+            if let Err(e) = write_output(path, &text) {
                 return err(e);
             }
         }
@@ -270,6 +362,17 @@ fn check(args: &CheckArgs) -> i32 {
                 .map(|u| format!("`{u}`{}", crate::suggest::hint(u, &known)))
                 .collect::<Vec<_>>()
                 .join(", ")
+        ));
+    }
+    if !selection.selects_any() {
+        return err(format!(
+            "--only {} with --skip {} selects no check; `gdrdoctor list` shows them",
+            if args.only.is_empty() {
+                "(all)".to_string()
+            } else {
+                args.only.join(",")
+            },
+            args.skip.join(",")
         ));
     }
     let libs = if args.static_only {
