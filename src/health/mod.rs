@@ -18,16 +18,20 @@ pub(crate) const NOT_CAPTURED: &str = "not in this capture";
 
 /// Everything issue 17's checks read, for `collect::collect`.
 pub fn collect(root: &Root, pci: &Fact<Vec<PciDevice>>, rdma: &Fact<Vec<RdmaDevice>>) -> Health {
+    let (baseline, baseline_note) = if root.is_live() {
+        (None, None)
+    } else {
+        match state::snapshot_baseline_checked(root) {
+            Ok(b) => (b, None),
+            Err(why) => (None, Some(why)),
+        }
+    };
     Health {
         roce: roce::collect(root, rdma),
         aer: counters::collect_aer(root, pci, rdma),
         port_counters: counters::collect_ports(root, rdma),
-        baseline: if root.is_live() {
-            None
-        } else {
-            state::snapshot_baseline(root)
-        },
-        baseline_note: None,
+        baseline,
+        baseline_note,
         kernel_log: kernel_log::collect(root),
     }
 }

@@ -49,6 +49,24 @@ fn finding(
     let b = node.health.baseline.as_ref();
     let status = worst(js);
     let (rs, ro) = rates(node);
+    // A baseline the snapshot holds but that cannot be read: the growth that says "broken
+    // now" is unknown, so one reading below the thresholds is not good news.
+    let damaged = b.is_none()
+        && node
+            .health
+            .baseline_note
+            .as_deref()
+            .is_some_and(crate::model::is_damaged);
+    if damaged && status == Status::Pass {
+        return Finding::new(
+            id,
+            Status::Error,
+            subject,
+            format!("the snapshot's counter baseline cannot be read: whether the {what} error counters grow is unknown"),
+        )
+        .evidence(rs, ro)
+        .fix("take the snapshot again (`gdrdoctor snapshot`); a gdrdoctor/counters-baseline.json that does not parse was damaged after it was written");
+    }
     if status == Status::Pass {
         let known: Vec<&Judged> = js.iter().filter(|j| j.def.is_some()).collect();
         // Many instances of the same counters (NVLink: 4 per link): totals per counter.

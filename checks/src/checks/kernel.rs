@@ -13,7 +13,11 @@ fn log<'a>(id: &str, node: &'a Node) -> Result<(&'a KernelLog, String), Vec<Find
     match &node.health.kernel_log {
         Fact::Known { value, source } => Ok((value, source.clone())),
         Fact::Absent { source, reason } => {
-            let f = if node.source == SourceKind::Sysroot {
+            let f = if crate::model::is_damaged(reason) {
+                // The snapshot holds a kernel log that cannot be read: never a skip.
+                Finding::new(id, Status::Error, "node", format!("the recorded kernel log cannot be used: {reason}"))
+                    .fix("take the snapshot again (`gdrdoctor snapshot`); a gdrdoctor/kernel-log.txt without its header was damaged after it was written")
+            } else if node.source == SourceKind::Sysroot {
                 Finding::new(id, Status::Skip, "node", format!("no kernel log: {reason}"))
             } else {
                 Finding::new(id, Status::Error, "node", "cannot read the kernel log")
