@@ -593,7 +593,7 @@ fn a_gpu_with_a_garbage_vendor_file_does_not_vanish() {
 }
 
 #[test]
-fn a_corrupt_live_json_is_an_error_not_a_skip() {
+fn a_corrupt_snapshot_record_is_an_error_not_a_skip() {
     for damage in ["garbage", "directory"] {
         let t = copy("hgx-h200x8-cx7x8-healthy");
         let live = t.path().join("gdrdoctor/live.json");
@@ -611,6 +611,35 @@ fn a_corrupt_live_json_is_an_error_not_a_skip() {
         }
         assert_eq!(code, 3, "{damage}");
     }
+    // The kernel log and the counter baseline a snapshot keeps: the same.
+    let t = copy("hgx-h200x8-cx7x8-nic-fw-fatal");
+    std::fs::write(t.path().join("gdrdoctor/kernel-log.txt"), "28.43.1014\n").unwrap();
+    let (code, r) = json(t.path());
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "kernel.mlx5-health")
+        .unwrap();
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert_ne!(code, 0);
+    let t = copy("hgx-h200x8-cx7x8-aer-rising");
+    std::fs::write(
+        t.path().join("gdrdoctor/counters-baseline.json"),
+        "{\"values\": [",
+    )
+    .unwrap();
+    let (code, r) = json(t.path());
+    assert!(
+        r.findings
+            .iter()
+            .any(|f| f.id == "counters.aer" && f.status == Status::Error),
+        "{:#?}",
+        r.findings
+            .iter()
+            .filter(|f| f.id == "counters.aer")
+            .collect::<Vec<_>>()
+    );
+    assert_ne!(code, 0);
     // Absent (an older snapshot): a skip, as before.
     let t = copy("hgx-h200x8-cx7x8-healthy");
     std::fs::remove_file(t.path().join("gdrdoctor/live.json")).unwrap();

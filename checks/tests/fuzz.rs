@@ -297,7 +297,7 @@ fn fuzz_nvidia_smi_topo_parser() {
         if let Some(m) = smi::parse(&text(b)) {
             let _ = m.pairs();
             for n in m.nics() {
-                let _ = m.nic_name(&n);
+                let _ = m.nic_name(n);
             }
             let sys = nccl::evidence::from_smi(&m);
             let cfg = nccl::rule::Config {

@@ -596,6 +596,23 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_baseline_never_lets_one_reading_pass() {
+        let mut n = node_with(0, None);
+        assert_eq!(ib_port(&n)[0].status, Status::Pass);
+        n.health.baseline_note = Some(format!(
+            "{}/gdrdoctor/counters-baseline.json: expected value",
+            crate::model::DAMAGED
+        ));
+        let f = ib_port(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(f[0].message.contains("cannot be read"), "{}", f[0].message);
+        // What fails on one reading still fails.
+        let mut n = node_with(1_000_000, None);
+        n.health.baseline_note = Some(format!("{}x", crate::model::DAMAGED));
+        assert_eq!(ib_port(&n)[0].status, Status::Fail);
+    }
+
+    #[test]
     fn a_flapping_port_fails_with_the_growth() {
         let f = ib_port(&node_with(5, Some(2)));
         assert_eq!(f[0].status, Status::Fail);

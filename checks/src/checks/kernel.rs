@@ -392,6 +392,14 @@ mod tests {
         assert_eq!(xid(&n)[0].status, Status::Error);
         n.source = SourceKind::Sysroot;
         assert_eq!(iommu_fault(&n)[0].status, Status::Skip);
+        // There but damaged (no header, unreadable): an error, never a skip.
+        n.health.kernel_log = Fact::absent(
+            "/gdrdoctor/kernel-log.txt",
+            format!("{}no `# scope:` header", crate::model::DAMAGED),
+        );
+        for f in [xid(&n), iommu_fault(&n), mlx5_health(&n)] {
+            assert_eq!(f[0].status, Status::Error, "{f:?}");
+        }
     }
 
     #[test]

@@ -946,7 +946,8 @@ mod tests {
     fn a_broken_chain_is_an_error_naming_the_device_and_offset_never_no_acs() {
         // ACS with ReqRedir sits at 0x140, reached only if the chain from 0x100 holds.
         let acs_at_140 = (0x140, ext(ACS, 0), 0x001d << 16);
-        let cases: Vec<(&str, Vec<(usize, u32, u32)>, &str)> = vec![
+        type Chain = Vec<(usize, u32, u32)>;
+        let cases: Vec<(&str, Chain, &str)> = vec![
             (
                 "self-loop",
                 vec![(0x100, ext(AER, 0x100), 0), acs_at_140],
