@@ -162,7 +162,7 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
         let mut f = match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o644)
+            .mode(0o666)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)
         {
