@@ -196,6 +196,8 @@ pub(crate) fn deliver(
     output: Option<&Path>,
     fail_on: FailOn,
 ) -> i32 {
+    // `-o -` is stdout, laid out and coloured as stdout is.
+    let output = output.filter(|p| p.as_os_str() != "-");
     let color = output.is_none() && color_enabled(color);
     colored::control::set_override(color);
     let style = Style {

@@ -192,7 +192,9 @@ pub struct ProbeArgs {
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Write the report to FILE instead of stdout
+    /// Write the report to FILE instead of stdout: a regular file is replaced atomically (temp
+    /// file + rename), a device, FIFO or symlink (/dev/null, a named pipe) is written in place,
+    /// `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// When to color the table
@@ -245,7 +247,9 @@ pub struct WatchArgs {
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Write the report to FILE instead of stdout
+    /// Write the report to FILE instead of stdout: a regular file is replaced atomically (temp
+    /// file + rename), a device, FIFO or symlink (/dev/null, a named pipe) is written in place,
+    /// `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// When to color the table
@@ -299,7 +303,9 @@ pub struct CheckArgs {
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Write the report to FILE (atomically: temp file + rename) instead of stdout
+    /// Write the report to FILE instead of stdout: a regular file is replaced atomically (temp
+    /// file + rename), a device, FIFO or symlink (/dev/null, a named pipe) is written in place,
+    /// `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// When to color the table
