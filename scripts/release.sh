@@ -68,7 +68,7 @@ if [ ! -f "$STAMP" ]; then
   python3 -m pip --version >/dev/null 2>&1 || die "pip is needed (apt-get install python3-pip)"
   rm -rf "$TOOLS"
   # --target: a private directory, so neither a virtualenv nor a system install is needed.
-  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
+  python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location \
     --target "$TOOLS" "ziglang==$ZIGLANG_VERSION" "cargo-zigbuild==$CARGO_ZIGBUILD_VERSION" ||
     die "pip could not install ziglang==$ZIGLANG_VERSION cargo-zigbuild==$CARGO_ZIGBUILD_VERSION"
   touch "$STAMP"
@@ -137,6 +137,19 @@ smoke() { # smoke ARCH BIN TARGET RUNNER...
   python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["schema"]=="gdrdoctor.report/v1"' <<<"$out" ||
     die "$arch: the live check printed no valid report"
   echo "  live check on this machine: exit $rc, a valid report"
+  # The test-only overrides (src/live/stand_in.rs, docs/testing.md) are ignored by a release
+  # build, which says so: the report is this machine's, not the fixture's.
+  set +e
+  err=$(GDRDOCTOR_LIVE_ROOT=fixtures/sysroots/hgx-h200x8-cx7x8-healthy GDRDOCTOR_LIB_DIR=/nonexistent \
+    "${run[@]}" check --static --format json 2>&1 >/dev/null)
+  out=$(GDRDOCTOR_LIVE_ROOT=fixtures/sysroots/hgx-h200x8-cx7x8-healthy GDRDOCTOR_LIB_DIR=/nonexistent \
+    "${run[@]}" check --static --format json 2>/dev/null)
+  set -e
+  grep -q 'is ignored: test-only overrides' <<<"$err" ||
+    die "$arch: a release build did not say it ignores GDRDOCTOR_LIVE_ROOT:"$'\n'"$err"
+  python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["host"]["hostname"]!="hgx-fixture", r["host"]' <<<"$out" ||
+    die "$arch: a release build read GDRDOCTOR_LIVE_ROOT"
+  echo "  GDRDOCTOR_LIVE_ROOT / GDRDOCTOR_LIB_DIR: ignored by the release build, with a warning"
 }
 
 # Which targets can be built: aarch64 needs the Rust standard library for aarch64.

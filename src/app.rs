@@ -1,6 +1,8 @@
 //! Glue: parse the command line, run the command, map the outcome to the exit-code contract.
 
-use crate::cli::{CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, TopoFormat};
+use crate::cli::{
+    CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, PolicyCommand, TopoFormat,
+};
 use crate::collect::{self, Libraries};
 use crate::render::{self, Style};
 use crate::source::{Location, Source};
@@ -34,28 +36,38 @@ pub fn main() -> i32 {
     };
     match cli.command {
         Command::Check(args) => check(&args),
+        Command::Diagnose(args) => crate::diagnose::run(&args),
         Command::Probe(args) => probe(&args),
         Command::Topo {
             sysroot,
             format,
+            output,
             nvidia_smi: Some(file),
             nccl_version,
         } => {
             let _ = sysroot;
-            topo_smi(&file, format, nccl_version.as_deref())
+            crate::diagnose::topo_alias(&file, format, output.as_deref(), nccl_version.as_deref())
         }
         Command::Topo {
             sysroot,
             format,
+            output,
             nvidia_smi: None,
             nccl_version,
-        } => topo(sysroot.as_deref(), format, nccl_version.as_deref()),
+        } => topo(
+            sysroot.as_deref(),
+            format,
+            output.as_deref(),
+            nccl_version.as_deref(),
+        ),
         Command::List { format } => list(format),
         Command::Explain { id, no_pager } => explain(&id, no_pager),
         Command::Completions { shell } => completions(shell),
         Command::Man { out_dir } => man(out_dir.as_deref()),
         Command::Snapshot { out, sysroot } => snapshot_cmd(&out, sysroot.as_deref()),
         Command::Watch(args) => crate::watch::command(&args),
+        Command::Policy(p) => policy_cmd(&p),
+        Command::Fleet(a) => crate::fleet::run(&a),
     }
 }
 
@@ -70,8 +82,13 @@ fn err(msg: impl std::fmt::Display) -> i32 {
 
 /// Write to stdout; a closed pipe (`| head`) is not an error.
 pub fn emit(text: &str) -> bool {
+    emit_bytes(text.as_bytes())
+}
+
+/// [`emit`] for bytes (a PNG).
+pub fn emit_bytes(bytes: &[u8]) -> bool {
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+    match out.write_all(bytes).and_then(|_| out.flush()) {
         Ok(()) => true,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => true,
         Err(e) => {
@@ -88,13 +105,18 @@ pub fn emit(text: &str) -> bool {
 /// `/dev/null`, a FIFO, a socket, or a symlink) is written in place through `open(2)`, never
 /// replaced: as root, renaming over `/dev/null` would turn the device into a regular file.
 pub fn write_output(path: &Path, text: &str) -> Result<(), String> {
+    write_output_bytes(path, text.as_bytes())
+}
+
+/// [`write_output`] for bytes (a PNG).
+pub fn write_output_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
     let shown = path.display();
     let as_str = path.to_str().unwrap_or("");
     if matches!(
         as_str,
         "-" | "/dev/stdout" | "/dev/fd/1" | "/proc/self/fd/1"
     ) {
-        return if emit(text) {
+        return if emit_bytes(text) {
             Ok(())
         } else {
             Err("writing to stdout failed".to_string())
@@ -103,18 +125,20 @@ pub fn write_output(path: &Path, text: &str) -> Result<(), String> {
     if matches!(as_str, "/dev/stderr" | "/dev/fd/2" | "/proc/self/fd/2") {
         let mut e = std::io::stderr().lock();
         return e
-            .write_all(text.as_bytes())
+            .write_all(text)
             .and_then(|_| e.flush())
             .map_err(|e| format!("{shown}: {e}"));
     }
     let md = match std::fs::symlink_metadata(path) {
         Ok(md) => md,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return write_atomic(path, text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return write_atomic_bytes(path, text)
+        }
         Err(e) => return Err(format!("{shown}: {e}")),
     };
     let ft = md.file_type();
     if ft.is_file() {
-        return write_atomic(path, text);
+        return write_atomic_bytes(path, text);
     }
     if ft.is_dir() {
         return Err(format!("{shown}: is a directory"));
@@ -130,7 +154,7 @@ pub fn write_output(path: &Path, text: &str) -> Result<(), String> {
         .truncate(target.is_file())
         .open(path)
         .map_err(|e| format!("{shown}: {e}"))?;
-    match f.write_all(text.as_bytes()).and_then(|_| f.flush()) {
+    match f.write_all(text).and_then(|_| f.flush()) {
         Ok(()) => Ok(()),
         // A reader that went away (a FIFO's, `| head`) is not an error, as for stdout.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -143,6 +167,11 @@ pub fn write_output(path: &Path, text: &str) -> Result<(), String> {
 /// that name is followed), then renamed over `path`. Use [`write_output`] for `-o`, which also
 /// handles stdout and special files.
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
+    write_atomic_bytes(path, text.as_bytes())
+}
+
+/// [`write_atomic`] for bytes (a PNG).
+pub fn write_atomic_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path
         .parent()
@@ -173,7 +202,7 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
             }
             Err(e) => return Err(format!("{}: {e}", tmp.display())),
         };
-        if let Err(e) = f.write_all(text.as_bytes()).and_then(|_| f.flush()) {
+        if let Err(e) = f.write_all(text).and_then(|_| f.flush()) {
             let _ = std::fs::remove_file(&tmp);
             return Err(format!("{}: {e}", tmp.display()));
         }
@@ -290,6 +319,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     };
     let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
     report.probe = Some(serde_json::Value::Object(records));
+    report.timestamp = Some(crate::clock::now_rfc3339());
     deliver(
         &report,
         args.format,
@@ -300,53 +330,64 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     )
 }
 
-fn topo_smi(file: &Path, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    let text = if file.as_os_str() == "-" {
-        let mut s = String::new();
-        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut s) {
-            return err(format!("stdin: {e}"));
+/// Write `out` to `output`, or to stdout; a PNG is not written to a terminal.
+pub(crate) fn deliver_topo(out: &[u8], output: Option<&Path>, binary: bool) -> i32 {
+    // `-o -` is stdout (and a png is still not written to a terminal).
+    match output.filter(|p| p.as_os_str() != "-") {
+        Some(p) => match write_output_bytes(p, out) {
+            Ok(()) => 0,
+            Err(e) => err(e),
+        },
+        None if binary && std::io::stdout().is_terminal() => {
+            err("not writing a png to a terminal: pass -o FILE (or redirect stdout to a file)")
         }
-        s
-    } else {
-        match std::fs::read(file) {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) => return err(format!("{}: {e}", file.display())),
+        None => {
+            let mut o = std::io::stdout().lock();
+            match o.write_all(out).and_then(|_| o.flush()) {
+                Ok(()) => 0,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+                Err(e) => err(format!("writing to stdout: {e}")),
+            }
         }
-    };
-    let Some(m) = gdrdoctor_checks::smi::parse(&text) else {
-        return err(format!(
-            "{}: no `nvidia-smi topo -m` matrix found (expected a header line starting with GPU0)",
-            file.display()
-        ));
-    };
-    let t = render::topo::build_smi(&m, nccl_version, &collect::relevant_env());
-    let out = match format {
-        TopoFormat::Text => render::topo::render_smi(&m, &t),
-        TopoFormat::Json => format!("{}\n", serde_json::to_string_pretty(&t).unwrap_or_default()),
-    };
-    if emit(&out) {
-        0
-    } else {
-        EXIT_USAGE
     }
 }
 
-fn topo(sysroot: Option<&Path>, format: TopoFormat, nccl_version: Option<&str>) -> i32 {
-    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Skip) {
+fn topo(
+    sysroot: Option<&Path>,
+    format: TopoFormat,
+    output: Option<&Path>,
+    nccl_version: Option<&str>,
+) -> i32 {
+    // The live libraries' facts (NCCL's dma-buf probe per NIC, CUDA's GDR and dma-buf
+    // attributes, NVML's GPU pairs) decide GDR and the GPU x GPU block, and colour the picture:
+    // topo asks them as check does (the GPU x GPU block then says NV18 over NVLink, as
+    // `nvidia-smi topo -m` does, not the PCIe path).
+    let (_src, mut node) = match load_node(Location::from_arg(sysroot), Libraries::Query) {
         Ok(x) => x,
         Err(e) => return err(e),
     };
     apply_nccl_version(&mut node, nccl_version);
-    let t = render::topo::build(&node);
-    let text = match format {
-        TopoFormat::Text => render::topo::render_text(&t),
-        TopoFormat::Json => format!("{}\n", serde_json::to_string_pretty(&t).unwrap_or_default()),
+    let out = match format {
+        TopoFormat::Text => render::topo::render_text(&render::topo::build(&node)).into_bytes(),
+        TopoFormat::Json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&render::topo::build(&node)).unwrap_or_default()
+        )
+        .into_bytes(),
+        // The picture colours elements by the check registry's findings on the same node.
+        TopoFormat::Svg => {
+            let findings = gdrdoctor_checks::checks::run(&node, &Selection::default());
+            render::svg::svg(&node, &findings).into_bytes()
+        }
+        TopoFormat::Png => {
+            let findings = gdrdoctor_checks::checks::run(&node, &Selection::default());
+            match render::svg_png::png(&render::svg::svg_static(&node, &findings), 1.0) {
+                Ok(b) => b,
+                Err(e) => return err(e),
+            }
+        }
     };
-    if emit(&text) {
-        0
-    } else {
-        EXIT_USAGE
-    }
+    deliver_topo(&out, output, format == TopoFormat::Png)
 }
 
 fn check(args: &CheckArgs) -> i32 {
@@ -377,6 +418,15 @@ fn check(args: &CheckArgs) -> i32 {
             args.skip.join(",")
         ));
     }
+    // The policy is read before the node, so that a broken policy file stops the run (exit 2).
+    let policy = match crate::policy::resolve(
+        args.policy.as_deref(),
+        args.no_policy,
+        args.sysroot.is_none(),
+    ) {
+        Ok(p) => p,
+        Err(e) => return err(e),
+    };
     let libs = if args.static_only {
         Libraries::Skip
     } else {
@@ -411,7 +461,15 @@ fn check(args: &CheckArgs) -> i32 {
         },
         allow_incomplete: args.allow_incomplete,
     };
-    let report = gdrdoctor_checks::build_report(&node, &opts);
+    let mut report = gdrdoctor_checks::build_report(&node, &opts);
+    if let Some(l) = &policy {
+        let cx = gdrdoctor_checks::policy::Context {
+            path: l.path.display().to_string(),
+            today: crate::clock::today(),
+        };
+        gdrdoctor_checks::policy::apply(&mut report, &node, &l.policy, &cx, &opts);
+    }
+    report.timestamp = Some(crate::clock::now_rfc3339());
     rates.finish(&node);
     deliver(
         &report,
@@ -442,12 +500,20 @@ fn list(format: ListFormat) -> i32 {
             for c in CHECKS {
                 s.push_str(&row(c.id, c.title));
             }
+            s.push_str("\npolicy findings (gdrdoctor check --policy):\n");
+            for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
+                s.push_str(&row(id, title));
+            }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
             for f in crate::probe::finding_defs() {
                 s.push_str(&row(f.id, f.title));
             }
             s.push_str("\nwatch findings (gdrdoctor watch):\n");
             for (id, title) in gdrdoctor_checks::watch::IDS {
+                s.push_str(&row(id, title));
+            }
+            s.push_str("\ndiagnose findings (gdrdoctor diagnose):\n");
+            for (id, title) in gdrdoctor_checks::paste::findings::IDS {
                 s.push_str(&row(id, title));
             }
             s
@@ -479,6 +545,10 @@ pub fn markdown_list() -> String {
             c.category(),
             c.title
         ));
+    }
+    s.push_str("\n## Policy findings\n\n`gdrdoctor check --policy FILE` adds these (see [the fleet guide](guides/fleet.md)).\n\n| id | verifies |\n|---|---|\n");
+    for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
+        s.push_str(&format!("| [`{id}`](checks/{id}.md) | {title} |\n"));
     }
     s
 }
@@ -572,5 +642,104 @@ fn snapshot_cmd(out: &Path, sysroot: Option<&Path>) -> i32 {
             0
         }
         Err(e) => err(e),
+    }
+}
+
+fn policy_cmd(c: &PolicyCommand) -> i32 {
+    match c {
+        PolicyCommand::Init {
+            sysroot,
+            output,
+            force,
+            static_only,
+        } => {
+            if let Some(o) = output {
+                if o.exists() && !force {
+                    return err(format!(
+                        "{} exists; pass --force to overwrite it",
+                        o.display()
+                    ));
+                }
+            }
+            let libs = if *static_only {
+                Libraries::Skip
+            } else {
+                Libraries::Query
+            };
+            let (_src, node) = match load_node(Location::from_arg(sysroot.as_deref()), libs) {
+                Ok(x) => x,
+                Err(e) => return err(e),
+            };
+            let gdr = gdrdoctor_checks::gdr::verdicts(&node);
+            let text = gdrdoctor_checks::policy::init::render(&node, &gdr, crate::clock::today());
+            // What we write must read back.
+            if let Err(e) = crate::policy::parse("the generated policy", &text) {
+                return err(format!("internal error, please report it: {e}"));
+            }
+            match output {
+                Some(o) => {
+                    if let Err(e) = write_output(o, &text) {
+                        return err(e);
+                    }
+                    eprintln!(
+                        "gdrdoctor: wrote {}; review it, then `gdrdoctor check --policy {}`",
+                        o.display(),
+                        o.display()
+                    );
+                    0
+                }
+                None => {
+                    if emit(&text) {
+                        0
+                    } else {
+                        EXIT_USAGE
+                    }
+                }
+            }
+        }
+        PolicyCommand::Validate { file } => match crate::policy::load(file) {
+            Ok(l) => {
+                let p = &l.policy;
+                let mut parts: Vec<String> = Vec::new();
+                for (name, on) in [
+                    ("gpu", p.gpu.is_some()),
+                    ("rdma", p.rdma.is_some()),
+                    ("pcie", p.pcie.is_some()),
+                    ("driver", p.driver.is_some()),
+                    ("peer_memory", p.peer_memory.is_some()),
+                    ("iommu", p.iommu.is_some()),
+                    ("gdr", p.gdr.is_some()),
+                    ("kernel", p.kernel.is_some()),
+                ] {
+                    if on {
+                        parts.push(name.to_string());
+                    }
+                }
+                let today = crate::clock::today();
+                let expired = p.waivers.iter().filter(|w| today > w.expires).count();
+                let text = format!(
+                    "{}: valid policy: {}; {} severity override(s); {} waiver(s){}\n",
+                    file.display(),
+                    if parts.is_empty() {
+                        "no expectations".to_string()
+                    } else {
+                        parts.join(", ")
+                    },
+                    p.severity.len(),
+                    p.waivers.len(),
+                    if expired > 0 {
+                        format!(", {expired} expired")
+                    } else {
+                        String::new()
+                    }
+                );
+                if emit(&text) {
+                    0
+                } else {
+                    EXIT_USAGE
+                }
+            }
+            Err(e) => err(e),
+        },
     }
 }

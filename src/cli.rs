@@ -33,7 +33,7 @@ pub const VERSION: &str = concat!(
 gdrdoctor reads the node (sysfs, procfs, the NVIDIA driver's files) and answers one question: will \
 GPU-to-NIC RDMA work here, and if not, exactly why and what to change. Run it first on a new node, \
 gate CI preflight on its exit code, attach a snapshot to a bug report.",
-    after_long_help = "Examples:\n  gdrdoctor check                       # static checks of this node, as a table\n  gdrdoctor check --format json > r.json\n  gdrdoctor check --only rdma,iommu     # only some categories\n  gdrdoctor snapshot node.tar.gz        # capture what the checks read\n  gdrdoctor check --sysroot node.tar.gz # ... and check it anywhere\n  gdrdoctor explain kmod.nvidia-peermem\n  gdrdoctor list\n  gdrdoctor completions bash > /etc/bash_completion.d/gdrdoctor"
+    after_long_help = "Examples:\n  gdrdoctor check                       # static checks of this node, as a table\n  gdrdoctor check --format json > r.json\n  gdrdoctor check --only rdma,iommu     # only some categories\n  gdrdoctor snapshot node.tar.gz        # capture what the checks read\n  gdrdoctor check --sysroot node.tar.gz # ... and check it anywhere\n  gdrdoctor explain kmod.nvidia-peermem\n  gdrdoctor list\n  gdrdoctor policy init -o policy.toml  # the site's expectations, from a golden node\n  gdrdoctor check --policy policy.toml\n  gdrdoctor fleet reports/              # many nodes' JSON reports: failures and drift"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -51,7 +51,9 @@ pub enum Command {
         "  gdrdoctor check --fail-on warn --allow-incomplete      # strict gate, tolerate non-root\n",
         "  gdrdoctor check --sysroot snapshot/ --only kmod --skip kmod.nv-peer-mem\n",
         "  gdrdoctor check --interval 10s --only counters    # is a link flapping right now?\n",
-        "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n\n",
+        "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n",
+        "  gdrdoctor check --policy site.toml                # also judge against the site policy\n",
+        "  gdrdoctor check --format oneline                  # one line < 80 chars (NHC, node-problem-detector)\n\n",
         "Error counters only grow, so one reading says little. `--interval` reads them twice; \
 without it, each live run records the counters in /run/gdrdoctor/counters.json (--state-dir, \
 GDRDOCTOR_STATE_DIR) and the next run of the same boot judges the growth since then: run \
@@ -77,6 +79,8 @@ NCCL_NET_GDR_C2C, NCCL_IB_HCA, NCCL_IB_DISABLE, NCCL_PXN_DISABLE, NCCL_P2P_LEVEL
 (with --sysroot, the snapshot's environment overlaid by the current one).\n\nExamples:\n  \
 gdrdoctor topo\n  gdrdoctor topo --format json\n  NCCL_NET_GDR_LEVEL=SYS gdrdoctor topo\n  \
 NCCL_IB_HCA=^mlx5_4 gdrdoctor topo     # what if the job excludes a NIC\n  \
+gdrdoctor topo --format svg -o topo.svg # the PCIe tree with the verdicts, for a browser\n  \
+gdrdoctor topo --format png -o topo.png --sysroot node.tar.gz\n  \
 gdrdoctor topo --nccl-version 2.18.6   # judge for an older NCCL\n  \
 gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt --nccl-version 2.21.5"
     )]
@@ -84,18 +88,55 @@ gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt -
         /// Read a snapshot instead of the live node
         #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
         sysroot: Option<PathBuf>,
-        /// text (default) or json
+        /// text (default), json, or a picture of the PCIe tree with the verdicts: svg (hover a
+        /// GPU for its routes, a box for its findings) or png
         #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
         format: TopoFormat,
-        /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: the
-        /// per-pair distance verdict and the rail balance, for bug reports without a snapshot
+        /// Write to FILE instead of stdout (png is never written to a terminal)
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: NCCL's
+        /// verdict per pair (PXN from the NV# cells; peer memory, dma-buf and ports unknown
+        /// unless the file shows them) and the rail balance, for bug reports without a
+        /// snapshot. The same reader and rule as `gdrdoctor diagnose` (its JSON schema:
+        /// gdrdoctor.topo-paste/v1)
         #[arg(long, value_name = "FILE", conflicts_with = "sysroot")]
         nvidia_smi: Option<PathBuf>,
         /// Judge with this NCCL version's rules (e.g. 2.18.6) instead of the libnccl.so.2
-        /// found on the node (or, with none found, the newest rules gdrdoctor knows)
+        /// found on the node (with --nvidia-smi: instead of the version in a pasted NCCL log;
+        /// with none found, the newest rules gdrdoctor knows)
         #[arg(long, value_name = "X.Y.Z", value_parser = parse_nccl_version)]
         nccl_version: Option<String>,
     },
+    /// Diagnose from pasted command output (topo -m, NCCL logs, lspci -vvv, ibv_devinfo, lsmod,
+    /// nvidia-smi -q, dmesg): the same checks and GDR verdicts, for bug reports
+    #[command(after_long_help = concat!(
+        "Give it what people paste into a bug report, in any mix and order: several outputs in one \
+file are fine, each block is recognised by its shape (not by the file name). Damaged text is \
+repaired where that is unambiguous (ANSI escapes, CRLF, `> ` quotes, cells glued or wrapped by a \
+terminal, a lost header) and the repair is reported; what cannot be trusted gets no verdict. What \
+the paste does not show is `skip` with the command that shows it, never `pass`.\n\n",
+        "Reads: nvidia-smi topo -m/-mp, NCCL_DEBUG=INFO/WARN logs (2.4-2.30), lspci -vvv[-xxxx] and \
+lspci -tv, ibv_devinfo [-v], ibstat/ibstatus, lsmod (whole, or `| grep` with the command shown), \
+/proc/modules, nvidia-smi -q, /proc/cmdline, /proc/driver/nvidia/version, dmesg, uname -a, ulimit -l, \
+NCCL_* environment lines.\n\n",
+        "Examples:\n",
+        "  gdrdoctor diagnose issue.txt                   # everything pasted in one file\n",
+        "  gdrdoctor diagnose topo.txt nccl.log lsmod.txt\n",
+        "  pbpaste | gdrdoctor diagnose -                 # from the clipboard\n",
+        "  gdrdoctor diagnose issue.txt --format markdown # to paste back into the issue\n",
+        "  gdrdoctor diagnose issue.txt --format json     # schema gdrdoctor.diagnose/v1\n",
+        "  gdrdoctor diagnose topo.txt --nccl-version 2.18.6  # judge for the NCCL the job used\n\n",
+        "GDR verdicts follow NCCL's rule for the version in the pasted log (or --nccl-version), with \
+the NCCL_* settings the log or the paste shows; NCCL_* variables set where gdrdoctor runs overlay \
+them (to ask \"what if\").\n\n",
+        "Exit codes:\n",
+        "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
+        "  1  at least one check failed\n",
+        "  2  gdrdoctor could not run (unreadable file, nothing recognisable in the input)\n",
+        "  3  nothing failed, but part of the paste could not be read (status error)"
+    ))]
+    Diagnose(DiagnoseArgs),
     /// Live probes on this node's GPUs (each in a worker process with a deadline)
     #[command(after_long_help = format!("{}\n{EXIT_CODES}", crate::probe::help_examples()))]
     Probe(ProbeArgs),
@@ -165,6 +206,38 @@ gdrdoctor man --out-dir /usr/local/share/man/man1   # gdrdoctor.1, gdrdoctor-che
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+    /// Site policy: write one from a known-good node (`init`) or check a file (`validate`)
+    #[command(
+        subcommand,
+        after_long_help = "A policy states what the site expects of a node (gpu count and model, rdma \
+devices, port state/rate/width, pcie links, driver, firmware, peer memory, iommu, gdr pairs, kernel \
+and command line), with severity overrides and waivers that carry a reason and an expiry date. \
+`gdrdoctor check --policy FILE` adds policy.* findings; live runs read /etc/gdrdoctor/policy.toml \
+when it exists (--no-policy turns it off). Guide: docs/guides/fleet.md.\n\nExamples:\n  \
+sudo gdrdoctor policy init -o /etc/gdrdoctor/policy.toml\n  \
+gdrdoctor policy validate /etc/gdrdoctor/policy.toml\n  \
+gdrdoctor check --policy /etc/gdrdoctor/policy.toml --format oneline"
+    )]
+    Policy(PolicyCommand),
+    /// Roll up many nodes' JSON reports: checks x nodes, the nodes failing each check, and drift
+    #[command(after_long_help = concat!(
+        "Drift: every inventory field (driver, firmware, kernel, cmdline, NCCL environment, BAR1, \
+link states, pci devices, gdr pairs) is compared across nodes; where a minority of nodes differs \
+from the majority, the odd nodes are named. A field with no majority value is shown as split.\n\n",
+        "Examples:\n",
+        "  srun -N64 --ntasks-per-node=1 --output='reports/%N.json' gdrdoctor check -f json\n",
+        "  gdrdoctor fleet reports/\n",
+        "  srun -N64 --ntasks-per-node=1 --label gdrdoctor check -f json | gdrdoctor fleet -\n",
+        "  gdrdoctor fleet reports/ -f prometheus -o /var/lib/node_exporter/textfile_collector/gdrdoctor_fleet.prom\n",
+        "  gdrdoctor fleet reports/ --ignore env.,pci. --allow-drift\n\n",
+        "Exit codes (fleet):\n",
+        "  0  no node failed and no drift\n",
+        "  1  a node failed (its report's exit code is 1), or drift (unless --allow-drift)\n",
+        "  2  gdrdoctor could not run (no report could be read at all, usage error)\n",
+        "  3  nothing failed, but some reports are unreadable or some nodes incomplete\n",
+        "     (unless --allow-incomplete)"
+    ))]
+    Fleet(FleetArgs),
     /// Capture every file the checks read (plus live-only facts) for --sysroot or a bug report
     #[command(
         after_long_help = "The snapshot holds exactly the files the collectors read, with sysfs \
@@ -266,10 +339,64 @@ pub struct WatchArgs {
     pub verbose: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct DiagnoseArgs {
+    /// Files holding pasted command output (any mix; several outputs per file are fine); `-`
+    /// reads standard input
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// table (default), json (schema gdrdoctor.diagnose/v1) or markdown (to paste back into the
+    /// issue thread)
+    #[arg(long, short = 'f', value_enum, default_value_t = DiagnoseFormat::Table)]
+    pub format: DiagnoseFormat,
+    /// Write the report to FILE instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// When to color the table
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// Report only these checks: ids or categories, comma-separated (e.g. nccl,gdr.gpu)
+    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    pub only: Vec<String>,
+    /// Leave out these checks: ids or categories
+    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    pub skip: Vec<String>,
+    /// The lowest status that makes the exit code 1
+    #[arg(long, value_enum, default_value_t = FailOnArg::Fail)]
+    pub fail_on: FailOnArg,
+    /// Exit 0 instead of 3 when part of the paste could not be read
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Show evidence for passing and skipped checks too
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+    /// Judge GDR with this NCCL version's rules (e.g. 2.18.6) instead of the version in the
+    /// pasted NCCL log (or, with none, the newest rules gdrdoctor knows)
+    #[arg(long, value_name = "X.Y.Z", value_parser = parse_nccl_version)]
+    pub nccl_version: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiagnoseFormat {
+    /// Human table, the GPU x NIC view, details under each finding that is not a pass
+    Table,
+    /// The versioned report (schema gdrdoctor.diagnose/v1)
+    Json,
+    /// GitHub-flavoured Markdown to paste back into the issue thread
+    Markdown,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TopoFormat {
+    /// The GPU x NIC matrix (default)
     Text,
+    /// The same data, schema gdrdoctor.topo/v1
     Json,
+    /// The PCIe tree drawn like lstopo's I/O view, with findings and GDR paths; open it in a
+    /// browser
+    Svg,
+    /// The same picture as a PNG (needs a monospace font installed, e.g. fonts-dejavu-core)
+    Png,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -344,6 +471,14 @@ pub struct CheckArgs {
     /// unless --interval is given)
     #[arg(long)]
     pub no_state: bool,
+    /// Also judge the node against a site policy (TOML: the gpus, ports, firmware, driver,
+    /// kernel command line the site expects, severity overrides, waivers; `gdrdoctor policy
+    /// init` writes one). Live runs read /etc/gdrdoctor/policy.toml by default when it exists
+    #[arg(long, value_name = "FILE", env = "GDRDOCTOR_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Apply no policy at all, not even /etc/gdrdoctor/policy.toml (wins over --policy)
+    #[arg(long)]
+    pub no_policy: bool,
 }
 
 /// `--nccl-version`: `2.28.9`, `2.28` or `v2.28.9-1`.
@@ -351,6 +486,80 @@ fn parse_nccl_version(s: &str) -> Result<String, String> {
     gdrdoctor_checks::nccl::Version::parse(s)
         .map(|v| v.to_string())
         .ok_or_else(|| format!("`{s}` is not an NCCL 2.x version (expected e.g. 2.28.9)"))
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Write a commented policy that this node (or a snapshot) passes: start from the golden node
+    #[command(
+        after_long_help = "The policy states what the golden node shows: gpu count and model, rdma devices, \
+port state/link layer/rate/width, firmware, pcie links per class, driver, peer-memory mechanism, iommu \
+mode, gdr pairs, kernel release and command line. Delete what your site does not want to enforce; \
+per-node command-line keys (root, resume) are ignored.\n\nExamples:\n  \
+sudo gdrdoctor policy init -o /etc/gdrdoctor/policy.toml     # on the golden node\n  \
+gdrdoctor policy init --sysroot golden.tar.gz -o policy.toml\n  \
+gdrdoctor check --policy policy.toml --sysroot other-node.tar.gz"
+    )]
+    Init {
+        /// Read a snapshot instead of the live node
+        #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
+        sysroot: Option<PathBuf>,
+        /// Write the policy to FILE instead of stdout
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Overwrite FILE when it exists
+        #[arg(long)]
+        force: bool,
+        /// Do not query NVML, the CUDA driver and libibverbs
+        #[arg(long = "static")]
+        static_only: bool,
+    },
+    /// Check a policy file without a node: exit 0 when valid, 2 naming the line of the error
+    #[command(
+        after_long_help = "Examples:\n  gdrdoctor policy validate /etc/gdrdoctor/policy.toml"
+    )]
+    Validate {
+        /// The policy file (TOML)
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FleetFormat {
+    /// Checks x nodes, failing nodes, drift (default)
+    Table,
+    /// The roll-up as JSON (schema gdrdoctor.fleet/v1)
+    Json,
+    /// Prometheus text exposition (counts per check and status, drift per field)
+    Prometheus,
+}
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// JSON reports (`gdrdoctor check -f json`): files, directories (every *.json below them),
+    /// or - for stdin (one or more reports; `srun --label` output is split by task)
+    #[arg(required = true, value_name = "REPORTS")]
+    pub reports: Vec<PathBuf>,
+    /// Output format
+    #[arg(long, short = 'f', value_enum, default_value_t = FleetFormat::Table)]
+    pub format: FleetFormat,
+    /// Write the roll-up to FILE (atomically) instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Show drift, but do not let it make the exit code 1
+    #[arg(long)]
+    pub allow_drift: bool,
+    /// Exit 0 instead of 3 when some reports are unreadable or some nodes could not evaluate
+    /// every check
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Leave fields out of the drift analysis: names or prefixes as the drift table prints them
+    /// (e.g. cmdline.BOOT_IMAGE, env., pci.)
+    #[arg(long, value_delimiter = ',', value_name = "FIELD")]
+    pub ignore: Vec<String>,
+    /// Node names shown per row in the table (the JSON always lists every node)
+    #[arg(long, value_name = "N", default_value_t = 6)]
+    pub max_names: usize,
 }
 
 pub fn exit_codes_text() -> &'static str {

@@ -3,11 +3,15 @@
 
 pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod collect;
+pub mod diagnose;
 pub mod docs;
+pub mod fleet;
 pub mod health;
 pub mod live;
 pub mod meta;
+pub mod policy;
 pub mod probe;
 pub mod reader;
 pub mod render;

@@ -135,8 +135,22 @@ impl fmt::Debug for Root {
 }
 
 impl Root {
-    /// The running system.
+    /// The running system: `/`, or under the test-only `GDRDOCTOR_LIVE_ROOT`
+    /// ([`crate::live::stand_in::live_root`]) a directory read as the live node's files. That
+    /// root is complete (a missing file is absent on the node) but not live: the kernel log,
+    /// the counter baseline and the counter state file come from the directory, never from
+    /// this machine.
     pub fn live() -> Root {
+        if let Some(dir) = crate::live::stand_in::live_root() {
+            return Root {
+                base: dir,
+                live: false,
+                complete: true,
+                recorder: None,
+                dir_cache: Mutex::default(),
+                trace: trace_enabled(),
+            };
+        }
         Root {
             base: PathBuf::from("/"),
             live: true,

@@ -131,15 +131,17 @@ fn json_junit_prometheus_are_well_formed() {
     let (_, p, _) = run(&["check", "--sysroot", &down, "--format", "prometheus"]);
     assert!(
         p.contains(
-            "gdrdoctor_check_status{check=\"rdma.ports\",category=\"rdma\",status=\"fail\"} 1"
+            "gdrdoctor_check_status{command=\"check\",check=\"rdma.ports\",category=\"rdma\",status=\"fail\"} 1"
         ),
         "{p}"
     );
     assert!(p.contains(
-        "gdrdoctor_check_status{check=\"rdma.ports\",category=\"rdma\",status=\"pass\"} 0"
+        "gdrdoctor_check_status{command=\"check\",check=\"rdma.ports\",category=\"rdma\",status=\"pass\"} 0"
     ));
-    assert!(p.contains("gdrdoctor_check_findings{check=\"rdma.ports\",status=\"pass\"} 7"));
-    assert!(p.contains("gdrdoctor_exit_code 1"));
+    assert!(p.contains(
+        "gdrdoctor_check_findings{command=\"check\",check=\"rdma.ports\",status=\"pass\"} 7"
+    ));
+    assert!(p.contains("gdrdoctor_exit_code{command=\"check\"} 1"));
     for line in p.lines().filter(|l| !l.starts_with('#')) {
         let (name, value) = line.rsplit_once(' ').unwrap();
         assert!(value.parse::<f64>().is_ok(), "bad value in {line}");
@@ -263,8 +265,22 @@ fn topo_text_json_and_the_gpu_machine_snapshot() {
         "{out}"
     );
     assert!(out.contains("Rules: NCCL 2.30.7 rules"), "{out}");
+    // The GPU x GPU block from the NVML facts the snapshot keeps (issue 15): 18 NVLinks to the
+    // NVSwitch fabric per GPU, `NV18` as `nvidia-smi topo -m` prints it, not the PCIe path.
+    let block: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("GPU0   GPU1"))
+        .collect();
+    assert!(
+        block.iter().any(|l| l.starts_with("GPU1 28:00.0")
+            && l.split_whitespace().skip(2).collect::<Vec<_>>()
+                == ["NV18", "X", "NV18", "NV18", "NV18", "NV18", "NV18", "NV18"]),
+        "{out}"
+    );
     let (_, j, _) = run(&["topo", "--sysroot", &healthy(), "--format", "json"]);
     let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["gpu_pairs"].as_array().unwrap().len(), 28);
+    assert_eq!(v["gpu_pairs"][0]["nvlinks_switch"], 18);
     assert_eq!(v["gpus"].as_array().unwrap().len(), 8);
     assert_eq!(v["pairs"].as_array().unwrap().len(), 64);
     assert_eq!(v["gdr_level"], "PXB");

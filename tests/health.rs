@@ -271,12 +271,14 @@ fn json_and_prometheus_carry_the_findings_for_alerting() {
     assert_eq!(code, 1);
     assert!(
         out.contains(
-            "gdrdoctor_check_status{check=\"kernel.xid\",category=\"kernel\",status=\"fail\"} 1"
+            "gdrdoctor_check_status{command=\"check\",check=\"kernel.xid\",category=\"kernel\",status=\"fail\"} 1"
         ),
         "{out}"
     );
     assert!(
-        out.contains("gdrdoctor_check_findings{check=\"kernel.xid\",status=\"fail\"} 1"),
+        out.contains(
+            "gdrdoctor_check_findings{command=\"check\",check=\"kernel.xid\",status=\"fail\"} 1"
+        ),
         "{out}"
     );
     let flap = fixture("hgx-h200x8-cx7x8-port-flapping")
@@ -291,7 +293,7 @@ fn json_and_prometheus_carry_the_findings_for_alerting() {
         "--only",
         "counters",
     ]);
-    assert!(out.contains("gdrdoctor_check_status{check=\"counters.ib-port\",category=\"counters\",status=\"fail\"} 1"), "{out}");
+    assert!(out.contains("gdrdoctor_check_status{command=\"check\",check=\"counters.ib-port\",category=\"counters\",status=\"fail\"} 1"), "{out}");
 }
 
 #[test]

@@ -461,8 +461,19 @@ fn h200_probe_captures_replay_to_their_findings() {
         }
         seen.extend(probe.as_object().unwrap().keys().cloned());
     }
-    // Every registered probe has a capture to replay.
+    // Every registered probe has a capture to replay, except those whose first capture is
+    // still to be taken on a GPU machine (remove the name when its report is in
+    // fixtures/reports/): `nccl` until `scripts/gpu-nccl.sh` has run on the two-GPU machine.
+    const AWAITING_CAPTURE: &[&str] = &["nccl"];
     for p in gdrdoctor::probe::PROBES {
+        if AWAITING_CAPTURE.contains(&p.name) {
+            assert!(
+                !seen.contains(p.name),
+                "probe.{} has a capture now: take it off AWAITING_CAPTURE",
+                p.name
+            );
+            continue;
+        }
         assert!(seen.contains(p.name), "no capture replays probe.{}", p.name);
     }
 }
@@ -505,4 +516,309 @@ fn a_changed_record_changes_the_replayed_findings() {
     assert!(got.iter().any(|f| f.id == "probe.hang"
         && f.status == gdrdoctor_checks::report::Status::Error
         && f.message.contains("stopped before it reported: TimedOut")));
+}
+
+/// `probe --nccl` without a GPU is incomplete like every probe, and its option needs its flag.
+#[test]
+fn nccl_probe_without_a_gpu_and_its_flags() {
+    let (code, out, err) = run(&["probe", "--nccl", "--format", "json"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    let first = &v["findings"][0];
+    if first["id"] == "probe.cuda" && first["status"] == "error" {
+        assert_eq!(code, 3, "{first}");
+    }
+    let (code, _, err) = run(&["probe", "--p2p", "--nccl-lib", "/x/libnccl.so.2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--nccl-lib needs --nccl"), "{err}");
+    let (code, _, err) = run(&["probe"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--p2p, --nccl or --doorbell"), "{err}");
+}
+
+/// With no NCCL on the node the probe skips and says where it looked; with one, it runs it.
+#[test]
+fn nccl_probe_chooses_the_loaders_first_library_or_skips() {
+    let mut node = gdrdoctor_checks::testing::empty_node();
+    node.live.nccl = gdrdoctor_checks::model::Fact::known(
+        gdrdoctor_checks::nccl::NcclFacts {
+            libraries: vec![],
+            searched: vec!["LD_LIBRARY_PATH".into(), "/etc/ld.so.cache".into()],
+            requested: None,
+        },
+        "test",
+    );
+    let why = gdrdoctor::probe::nccl::choose_library(&node, None).unwrap_err();
+    assert!(
+        why.starts_with(
+            "no libnccl.so.2 found on this node (searched LD_LIBRARY_PATH, /etc/ld.so.cache)"
+        ) && why.contains("--nccl-lib"),
+        "{why}"
+    );
+    let given = std::path::Path::new("/opt/app/libnccl.so.2");
+    assert_eq!(
+        gdrdoctor::probe::nccl::choose_library(&node, Some(given)).unwrap(),
+        "/opt/app/libnccl.so.2"
+    );
+    if let gdrdoctor_checks::model::Fact::Known { value, .. } = &mut node.live.nccl {
+        for p in [
+            "/usr/lib/x86_64-linux-gnu/libnccl.so.2",
+            "/opt/b/libnccl.so.2",
+        ] {
+            value.libraries.push(gdrdoctor_checks::nccl::NcclLibrary {
+                path: p.into(),
+                version: Some("2.28.3".into()),
+                ..Default::default()
+            });
+        }
+    }
+    assert_eq!(
+        gdrdoctor::probe::nccl::choose_library(&node, None).unwrap(),
+        "/usr/lib/x86_64-linux-gnu/libnccl.so.2"
+    );
+}
+
+/// The HGX fixture (8 H200 on NVSwitch, 8 ConnectX-7, each GPU with its NIC under one switch)
+/// as gdrdoctor's view, and NCCL runs in the shapes NCCL 2.28 prints (src/transport/p2p.cc
+/// v2.28.9-1 L386, net.cc L313/L359): a ring over P2P, then the network-only run with every
+/// GPU on its own NIC with GDR both ways. Every pair and every GPU x NIC x direction agrees;
+/// one line without /GDRDMA is the one failure.
+#[test]
+fn nccl_verdict_on_eight_gpus_and_eight_nics() {
+    use gdrdoctor::probe::nccl::{self, NcclFiles, Output, Params, RankGpu, Record, Run, Sums};
+    use gdrdoctor_checks::report::Status;
+    let at = fixture("hgx-h200x8-cx7x8-healthy");
+    let src = gdrdoctor::source::Source::open(gdrdoctor::source::Location::Sysroot(&at)).unwrap();
+    let node = gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip);
+    let cx = gdrdoctor_checks::gdr::Context::new(&node);
+    let view = gdrdoctor_checks::gdr::system(&node, &cx);
+    assert_eq!((view.gpus.len(), view.nics.len()), (8, 8));
+    let gpus: Vec<String> = view.gpus.iter().map(|g| g.id.clone()).collect();
+    let ranks: Vec<RankGpu> = gpus
+        .iter()
+        .enumerate()
+        .map(|(i, b)| RankGpu {
+            rank: i as u32,
+            cuda: i as i32,
+            bdf: b.clone(),
+        })
+        .collect();
+    // NCCL's dump of the same machine: GPU i and mlx5_i under switch i, four per socket.
+    let nic_bdf = |i: usize| -> String {
+        node.rdma
+            .get()
+            .and_then(|r| r.iter().find(|d| d.name == format!("mlx5_{i}")))
+            .and_then(|d| d.pci_bdf.get().cloned().flatten())
+            .unwrap()
+    };
+    let mut dump = String::from("<system version=\"1\">\n");
+    for cpu in 0..2 {
+        dump.push_str(&format!(
+            "  <cpu numaid=\"{cpu}\" arch=\"x86_64\" vendor=\"GenuineIntel\">\n"
+        ));
+        for (i, gpu) in gpus.iter().enumerate().skip(cpu * 4).take(4) {
+            dump.push_str(&format!(
+                "    <pci busid=\"0000:f{i}:00.0\" class=\"0x060400\">\n      <pci busid=\"{}\" class=\"0x030200\"><gpu dev=\"{i}\" sm=\"90\" rank=\"{i}\" gdr=\"1\"><nvlink target=\"fffffff:ffff:ff\" count=\"18\" tclass=\"0x068000\"/></gpu></pci>\n      <pci busid=\"{}\" class=\"0x020700\"><nic><net name=\"mlx5_{i}\" dev=\"{i}\" port=\"1\" gdr=\"1\"/></nic></pci>\n    </pci>\n",
+                gpu,
+                nic_bdf(i)
+            ));
+        }
+        dump.push_str("  </cpu>\n");
+    }
+    dump.push_str("</system>\n");
+    let mut ring = String::new();
+    let mut net = String::from("h:1:2 [0] NCCL INFO NET/IB : Using");
+    for i in 0..8 {
+        net.push_str(&format!(" [{i}]mlx5_{i}:1/IB"));
+    }
+    net.push_str(" [RO]; OOB eth0:10.0.0.1<0>\n");
+    for i in 0..8 {
+        let j = (i + 1) % 8;
+        ring.push_str(&format!(
+            "h:1:{i} [{i}] NCCL INFO Channel 00/0 : {i}[{i}] -> {j}[{j}] via P2P/direct pointer\n"
+        ));
+        net.push_str(&format!(
+            "h:1:{i} [{i}] NCCL INFO Channel 00/0 : {i}[{i}] -> {j}[{j}] [send] via NET/IB/{i}/GDRDMA\n"
+        ));
+        net.push_str(&format!(
+            "h:1:{j} [{j}] NCCL INFO Channel 00/0 : {i}[{i}] -> {j}[{j}] [receive] via NET/IB/{j}/GDRDMA\n"
+        ));
+    }
+    let run = |label: &str, extra: &[(&str, &str)], log: &str, dump: Option<&str>| {
+        let mut env: std::collections::BTreeMap<String, String> = nccl::BASE_ENV
+            .iter()
+            .chain(extra)
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        env.insert("NCCL_DEBUG_FILE".into(), "/tmp/x/nccl-debug.log".into());
+        Run {
+            params: Params {
+                label: label.into(),
+                library: "/usr/lib/x86_64-linux-gnu/libnccl.so.2".into(),
+                gpus: None,
+                count: nccl::COUNT,
+                env: env.clone(),
+            },
+            output: Some(Output {
+                version: Some("2.28.9".into()),
+                version_code: Some(22809),
+                ranks: ranks.clone(),
+                env,
+                init_ms: Some(2100.0),
+                allreduce_ms: Some(80.0),
+                sums: Some(Sums {
+                    expected: 36.0,
+                    checked: 8 * 4096,
+                    wrong: 0,
+                    first_wrong: None,
+                }),
+                error: None,
+            }),
+            problem: None,
+            health: None,
+            files: NcclFiles {
+                log: Some(log.to_string()),
+                topo_dump: dump.map(str::to_string),
+                ..Default::default()
+            },
+        }
+    };
+    let record = |net_log: &str| Record {
+        skipped: None,
+        view: Some(view.clone()),
+        runs: vec![
+            run("default", &[], &ring, Some(&dump)),
+            run("net-only", nccl::NET_ONLY_ENV, net_log, None),
+        ],
+    };
+    let f = nccl::verdict::findings(&record(&net));
+    let count = |id: &str, s: Status| f.iter().filter(|x| x.id == id && x.status == s).count();
+    assert_eq!(count("probe.nccl-run", Status::Pass), 2, "{f:#?}");
+    assert_eq!(count("probe.nccl-topology", Status::Pass), 1, "{f:#?}");
+    assert_eq!(count("probe.nccl", Status::Pass), 8 + 16, "{f:#?}");
+    assert_eq!(f.len(), 2 + 1 + 8 + 16, "{f:#?}");
+    // The record is what the report keeps: it replays through the registry to the same
+    // findings.
+    let v = serde_json::json!({ "nccl": serde_json::to_value(record(&net)).unwrap() });
+    let replayed = gdrdoctor::probe::replay(&gdrdoctor_checks::testing::empty_node(), &v).unwrap();
+    assert_eq!(replayed, f);
+    // GPU 5 received without GDR from its own PIX NIC: exactly one failure, with both sides.
+    let bad = net.replace(
+        "5[5] [receive] via NET/IB/5/GDRDMA",
+        "5[5] [receive] via NET/IB/5",
+    );
+    let f = nccl::verdict::findings(&record(&bad));
+    let fails: Vec<_> = f.iter().filter(|x| x.status == Status::Fail).collect();
+    assert_eq!(fails.len(), 1, "{f:#?}");
+    assert_eq!(fails[0].subject, format!("{}|mlx5_5/receive", gpus[5]));
+    assert_eq!(
+        fails[0].message,
+        "nccl used no gdr where gdrdoctor predicted gdr"
+    );
+    assert!(fails[0]
+        .evidence
+        .iter()
+        .any(|e| e.source.starts_with("gdrdoctor (NCCL 2.28.9 rules")
+            && e.observed.starts_with("GDR (PIX")));
+}
+
+/// A stand-in `libnccl.so.2` built with gcc: NCCL's signatures (src/nccl.h.in v2.28.9-1) with
+/// recorded calls, so the wrapper of `src/live/nccl.rs` is exercised without a GPU: symbols,
+/// the version, `ncclCommInitAll`, NCCL's words for an error, and one `ncclCommDestroy` per
+/// communicator when `Comms` drops.
+const FAKE_NCCL: &str = r#"
+#include <stddef.h>
+static int destroyed = 0;
+int fake_destroyed(void) { return destroyed; }
+int ncclGetVersion(int *v) { *v = 22809; return 0; }
+int ncclCommInitAll(void **comms, int n, const int *devs) {
+  if (n == 3) return 2; /* ncclSystemError */
+  for (int i = 0; i < n; i++) comms[i] = (void *)(size_t)(0x1000 + devs[i]);
+  return 0;
+}
+int ncclCommDestroy(void *c) { (void)c; destroyed++; return 0; }
+int ncclGroupStart(void) { return 0; }
+int ncclGroupEnd(void) { return 0; }
+int ncclAllReduce(const void *s, void *r, size_t n, int t, int op, void *c, void *st) { return 0; }
+const char *ncclGetErrorString(int r) { return r == 2 ? "unhandled system error" : "unknown"; }
+const char *ncclGetLastError(void *c) { (void)c; return "Net : No interface found"; }
+"#;
+
+#[test]
+fn the_nccl_wrapper_against_a_stand_in_library() {
+    use gdrdoctor::live::nccl::Nccl;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("fake.c");
+    let lib = t.path().join("libnccl.so.2");
+    std::fs::write(&src, FAKE_NCCL).unwrap();
+    let built = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status();
+    if !built.is_ok_and(|s| s.success()) {
+        require::skip(
+            "nccl-stand-in",
+            "gcc cannot build a shared library",
+            "apt-get install gcc",
+        );
+        return;
+    }
+    let n = Nccl::load(&lib).unwrap();
+    assert_eq!(n.version().unwrap(), 22809);
+    let comms = n.init_all(&[0, 1]).unwrap();
+    assert_eq!(comms.len(), 2);
+    let e = n.init_all(&[0, 1, 2]).err().unwrap();
+    assert_eq!(
+        e.to_string(),
+        "ncclCommInitAll failed: unhandled system error (2): Net : No interface found"
+    );
+    // SAFETY (test): the stand-in's own counter, `int fake_destroyed(void)`.
+    let raw = unsafe { libloading::Library::new(&lib) }.unwrap();
+    let destroyed: libloading::Symbol<unsafe extern "C" fn() -> i32> =
+        unsafe { raw.get(b"fake_destroyed\0") }.unwrap();
+    assert_eq!(unsafe { destroyed() }, 0);
+    drop(comms);
+    assert_eq!(
+        unsafe { destroyed() },
+        2,
+        "one ncclCommDestroy per communicator"
+    );
+    // Not NCCL at all, and no library at all: the errors name the file and the symbol.
+    let e = Nccl::load(std::path::Path::new("/nonexistent/libnccl.so.2")).unwrap_err();
+    assert!(e.starts_with("dlopen /nonexistent/libnccl.so.2:"), "{e}");
+    std::fs::write(&src, "int not_nccl(void) { return 0; }\n").unwrap();
+    let other = t.path().join("libother.so");
+    let ok = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&other)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let e = Nccl::load(&other).unwrap_err();
+    assert!(e.contains("ncclGetVersion"), "{e}");
+}
+
+/// A real NCCL log (shared/realdata/nccl-1537-gdr-disabled-roce-excerpt, NVIDIA/nccl#1537, read
+/// in place): the probe's reader takes NCCL's device list from it as NCCL printed it, and finds
+/// no channel line in an excerpt that has none.
+#[test]
+fn nccl_log_reader_on_a_real_log() {
+    let p = repo()
+        .join("../shared/realdata/nccl-1537-gdr-disabled-roce-excerpt/nccl-debug-excerpt.log");
+    let Ok(text) = std::fs::read_to_string(&p) else {
+        eprintln!("skipping: {} is absent", p.display());
+        return;
+    };
+    use gdrdoctor::probe::nccl::log;
+    assert_eq!(
+        log::net_names(&text),
+        vec![
+            ("IB".to_string(), 0, "mlx5_0".to_string()),
+            ("IB".to_string(), 1, "mlx5_1".to_string()),
+        ]
+    );
+    assert!(log::channels(&text).is_empty());
+    assert!(log::warnings(&text).is_empty());
 }

@@ -585,7 +585,65 @@ fn gpu_pairs_nvlink_and_p2p_verdicts() {
     );
 }
 
-/// `probe --p2p`'s theoretical link rate from the fixtures' NVML facts.
+/// `gpu.p2p` honours NCCL_P2P_DISABLE and NCCL_P2P_LEVEL (issue 12 item 4): peer access works
+/// on every NVLink pair of the HGX fixture, but with P2P disabled NCCL stays off it (the rule's
+/// P2P decision, src/graph/paths.cc ncclTopoCheckP2p()): warn, with NCCL's reason.
+#[test]
+fn gpu_p2p_honours_the_nccl_p2p_environment() {
+    let at = fixture("hgx-h200x8-cx7x8-healthy");
+    let src = gdrdoctor::source::Source::open(gdrdoctor::source::Location::Sysroot(&at)).unwrap();
+    let base = gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip);
+    let with_env = |vars: &[(&str, &str)]| {
+        let mut n = base.clone();
+        n.env = gdrdoctor_checks::model::Fact::known(
+            vars.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            "test environment",
+        );
+        gdrdoctor_checks::checks::gpu::p2p(&n)
+    };
+    let plain = with_env(&[]);
+    assert_eq!(plain.len(), 28);
+    assert!(plain.iter().all(|f| f.status == Status::Pass));
+    assert!(
+        plain
+            .iter()
+            .all(|f| !f.evidence.iter().any(|e| e.source.starts_with("nccl p2p"))),
+        "without the variables nothing changes"
+    );
+    let off = with_env(&[("NCCL_P2P_DISABLE", "1")]);
+    assert!(off.iter().all(|f| f.status == Status::Warn), "{off:#?}");
+    assert!(
+        off[0].message.ends_with("but NCCL_P2P_DISABLE=1 from test environment keeps nccl off p2p between these gpus: nccl stages their traffic through host memory (shm) instead"),
+        "{}",
+        off[0].message
+    );
+    assert!(off[0]
+        .remediation
+        .as_deref()
+        .unwrap_or("")
+        .starts_with("drop NCCL_P2P_DISABLE=1 from the job's environment (or set NCCL_P2P_LEVEL to NVL or higher)"));
+    let ev = off[0]
+        .evidence
+        .iter()
+        .find(|e| e.source.starts_with("nccl p2p (NCCL 2.30.7 rules"))
+        .unwrap();
+    assert_eq!(
+        ev.observed,
+        "no p2p: NVL beyond NCCL_P2P_LEVEL LOC (NCCL_P2P_DISABLE=1 from test environment)"
+    );
+    // NVLink is within any level that names a path (NVL is the closest after LOC).
+    let pix = with_env(&[("NCCL_P2P_LEVEL", "PIX")]);
+    assert!(pix.iter().all(|f| f.status == Status::Pass));
+    assert!(pix[0]
+        .evidence
+        .iter()
+        .any(|e| e.observed.starts_with("p2p: NVL within NCCL_P2P_LEVEL PIX")));
+}
+
+/// `probe --p2p`'s theoretical link rate from the fixtures' NVML facts (a report whose worker
+/// carried no links, as reports of older versions).
 #[test]
 fn p2p_theoretical_rates() {
     let node = |s: &str| {
@@ -594,16 +652,17 @@ fn p2p_theoretical_rates() {
             gdrdoctor::source::Source::open(gdrdoctor::source::Location::Sysroot(&at)).unwrap();
         gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip)
     };
+    let none = gdrdoctor::probe::p2p::P2pOutput::default();
     let hgx = node("hgx-h200x8-cx7x8-healthy");
-    let (t, how) =
-        gdrdoctor::probe::p2p::theoretical(&hgx, "0000:18:00.0", "0000:c8:00.0").unwrap();
-    assert_eq!(t, 450.0, "{how}");
-    assert!(how.contains("NVLink 4.0"), "{how}");
+    let r =
+        gdrdoctor::probe::p2p::theoretical(&hgx, &none, "0000:18:00.0", "0000:c8:00.0").unwrap();
+    assert_eq!(r.gbps, 450.0, "{}", r.how);
+    assert!(r.how.contains("NVLink 4.0") && r.nvlink, "{}", r.how);
     let pcie = node("pcie-h200x8-cx7x4-p2p-blocked");
-    let (t, how) =
-        gdrdoctor::probe::p2p::theoretical(&pcie, "0000:18:00.0", "0000:19:00.0").unwrap();
-    assert!((t - 63.0).abs() < 0.1, "{t} {how}");
-    assert!(how.starts_with("PCIe Gen5 x16"), "{how}");
+    let r =
+        gdrdoctor::probe::p2p::theoretical(&pcie, &none, "0000:18:00.0", "0000:19:00.0").unwrap();
+    assert!((r.gbps - 63.0).abs() < 0.1, "{r:?}");
+    assert!(r.how.starts_with("PCIe Gen5 x16") && !r.nvlink, "{}", r.how);
 }
 
 #[test]

@@ -18,10 +18,18 @@ fn every_check_has_a_page_and_every_page_a_check() {
         .iter()
         .map(|(i, _)| *i)
         .collect();
+    let policy: Vec<&str> = gdrdoctor_checks::policy::POLICY_IDS
+        .iter()
+        .map(|(i, _)| *i)
+        .collect();
+    let pastes: Vec<&str> = gdrdoctor_checks::paste::findings::IDS
+        .iter()
+        .map(|(i, _)| *i)
+        .collect();
     assert_eq!(
         ids,
-        [checks, probes, watch].concat(),
-        "checks first, then probe findings, then watch findings"
+        [checks, probes, watch, policy, pastes].concat(),
+        "checks first, then probe findings, then watch, policy and diagnose findings"
     );
     let mut files: Vec<String> = std::fs::read_dir(repo().join("docs/checks"))
         .unwrap()

@@ -315,6 +315,17 @@ fn explain_enomem_is_memlock() {
     assert!(fix.contains("ulimit -l unlimited"), "{fix}");
     let (cause, _) = explain_errno("ibv_reg_dmabuf_mr", 12);
     assert!(cause.contains("RLIMIT_MEMLOCK"), "{cause}");
+    // EPERM from ibv_reg_mr is a memlock limit of 0 (ib_umem_get: can_do_mlock), not a
+    // device permission; from ibv_open_device it is the device node's permissions.
+    let (cause, fix) = explain_errno("ibv_reg_mr", 1);
+    assert!(
+        cause.contains("RLIMIT_MEMLOCK") && cause.contains("0"),
+        "{cause}"
+    );
+    assert!(fix.contains("ulimit -l unlimited"), "{fix}");
+    assert!(explain_errno("ibv_open_device", 1)
+        .0
+        .contains("permission denied"));
 }
 
 #[test]

@@ -270,6 +270,36 @@ pub fn peermem_path(node: &Node) -> PathAnswer {
             }
         }
     }
+    // A captured /proc/modules (or a pasted whole lsmod) is the whole list of loaded modules,
+    // and both peer-memory clients are loadable modules, never built in: where the files are not
+    // in a capture, the list answers for them.
+    if !found && !unknown.is_empty() {
+        if let Some((loaded, src)) = peer_module_loaded(node) {
+            evidence.push(Evidence {
+                source: src.clone(),
+                observed: if loaded.is_empty() {
+                    "neither nvidia_peermem nor nv_peer_mem in the whole list of loaded modules"
+                        .into()
+                } else {
+                    format!("{} loaded", loaded.join(" and "))
+                },
+                expected: None,
+            });
+            return if loaded.is_empty() {
+                PathAnswer {
+                    available: Some(false),
+                    reasons: vec![format!("no peer-memory client: {src} (the whole list of loaded modules) has neither nvidia_peermem nor nv_peer_mem")],
+                    evidence,
+                }
+            } else {
+                PathAnswer {
+                    available: Some(true),
+                    reasons: vec![],
+                    evidence,
+                }
+            };
+        }
+    }
     if found {
         PathAnswer {
             available: Some(true),
@@ -289,6 +319,30 @@ pub fn peermem_path(node: &Node) -> PathAnswer {
             evidence,
         }
     }
+}
+
+/// Whether a module is loaded, from a readable `/proc/modules` (the whole list of loadable
+/// modules): `Some((loaded, source))`. `None` when the list was not read. Built-in modules are
+/// not in the list; use this only for modules that cannot be built in.
+pub fn module_loaded(node: &Node, name: &str) -> Option<(bool, String)> {
+    match &node.modules.proc_modules {
+        Fact::Known { value, source } => Some((value.contains_key(name), source.clone())),
+        Fact::Absent { .. } => None,
+    }
+}
+
+/// The peer-memory modules (`nvidia_peermem`, `nv_peer_mem`) a readable `/proc/modules` lists.
+pub fn peer_module_loaded(node: &Node) -> Option<(Vec<&'static str>, String)> {
+    let (a, src) = module_loaded(node, "nvidia_peermem")?;
+    let (b, _) = module_loaded(node, "nv_peer_mem")?;
+    let mut v = Vec::new();
+    if a {
+        v.push("nvidia_peermem");
+    }
+    if b {
+        v.push("nv_peer_mem");
+    }
+    Some((v, src))
 }
 
 /// The minimum kernel for `ibv_reg_dmabuf_mr` in uverbs (commonly cited 5.12; see ground truth §7).

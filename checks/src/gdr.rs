@@ -96,8 +96,69 @@ impl<'a> Context<'a> {
     }
 }
 
-/// Compute capability from the GPU model when CUDA did not say: the chip code name in the
-/// pci.ids name (`GH100` Hopper 9.0, `GA100` 8.0, `GV100` 7.0, ...). A heuristic, and said so.
+/// Compute capability from a GPU's name when CUDA did not say: the chip code name of a pci.ids
+/// name (`NVIDIA GH100 [H200 SXM 141GB]`), else the product name `nvidia-smi -q` prints
+/// (`NVIDIA A100-SXM4-80GB`, `Tesla V100-SXM2-32GB`). A heuristic, and said so where used.
+pub fn cc_from_model(name: &str) -> Option<(i32, i32)> {
+    cc_from_name(name).or_else(|| cc_from_product(name))
+}
+
+/// `nvidia-smi -q` product names (NVIDIA's CUDA GPUs table: developer.nvidia.com/cuda-gpus).
+fn cc_from_product(name: &str) -> Option<(i32, i32)> {
+    let n = name.to_ascii_uppercase();
+    let has = |w: &str| {
+        n.split(|c: char| !c.is_ascii_alphanumeric()).any(|t| {
+            t == w
+                || (t.starts_with(w)
+                    && t[w.len()..]
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || c == 'G' || c == 'B'))
+        })
+    };
+    let table: &[(&[&str], (i32, i32))] = &[
+        (&["GB300", "B300"], (10, 3)),
+        (&["GB200", "B200", "B100"], (10, 0)),
+        (&["GH200", "H200", "H100", "H800", "H20"], (9, 0)),
+        (&["L40S", "L40", "L4", "L20", "ADA"], (8, 9)),
+        (&["A100", "A800", "A30"], (8, 0)),
+        (
+            &["A40", "A10", "A16", "A2", "A6000", "A5000", "A4000"],
+            (8, 6),
+        ),
+        (&["V100", "TITAN V"], (7, 0)),
+        (&["T4", "RTX6000", "RTX8000"], (7, 5)),
+        (&["P100"], (6, 0)),
+        (&["P40", "P4"], (6, 1)),
+        (&["K80"], (3, 7)),
+    ];
+    for (words, cc) in table {
+        if words.iter().any(|w| has(w)) {
+            return Some(*cc);
+        }
+    }
+    // GeForce / RTX by generation: RTX 50xx 12.0, 40xx 8.9, 30xx 8.6, 20xx 7.5, GTX 10xx 6.1.
+    let num = n
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .find(|t| t.len() == 4 && t.chars().all(|c| c.is_ascii_digit()))?;
+    if !(n.contains("RTX") || n.contains("GTX")) {
+        return None;
+    }
+    match &num[..2] {
+        "50" => Some((12, 0)),
+        "40" => Some((8, 9)),
+        "30" => Some((8, 6)),
+        "20" => Some((7, 5)),
+        "10" => Some((6, 1)),
+        _ => None,
+    }
+}
+
+/// A GPU that reaches its Grace CPU over NVLink-C2C, by its name (GH200, GB200, GB300).
+pub fn grace_model(name: &str) -> bool {
+    ["GH200", "GB200", "GB300"].iter().any(|m| name.contains(m))
+}
+
+/// The chip code name in a pci.ids name (`GH100` Hopper 9.0, `GA100` 8.0, `GV100` 7.0, ...).
 fn cc_from_name(name: &str) -> Option<(i32, i32)> {
     let chip = name.split_whitespace().find(|w| {
         w.len() >= 4
@@ -138,7 +199,7 @@ fn c2c_of(node: &Node, bdf: &str, idx: &PciIndex<'_>) -> (Option<bool>, String) 
     let grace_model = dev
         .and_then(|d| d.device_id.get().copied())
         .is_some_and(|id| C2C_DEVICE_IDS.contains(&id))
-        || ["GH200", "GB200", "GB300"].iter().any(|m| name.contains(m));
+        || grace_model(&name);
     if grace_model {
         return (
             Some(true),
@@ -174,7 +235,7 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
                         .get(&g.bdf)
                         .map(crate::names::device_name)
                         .unwrap_or_default();
-                    match cc_from_name(&name) {
+                    match cc_from_model(&name) {
                         Some(cc) => (
                             Some(cc),
                             format!("GPU model {name} (CUDA not queried: heuristic)"),
@@ -308,6 +369,7 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
         gpus,
         nics,
         paths,
+        path_hint: String::new(),
         smi,
         nvlink,
         nvlink_source,
@@ -335,11 +397,36 @@ fn support(
         .get()
         .and_then(|v| v.dmabuf_probe.get(&nic.name).copied().flatten());
     s.dmabuf = cx.dmabuf.available;
+    // NCCL opens NICs through libibverbs: a NIC it cannot list is not used at all, whatever
+    // sysfs shows (live verbs facts; ncclIbInit lists devices with ibv_get_device_list).
+    if let Some(v) = node.live.verbs.get() {
+        let unlisted = match v.list_errno {
+            Some(e) => Some(format!(
+                "libibverbs cannot list rdma devices (ibv_get_device_list errno {e}{}): NCCL finds no IB device and falls back to sockets, so no GDR",
+                if e == 38 {
+                    ": no kernel RDMA support, ib_uverbs not loaded or /sys/class/infiniband_verbs not visible (in a container)"
+                } else {
+                    ""
+                }
+            )),
+            None if !v.devices.contains(&nic.name) => Some(format!(
+                "libibverbs does not list {} (no user-space provider for it, or /dev/infiniband not visible): NCCL does not use it",
+                nic.name
+            )),
+            None => None,
+        };
+        if let Some(why) = unlisted {
+            s.peermem = Some(false);
+            s.dmabuf = Some(false);
+            s.nic_off = why;
+            return s;
+        }
+    }
     s.nic_off = format!(
         "NIC-level GDR off (NCCL: \"GPU Direct RDMA Disabled for HCA\"): no peer-memory client, and no dma-buf path: {}",
         cx.dmabuf.reasons.join("; ")
     );
-    s.unknown = format!(
+    s.unknown = vec![format!(
         "cannot tell whether the NIC supports GDR: {}",
         cx.peermem
             .reasons
@@ -348,7 +435,7 @@ fn support(
             .cloned()
             .collect::<Vec<_>>()
             .join("; ")
-    );
+    )];
     // NCCL's per-device dma-buf probe (D02) and the GPU's own dma-buf attribute (D03).
     if s.dmabuf == Some(true) {
         let gpu_no = cuda_dev.is_some_and(|d| d.dma_buf_supported == Some(0));
@@ -452,6 +539,7 @@ pub fn numa_text(n: &Fact<i32>) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::expect_used)]
     use super::*;
 
     #[test]
@@ -465,5 +553,74 @@ mod tests {
         assert_eq!(cc_from_name("NVIDIA TU104GL [Tesla T4]"), Some((7, 5)));
         assert_eq!(cc_from_name("NVIDIA AD102GL [L40S]"), Some((8, 9)));
         assert_eq!(cc_from_name("10de:9999"), None);
+    }
+
+    #[test]
+    fn compute_capability_from_nvidia_smi_product_names() {
+        for (name, cc) in [
+            ("NVIDIA H100 80GB HBM3", Some((9, 0))),
+            ("NVIDIA A100-SXM4-80GB", Some((8, 0))),
+            ("NVIDIA A800-SXM4-80GB", Some((8, 0))),
+            ("NVIDIA A10", Some((8, 6))),
+            ("Tesla V100-SXM2-32GB", Some((7, 0))),
+            ("Tesla T4", Some((7, 5))),
+            ("GeForce GTX 1080", Some((6, 1))),
+            ("NVIDIA GeForce RTX 3090", Some((8, 6))),
+            ("NVIDIA RTX 6000 Ada Generation", Some((8, 9))),
+            ("NVIDIA L40S", Some((8, 9))),
+            ("NVIDIA GH200 480GB", Some((9, 0))),
+            ("NVIDIA B200", Some((10, 0))),
+            ("Quadro K2200", None),
+        ] {
+            assert_eq!(cc_from_model(name), cc, "{name}");
+        }
+        assert!(grace_model("NVIDIA GH200 480GB") && !grace_model("NVIDIA H100 80GB HBM3"));
+    }
+
+    #[test]
+    fn a_nic_libibverbs_cannot_list_gets_no_gdr() {
+        use crate::model::{Fact, VerbsFacts};
+        let pair = |v: Option<VerbsFacts>| {
+            let mut n = crate::testing::switch_pair();
+            if let Some(v) = v {
+                n.live.verbs = Fact::known(v, "libibverbs.so.1");
+            }
+            verdicts(&n).into_iter().next().expect("one pair")
+        };
+        // The live facts list mlx5_0: GDR through peer memory, as without live facts.
+        let listed = VerbsFacts {
+            has_reg_dmabuf_mr: true,
+            devices: vec!["mlx5_0".into()],
+            ..Default::default()
+        };
+        assert!(pair(Some(listed.clone())).enabled);
+        assert!(pair(None).enabled);
+        // No kernel RDMA support: NCCL finds no device at all.
+        let p = pair(Some(VerbsFacts {
+            devices: vec![],
+            list_errno: Some(38),
+            ..listed.clone()
+        }));
+        assert!(!p.enabled, "{p:?}");
+        assert!(
+            p.reasons
+                .iter()
+                .any(|r| r.contains("errno 38") && r.contains("sockets")),
+            "{:?}",
+            p.reasons
+        );
+        // Listed devices without this one.
+        let p = pair(Some(VerbsFacts {
+            devices: vec!["mlx5_1".into()],
+            ..listed
+        }));
+        assert!(!p.enabled, "{p:?}");
+        assert!(
+            p.reasons
+                .iter()
+                .any(|r| r.contains("libibverbs does not list mlx5_0")),
+            "{:?}",
+            p.reasons
+        );
     }
 }

@@ -165,5 +165,7 @@ pub fn build(node: &Node) -> Inventory {
             mode: mode.as_str().to_string(),
             evidence,
         },
+        cmdline: node.cmdline.get().cloned(),
+        env: node.env.get().cloned(),
     }
 }

@@ -28,6 +28,8 @@
 //!   buckets RESTART_APP, RESET_GPU, RESTART_BM, CHECK_MECHANICALS, ...) and "Dynamic Page
 //!   Retirement" / "Row Remapping" (Xid 48, 63, 64, 92, 94, 95).
 
+use crate::model::{KernelLog, LogScope};
+
 /// What a kernel log line says, when it matters to gdrdoctor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -51,6 +53,12 @@ pub enum Event {
         kind: Mlx5Kind,
         detail: String,
     },
+    /// A peer-memory module that could not load (`nv_peer_mem: Unknown symbol
+    /// ib_register_peer_memory_client (err -22)`, `nvidia_peermem: disagrees about version of
+    /// symbol ...`, modprobe's `could not insert 'nvidia_peermem': Invalid argument`): the
+    /// running `ib_core` has no peer-memory API, or another build of it. Judged by
+    /// `kmod.nvidia-peermem`.
+    PeerMemFailed { module: String, detail: String },
     /// The kernel banner (`Linux version ...`): a boot.
     Boot,
 }
@@ -224,14 +232,43 @@ fn parse_xid(m: &str) -> Option<Event> {
     Some(Event::Xid { gpu, xid, detail })
 }
 
+/// `NVRM: GPU at 0000:01:00.0 has fallen off the bus.`, and the three-line form of newer
+/// drivers (`NVRM: The NVIDIA GPU 0000:b3:00.0` / `NVRM: (PCI ID: 10de:26b5) installed in this
+/// system has` / `NVRM: fallen off the bus and is not responding to commands.`), one kmsg record
+/// with escaped newlines (`\x0a`) or joined by [`join_continuations`].
 fn parse_fell_off(m: &str) -> Option<Event> {
-    if !m.contains("NVRM:") || !m.contains("has fallen off the bus") || m.contains("Xid") {
+    if !m.contains("NVRM:") || !m.contains("fallen off the bus") || m.contains("Xid") {
         return None;
     }
     let rest = after(m, "GPU at ").or_else(|| after(m, "GPU "))?;
-    let tok = rest.split_whitespace().next()?;
+    let tok = rest.split_whitespace().next()?.split("\\x0a").next()?;
     let gpu = normalize_bdf(tok.trim_start_matches("PCI:"))?;
     Some(Event::FellOffBus { gpu })
+}
+
+/// The peer-memory modules (`nvidia_peermem`, and the legacy `nv_peer_mem` of
+/// Mellanox/nv_peer_memory).
+pub const PEERMEM_MODULES: [&str; 2] = ["nvidia_peermem", "nv_peer_mem"];
+
+/// A peer-memory module's load failure: `<module>: Unknown symbol <sym> (err N)` and
+/// `<module>: disagrees about version of symbol <sym>` (Linux `kernel/module/main.c`
+/// `resolve_symbol_wait()`, `check_version()`), or modprobe's `could not insert '<module>'`.
+fn parse_peermem(m: &str) -> Option<Event> {
+    let failed = m.contains("Unknown symbol")
+        || m.contains("disagrees about version of symbol")
+        || m.contains("could not insert");
+    if !failed {
+        return None;
+    }
+    let module = PEERMEM_MODULES
+        .iter()
+        .chain(["nvidia-peermem"].iter())
+        .find(|x| m.contains(**x))?
+        .replace('-', "_");
+    Some(Event::PeerMemFailed {
+        module,
+        detail: m.to_string(),
+    })
 }
 
 fn parse_dmar(m: &str) -> Option<Event> {
@@ -351,7 +388,93 @@ pub fn parse_line(line: &str) -> Option<Event> {
     if m.contains("mlx5_core ") {
         return parse_mlx5(m);
     }
+    if m.contains("peer_mem") || m.contains("peermem") {
+        return parse_peermem(m);
+    }
     None
+}
+
+/// `dmesg` text as people paste it: a message the kernel printed with embedded newlines comes
+/// out as one stamped line followed by indented unstamped ones (`[ 1843.3] NVRM: The NVIDIA
+/// GPU ..` / `               NVRM: fallen off the bus ..`). Join each such continuation to the
+/// line before it, so that [`parse_line`] sees the whole message (as in one `/dev/kmsg` record).
+pub fn join_continuations<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for l in lines {
+        let continuation = l.starts_with([' ', '\t'])
+            && !l.trim_start().starts_with('[')
+            && !l.trim().is_empty()
+            && out.last().is_some_and(|p| p.trim_start().starts_with('['));
+        match out.last_mut() {
+            Some(prev) if continuation => {
+                prev.push(' ');
+                prev.push_str(l.trim());
+            }
+            _ => out.push(l.to_string()),
+        }
+    }
+    out
+}
+
+/// The most lines a [`Keeper`] keeps (the newest win; the boot banner is always kept).
+pub const MAX_LINES: usize = 4000;
+
+/// Keeps the lines that matter ([`parse_line`] recognises them) from a kernel log read line by
+/// line, the way every source of one does it: `/dev/kmsg`, the journal, a text log, a snapshot's
+/// `dmesg`, and pasted `dmesg` text (`gdrdoctor diagnose`). A boot banner starts over: what
+/// came before belongs to another boot.
+#[derive(Debug, Default)]
+pub struct Keeper {
+    lines: Vec<String>,
+    boot: Option<String>,
+    scanned: usize,
+    dropped: usize,
+}
+
+impl Keeper {
+    pub fn push(&mut self, line: String) {
+        self.scanned += 1;
+        match parse_line(&line) {
+            Some(Event::Boot) => {
+                self.boot = Some(line);
+                self.lines.clear();
+                self.dropped = 0;
+            }
+            Some(_) => {
+                self.lines.push(line);
+                if self.lines.len() > MAX_LINES {
+                    self.lines.remove(0);
+                    self.dropped += 1;
+                }
+            }
+            None => {}
+        }
+    }
+    /// Lines looked at so far.
+    pub fn scanned(&self) -> usize {
+        self.scanned
+    }
+    /// The log: [`LogScope::ThisBoot`] when a boot banner was seen, else `scope_if_no_boot`.
+    pub fn finish(self, origin: String, scope_if_no_boot: LogScope) -> KernelLog {
+        let scope = if self.boot.is_some() {
+            LogScope::ThisBoot
+        } else {
+            scope_if_no_boot
+        };
+        let mut lines: Vec<String> = self.boot.into_iter().collect();
+        lines.extend(self.lines);
+        let origin = if self.dropped > 0 {
+            format!("{origin} (the oldest {} event lines dropped)", self.dropped)
+        } else {
+            origin
+        };
+        KernelLog {
+            origin,
+            scope,
+            scanned: self.scanned,
+            lines,
+        }
+    }
 }
 
 /// Every event in a block of log text, with its line.
@@ -578,6 +701,67 @@ mod tests {
     }
 
     #[test]
+    fn peer_memory_load_failures() {
+        for (l, m) in [
+            ("[ 4724.350488] nv_peer_mem: Unknown symbol nvidia_p2p_put_pages (err -22)", "nv_peer_mem"),
+            ("[Fri Feb 12 11:47:20 2021] nv_peer_mem: Unknown symbol ib_register_peer_memory_client (err 0)", "nv_peer_mem"),
+            ("[ 9.1] nvidia_peermem: disagrees about version of symbol ib_register_peer_memory_client", "nvidia_peermem"),
+            ("modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument", "nvidia_peermem"),
+        ] {
+            assert!(
+                matches!(parse_line(l), Some(Event::PeerMemFailed { module, .. }) if module == m),
+                "{l}"
+            );
+        }
+        // Runtime messages of a loaded module are not load failures (gpud-testdata kmsg).
+        assert_eq!(
+            parse_line("[ 5.0] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping further processing"),
+            None
+        );
+    }
+
+    #[test]
+    fn continuation_lines_join_and_the_three_line_fallen_off_report_is_xid_79() {
+        let t = "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\n               NVRM: (PCI ID: 10de:26b5) installed in this system has\n               NVRM: fallen off the bus and is not responding to commands.\n[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).\n";
+        let j = join_continuations(t.lines());
+        assert_eq!(j.len(), 2, "{j:?}");
+        assert_eq!(
+            parse_line(&j[0]),
+            Some(Event::FellOffBus {
+                gpu: "0000:b3:00.0".into()
+            })
+        );
+        // The same message as one /dev/kmsg record (newlines escaped).
+        let k = "6,1,1843308145,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0a NVRM: (PCI ID: 10de:26b5) installed in this system has\\x0a NVRM: fallen off the bus and is not responding to commands.";
+        assert_eq!(
+            parse_line(k),
+            Some(Event::FellOffBus {
+                gpu: "0000:b3:00.0".into()
+            })
+        );
+        // Indented lines after an unstamped line are not continuations.
+        assert_eq!(join_continuations(["a", "  b"]).len(), 2);
+    }
+
+    #[test]
+    fn the_keeper_keeps_events_and_starts_over_at_a_boot() {
+        let mut k = Keeper::default();
+        for l in [
+            "[ 1.0] NVRM: Xid (PCI:0000:18:00): 79, old boot",
+            "[ 0.0] Linux version 6.8.0-45-generic (buildd@lcy02)",
+            "[ 2.0] something else",
+            "[ 3.0] NVRM: Xid (PCI:0000:18:00): 13, pid=1",
+        ] {
+            k.push(l.to_string());
+        }
+        assert_eq!(k.scanned(), 4);
+        let log = k.finish("b1".into(), LogScope::Excerpt);
+        assert_eq!(log.scope, LogScope::ThisBoot);
+        assert_eq!(log.lines.len(), 2, "{:?}", log.lines);
+        assert!(log.lines[1].contains("13, pid=1"));
+    }
+
+    #[test]
     fn xid_table_classifies() {
         assert!(xid_info(79).action.is_drain());
         for x in [48, 63, 64, 74, 79, 92, 94, 95, 119, 120] {
@@ -620,6 +804,14 @@ mod tests {
             let _ = parse_line(&s);
             let _ = timestamp(&s);
             let _ = message(&s);
+        }
+
+        #[test]
+        fn joining_keeps_every_character(lines in proptest::collection::vec("[ \\[\\]a-z0-9.:]{0,30}", 0..12)) {
+            let j = join_continuations(lines.iter().map(String::as_str));
+            prop_assert!(j.len() <= lines.len());
+            let squash = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+            prop_assert_eq!(squash(&j.concat()), squash(&lines.concat()));
         }
 
         #[test]

@@ -17,10 +17,11 @@ pub mod names;
 pub mod nccl;
 pub mod p2p;
 pub mod parse;
+pub mod paste;
 pub mod pci;
+pub mod policy;
 pub mod report;
 pub mod roce;
-pub mod smi;
 pub mod testing;
 pub mod topo;
 pub mod watch;
@@ -54,12 +55,14 @@ pub fn report_with(
         tool: report::Tool {
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
+        timestamp: None,
         host: report::Host {
             hostname: node.hostname.get().cloned(),
             kernel: node.kernel_release.get().cloned(),
             source: match node.source {
                 model::SourceKind::Live => "live".into(),
                 model::SourceKind::Sysroot => "sysroot".into(),
+                model::SourceKind::Evidence => "evidence".into(),
             },
         },
         summary,

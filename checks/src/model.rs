@@ -75,6 +75,8 @@ impl<T> Fact<T> {
 pub enum SourceKind {
     Live,
     Sysroot,
+    /// Pasted command output (`gdrdoctor diagnose`): facts cite the paste block they came from.
+    Evidence,
 }
 
 /// Everything the collectors know about one node.
@@ -579,7 +581,8 @@ pub struct Health {
     /// Why there is no baseline (`state file from another boot: ignored`), when that is worth
     /// saying.
     pub baseline_note: Option<String>,
-    /// Kernel log lines about Xids, IOMMU faults and mlx5 health (only the lines that matter).
+    /// Kernel log lines about Xids, IOMMU faults, mlx5 health and peer-memory module load
+    /// failures (only the lines that matter).
     pub kernel_log: Fact<KernelLog>,
 }
 
@@ -681,6 +684,9 @@ pub enum LogScope {
     ThisBootPartial,
     /// Boundaries unknown: lines may predate this boot.
     Unknown,
+    /// Lines pasted into a bug report (`gdrdoctor diagnose`): what they show happened, but the
+    /// absence of an event proves nothing (an excerpt, a `grep`).
+    Excerpt,
 }
 
 impl LogScope {
@@ -689,6 +695,7 @@ impl LogScope {
             LogScope::ThisBoot => "this-boot",
             LogScope::ThisBootPartial => "this-boot-partial",
             LogScope::Unknown => "unknown",
+            LogScope::Excerpt => "excerpt",
         }
     }
     pub fn parse(s: &str) -> Option<LogScope> {
@@ -696,6 +703,7 @@ impl LogScope {
             "this-boot" => Some(LogScope::ThisBoot),
             "this-boot-partial" => Some(LogScope::ThisBootPartial),
             "unknown" => Some(LogScope::Unknown),
+            "excerpt" => Some(LogScope::Excerpt),
             _ => None,
         }
     }
@@ -709,6 +717,7 @@ pub struct KernelLog {
     pub scope: LogScope,
     /// Lines looked at (all of them, not only the kept ones).
     pub scanned: usize,
-    /// The lines about Xids, IOMMU faults and mlx5 health, oldest first.
+    /// The lines about Xids, IOMMU faults, mlx5 health and peer-memory module load failures,
+    /// oldest first.
     pub lines: Vec<String>,
 }

@@ -319,6 +319,12 @@ pub struct Inventory {
     pub pci: Vec<PciInv>,
     pub driver: DriverInv,
     pub iommu: IommuInv,
+    /// `/proc/cmdline`, one parameter per item; null when unreadable.
+    #[serde(default)]
+    pub cmdline: Option<Vec<String>>,
+    /// The `NCCL_*`, `NVSHMEM_*` and `CUDA_*` environment the checks ran with; null when unknown.
+    #[serde(default)]
+    pub env: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// GDR verdict for one GPU x NIC pair.
@@ -379,6 +385,10 @@ pub struct GdrPair {
 pub struct Report {
     pub schema: String,
     pub tool: Tool,
+    /// When the report was produced (RFC 3339, UTC, seconds), set by the binary; absent in
+    /// reports built in-process (the golden files), so that those stay deterministic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
     pub host: Host,
     pub summary: Summary,
     pub inventory: Inventory,

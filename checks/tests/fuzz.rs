@@ -11,8 +11,9 @@
 mod harness;
 
 use gdrdoctor_checks::model::{Fact, Node};
+use gdrdoctor_checks::paste::{self, topo as smi};
 use gdrdoctor_checks::report::{Finding, Status};
-use gdrdoctor_checks::{checks, klog, nccl, parse, pci, roce, smi, testing, watch};
+use gdrdoctor_checks::{checks, klog, nccl, parse, pci, roce, testing, watch};
 use harness::{files, fuzz};
 use std::path::{Path, PathBuf};
 
@@ -299,13 +300,26 @@ fn fuzz_nvidia_smi_topo_parser() {
             for n in m.nics() {
                 let _ = m.nic_name(n);
             }
-            let sys = nccl::evidence::from_smi(&m);
-            let cfg = nccl::rule::Config {
-                rules: nccl::choose(None, Some("fuzz")),
-                env: nccl::env::NcclEnv::parse(None, "fuzz", nccl::version::NEWEST),
-            };
-            let _ = nccl::rule::decide(&sys, &cfg);
+            let _ = m.unknown_cells();
         }
+    });
+}
+
+/// `gdrdoctor diagnose` end to end on pasted text: the cleaner, the splitter, every block
+/// parser (matrix, NCCL log, lspci, ibv_devinfo/ibstat, lsmod, nvidia-smi -q, cmdline, dmesg,
+/// uname, ulimit, env), the node built from them, the NCCL rule and the checks. No panic, and
+/// no pass without evidence.
+#[test]
+fn fuzz_paste_diagnose() {
+    let corpus = files(&repo().join("fixtures/pastes"), None, 64);
+    assert!(corpus.len() > 10, "the paste corpus is there");
+    fuzz("paste", corpus, 40, |b| {
+        let inputs = [paste::Input {
+            name: "fuzz.txt".into(),
+            text: text(b),
+        }];
+        let r = paste::report::diagnose(&inputs, &Default::default());
+        assert_passes_have_evidence(&r.as_report().findings);
     });
 }
 

@@ -23,8 +23,12 @@
 // and leaves with _exit(3) (a context with a hung kernel must not be destroyed:
 // knowledge/hang-probe.md §0 item 6).
 //
-// --bench R runs each protocol R times bare and R times instrumented, alternating, and prints
-// one JSON line per run (scripts/watch-gpu-test.sh computes the overhead).
+// --bench R runs each protocol R times bare and R times instrumented, in pairs whose order
+// alternates (bare first in even rounds, instrumented first in odd ones, so that neither variant
+// always runs second), after one warm-up run of each, and prints one JSON line per run with its
+// round (scripts/watch-gpu-test.sh computes the overhead per pair and its spread). The time is
+// the wall time from the first launch to the end of both kernels; the launch handles are made
+// before it.
 //
 // Build: make -C examples/watch (nvcc), or
 //   nvcc -O3 -std=c++14 -lineinfo -arch=native -I kernels/include -o watch_demo watch_demo.cu
@@ -313,35 +317,37 @@ static double run_protocol(const Opts& o, Setup& s, bool ring, bool instrumented
     reset(s);
     gdrdoctor_launch_t off;
     memset(&off, 0, sizeof(off));
+    // The launch handles (host work: find the kernel slot, count the launch) before the clock.
+    gdrdoctor_launch_t hc = off, hp = off;
+    if (instrumented) {
+        hc = gdrdoctor_launch(&gd, ring ? "ring_consumer" : "pp_pong", 1, 32);
+        hp = gdrdoctor_launch(&gd, ring ? "ring_producer" : "pp_ping", 1, 32);
+    }
     double t0 = now_s();
     CK(cudaSetDevice(s.cons_dev));
     if (ring) {
-        gdrdoctor_launch_t h = instrumented ? gdrdoctor_launch(&gd, "ring_consumer", 1, 32) : off;
         if (instrumented)
-            ring_consumer<true><<<1, 32, 0, s.cons_stream>>>(s.slots, s.head, s.tail, o.nslots, o.ring_items, s.result, h);
+            ring_consumer<true><<<1, 32, 0, s.cons_stream>>>(s.slots, s.head, s.tail, o.nslots, o.ring_items, s.result, hc);
         else
-            ring_consumer<false><<<1, 32, 0, s.cons_stream>>>(s.slots, s.head, s.tail, o.nslots, o.ring_items, s.result, h);
+            ring_consumer<false><<<1, 32, 0, s.cons_stream>>>(s.slots, s.head, s.tail, o.nslots, o.ring_items, s.result, hc);
     } else {
-        gdrdoctor_launch_t h = instrumented ? gdrdoctor_launch(&gd, "pp_pong", 1, 32) : off;
         if (instrumented)
-            pp_pong<true><<<1, 32, 0, s.cons_stream>>>(s.flag_a, s.flag_b, o.pp_rounds, h);
+            pp_pong<true><<<1, 32, 0, s.cons_stream>>>(s.flag_a, s.flag_b, o.pp_rounds, hc);
         else
-            pp_pong<false><<<1, 32, 0, s.cons_stream>>>(s.flag_a, s.flag_b, o.pp_rounds, h);
+            pp_pong<false><<<1, 32, 0, s.cons_stream>>>(s.flag_a, s.flag_b, o.pp_rounds, hc);
     }
     CK(cudaGetLastError());
     CK(cudaSetDevice(s.prod_dev));
     if (ring) {
-        gdrdoctor_launch_t h = instrumented ? gdrdoctor_launch(&gd, "ring_producer", 1, 32) : off;
         if (instrumented)
-            ring_producer<true><<<1, 32, 0, s.prod_stream>>>(s.slots, s.head, s.tail, o.nslots, o.ring_items, h);
+            ring_producer<true><<<1, 32, 0, s.prod_stream>>>(s.slots, s.head, s.tail, o.nslots, o.ring_items, hp);
         else
-            ring_producer<false><<<1, 32, 0, s.prod_stream>>>(s.slots, s.head, s.tail, o.nslots, o.ring_items, h);
+            ring_producer<false><<<1, 32, 0, s.prod_stream>>>(s.slots, s.head, s.tail, o.nslots, o.ring_items, hp);
     } else {
-        gdrdoctor_launch_t h = instrumented ? gdrdoctor_launch(&gd, "pp_ping", 1, 32) : off;
         if (instrumented)
-            pp_ping<true><<<1, 32, 0, s.prod_stream>>>(s.flag_b, s.flag_a, o.pp_rounds, h);
+            pp_ping<true><<<1, 32, 0, s.prod_stream>>>(s.flag_b, s.flag_a, o.pp_rounds, hp);
         else
-            pp_ping<false><<<1, 32, 0, s.prod_stream>>>(s.flag_b, s.flag_a, o.pp_rounds, h);
+            pp_ping<false><<<1, 32, 0, s.prod_stream>>>(s.flag_b, s.flag_a, o.pp_rounds, hp);
     }
     CK(cudaGetLastError());
     CK(cudaStreamSynchronize(s.prod_stream));
@@ -489,11 +495,13 @@ int main(int argc, char** argv) {
             run_protocol(o, s, ring, false);  // warm-up
             run_protocol(o, s, ring, true);
             for (int r = 0; r < o.bench; r++) {
-                for (int instr = 0; instr < 2; instr++) {
+                for (int k = 0; k < 2; k++) {
+                    int instr = (r & 1) ? 1 - k : k;
                     double t = run_protocol(o, s, ring, instr != 0);
                     u64 n = ring ? o.ring_items : o.pp_rounds;
-                    printf("{\"proto\": \"%s\", \"gpus\": %d, \"mode\": \"%s\", \"n\": %llu, \"seconds\": %.6f, \"%s\": %.3f}\n",
-                           ring ? "ring" : "pingpong", o.gpus, instr ? "instrumented" : "bare", n, t,
+                    printf("{\"proto\": \"%s\", \"gpus\": %d, \"round\": %d, \"mode\": \"%s\", \"n\": %llu, "
+                           "\"seconds\": %.6f, \"%s\": %.3f}\n",
+                           ring ? "ring" : "pingpong", o.gpus, r, instr ? "instrumented" : "bare", n, t,
                            ring ? "items_per_s" : "rtt_ns", ring ? n / t : t * 1e9 / n);
                     fflush(stdout);
                 }

@@ -1,5 +1,5 @@
-//! The kernel log lines that matter (Xids, IOMMU faults, mlx5 health), from the best source the
-//! node offers:
+//! The kernel log lines that matter (Xids, IOMMU faults, mlx5 health, peer-memory module load
+//! failures), from the best source the node offers:
 //!
 //! - live: `/dev/kmsg` (non-blocking: the ring buffer as it is now), else `journalctl -k -b 0`
 //!   (the journal files, through their own reader), else `/var/log/kern.log`, `messages` or
@@ -12,7 +12,7 @@
 
 use super::NOT_CAPTURED;
 use crate::reader::Root;
-use gdrdoctor_checks::klog::{self, Event};
+use gdrdoctor_checks::klog::{self, Keeper};
 use gdrdoctor_checks::model::{Fact, KernelLog, LogScope, DAMAGED};
 use std::io::{Read, Seek, SeekFrom};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ pub const SNAPSHOT_PATH: &str = "/gdrdoctor/kernel-log.txt";
 /// Text logs tried when `/dev/kmsg` and the journal are not readable.
 pub const LOG_FILES: &[&str] = &["/var/log/kern.log", "/var/log/messages", "/var/log/syslog"];
 /// The most lines kept (the newest win; the boot banner is always kept).
-pub const MAX_LINES: usize = 4000;
+pub use klog::MAX_LINES;
 /// The most `/dev/kmsg` records read (the ring is at most a few MiB; this bounds a log storm).
 const MAX_RECORDS: usize = 2_000_000;
 /// The tail of a text log that is read.
@@ -33,58 +33,6 @@ pub fn collect(root: &Root) -> Fact<KernelLog> {
         live()
     } else {
         sysroot(root)
-    }
-}
-
-/// Keep the lines that matter from `lines`; `boot` tells whether the first one is this boot's
-/// start.
-#[derive(Default)]
-struct Keeper {
-    lines: Vec<String>,
-    boot: Option<String>,
-    scanned: usize,
-    dropped: usize,
-}
-
-impl Keeper {
-    fn push(&mut self, line: String) {
-        self.scanned += 1;
-        match klog::parse_line(&line) {
-            Some(Event::Boot) => {
-                // A new boot in a multi-boot file: what came before is another boot.
-                self.boot = Some(line);
-                self.lines.clear();
-                self.dropped = 0;
-            }
-            Some(_) => {
-                self.lines.push(line);
-                if self.lines.len() > MAX_LINES {
-                    self.lines.remove(0);
-                    self.dropped += 1;
-                }
-            }
-            None => {}
-        }
-    }
-    fn finish(self, origin: String, scope_if_no_boot: LogScope) -> KernelLog {
-        let scope = if self.boot.is_some() {
-            LogScope::ThisBoot
-        } else {
-            scope_if_no_boot
-        };
-        let mut lines: Vec<String> = self.boot.into_iter().collect();
-        lines.extend(self.lines);
-        let origin = if self.dropped > 0 {
-            format!("{origin} (the oldest {} event lines dropped)", self.dropped)
-        } else {
-            origin
-        };
-        KernelLog {
-            origin,
-            scope,
-            scanned: self.scanned,
-            lines,
-        }
     }
 }
 
@@ -228,7 +176,7 @@ fn journalctl() -> Result<KernelLog, String> {
         .join()
         .map_err(|_| "reader thread failed".to_string())?;
     match status {
-        Some(s) if s.success() && k.scanned > 0 => {
+        Some(s) if s.success() && k.scanned() > 0 => {
             Ok(k.finish("journalctl -k -b 0".into(), LogScope::ThisBootPartial))
         }
         Some(s) if s.success() => {

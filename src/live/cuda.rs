@@ -67,7 +67,7 @@ pub fn abandon() {
     ABANDONED.store(true, Ordering::SeqCst);
 }
 
-fn abandoned() -> bool {
+pub(crate) fn abandoned() -> bool {
     ABANDONED.load(Ordering::SeqCst)
 }
 
@@ -83,8 +83,66 @@ pub(crate) fn check(call: &'static str, r: sys::CUresult) -> Result<(), CuError>
     }
 }
 
+/// The libcuda the test-only `GDRDOCTOR_LIB_DIR` names, loaded (once, for the life of the
+/// process) before the CUDA bindings look for it: they `dlopen("libcuda.so")` first, which the
+/// dynamic loader answers with a loaded library of that soname (the stand-in's) before it
+/// searches the system's paths. Confirmed, not assumed: `dlopen("libcuda.so", RTLD_NOLOAD)`
+/// must return this very library, else the override is reported as a problem.
+fn preload_override(dir: &std::path::Path) -> Result<(), String> {
+    use std::sync::OnceLock;
+    static PRELOADED: OnceLock<Result<(), String>> = OnceLock::new();
+    PRELOADED
+        .get_or_init(|| {
+            let path = dir.join("libcuda.so.1");
+            let shown = path.display().to_string();
+            let c = CString::new(shown.as_bytes()).map_err(|e| format!("{shown}: {e}"))?;
+            // SAFETY: dlopen of a path; the handle is kept for the life of the process (the
+            // bindings keep their own), so nothing it returns is ever unmapped.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+            if h.is_null() {
+                return Err(format!(
+                    "{shown} not loadable (GDRDOCTOR_LIB_DIR): {}",
+                    dl_error()
+                ));
+            }
+            // SAFETY: dlopen with RTLD_NOLOAD only looks up an already loaded library.
+            let by_name =
+                unsafe { libc::dlopen(c"libcuda.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+            if !by_name.is_null() {
+                // SAFETY: drops the reference RTLD_NOLOAD just took; `h` keeps it loaded.
+                unsafe { libc::dlclose(by_name) };
+            }
+            if by_name != h {
+                return Err(format!(
+                    "{shown} was loaded but \"libcuda.so\" does not resolve to it (its soname \
+                     must be libcuda.so): the CUDA bindings would load another libcuda"
+                ));
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror has no preconditions; a non-null result is a C string we copy at once.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        "unknown dlopen error".into()
+    } else {
+        // SAFETY: non-null dlerror results are NUL-terminated.
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
 /// Why CUDA cannot be used here, or `None` when libcuda loads.
 pub fn library_problem() -> Option<String> {
+    if let Some(dir) = super::stand_in::lib_dir() {
+        if let Err(e) = preload_override(&dir) {
+            return Some(e);
+        }
+    }
     // SAFETY: only tries dlopen on the candidate names.
     if unsafe { sys::is_culib_present() } {
         None
@@ -547,6 +605,32 @@ impl DeviceBuffer {
         })
     }
 
+    /// `cuMemsetD32` of the whole buffer (synchronous): `len / 4` words of `value` (an `f32`
+    /// as its bits, `f32::to_bits`).
+    pub fn memset_d32(&self, value: u32) -> Result<(), CuError> {
+        self.ctx.make_current()?;
+        // SAFETY: the range is this allocation (whole 4-byte words only).
+        check("cuMemsetD32", unsafe {
+            sys::cuMemsetD32_v2(self.ptr, value, self.len / 4)
+        })
+    }
+
+    /// `cuMemcpyDtoH` of the buffer's first `out.len()` bytes into `out` (synchronous: the
+    /// context's earlier work on the legacy stream finishes first; other streams must be
+    /// synchronized by the caller).
+    pub fn copy_to_host(&self, out: &mut [u8]) -> Result<(), CuError> {
+        const CALL: &str = "cuMemcpyDtoH";
+        if out.len() > self.len {
+            return Err(CuError::refused(CALL, "copy larger than the buffer"));
+        }
+        self.ctx.make_current()?;
+        // SAFETY: `out` is a live, writable host slice of exactly the copied length; the
+        // source range lies inside this allocation.
+        check(CALL, unsafe {
+            sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, out.len())
+        })
+    }
+
     /// Export the whole buffer as a dma-buf fd (`cuMemGetHandleForAddressRange`).
     pub fn export_dmabuf(&self) -> Result<OwnedFd, CuError> {
         self.export_dmabuf_range(0, self.len)
@@ -746,6 +830,13 @@ impl Stream {
         check("cuStreamSynchronize", unsafe {
             sys::cuStreamSynchronize(self.raw)
         })
+    }
+
+    /// The raw `CUstream`, for another library of the live layer that takes a `cudaStream_t`
+    /// (the runtime's stream type is the same handle: NCCL's collectives in `live::nccl`). The
+    /// stream stays owned by `self`.
+    pub(crate) fn raw(&self) -> *mut c_void {
+        self.raw.cast()
     }
 
     /// `cuStreamQuery`: `Ok(true)` when all its work finished, `Ok(false)` while it runs.

@@ -10,6 +10,7 @@ pub mod nvml;
 pub mod nvrtc;
 pub mod os;
 pub mod shared;
+pub mod stand_in;
 pub mod verbs;
 
 use gdrdoctor_checks::model::{Fact, LiveFacts, VerbsFacts};

@@ -12,6 +12,10 @@
 //! (`libnccl.so.2.28.9`), the wheel's `dist-info` directory, and last, only inside a worker
 //! process, `ncclGetVersion()` through `dlopen` (it initialises nothing but runs the library's
 //! constructors, which is why it is last).
+//!
+//! [`Nccl`] runs the library for `probe --nccl` (in a worker process only): `dlopen`, one
+//! communicator per GPU (`ncclCommInitAll`, destroyed on drop) and one all-reduce. Every
+//! `unsafe` of that is in this file.
 
 use gdrdoctor_checks::model::Fact;
 use gdrdoctor_checks::nccl::{NcclFacts, NcclLibrary, Version};
@@ -356,6 +360,292 @@ fn get_version_dlopen(path: &Path) -> Result<String, String> {
     Version::from_code(i64::from(code))
         .map(|v| v.to_string())
         .ok_or_else(|| format!("{}: ncclGetVersion gave {code}", path.display()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running NCCL (probe --nccl, in a worker process only)
+// ---------------------------------------------------------------------------------------------
+
+use super::cuda::{DeviceBuffer, Stream};
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+/// `ncclResult_t` (src/nccl.h.in v2.28.9-1 L42-50): `ncclSuccess` is 0.
+const NCCL_SUCCESS: c_int = 0;
+/// `ncclFloat32` (src/nccl.h.in v2.28.9-1 L307; the same value since 2.4).
+const NCCL_FLOAT32: c_int = 7;
+/// `ncclSum` (src/nccl.h.in v2.28.9-1 L282).
+const NCCL_SUM: c_int = 0;
+
+type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> c_int;
+type CommInitAllFn = unsafe extern "C" fn(*mut *mut c_void, c_int, *const c_int) -> c_int;
+type CommDestroyFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type GroupFn = unsafe extern "C" fn() -> c_int;
+type AllReduceFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
+type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
+type LastErrorFn = unsafe extern "C" fn(*mut c_void) -> *const c_char;
+
+/// A failed NCCL call: the function, NCCL's result code and its words for it, and the last
+/// error NCCL recorded (`ncclGetLastError`, 2.13+: the text of its last WARN).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NcclError {
+    pub call: &'static str,
+    pub code: i32,
+    pub text: String,
+    pub last: Option<String>,
+}
+
+impl std::fmt::Display for NcclError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {} ({})", self.call, self.text, self.code)?;
+        if let Some(l) = self.last.as_deref().filter(|l| !l.is_empty()) {
+            write!(f, ": {l}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NcclError {}
+
+/// A `libnccl.so.2` loaded with `dlopen`, and the few entry points the probe uses. NCCL is never
+/// unloaded: its proxy threads and exit handlers may outlive the communicators, and the worker
+/// process ends soon after.
+pub struct Nccl {
+    path: String,
+    get_version: GetVersionFn,
+    comm_init_all: CommInitAllFn,
+    comm_destroy: CommDestroyFn,
+    group_start: GroupFn,
+    group_end: GroupFn,
+    all_reduce: AllReduceFn,
+    error_string: Option<ErrorStringFn>,
+    last_error: Option<LastErrorFn>,
+    _lib: std::mem::ManuallyDrop<libloading::os::unix::Library>,
+}
+
+impl std::fmt::Debug for Nccl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Nccl({})", self.path)
+    }
+}
+
+impl Nccl {
+    /// `dlopen` the library at `path` and resolve its entry points. The `NCCL_*` environment
+    /// must be set before: NCCL reads it once, at its first initialisation.
+    pub fn load(path: &Path) -> Result<Nccl, String> {
+        use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+        // SAFETY: loading a shared library runs its constructors; called only inside a worker
+        // process that exists to run this library.
+        let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
+            .map_err(|e| format!("dlopen {}: {e}", path.display()))?;
+        macro_rules! sym {
+            ($name:literal, $t:ty) => {
+                // SAFETY: the signature is NCCL's (src/nccl.h.in); the pointer is copied out
+                // and stays valid because the library is never unloaded.
+                match unsafe { lib.get::<$t>(concat!($name, "\0").as_bytes()) } {
+                    Ok(s) => Ok(*s),
+                    Err(e) => Err(format!("{}: {}: {e}", path.display(), $name)),
+                }
+            };
+        }
+        Ok(Nccl {
+            path: path.display().to_string(),
+            get_version: sym!("ncclGetVersion", GetVersionFn)?,
+            comm_init_all: sym!("ncclCommInitAll", CommInitAllFn)?,
+            comm_destroy: sym!("ncclCommDestroy", CommDestroyFn)?,
+            group_start: sym!("ncclGroupStart", GroupFn)?,
+            group_end: sym!("ncclGroupEnd", GroupFn)?,
+            all_reduce: sym!("ncclAllReduce", AllReduceFn)?,
+            error_string: sym!("ncclGetErrorString", ErrorStringFn).ok(),
+            // ncclGetLastError appeared in 2.13.
+            last_error: sym!("ncclGetLastError", LastErrorFn).ok(),
+            _lib: std::mem::ManuallyDrop::new(lib),
+        })
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn error(&self, call: &'static str, code: c_int, comm: *mut c_void) -> NcclError {
+        let text = self
+            .error_string
+            // SAFETY: returns a pointer to a static string for any code (or NULL).
+            .map(|f| unsafe { f(code) })
+            .filter(|p| !p.is_null())
+            // SAFETY: a NUL-terminated static string from NCCL.
+            .map(|p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "unknown result".into());
+        let last = self
+            .last_error
+            // SAFETY: ncclGetLastError accepts NULL (the library-wide last error) or a live comm.
+            .map(|f| unsafe { f(comm) })
+            .filter(|p| !p.is_null())
+            // SAFETY: a NUL-terminated buffer inside NCCL.
+            .map(|p| {
+                unsafe { CStr::from_ptr(p) }
+                    .to_string_lossy()
+                    .trim()
+                    .to_string()
+            })
+            .filter(|s| !s.is_empty());
+        NcclError {
+            call,
+            code,
+            text,
+            last,
+        }
+    }
+
+    fn check(&self, call: &'static str, r: c_int, comm: *mut c_void) -> Result<(), NcclError> {
+        if r == NCCL_SUCCESS {
+            Ok(())
+        } else {
+            Err(self.error(call, r, comm))
+        }
+    }
+
+    /// `ncclGetVersion`: 22809 for 2.28.9 (major * 10000 + minor * 100 + patch since 2.9).
+    pub fn version(&self) -> Result<i32, NcclError> {
+        let mut v: c_int = 0;
+        // SAFETY: writes one int.
+        let r = unsafe { (self.get_version)(&mut v) };
+        self.check("ncclGetVersion", r, std::ptr::null_mut())?;
+        Ok(v)
+    }
+
+    /// `ncclCommInitAll`: one communicator per CUDA device of `devices` (rank i on
+    /// `devices[i]`), in this thread. The communicators are destroyed when [`Comms`] drops.
+    pub fn init_all(&self, devices: &[i32]) -> Result<Comms<'_>, NcclError> {
+        let mut raw: Vec<*mut c_void> = vec![std::ptr::null_mut(); devices.len()];
+        let n = c_int::try_from(devices.len()).unwrap_or(c_int::MAX);
+        // SAFETY: `raw` has room for one handle per device; `devices` outlives the call.
+        let r = unsafe { (self.comm_init_all)(raw.as_mut_ptr(), n, devices.as_ptr()) };
+        let comms = Comms {
+            nccl: self,
+            raw: raw.into_iter().filter(|c| !c.is_null()).collect(),
+        };
+        self.check("ncclCommInitAll", r, std::ptr::null_mut())?;
+        if comms.raw.len() != devices.len() {
+            return Err(NcclError {
+                call: "ncclCommInitAll",
+                code: r,
+                text: format!(
+                    "{} communicator(s) for {} device(s)",
+                    comms.raw.len(),
+                    devices.len()
+                ),
+                last: None,
+            });
+        }
+        Ok(comms)
+    }
+}
+
+/// The communicators of one [`Nccl::init_all`], destroyed (`ncclCommDestroy`) on drop unless a
+/// GPU may be wedged (`cuda::abandon`).
+pub struct Comms<'n> {
+    nccl: &'n Nccl,
+    raw: Vec<*mut c_void>,
+}
+
+impl Comms<'_> {
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// One `ncclAllReduce` (float32, sum) of `count` elements per communicator, all inside one
+    /// `ncclGroupStart`/`ncclGroupEnd` (one thread driving every GPU): communicator i reduces
+    /// `bufs[i].0` into `bufs[i].1` on the stream `bufs[i].2`. Returns when the work is
+    /// enqueued; synchronize the streams to wait for it.
+    pub fn all_reduce_sum_f32(
+        &self,
+        bufs: &[(&DeviceBuffer, &DeviceBuffer, &Stream)],
+        count: usize,
+    ) -> Result<(), NcclError> {
+        const CALL: &str = "ncclAllReduce";
+        let refuse = |text: String| NcclError {
+            call: CALL,
+            code: 4, // ncclInvalidArgument
+            text,
+            last: None,
+        };
+        if bufs.len() != self.raw.len() {
+            return Err(refuse(format!(
+                "{} buffer sets for {} communicators",
+                bufs.len(),
+                self.raw.len()
+            )));
+        }
+        let bytes = count.saturating_mul(4);
+        if bufs
+            .iter()
+            .any(|(s, r, _)| bytes > s.len() || bytes > r.len())
+        {
+            return Err(refuse(format!("{count} floats do not fit a buffer")));
+        }
+        let n = self.nccl;
+        // SAFETY: no arguments.
+        n.check(
+            "ncclGroupStart",
+            unsafe { (n.group_start)() },
+            std::ptr::null_mut(),
+        )?;
+        let mut first_err = None;
+        for (comm, (send, recv, stream)) in self.raw.iter().zip(bufs) {
+            // SAFETY: both ranges lie inside live allocations of `count` floats or more, the
+            // communicator is live, and the stream is a live CUstream (a cudaStream_t) of the
+            // communicator's device.
+            let r = unsafe {
+                (n.all_reduce)(
+                    send.device_ptr() as *const c_void,
+                    recv.device_ptr() as *mut c_void,
+                    count,
+                    NCCL_FLOAT32,
+                    NCCL_SUM,
+                    *comm,
+                    stream.raw(),
+                )
+            };
+            if first_err.is_none() {
+                first_err = n.check(CALL, r, *comm).err();
+            }
+        }
+        // The group must be closed whatever happened inside it.
+        // SAFETY: no arguments; closes the group opened above.
+        let end = n.check(
+            "ncclGroupEnd",
+            unsafe { (n.group_end)() },
+            std::ptr::null_mut(),
+        );
+        match first_err {
+            Some(e) => Err(e),
+            None => end,
+        }
+    }
+}
+
+impl Drop for Comms<'_> {
+    fn drop(&mut self) {
+        if super::cuda::abandoned() {
+            return;
+        }
+        for c in self.raw.drain(..) {
+            // SAFETY: destroys each communicator of this init exactly once.
+            unsafe { (self.nccl.comm_destroy)(c) };
+        }
+    }
 }
 
 #[cfg(test)]

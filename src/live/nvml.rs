@@ -22,9 +22,20 @@ fn err_text(e: &nvml_wrapper::error::NvmlError) -> String {
     s
 }
 
+/// The soname of NVML.
+pub const LIB: &str = "libnvidia-ml.so.1";
+
+/// Load NVML (by soname, or from the test-only `GDRDOCTOR_LIB_DIR`) and call `nvmlInit_v2`.
+pub fn open() -> Result<Nvml, String> {
+    let lib = crate::live::stand_in::library(LIB);
+    Nvml::builder()
+        .lib_path(std::ffi::OsStr::new(&lib))
+        .init()
+        .map_err(|e| format!("{lib}: nvmlInit failed: {}", err_text(&e)))
+}
+
 pub fn facts() -> Result<NvmlFacts, String> {
-    let nvml = Nvml::init()
-        .map_err(|e| format!("libnvidia-ml.so.1: nvmlInit failed: {}", err_text(&e)))?;
+    let nvml = open()?;
     let mut f = NvmlFacts {
         driver_version: nvml.sys_driver_version().ok(),
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
@@ -258,4 +269,48 @@ fn remapped_rows(
         pending: p != 0,
         failure: fl != 0,
     })
+}
+
+/// Per GPU (PCI address, in NVML's order): the common speed of its active NVLinks in MB/s
+/// (`nvmlDeviceGetFieldValues` with `NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON`, field 90; what
+/// `nvidia-smi nvlink -s` prints per link, e.g. 26562 MB/s = 26.562 GB/s on H100/H200), `None`
+/// where NVML does not answer (no NVLink, an old driver). Used by `probe --p2p` for the link's
+/// theoretical rate.
+pub fn nvlink_speeds() -> Result<Vec<(String, Option<u64>)>, String> {
+    use nvml_wrapper::enums::device::SampleValue;
+    use nvml_wrapper::structs::device::FieldId;
+    let nvml = Nvml::init()
+        .map_err(|e| format!("libnvidia-ml.so.1: nvmlInit failed: {}", err_text(&e)))?;
+    let n = nvml
+        .device_count()
+        .map_err(|e| format!("nvmlDeviceGetCount: {}", err_text(&e)))?;
+    let field = FieldId(nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON);
+    let mut out = Vec::new();
+    for i in 0..n {
+        let Ok(d) = nvml.device_by_index(i) else {
+            continue;
+        };
+        let Ok(bdf) = d
+            .pci_info()
+            .map(|p| crate::live::cuda::normalize_bdf(&p.bus_id))
+        else {
+            continue;
+        };
+        let speed = d
+            .field_values_for(std::slice::from_ref(&field))
+            .ok()
+            .and_then(|v| v.into_iter().next())
+            .and_then(|s| s.ok())
+            .and_then(|s| s.value.ok())
+            .and_then(|v| match v {
+                SampleValue::U32(x) => Some(u64::from(x)),
+                SampleValue::U64(x) => Some(x),
+                SampleValue::I64(x) => u64::try_from(x).ok(),
+                SampleValue::F64(x) if x.is_finite() && x >= 0.0 => Some(x as u64),
+                SampleValue::F64(_) => None,
+            })
+            .filter(|x| *x > 0);
+        out.push((bdf, speed));
+    }
+    Ok(out)
 }

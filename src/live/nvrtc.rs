@@ -19,6 +19,9 @@ pub fn arch(cc: (i32, i32)) -> Option<&'static str> {
 /// Compile `src` (named `name` in diagnostics and line info) to PTX for `cc` with `-lineinfo`;
 /// `Err` with the reason when NVRTC is absent, does not know the architecture, or fails.
 pub fn compile(src: &str, name: &str, cc: (i32, i32)) -> Result<String, String> {
+    if crate::live::stand_in::lib_dir().is_some() {
+        return Err("libnvrtc not loaded: stand-in libraries (GDRDOCTOR_LIB_DIR)".into());
+    }
     // SAFETY: only tries to dlopen the candidate library names.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err("libnvrtc not on this node".into());

@@ -1,7 +1,11 @@
 //! Small operating-system facts and calls the workers need beside the GPU libraries.
 
-/// The host page size (`sysconf(_SC_PAGESIZE)`), 4096 when the call fails.
+/// The host page size (`sysconf(_SC_PAGESIZE)`), 4096 when the call fails; the test-only
+/// `GDRDOCTOR_PAGE_SIZE` when set ([`super::stand_in::page_size`]).
 pub fn page_size() -> u64 {
+    if let Some(p) = super::stand_in::page_size() {
+        return p;
+    }
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {

@@ -553,6 +553,12 @@ pub fn explain_errno(call: &str, errno: i32) -> (&'static str, &'static str) {
             "check the access flags and the buffer",
         ),
         EINVAL => ("invalid argument", "check the arguments of the call"),
+        EPERM if call == "ibv_reg_mr" => (
+            "the locked-memory limit (RLIMIT_MEMLOCK) is 0: the kernel pins no memory for a \
+             process that may not lock any (ib_umem_get: can_do_mlock)",
+            "raise the memlock limit: ulimit -l unlimited (limits.conf, systemd \
+             LimitMEMLOCK=infinity, docker --ulimit memlock=-1)",
+        ),
         EPERM | EACCES => (
             "permission denied: /dev/infiniband/uverbs* is not accessible to this user, or the \
              operation needs a privilege the process lacks",
@@ -795,9 +801,13 @@ impl fmt::Debug for Verbs {
 }
 
 impl Verbs {
-    /// Load `libibverbs.so.1` and try `libmlx5.so.1` (its absence is kept, see [`Verbs::mlx5dv`]).
+    /// Load `libibverbs.so.1` and try `libmlx5.so.1` (its absence is kept, see [`Verbs::mlx5dv`]),
+    /// both by soname, or both from the test-only `GDRDOCTOR_LIB_DIR` ([`super::stand_in`]).
     pub fn load() -> Result<Verbs, LoadError> {
-        Verbs::load_paths(IBVERBS_LIB, MLX5_LIB)
+        Verbs::load_paths(
+            &super::stand_in::library(IBVERBS_LIB),
+            &super::stand_in::library(MLX5_LIB),
+        )
     }
 
     /// Load libibverbs from `ibverbs` (a soname or a path) and libmlx5 from its default soname.

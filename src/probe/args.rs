@@ -7,13 +7,13 @@ use clap::{ArgMatches, Args, FromArgMatches};
 /// Options shared by several probes.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
-    /// Only this GPU (CUDA ordinal); default: every GPU for --registration, GPU 0 for --hang
-    /// and --doorbell
+    /// Only this GPU (CUDA ordinal); default: every GPU for --registration and --nccl, GPU 0
+    /// for --hang and --doorbell
     #[arg(long, value_name = "N")]
     pub gpu: Option<u32>,
     /// The peer GPU (CUDA ordinal). --hang --inject remote-wait: default GPU 1 (GPU 0 when
     /// --gpu is not 0), the GPU itself (loopback) on a one-GPU node; --p2p: with --gpu, measure
-    /// only that pair
+    /// only that pair; --nccl: run NCCL on --gpu and --peer only
     #[arg(long, value_name = "N")]
     pub peer: Option<u32>,
     /// Repeat the timed steps N times and report medians and p90 (registration); with --p2p:

@@ -25,6 +25,7 @@ pub mod doorbell;
 pub mod hang;
 pub mod health;
 pub mod kernels;
+pub mod nccl;
 pub mod p2p;
 pub mod plan;
 pub mod protocol;
@@ -147,6 +148,22 @@ pub static PROBES: &[ProbeDef] = &[
         replay: p2p::replay,
     },
     ProbeDef {
+        name: "nccl",
+        findings: &[
+            finding!("probe.nccl-run", "nccl itself runs one all-reduce over the node's gpus, and its sums are right"),
+            finding!("probe.nccl-topology", "nccl's topology dump agrees with gdrdoctor's view of the node (gpus, rdma devices, paths, nvlink, gdr support)"),
+            finding!("probe.nccl", "nccl's transports and gdr use, per gpu pair and per gpu x nic x direction, agree with gdrdoctor's prediction"),
+        ],
+        examples: &[
+            "gdrdoctor probe --nccl                    # ask NCCL itself: its transports and GDR use vs gdrdoctor's prediction",
+            "gdrdoctor probe --nccl --nccl-lib /opt/app/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+        ],
+        args: nccl::Args::augment_args,
+        plan: nccl::plan,
+        worker: nccl::serve,
+        replay: nccl::replay,
+    },
+    ProbeDef {
         name: "doorbell",
         findings: &[
             finding!("probe.doorbell-layout", "the gpu rings emulated mlx5 doorbells at the offsets the formula gives, and nowhere else"),
@@ -256,7 +273,7 @@ pub fn replay(node: &Node, probe: &serde_json::Value) -> Result<Vec<Finding>, St
     Ok(out)
 }
 
-/// `--registration, --hang, --p2p or --doorbell`.
+/// `--registration, --hang, --p2p, --nccl or --doorbell`.
 fn flag_list() -> String {
     let flags: Vec<String> = PROBES.iter().map(|p| format!("--{}", p.name)).collect();
     match flags.split_last() {
@@ -306,7 +323,10 @@ mod tests {
                 p.name
             );
         }
-        assert_eq!(flag_list(), "--registration, --hang, --p2p or --doorbell");
+        assert_eq!(
+            flag_list(),
+            "--registration, --hang, --p2p, --nccl or --doorbell"
+        );
     }
 
     #[test]

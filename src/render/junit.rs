@@ -1,24 +1,71 @@
 //! JUnit XML: one testcase per finding (`<id> [<subject>]`, class `gdrdoctor.<category>`).
 //! pass -> success, fail -> failure, error -> error, skip -> skipped, warn -> success with the
 //! warning in system-out (a failure under `--fail-on warn`).
+//!
+//! Written by hand to the rules of the Jenkins xUnit plugin's `junit-10.xsd` (the schema most
+//! CI systems validate against): `<testsuites>` carries only name/time/tests/failures/errors (no
+//! `skipped`), `<testsuite>` requires name/tests/failures/errors, `<testcase>` carries only
+//! name/time/classname/group, and `<failure>`/`<error>`/`<skipped>` only type/message.
+//! tests/junit.rs enforces those rules; .ci/run validates against the XSD itself.
 
 use super::Style;
 use gdrdoctor_checks::report::{Finding, Report, Status};
-use quick_junit::{NonSuccessKind, Report as JReport, TestCase, TestCaseStatus, TestSuite};
+use std::fmt::Write;
+
+/// Characters XML 1.0 cannot carry at all are dropped; the rest is escaped for attributes.
+pub fn attr(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            '\n' => o.push_str("&#10;"),
+            '\r' => o.push_str("&#13;"),
+            '\t' => o.push_str("&#9;"),
+            c if xml_char(c) => o.push(c),
+            _ => {}
+        }
+    }
+    o
+}
+
+/// Text content: `&`, `<`, `>` escaped, characters XML cannot carry dropped.
+pub fn text(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '\r' => o.push_str("&#13;"),
+            c if xml_char(c) => o.push(c),
+            _ => {}
+        }
+    }
+    o
+}
+
+/// XML 1.0 `Char`: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
+fn xml_char(c: char) -> bool {
+    matches!(c as u32, 0x9 | 0xA | 0xD | 0x20..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10FFFF)
+}
 
 fn body(f: &Finding) -> String {
     let mut s = String::new();
     for e in &f.evidence {
-        s.push_str(&format!("evidence: {}: {}", e.source, e.observed));
+        let _ = write!(s, "evidence: {}: {}", e.source, e.observed);
         if let Some(x) = &e.expected {
-            s.push_str(&format!(" (expected {x})"));
+            let _ = write!(s, " (expected {x})");
         }
         s.push('\n');
     }
     if let Some(r) = &f.remediation {
-        s.push_str(&format!("help: {r}\n"));
+        let _ = writeln!(s, "help: {r}");
     }
-    s.push_str(&format!("explain: gdrdoctor explain {}\n", f.id));
+    let _ = writeln!(s, "explain: gdrdoctor explain {}", f.id);
     s
 }
 
@@ -26,50 +73,92 @@ pub fn render(report: &Report, style: &Style) -> String {
     // Node strings enter here (CI logs print the XML: escape sequences stay text).
     let clean = super::sanitize::report(report);
     let report: &Report = &clean;
-    let mut jr = JReport::new("gdrdoctor");
     let host = report
         .host
         .hostname
         .clone()
         .unwrap_or_else(|| "unknown-host".into());
-    let mut suite = TestSuite::new(format!("gdrdoctor check {host}"));
+    let command = if report.probe.is_some() {
+        "probe"
+    } else {
+        "check"
+    };
+    let failing = |f: &Finding| {
+        f.status == Status::Fail || (f.status == Status::Warn && style.warn_is_failure)
+    };
+    let tests = report.findings.len();
+    let failures = report.findings.iter().filter(|f| failing(f)).count();
+    let errors = report
+        .findings
+        .iter()
+        .filter(|f| f.status == Status::Error)
+        .count();
+    let skipped = report
+        .findings
+        .iter()
+        .filter(|f| f.status == Status::Skip)
+        .count();
+    let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(
+        o,
+        "<testsuites name=\"gdrdoctor\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\">"
+    );
+    let _ = write!(
+        o,
+        "  <testsuite name=\"{}\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" hostname=\"{}\"",
+        attr(&format!("gdrdoctor {command} {host}")),
+        attr(&host)
+    );
+    if let Some(t) = &report.timestamp {
+        let _ = write!(o, " timestamp=\"{}\"", attr(t));
+    }
+    o.push_str(">\n    <properties>\n");
+    for (k, v) in [
+        ("gdrdoctor.version", report.tool.version.as_str()),
+        ("gdrdoctor.schema", report.schema.as_str()),
+        ("gdrdoctor.source", report.host.source.as_str()),
+        ("gdrdoctor.exit_code", &report.summary.exit_code.to_string()),
+    ] {
+        let _ = writeln!(
+            o,
+            "      <property name=\"{}\" value=\"{}\"/>",
+            attr(k),
+            attr(v)
+        );
+    }
+    o.push_str("    </properties>\n");
     for f in &report.findings {
-        let status = match f.status {
-            Status::Pass => TestCaseStatus::success(),
-            Status::Warn if !style.warn_is_failure => TestCaseStatus::success(),
-            Status::Warn | Status::Fail => {
-                let mut st = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                st.set_message(f.message.clone());
-                st.set_type(f.status.as_str());
-                st.set_description(body(f));
-                st
-            }
-            Status::Error => {
-                let mut st = TestCaseStatus::non_success(NonSuccessKind::Error);
-                st.set_message(f.message.clone());
-                st.set_type("error");
-                st.set_description(body(f));
-                st
-            }
-            Status::Skip => {
-                let mut st = TestCaseStatus::skipped();
-                st.set_message(f.message.clone());
-                st
-            }
-        };
-        let mut tc = TestCase::new(format!("{} [{}]", f.id, f.subject), status);
         let cat = f.id.split('.').next().unwrap_or("check");
-        tc.set_classname(format!("gdrdoctor.{cat}"));
-        if f.status == Status::Warn && !style.warn_is_failure {
-            tc.set_system_out(format!("warning: {}\n{}", f.message, body(f)));
-        } else if f.status == Status::Pass {
-            tc.set_system_out(format!("{}\n{}", f.message, body(f)));
-        }
-        suite.add_test_case(tc);
+        let _ = write!(
+            o,
+            "    <testcase name=\"{}\" classname=\"{}\"",
+            attr(&format!("{} [{}]", f.id, f.subject)),
+            attr(&format!("gdrdoctor.{cat}"))
+        );
+        let inner = match f.status {
+            Status::Pass => format!(
+                "      <system-out>{}</system-out>\n",
+                text(&format!("{}\n{}", f.message, body(f)))
+            ),
+            Status::Warn if !style.warn_is_failure => format!(
+                "      <system-out>{}</system-out>\n",
+                text(&format!("warning: {}\n{}", f.message, body(f)))
+            ),
+            Status::Warn | Status::Fail => format!(
+                "      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
+                attr(&f.message),
+                f.status.as_str(),
+                text(&body(f))
+            ),
+            Status::Error => format!(
+                "      <error message=\"{}\" type=\"error\">{}</error>\n",
+                attr(&f.message),
+                text(&body(f))
+            ),
+            Status::Skip => format!("      <skipped message=\"{}\"/>\n", attr(&f.message)),
+        };
+        let _ = write!(o, ">\n{inner}    </testcase>\n");
     }
-    jr.add_test_suite(suite);
-    match jr.to_string() {
-        Ok(s) => s,
-        Err(e) => format!("<!-- junit serialisation failed: {e} -->\n"),
-    }
+    o.push_str("  </testsuite>\n</testsuites>\n");
+    o
 }

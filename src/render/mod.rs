@@ -2,10 +2,16 @@
 
 use gdrdoctor_checks::report::Report;
 
+pub mod fleet_html;
 pub mod junit;
 pub mod markdown;
+pub mod oneline;
+pub mod paste_md;
 pub mod prometheus;
 pub mod sanitize;
+pub mod svg;
+pub mod svg_layout;
+pub mod svg_png;
 pub mod table;
 pub mod topo;
 pub mod wrap;
@@ -20,6 +26,9 @@ pub enum Format {
     Junit,
     /// Prometheus text exposition for node_exporter's textfile collector
     Prometheus,
+    /// One line under 80 characters: status, failing ids, first message (NHC style; Slurm drain
+    /// reasons; node-problem-detector custom plugins)
+    Oneline,
 }
 
 pub struct Style {
@@ -40,5 +49,6 @@ pub fn render(report: &Report, format: Format, style: &Style) -> String {
         }
         Format::Junit => junit::render(report, style),
         Format::Prometheus => prometheus::render(report),
+        Format::Oneline => oneline::render(report, style),
     }
 }

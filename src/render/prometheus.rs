@@ -1,6 +1,11 @@
 //! Prometheus text exposition for node_exporter's textfile collector. Bounded cardinality: one
 //! series per (check, status), never per subject; free text never goes into labels. Every status
 //! series is emitted for every check so alerts do not break when a series disappears.
+//!
+//! Every series carries `command="check"` or `command="probe"`, and both commands write the same
+//! HELP and TYPE lines: a `check` file and a `probe` file in one textfile directory merge into
+//! one family per metric without a duplicate series (the probe's exit code no longer hides the
+//! check's). `promtool check metrics` is clean (tests/cli.rs runs it when installed).
 
 use gdrdoctor_checks::checks::CHECKS;
 use gdrdoctor_checks::report::{Report, Status};
@@ -14,6 +19,11 @@ fn esc(s: &str) -> String {
 }
 
 pub fn render(report: &Report) -> String {
+    let command = if report.probe.is_some() {
+        "probe"
+    } else {
+        "check"
+    };
     let mut worst: BTreeMap<&str, Status> = BTreeMap::new();
     let mut counts: BTreeMap<(&str, Status), usize> = BTreeMap::new();
     for f in &report.findings {
@@ -43,7 +53,7 @@ pub fn render(report: &Report) -> String {
             let v = u8::from(worst.get(id) == Some(&s));
             let _ = writeln!(
                 o,
-                "gdrdoctor_check_status{{check=\"{}\",category=\"{}\",status=\"{}\"}} {v}",
+                "gdrdoctor_check_status{{command=\"{command}\",check=\"{}\",category=\"{}\",status=\"{}\"}} {v}",
                 esc(id),
                 esc(cat),
                 s.as_str()
@@ -57,7 +67,7 @@ pub fn render(report: &Report) -> String {
             let n = counts.get(&(*id, s)).copied().unwrap_or(0);
             let _ = writeln!(
                 o,
-                "gdrdoctor_check_findings{{check=\"{}\",status=\"{}\"}} {n}",
+                "gdrdoctor_check_findings{{command=\"{command}\",check=\"{}\",status=\"{}\"}} {n}",
                 esc(id),
                 s.as_str()
             );
@@ -65,9 +75,9 @@ pub fn render(report: &Report) -> String {
     }
     let _ = writeln!(
         o,
-        "# HELP gdrdoctor_summary_findings Findings on this node by status."
+        "# HELP gdrdoctor_findings Findings on this node by status."
     );
-    let _ = writeln!(o, "# TYPE gdrdoctor_summary_findings gauge");
+    let _ = writeln!(o, "# TYPE gdrdoctor_findings gauge");
     let sm = &report.summary;
     for (s, n) in [
         ("pass", sm.pass),
@@ -76,24 +86,34 @@ pub fn render(report: &Report) -> String {
         ("skip", sm.skip),
         ("error", sm.error),
     ] {
-        let _ = writeln!(o, "gdrdoctor_summary_findings{{status=\"{s}\"}} {n}");
+        let _ = writeln!(
+            o,
+            "gdrdoctor_findings{{command=\"{command}\",status=\"{s}\"}} {n}"
+        );
     }
     let _ = writeln!(
         o,
-        "# HELP gdrdoctor_exit_code Exit code of the run (0 ok, 1 fail, 3 incomplete)."
+        "# HELP gdrdoctor_exit_code Exit code of the gdrdoctor run (0 ok, 1 fail, 3 incomplete)."
     );
     let _ = writeln!(o, "# TYPE gdrdoctor_exit_code gauge");
-    let _ = writeln!(o, "gdrdoctor_exit_code {}", sm.exit_code);
+    let _ = writeln!(
+        o,
+        "gdrdoctor_exit_code{{command=\"{command}\"}} {}",
+        sm.exit_code
+    );
     let _ = writeln!(
         o,
         "# HELP gdrdoctor_gdr_pairs GPU x NIC pairs by GDR verdict."
     );
     let _ = writeln!(o, "# TYPE gdrdoctor_gdr_pairs gauge");
     let en = report.gdr.iter().filter(|p| p.enabled).count();
-    let _ = writeln!(o, "gdrdoctor_gdr_pairs{{enabled=\"true\"}} {en}");
     let _ = writeln!(
         o,
-        "gdrdoctor_gdr_pairs{{enabled=\"false\"}} {}",
+        "gdrdoctor_gdr_pairs{{command=\"{command}\",enabled=\"true\"}} {en}"
+    );
+    let _ = writeln!(
+        o,
+        "gdrdoctor_gdr_pairs{{command=\"{command}\",enabled=\"false\"}} {}",
         report.gdr.len() - en
     );
     let _ = writeln!(
@@ -103,7 +123,7 @@ pub fn render(report: &Report) -> String {
     let _ = writeln!(o, "# TYPE gdrdoctor_build_info gauge");
     let _ = writeln!(
         o,
-        "gdrdoctor_build_info{{version=\"{}\",schema=\"{}\"}} 1",
+        "gdrdoctor_build_info{{command=\"{command}\",version=\"{}\",schema=\"{}\"}} 1",
         esc(&report.tool.version),
         esc(&report.schema)
     );
@@ -116,6 +136,9 @@ pub fn render(report: &Report) -> String {
         "# HELP gdrdoctor_last_run_timestamp_seconds Unix time this report was produced."
     );
     let _ = writeln!(o, "# TYPE gdrdoctor_last_run_timestamp_seconds gauge");
-    let _ = writeln!(o, "gdrdoctor_last_run_timestamp_seconds {now}");
+    let _ = writeln!(
+        o,
+        "gdrdoctor_last_run_timestamp_seconds{{command=\"{command}\"}} {now}"
+    );
     o
 }

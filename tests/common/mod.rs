@@ -6,9 +6,13 @@ use gdrdoctor::meta;
 use gdrdoctor::reader::Root;
 use gdrdoctor_checks::report::{Finding, Report};
 use gdrdoctor_checks::RunOptions;
+pub mod plant;
+pub mod tools;
+
 use std::path::{Path, PathBuf};
 
 pub mod require;
+pub mod stand_ins;
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -394,6 +394,11 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
     if node.live.nvml.get().is_none() {
         return vec![absent(ID, node, &node.live.nvml)];
     }
+    // NCCL's own P2P decision per pair (the rule's, src/graph/paths.cc ncclTopoCheckP2p()),
+    // judged only where the job's environment sets NCCL_P2P_DISABLE or NCCL_P2P_LEVEL: then
+    // NCCL may stay off a path whose peer access works.
+    let (cx, sys, decision) = crate::gdr::decision(node);
+    let user_level = cx.config.env.p2p_level.clone().filter(|l| l.user);
     let mut out = Vec::new();
     for p in crate::p2p::pairs(node) {
         let subject = format!("{}|{}", p.a, p.b);
@@ -479,6 +484,41 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
             };
             Finding::new(ID, Status::Pass, &subject, format!("no peer access across {pcie} without nvlink ({why}); nccl stages these transfers through host memory, as expected"))
         };
+        if let Some(level) = &user_level {
+            let ia = sys.gpus.iter().position(|g| g.id == p.a);
+            let ib = sys.gpus.iter().position(|g| g.id == p.b);
+            let nccl = decision
+                .p2p
+                .iter()
+                .find(|x| (Some(x.a), Some(x.b)) == (ia, ib) || (Some(x.a), Some(x.b)) == (ib, ia));
+            if let Some(x) = nccl {
+                let works = f.status == Status::Pass && f.message.starts_with("peer access over");
+                if works && x.p2p == Some(false) {
+                    f.status = Status::Warn;
+                    f.message = format!(
+                        "{}, but {} keeps nccl off p2p between these gpus: nccl stages their traffic through host memory (shm) instead",
+                        f.message, level.source
+                    );
+                    f.remediation = Some(format!(
+                        "drop {} from the job's environment (or set NCCL_P2P_LEVEL to {} or higher) unless you meant to keep nccl off this path",
+                        level.source.split(" from ").next().unwrap_or("the variable"),
+                        x.path.map(|k| k.as_str()).unwrap_or("the pair's path")
+                    ));
+                }
+                f = f.evidence(
+                    format!("nccl p2p ({})", decision.rules.describe()),
+                    format!(
+                        "{}: {}",
+                        match x.p2p {
+                            Some(true) => "p2p",
+                            Some(false) => "no p2p",
+                            None => "unknown",
+                        },
+                        x.reason
+                    ),
+                );
+            }
+        }
         f = f.evidence("path", p.cell());
         if let Some(a) = &p.nvml_ancestor {
             f = f.evidence("nvmlDeviceGetTopologyCommonAncestor", a.clone());

@@ -36,6 +36,32 @@ fn span(l: &KernelLog) -> &'static str {
         LogScope::ThisBoot => "since boot",
         LogScope::ThisBootPartial => "in the part of this boot the log still holds",
         LogScope::Unknown => "in a log that may also hold earlier boots",
+        LogScope::Excerpt => "in the pasted kernel log lines",
+    }
+}
+
+/// No event found: `pass` with what was read, except in pasted lines, where absence proves
+/// nothing (`skip`: the paste may be an excerpt or a `grep`).
+fn none_found(id: &str, l: &KernelLog, src: String, what: String, observed: String) -> Finding {
+    if l.scope == LogScope::Excerpt {
+        Finding::new(
+            id,
+            Status::Skip,
+            "node",
+            format!(
+                "{what} in the {} pasted kernel log line(s); a paste is an excerpt, not proof of none: paste the whole `sudo dmesg`",
+                l.scanned
+            ),
+        )
+        .evidence(src, observed)
+    } else {
+        Finding::new(
+            id,
+            Status::Pass,
+            "node",
+            format!("{what} {} ({} kernel log lines read)", span(l), l.scanned),
+        )
+        .evidence(src, observed)
     }
 }
 
@@ -108,13 +134,13 @@ pub fn xid(node: &Node) -> Vec<Finding> {
         }
     }
     if by.is_empty() {
-        return vec![Finding::new(
+        return vec![none_found(
             ID,
-            Status::Pass,
-            "node",
-            format!("no Xid {} ({} kernel log lines read)", span(l), l.scanned),
-        )
-        .evidence(src, format!("{} lines, none with `NVRM: Xid`", l.scanned))];
+            l,
+            src,
+            "no Xid".into(),
+            format!("{} lines, none with `NVRM: Xid`", l.scanned),
+        )];
     }
     let mut out = Vec::new();
     for (gpu, evs) in by {
@@ -200,18 +226,11 @@ pub fn iommu_fault(node: &Node) -> Vec<Finding> {
         }
     }
     if by.is_empty() {
-        return vec![Finding::new(
+        return vec![none_found(
             ID,
-            Status::Pass,
-            "node",
-            format!(
-                "no IOMMU fault {} ({} kernel log lines read)",
-                span(l),
-                l.scanned
-            ),
-        )
-        .evidence(
+            l,
             src,
+            "no IOMMU fault".into(),
             format!(
                 "{} lines, none with `DMAR: [DMA` or `AMD-Vi: Event logged`",
                 l.scanned
@@ -274,18 +293,11 @@ pub fn mlx5_health(node: &Node) -> Vec<Finding> {
         }
     }
     if by.is_empty() {
-        return vec![Finding::new(
+        return vec![none_found(
             ID,
-            Status::Pass,
-            "node",
-            format!(
-                "no mlx5 health or firmware-fatal event {} ({} kernel log lines read)",
-                span(l),
-                l.scanned
-            ),
-        )
-        .evidence(
+            l,
             src,
+            "no mlx5 health or firmware-fatal event".into(),
             format!("{} lines, none from mlx5_core health", l.scanned),
         )];
     }
@@ -373,6 +385,23 @@ mod tests {
             g3.message
         );
         assert!(g3.remediation.as_deref().unwrap().contains("reboot"));
+    }
+
+    #[test]
+    fn a_pasted_excerpt_judges_what_it_shows_and_proves_no_absence() {
+        let n = with_log(
+            &["[ 1843.3] NVRM: Xid (PCI:0000:48:00): 79, pid=1, GPU has fallen off the bus."],
+            LogScope::Excerpt,
+        );
+        assert_eq!(xid(&n)[0].status, Status::Fail);
+        let f = iommu_fault(&n);
+        assert_eq!(f[0].status, Status::Skip);
+        assert!(
+            f[0].message.contains("not proof of none"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(mlx5_health(&n)[0].status, Status::Skip);
     }
 
     #[test]

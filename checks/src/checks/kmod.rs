@@ -1,7 +1,10 @@
 //! `kmod.*`: the two ways GPU memory reaches the NIC: a peer-memory client (nvidia_peermem,
 //! legacy nv_peer_mem) or dma-buf. Rules from gdr-ground-truth §1 and §2.1 (K01, K04, K07).
+//! A peer-memory module's load failure in the kernel log (`crate::klog`) is the reason there is
+//! no client.
 
 use crate::derive::{self, PathAnswer};
+use crate::klog;
 use crate::model::{Fact, Node};
 use crate::report::{Finding, Status};
 
@@ -17,8 +20,28 @@ fn no_gpu_node(node: &Node) -> bool {
         && matches!(node.nvidia.version_file, Fact::Known { value: None, .. })
 }
 
+/// Peer-memory modules that failed to load, from the kernel log (`nv_peer_mem: Unknown symbol
+/// ib_register_peer_memory_client (err -22)`): (module, line), and where the log came from.
+fn peermem_failures(node: &Node) -> (Vec<(String, &str)>, String) {
+    match &node.health.kernel_log {
+        Fact::Known { value, source } => (
+            value
+                .lines
+                .iter()
+                .filter_map(|l| match klog::parse_line(l) {
+                    Some(klog::Event::PeerMemFailed { module, .. }) => Some((module, l.as_str())),
+                    _ => None,
+                })
+                .collect(),
+            source.clone(),
+        ),
+        Fact::Absent { .. } => (Vec::new(), String::new()),
+    }
+}
+
 pub fn nvidia_peermem(node: &Node) -> Vec<Finding> {
     const ID: &str = "kmod.nvidia-peermem";
+    const FIX: &str = "`modprobe nvidia-peermem` (persist with `echo nvidia-peermem > /etc/modules-load.d/nvidia-peermem.conf`); if modprobe says `Invalid argument` or `Unknown symbol ib_register_peer_memory_client`, the running ib_core has no peer-memory API: install MOFED/DOCA-OFED before the NVIDIA driver and reinstall the driver, or switch to dma-buf (open kernel modules, kernel >= 5.12)";
     if no_gpu_node(node) {
         return vec![Finding::new(
             ID,
@@ -29,6 +52,34 @@ pub fn nvidia_peermem(node: &Node) -> Vec<Finding> {
     }
     let pm = derive::peermem_path(node);
     let db = derive::dmabuf_path(node);
+    let (failed, log_src) = peermem_failures(node);
+    if !failed.is_empty() && pm.available != Some(true) && db.available != Some(true) {
+        // The kernel log says why there is no peer-memory client.
+        let mut mods: Vec<&str> = failed.iter().map(|(m, _)| m.as_str()).collect();
+        mods.dedup();
+        let now = if pm.available.is_none() {
+            "; whether a peer-memory client is loaded now is not shown"
+        } else {
+            ""
+        };
+        let mut f = Finding::new(
+            ID,
+            Status::Fail,
+            "node",
+            format!(
+                "{} could not load: the running ib_core has no peer-memory api (or another build of it), so there is no peer-memory client{now}",
+                mods.join(", ")
+            ),
+        );
+        for (_, l) in failed.iter().take(4) {
+            f = f.evidence(log_src.clone(), l.trim().to_string());
+        }
+        f = with_evidence(f, &pm).fix(FIX);
+        for r in &db.reasons {
+            f = f.evidence("dma-buf path", r.clone());
+        }
+        return vec![f];
+    }
     let f = match (pm.available, db.available) {
         (Some(true), _) => {
             let only_module = matches!(node.peermem.nv_mem_version, Fact::Known { value: None, .. })
@@ -56,7 +107,7 @@ pub fn nvidia_peermem(node: &Node) -> Vec<Finding> {
                 "no peer-memory client (nvidia_peermem not loaded), and whether dma-buf can replace it is unknown"
             },
         )
-        .fix("`modprobe nvidia-peermem` (persist with `echo nvidia-peermem > /etc/modules-load.d/nvidia-peermem.conf`); if modprobe says `Invalid argument` or `Unknown symbol ib_register_peer_memory_client`, the running ib_core has no peer-memory API: install MOFED/DOCA-OFED before the NVIDIA driver and reinstall the driver, or switch to dma-buf (open kernel modules, kernel >= 5.12)"),
+        .fix(FIX),
         (None, _) => {
             let mut f = Finding::new(ID, Status::Error, "node", "cannot tell whether a peer-memory client is registered");
             for r in &pm.reasons {
@@ -84,8 +135,16 @@ pub fn nv_peer_mem(node: &Node) -> Vec<Finding> {
         Fact::Known { value: false, .. } => {
             vec![Finding::new(ID, Status::Pass, "node", "nv_peer_mem is not loaded").evidence(SRC, "absent")]
         }
-        Fact::Absent { reason, .. } => vec![Finding::new(ID, Status::Error, "node", "cannot tell whether nv_peer_mem is loaded")
-            .evidence(SRC, format!("unknown ({reason})"))],
+        Fact::Absent { reason, .. } => match derive::module_loaded(node, "nv_peer_mem") {
+            // A whole /proc/modules answers where /sys/module was not captured.
+            Some((true, src)) => vec![Finding::new(ID, Status::Warn, "node", "the deprecated nv_peer_mem module is loaded")
+                .expected(src, "nv_peer_mem listed", "absent")
+                .fix("`systemctl disable --now nv_peer_mem` (or `rmmod nv_peer_mem`), uninstall the nvidia-peer-memory package, then `modprobe nvidia-peermem`")],
+            Some((false, src)) => vec![Finding::new(ID, Status::Pass, "node", "nv_peer_mem is not loaded")
+                .evidence(src, "not in the list of loaded modules")],
+            None => vec![Finding::new(ID, Status::Error, "node", "cannot tell whether nv_peer_mem is loaded")
+                .evidence(SRC, format!("unknown ({reason})"))],
+        },
     }
 }
 
@@ -199,6 +258,52 @@ mod tests {
             "permission denied",
         );
         assert_eq!(nvidia_peermem(&n)[0].status, Status::Error);
+    }
+
+    #[test]
+    fn a_peer_memory_module_that_could_not_load_is_the_reason() {
+        use crate::model::{KernelLog, LogScope};
+        let mut n = switch_pair();
+        proprietary(&mut n);
+        n.peermem.nvidia_peermem_version = Fact::absent(
+            "/sys/module/nvidia_peermem/version",
+            "not in the pasted text",
+        );
+        n.peermem.nv_mem_version = Fact::absent(
+            "/sys/kernel/mm/memory_peers/nv_mem/version",
+            "not in the pasted text",
+        );
+        n.health.kernel_log = known(KernelLog {
+            origin: "b1".into(),
+            scope: LogScope::Excerpt,
+            scanned: 2,
+            lines: vec![
+                "[ 47.3] nv_peer_mem: Unknown symbol ib_register_peer_memory_client (err -22)"
+                    .into(),
+            ],
+        });
+        let f = nvidia_peermem(&n);
+        assert_eq!(f[0].status, Status::Fail, "{f:?}");
+        assert!(
+            f[0].message.starts_with("nv_peer_mem could not load")
+                && f[0]
+                    .message
+                    .contains("whether a peer-memory client is loaded now is not shown"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].evidence.iter().any(|e| e
+            .observed
+            .contains("Unknown symbol ib_register_peer_memory_client")));
+        // A client loaded now: the old failure does not matter.
+        let mut n = switch_pair();
+        n.health.kernel_log = known(KernelLog {
+            origin: "b1".into(),
+            scope: LogScope::Excerpt,
+            scanned: 1,
+            lines: vec!["nv_peer_mem: Unknown symbol x (err -22)".into()],
+        });
+        assert_eq!(nvidia_peermem(&n)[0].status, Status::Pass);
     }
 
     #[test]

@@ -5,7 +5,6 @@
 
 pub mod compare;
 pub mod env;
-pub mod evidence;
 pub mod rule;
 pub mod topo_dump;
 pub mod version;
@@ -44,35 +43,38 @@ pub struct NcclFacts {
     pub requested: Option<String>,
 }
 
+/// The rules of version `v`, found through `source`: clamped to the versions gdrdoctor models
+/// (a newer NCCL gets the newest rules, an older one 2.4's), and said so.
+pub fn clamp(v: Version, source: String) -> Chosen {
+    if v > version::NEWEST {
+        Chosen {
+            version: version::NEWEST,
+            source: format!(
+                "{source}; NCCL {v} is newer than the rules gdrdoctor knows, so {}'s apply",
+                version::NEWEST
+            ),
+            assumed: false,
+        }
+    } else if v < version::OLDEST {
+        Chosen {
+            version: version::OLDEST,
+            source: format!(
+                "{source}; NCCL {v} predates the rules gdrdoctor models, so 2.4's apply"
+            ),
+            assumed: false,
+        }
+    } else {
+        Chosen {
+            version: v,
+            source,
+            assumed: false,
+        }
+    }
+}
+
 /// The version whose rules apply, and why. `facts` `None` (or absent): nothing is known, the
 /// newest rules apply and the source says so.
 pub fn choose(facts: Option<&NcclFacts>, absent: Option<&str>) -> Chosen {
-    let clamp = |v: Version, source: String| -> Chosen {
-        if v > version::NEWEST {
-            Chosen {
-                version: version::NEWEST,
-                source: format!(
-                    "{source}; NCCL {v} is newer than the rules gdrdoctor knows, so {}'s apply",
-                    version::NEWEST
-                ),
-                assumed: false,
-            }
-        } else if v < version::OLDEST {
-            Chosen {
-                version: version::OLDEST,
-                source: format!(
-                    "{source}; NCCL {v} predates the rules gdrdoctor models, so 2.4's apply"
-                ),
-                assumed: false,
-            }
-        } else {
-            Chosen {
-                version: v,
-                source,
-                assumed: false,
-            }
-        }
-    };
     let Some(f) = facts else {
         return Chosen::newest(absent.unwrap_or("no NCCL version known"));
     };

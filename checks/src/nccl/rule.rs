@@ -14,9 +14,11 @@
 
 use super::env::{Level, NcclEnv, Setting};
 use super::version::{Chosen, PathKind, Version};
+use serde::{Deserialize, Serialize};
 
 /// One GPU as the rule sees it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Gpu {
     /// How messages name it (`0000:18:00.0`, `GPU3`).
     pub id: String,
@@ -29,7 +31,8 @@ pub struct Gpu {
 }
 
 /// One RDMA device (an `ibv` device, as NCCL lists them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Nic {
     pub name: String,
     /// (port number, ACTIVE); `None` when the ports are not known.
@@ -38,7 +41,8 @@ pub struct Nic {
 
 /// Whether NCCL can register this GPU's memory with this NIC (ground truth §1 steps 1-4),
 /// as the caller could tell. `None` = unknown.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Support {
     /// A peer-memory client (NCCL_PTR_CUDA).
     pub peermem: Option<bool>,
@@ -46,11 +50,16 @@ pub struct Support {
     pub dmabuf: Option<bool>,
     /// CUDA GPU_DIRECT_RDMA_SUPPORTED for the GPU.
     pub gpu: Option<bool>,
+    /// NCCL's own NIC-level answer when a log shows it (`NET/IB : GPU Direct RDMA
+    /// Enabled|Disabled for HCA n 'mlx5_0'`: a peer-memory client or dma-buf for the NIC,
+    /// src/graph/topo.cc v2.30.7-1 L1651-1654; 2.7-2.12 print only `Disabled .. (no module)`,
+    /// src/transport/net_ib.cc v2.12.12-1 L290). It wins over what the other facts suggest.
+    pub nic_logged: Option<bool>,
     /// The reason text when both paths are off (`NIC-level GDR off ...`), when the GPU says
-    /// no, and when support cannot be told.
+    /// no, and when support cannot be told (one line per missing fact).
     pub nic_off: String,
     pub gpu_off: String,
-    pub unknown: String,
+    pub unknown: Vec<String>,
     /// Live facts assumed.
     pub assumptions: Vec<String>,
 }
@@ -69,12 +78,16 @@ impl Support {
 }
 
 /// The machine: GPUs, NICs and how they connect.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct System {
     pub gpus: Vec<Gpu>,
     pub nics: Vec<Nic>,
     /// `[gpu][nic]`: the PCIe path type (PIX, PXB, PHB, SYS; `None`: unknown).
     pub paths: Vec<Vec<Option<PathKind>>>,
+    /// Why a `None` path is unknown, with what would show it (a pasted matrix: `matrix cell not
+    /// in the paste; paste `nvidia-smi topo -m``); empty: the NIC's PCI location is unknown.
+    pub path_hint: String,
     /// `[gpu][nic]`: nvidia-smi's name of the same path (`NODE` is NCCL's PHB), for 2.4's
     /// NODE distance and for display.
     pub smi: Vec<Vec<Option<String>>>,
@@ -114,6 +127,9 @@ pub struct Verdict {
     pub path: Option<PathKind>,
     /// The NVLink peer GPU that proxies sends to this NIC (PXN).
     pub via: Option<usize>,
+    /// The pair's own path (P2C counted, PXN not) is within the threshold: NCCL's distance
+    /// step alone. `None`: the path is unknown.
+    pub within: Option<bool>,
     pub send: Direction,
     pub receive: Direction,
     /// `dmabuf` or `peermem` when some direction uses GDR.
@@ -176,11 +192,18 @@ pub struct Config {
     pub env: NcclEnv,
 }
 
+/// [`Verdict::mechanism`] when NCCL's log says the NIC supports GDR but nothing shows whether
+/// through a peer-memory client or dma-buf.
+pub const MECHANISM_LOGGED: &str = "peermem or dmabuf";
+
 /// One answer of `ncclTopoCheckGdr()`.
 enum Check {
-    On { pci_mode: bool },
+    On {
+        pci_mode: bool,
+    },
     Off(String),
-    Unknown(String),
+    /// Nothing says no, but these inputs are unknown.
+    Unknown(Vec<String>),
 }
 
 struct Ctx<'a> {
@@ -222,10 +245,13 @@ impl Ctx<'_> {
     /// NCCL's mechanism for the pair, or why there is none.
     fn mechanism(&self, g: usize, n: usize) -> Result<&'static str, Check> {
         let Some(s) = self.support(g, n) else {
-            return Err(Check::Unknown("support not known".into()));
+            return Err(Check::Unknown(vec!["support not known".into()]));
         };
         if s.gpu == Some(false) {
             return Err(Check::Off(s.gpu_off.clone()));
+        }
+        if s.nic_logged == Some(false) {
+            return Err(Check::Off(s.nic_off.clone()));
         }
         let dmabuf = if self.v.has_dmabuf() {
             s.dmabuf
@@ -235,6 +261,7 @@ impl Ctx<'_> {
         match (dmabuf, s.peermem) {
             (Some(true), _) => Ok("dmabuf"),
             (_, Some(true)) => Ok("peermem"),
+            _ if s.nic_logged == Some(true) => Ok(MECHANISM_LOGGED),
             (Some(false), Some(false)) => Err(Check::Off(if self.v.has_dmabuf() {
                 s.nic_off.clone()
             } else {
@@ -276,9 +303,16 @@ impl Ctx<'_> {
     }
 
     /// `ncclTopoCheckGdr(g, n, read)` with the current paths.
+    ///
+    /// NCCL asks in this order: support, the read gate (sends), the distance. A step that says
+    /// no is the answer even when an earlier step could not be told (GDR is off either way);
+    /// the answer is undecided only when no step says no and some step is unknown.
     fn check(&self, g: usize, n: usize, read: bool) -> Check {
-        if let Err(c) = self.mechanism(g, n) {
-            return c;
+        let mut unknown: Vec<String> = Vec::new();
+        match self.mechanism(g, n) {
+            Ok(_) => {}
+            Err(Check::Unknown(u)) => unknown.extend(u),
+            Err(c) => return c,
         }
         if read {
             let r = &self.env.gdr_read;
@@ -313,28 +347,31 @@ impl Ctx<'_> {
                             )
                         });
                     }
-                    (None, _) => {
-                        return Check::Unknown(format!(
-                            "cannot tell the read gate: the compute capability of {} is unknown and it has no known NVLink peer (NCCL {} gates sends from GPUs below 8.0 without one)",
-                            self.gpu_name(g),
-                            self.v
-                        ))
-                    }
-                    (Some(true), None) => {
-                        return Check::Unknown(format!(
-                            "cannot tell the read gate: whether {} has an NVLink peer is unknown ({})",
-                            self.gpu_name(g),
-                            self.sys.nvlink_source
-                        ))
-                    }
+                    (None, _) => unknown.push(format!(
+                        "cannot tell the read gate: the compute capability of {} is unknown and it has no known NVLink peer (NCCL {} gates sends from GPUs below 8.0 without one)",
+                        self.gpu_name(g),
+                        self.v
+                    )),
+                    (Some(true), None) => unknown.push(format!(
+                        "cannot tell the read gate: whether {} has an NVLink peer is unknown ({})",
+                        self.gpu_name(g),
+                        self.sys.nvlink_source
+                    )),
                 }
             }
         }
         let Some(mut distance) = self.path[g][n] else {
-            return Check::Unknown(format!(
-                "the PCI location of {} is unknown",
-                self.sys.nics[n].name
-            ));
+            unknown.push(if self.sys.path_hint.is_empty() {
+                format!("the PCI location of {} is unknown", self.sys.nics[n].name)
+            } else {
+                format!(
+                    "{} x {}: {}",
+                    self.gpu_name(g),
+                    self.sys.nics[n].name,
+                    self.sys.path_hint
+                )
+            });
+            return Check::Unknown(unknown);
         };
         let mut cg = g;
         if distance == PathKind::Pxn {
@@ -343,6 +380,18 @@ impl Ctx<'_> {
                 distance = self.path[p][n].unwrap_or(PathKind::Sys);
             }
         }
+        match self.distance(g, n, cg, distance) {
+            Err(r) => Check::Off(r),
+            Ok(_) if !unknown.is_empty() => Check::Unknown(unknown),
+            Ok(pci_mode) => Check::On { pci_mode },
+        }
+    }
+
+    /// The distance step of `ncclTopoCheckGdr()` for GPU `g`'s pair with NIC `n`, judged on
+    /// `distance` from GPU `cg` (the PXN peer, or `g`): `Ok(pci_mode)` within the threshold,
+    /// `Err(why)` beyond it.
+    fn distance(&self, g: usize, n: usize, cg: usize, distance: PathKind) -> Result<bool, String> {
+        let mut distance = distance;
         // 2.26-2.28: a C2C-attached GPU's NIC on its own CPU counts as C2C.
         let gdr_c2c = self.env.gdr_c2c.as_ref().map(|s| s.value).unwrap_or(false);
         if !self.v.c2c_as_threshold() && gdr_c2c {
@@ -365,12 +414,12 @@ impl Ctx<'_> {
                 Level::Kind(_) => 2,
             };
             if old >= lvl {
-                return Check::Off(format!(
+                return Err(format!(
                     "path {} (distance {old}) is not below NCCL_NET_GDR_LEVEL {lvl} ({}): NCCL silently stages through host memory",
                     distance, self.level_source
                 ));
             }
-            return Check::On { pci_mode: false };
+            return Ok(false);
         }
         let lvl = match self.level {
             Level::Kind(k) => k,
@@ -382,18 +431,17 @@ impl Ctx<'_> {
             } else {
                 format!("path {distance}")
             };
-            return Check::Off(format!(
+            return Err(format!(
                 "{shown} is beyond NCCL_NET_GDR_LEVEL {} ({}): NCCL silently stages through host memory",
                 self.level_name, self.level_source
             ));
         }
-        let pci_mode = self.c2c(cg) == Some(true)
+        Ok(self.c2c(cg) == Some(true)
             && if self.v.c2c_as_threshold() {
                 distance != PathKind::P2c
             } else {
                 distance != PathKind::C2c
-            };
-        Check::On { pci_mode }
+            })
     }
 }
 
@@ -551,19 +599,23 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
     // (3) P2C: a GPU's PHB NIC on its own C2C-attached CPU (v2.27.3-1 L670-680; from 2.29
     // only the GPU's closest NICs, v2.29.7-1 L712-727).
     let mut c2c_unknown: Vec<usize> = Vec::new();
-    if v.has_p2c() {
+    // GDR for a NIC on the GPU's own C2C CPU is on (2.26 with NCCL_NET_GDR_C2C=1, 2.27+ by
+    // default): an unknown C2C attachment leaves such a pair undecided, not off.
+    let c2c_gdr = env.gdr_c2c.as_ref().is_some_and(|s| s.value);
+    if v.has_p2c() || c2c_gdr {
         #[allow(clippy::needless_range_loop)]
         for g in 0..ng {
             let best = (0..nn)
                 .filter(|n| used[*n])
                 .filter_map(|n| cx.path[g][n])
                 .min_by_key(|k| val(v, *k));
+            let closest = !v.p2c_local_nets_only() || best == Some(PathKind::Phb);
             for n in (0..nn).filter(|n| used[*n]) {
                 if cx.path[g][n] != Some(PathKind::Phb) {
                     continue;
                 }
                 match cx.c2c(g) {
-                    Some(true) if !v.p2c_local_nets_only() || best == Some(PathKind::Phb) => {
+                    Some(true) if v.has_p2c() && closest => {
                         cx.path[g][n] = Some(PathKind::P2c);
                         pair_notes[g][n].push(format!(
                             "P2C: {} reaches its own CPU over NVLink-C2C ({}) and the NIC hangs off that CPU: NCCL counts the pair as P2C, not PHB",
@@ -571,7 +623,20 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                             sys.gpus[g].c2c_source
                         ));
                     }
-                    None if !c2c_unknown.contains(&g) => c2c_unknown.push(g),
+                    None => {
+                        if !c2c_unknown.contains(&g) {
+                            c2c_unknown.push(g);
+                        }
+                        if c2c_gdr && closest {
+                            pair_undecided[g][n].push(format!(
+                                "cannot tell whether NCCL {v} uses GDR with {} through {}'s own CPU (NVLink-C2C, P2C): whether {} reaches its CPU over NVLink-C2C is unknown ({})",
+                                sys.nics[n].name,
+                                cx.gpu_name(g),
+                                cx.gpu_name(g),
+                                sys.gpus[g].c2c_source
+                            ));
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -588,6 +653,8 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
             sys.gpus[c2c_unknown[0]].c2c_source
         ));
     }
+    // The pairs' own paths, P2C counted, before PXN reroutes them.
+    let own_paths = cx.path.clone();
     // (4) PXN (v2.12+): send through an NVLink peer that is close to the NIC.
     let pxn_on = v.has_pxn() && !env.pxn_disable.value;
     if v.has_pxn() && env.pxn_disable.value {
@@ -656,12 +723,23 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                 };
                 let mut chosen = None;
                 let mut unknown_peer = None;
+                let mut unknown_gdr: Option<(usize, Vec<String>)> = None;
                 for p in candidates {
                     if !peer_ok(&cx, p, n) {
                         continue;
                     }
-                    if v.pxn_peer_needs_gdr() && !matches!(cx.check(p, n, true), Check::On { .. }) {
-                        continue;
+                    if v.pxn_peer_needs_gdr() {
+                        match cx.check(p, n, true) {
+                            Check::On { .. } => {}
+                            Check::Unknown(why) => {
+                                // PXN would carry this pair if the peer had GDR: undecided.
+                                if cx.nvl[p][g] != Some(false) && unknown_gdr.is_none() {
+                                    unknown_gdr = Some((p, why));
+                                }
+                                continue;
+                            }
+                            Check::Off(_) => continue,
+                        }
                     }
                     match cx.nvl[p][g] {
                         Some(true) => {
@@ -695,6 +773,14 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                     )),
                     _ => {}
                 }
+                // From 2.30.3 the peer must have GDR itself (v2.30.7-1 L826-830).
+                if let (None, Some((p, why))) = (chosen, unknown_gdr) {
+                    pair_undecided[g][n].push(format!(
+                        "cannot tell whether NCCL sends through {} (PXN): NCCL {v} takes a PXN peer only with GDR to the NIC, and that is unknown: {}",
+                        cx.gpu_name(p),
+                        why.join("; ")
+                    ));
+                }
             }
         }
     }
@@ -708,6 +794,7 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                 pcie: cell(&sys.paths, g, n),
                 path: cx.path[g][n],
                 via: cx.via[g][n],
+                within: own_paths[g][n].map(|k| cx.distance(g, n, g, k).is_ok()),
                 used: used[n],
                 notes: std::mem::take(&mut pair_notes[g][n]),
                 undecided: std::mem::take(&mut pair_undecided[g][n]),
@@ -730,11 +817,13 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                         dir.pci_mode = pci_mode;
                     }
                     Check::Off(r) => dir.reasons.push(r),
-                    Check::Unknown(r) => {
+                    Check::Unknown(rs) => {
                         dir.undecided = true;
-                        dir.reasons.push(r.clone());
-                        if !vd.undecided.contains(&r) {
-                            vd.undecided.push(r);
+                        for r in rs {
+                            dir.reasons.push(r.clone());
+                            if !vd.undecided.contains(&r) {
+                                vd.undecided.push(r);
+                            }
                         }
                     }
                 }
@@ -860,6 +949,7 @@ mod tests {
                 .iter()
                 .map(|r| r.iter().map(|k| Some(*k)).collect())
                 .collect(),
+            path_hint: String::new(),
             smi: vec![vec![None; nn]; ng],
             nvlink: (0..ng)
                 .map(|a| (0..ng).map(|b| Some(nvl && a != b)).collect())
@@ -996,6 +1086,53 @@ mod tests {
         let old = run(&s, "2.29.7", &[]);
         assert_eq!(old.pair(3, 0).unwrap().via, Some(0));
         assert!(old.pair(3, 0).unwrap().enabled());
+        // The peer's GDR unknown (a paste without lsmod): undecided, not "off by distance".
+        let mut s = eight_gpus_gpu3_without_nic();
+        s.support[0][0].peermem = None;
+        s.support[0][0].dmabuf = None;
+        s.support[0][0].unknown = vec!["peer memory: not shown".into()];
+        let v = run(&s, "2.30.7", &[]).pair(3, 0).unwrap().clone();
+        assert!(!v.enabled() && v.via.is_none());
+        assert!(
+            v.undecided.iter().any(|u| u
+                .starts_with("cannot tell whether NCCL sends through GPU0 (PXN)")
+                && u.contains("peer memory: not shown")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_no_wins_over_an_unknown_earlier_step() {
+        // ncclTopoCheckGdr() (v2.30.7-1 L468-549): support, read gate, distance. Support
+        // unknown but the path beyond the threshold: off either way, not undecided.
+        let mut s = sys(&[&[Sys]], false);
+        s.support[0][0].peermem = None;
+        s.support[0][0].dmabuf = None;
+        s.support[0][0].unknown = vec!["peer memory: not shown".into()];
+        let v = run(&s, "2.30.7", &[]).pair(0, 0).unwrap().clone();
+        assert!(!v.enabled() && v.undecided.is_empty(), "{v:?}");
+        assert!(v.receive.reasons[0].contains("path SYS is beyond"), "{v:?}");
+        assert_eq!(v.within, Some(false));
+        // Within the threshold, the unknown support decides: undecided, with the reason.
+        let mut s = sys(&[&[Pix]], false);
+        s.support[0][0].peermem = None;
+        s.support[0][0].dmabuf = None;
+        s.support[0][0].unknown = vec!["peer memory: not shown".into()];
+        let v = run(&s, "2.30.7", &[]).pair(0, 0).unwrap().clone();
+        assert!(!v.enabled() && v.receive.undecided, "{v:?}");
+        assert_eq!(v.undecided, vec!["peer memory: not shown".to_string()]);
+        assert_eq!(v.within, Some(true));
+        // NCCL's own NIC-level line wins over the other facts (src/graph/topo.cc v2.30.7-1
+        // L1651-1654).
+        s.support[0][0].nic_logged = Some(true);
+        let v = run(&s, "2.30.7", &[]).pair(0, 0).unwrap().clone();
+        assert_eq!(v.mechanism, Some(MECHANISM_LOGGED));
+        s.support[0][0].peermem = Some(true);
+        s.support[0][0].nic_logged = Some(false);
+        s.support[0][0].nic_off = "NCCL logged Disabled".into();
+        let v = run(&s, "2.30.7", &[]).pair(0, 0).unwrap().clone();
+        assert!(!v.enabled());
+        assert_eq!(v.receive.reasons, vec!["NCCL logged Disabled".to_string()]);
     }
 
     #[test]
@@ -1086,6 +1223,13 @@ mod tests {
         let d = run(&s, "2.30.7", &[]);
         assert!(!d.pair(0, 0).unwrap().enabled());
         assert!(d.notes.iter().any(|n| n.contains("NVLink-C2C is unknown")));
+        // ... and the PHB pair is undecided, not off: on a Grace it would be P2C.
+        assert!(d.pair(0, 0).unwrap().undecided[0].contains("(NVLink-C2C, P2C)"));
+        // The SYS pair is off whatever the attachment.
+        assert!(d.pair(0, 1).unwrap().undecided.is_empty());
+        // With the C2C rule off (NCCL_NET_GDR_C2C=0) the PHB pair is off.
+        let d = run(&s, "2.30.7", &[("NCCL_NET_GDR_C2C", "0")]);
+        assert!(d.pair(0, 0).unwrap().undecided.is_empty());
     }
 
     #[test]

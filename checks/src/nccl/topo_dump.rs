@@ -368,8 +368,10 @@ impl Dump {
                 self.nets
                     .iter()
                     .map(|n| Support {
-                        peermem: n.gdr,
+                        peermem: None,
                         dmabuf: None,
+                        // NCCL's own NIC-level answer: a peer-memory client or dma-buf.
+                        nic_logged: n.gdr,
                         gpu: g.gdr,
                         nic_off: format!(
                             "NIC-level GDR off: NCCL wrote gdr=\"0\" for {} in its topology dump (no peer memory and no dma-buf)",
@@ -379,7 +381,7 @@ impl Dump {
                             "NCCL wrote gdr=\"0\" for GPU {} in its topology dump",
                             g.busid
                         ),
-                        unknown: format!("no gdr attribute for {} in the dump", n.name),
+                        unknown: vec![format!("no gdr attribute for {} in the dump", n.name)],
                         assumptions: Vec::new(),
                     })
                     .collect()
@@ -390,6 +392,7 @@ impl Dump {
             nics,
             smi: vec![vec![None; self.nets.len()]; self.gpus.len()],
             paths,
+            path_hint: String::new(),
             nvlink,
             nvlink_source: "<nvlink> elements of NCCL's topology dump".into(),
             gpu_paths,

@@ -28,8 +28,11 @@
  *  - waits publish lazily: the first 1024 polls are a bare spin; a wait still unsatisfied after
  *    them continues in an out-of-line slow path that publishes WAITING (address, expected,
  *    observed, start time), refreshes `observed` and `beat_gt` every hb_ns, checks the abort
- *    flag every 1024 polls and publishes PROGRESS when satisfied. Completed waits only count
- *    `iter`, published every 256 waits. Measured cost of this scheme: about 1% on a ring;
+ *    flag every 1024 polls and publishes PROGRESS when satisfied. A wait satisfied within its
+ *    first 1024 polls stores nothing: it counts in a register (`iter`, published by the slow
+ *    path and at exit; watch reads only WAITING records, so a count on the fast path would buy
+ *    nothing). The fast path holds only launch-wide values, so that the compiler keeps it and
+ *    the loop around it warp-uniform like the bare spin (docs/performance.md, watch section);
  *  - time is %globaltimer (ns); init calibrates it against CLOCK_REALTIME with one tiny kernel;
  *  - no __trap(), no device assert: a trap poisons the context.
  *
@@ -338,29 +341,58 @@ __device__ __forceinline__ u64 widen(T v) {
     return word<T>::is_signed ? (u64)(long long)v : (u64)v;
 }
 
-/* A thread's view of its launch: which record it owns (NULL: off), in registers. */
+/* A thread's view of its launch, in registers. Only launch-wide values: nothing here depends
+ * on the thread, so ptxas can keep a wait's result, and the user's loop around the wait,
+ * warp-uniform, as in the bare spin. The first version kept the warp's record pointer here
+ * (it depends on threadIdx.y/z); the wait's result then depended on it through the slow path,
+ * and nvcc 13 put convergence barriers (BSSY/BSYNC), YIELDs and the per-256 `iter` store on
+ * the fast path of watch_demo's kernels, which measured +5.5% (ring) and +2.4% (ping-pong) on
+ * an H200 (docs/performance.md). The slow path finds the record itself. */
 struct Ctx {
-    gdrdoctor_record* rec;
+    u64 records; /* device address of the kernel's first record; 0: off (bare spins) */
     const gdrdoctor_control* ctl;
     gdrdoctor_site* sites;
     u64 hb_ns;
     u32 nsites;
-    u32 iter;
-    u32 aborted;
+    u32 max_blocks;
+    u32 warps_per_block;
+    u32 iter;    /* completed waits of this thread */
+    u32 aborted; /* a wait of this thread returned 1 */
 };
 
 __device__ __forceinline__ bool leader_lane() {
     return laneid() == (u32)(__ffs(__activemask()) - 1);
 }
 
+__device__ __forceinline__ u32 block_linear() {
+    return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+__device__ __forceinline__ u32 warp_in_block() {
+    return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5;
+}
+
+/* The record of this thread's warp, or NULL (area off, or a block or warp beyond the kernel's
+ * declared shape). */
+__device__ __forceinline__ gdrdoctor_record* record_of(u64 records, u32 max_blocks, u32 warps_per_block) {
+    if (records == 0) return 0;
+    u32 block = block_linear();
+    u32 warp = warp_in_block();
+    if (block >= max_blocks || warp >= warps_per_block) return 0;
+    return (gdrdoctor_record*)records + (u64)block * warps_per_block + warp;
+}
+__device__ __forceinline__ gdrdoctor_record* record_of(const Ctx& c) {
+    return record_of(c.records, c.max_blocks, c.warps_per_block);
+}
+
 /* Seqlock update of the wait fields. The fence after the odd store keeps the fields from
  * becoming visible before it (the reader rejects a record whose seq is odd or changed). */
 __device__ __forceinline__ void publish(gdrdoctor_record* rec, u32 phase_site, u64 addr, u64 expected, u64 observed,
-                                        u64 ws, u64 now) {
+                                        u64 ws, u64 now, u32 iter) {
     u32 seq = ld_volatile_u32(&rec->seq);
     st_relaxed_u32(&rec->seq, seq + 1);
     __threadfence_system();
     st_relaxed_u32(&rec->phase_site, phase_site);
+    st_relaxed_u32(&rec->iter, iter);
     st_relaxed_u64(&rec->addr, addr);
     st_relaxed_u64(&rec->expected, expected);
     st_relaxed_u64(&rec->observed, observed);
@@ -382,30 +414,26 @@ __device__ __forceinline__ void publish_phase(gdrdoctor_record* rec, u32 phase, 
 /* Kernel entry: find this warp's record and publish STARTED (lowest active lane). */
 __device__ __forceinline__ Ctx enter(const gdrdoctor_launch_t& h) {
     Ctx c;
-    c.rec = 0;
+    c.records = h.control ? h.records : 0;
     c.ctl = (const gdrdoctor_control*)h.control;
     c.sites = (gdrdoctor_site*)h.sites;
     c.hb_ns = h.hb_ns;
     c.nsites = h.nsites;
+    c.max_blocks = h.max_blocks;
+    c.warps_per_block = h.warps_per_block;
     c.iter = 0;
     c.aborted = 0;
-    if (h.records == 0 || h.control == 0) return c;
-    u32 block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    u32 tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    u32 warp = tid >> 5;
-    if (block >= h.max_blocks || warp >= h.warps_per_block) return c;
-    c.rec = (gdrdoctor_record*)h.records + (u64)block * h.warps_per_block + warp;
-    if (leader_lane()) {
-        gdrdoctor_record* r = c.rec;
+    gdrdoctor_record* r = record_of(c);
+    if (r && leader_lane()) {
         u32 s = (h.kernel_gen & 0xffffu) << 16;
         st_relaxed_u32(&r->seq, s | 1u);
         st_relaxed_u32(&r->phase_site, GDRDOCTOR_PH_STARTED << 24);
-        st_relaxed_u32(&r->block, block);
-        st_relaxed_u32(&r->sm_warp, (smid() << 16) | (warp & 0xffffu));
+        st_relaxed_u32(&r->block, block_linear());
+        st_relaxed_u32(&r->sm_warp, (smid() << 16) | (warp_in_block() & 0xffffu));
         st_relaxed_u32(&r->kernel_gen, h.kernel_gen);
         st_relaxed_u32(&r->iter, 0);
         st_release_u32(&r->seq, s + 2);
-        if (tid == 0 && h.kernel)
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && h.kernel)
             st_relaxed_u32(&((gdrdoctor_kernel*)h.kernel)->grid_blocks, gridDim.x * gridDim.y * gridDim.z);
     }
     return c;
@@ -413,28 +441,34 @@ __device__ __forceinline__ Ctx enter(const gdrdoctor_launch_t& h) {
 
 /* Kernel exit: DONE (or ABORTED after an abort), so that a finished block is not taken for a
  * running or waiting one. */
-__device__ __forceinline__ void leave(Ctx& c) {
-    if (c.rec == 0) return;
-    if (leader_lane()) publish_phase(c.rec, c.aborted ? GDRDOCTOR_PH_ABORTED : GDRDOCTOR_PH_DONE, c.iter);
+__device__ __forceinline__ void leave(const Ctx& c) {
+    gdrdoctor_record* r = record_of(c);
+    if (r && leader_lane()) publish_phase(r, c.aborted ? GDRDOCTOR_PH_ABORTED : GDRDOCTOR_PH_DONE, c.iter);
 }
 
 #ifdef GDRDOCTOR_PROGRESS_PRINTF
 __device__ __noinline__ void say(const char* what, u32 site, u32 line, u64 addr, u64 expected, u64 observed,
                                  u64 waited_ns) {
     printf("gdrdoctor-watch %s b=%u warp=%u site=%u line=%u addr=0x%llx expect=%llu observed=%llu waited_ms=%llu\n",
-           what, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
-           (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) >> 5, site, line, addr, expected,
-           observed, waited_ns / 1000000ull);
+           what, block_linear(), warp_in_block(), site, line, addr, expected, observed, waited_ns / 1000000ull);
 }
 #endif
 
 /* The slow path, out of line: entered only after 1024 unsatisfied polls, so the fast path keeps
- * the shape of a bare spin. Returns 0 when satisfied, 1 when aborted. */
+ * the shape of a bare spin. Its arguments are launch-wide values (see Ctx). With the area off it
+ * spins bare. Returns 0 when satisfied, 1 when aborted. */
 template <typename T, typename F>
-__device__ __noinline__ int wait_slow(gdrdoctor_record* rec, const gdrdoctor_control* ctl, gdrdoctor_site* sites,
-                                      u32 nsites, const T* a, int cmp, T want, u32 site, u32 line, T v, u32 iter,
-                                      u64 hb_ns, F load) {
-    const bool leader = leader_lane();
+__device__ __noinline__ int wait_slow(u64 records, u32 max_blocks, u32 warps_per_block, const gdrdoctor_control* ctl,
+                                      gdrdoctor_site* sites, u32 nsites, u64 hb_ns, const T* a, int cmp, T want,
+                                      u32 site, u32 line, T v, u32 iter, F load) {
+    if (records == 0) {
+        while (!satisfied(v, cmp, want)) v = load();
+        return 0;
+    }
+    /* Only the lowest active lane of a warp with a record publishes; every thread polls and
+     * checks the abort flag. (The result must not depend on the lane or the warp: see Ctx.) */
+    gdrdoctor_record* rec = record_of(records, max_blocks, warps_per_block);
+    const bool leader = rec != 0 && leader_lane();
     const u32 cmpbits = ((u32)cmp & 15u) | (word<T>::wide ? GDRDOCTOR_CMP_WIDE : 0u) |
                         (word<T>::is_signed ? GDRDOCTOR_CMP_SIGNED : 0u);
     const u32 ps = (cmpbits << 16) | (site & 0xffffu);
@@ -442,17 +476,16 @@ __device__ __noinline__ int wait_slow(gdrdoctor_record* rec, const gdrdoctor_con
     const u64 t0 = now;
     u64 last_beat = now;
     if (leader) {
-        publish(rec, (GDRDOCTOR_PH_WAITING << 24) | ps, (u64)a, widen(want), widen(v), t0, now);
+        publish(rec, (GDRDOCTOR_PH_WAITING << 24) | ps, (u64)a, widen(want), widen(v), t0, now, iter);
         if (site < nsites && ld_volatile_u32(&sites[site].line) != line) st_relaxed_u32(&sites[site].line, line);
     }
     while (true) {
         for (u32 k = 0; k < 1024; k++) {
             v = load();
             if (satisfied(v, cmp, want)) {
-                if (leader) {
-                    st_relaxed_u32(&rec->iter, iter + 1);
-                    publish(rec, (GDRDOCTOR_PH_PROGRESS << 24) | ps, (u64)a, widen(want), widen(v), t0, gtimer());
-                }
+                if (leader)
+                    publish(rec, (GDRDOCTOR_PH_PROGRESS << 24) | ps, (u64)a, widen(want), widen(v), t0, gtimer(),
+                            iter + 1);
                 return 0;
             }
         }
@@ -463,7 +496,7 @@ __device__ __noinline__ int wait_slow(gdrdoctor_record* rec, const gdrdoctor_con
             st_relaxed_u64(&rec->beat_gt, now);
         }
         if (ld_volatile_u32(&ctl->abort)) {
-            if (leader) publish(rec, (GDRDOCTOR_PH_ABORTED << 24) | ps, (u64)a, widen(want), widen(v), t0, now);
+            if (leader) publish(rec, (GDRDOCTOR_PH_ABORTED << 24) | ps, (u64)a, widen(want), widen(v), t0, now, iter);
 #ifdef GDRDOCTOR_PROGRESS_PRINTF
             if (leader) say("ABORTED", site, line, (u64)a, widen(want), widen(v), now - t0);
 #endif
@@ -473,34 +506,27 @@ __device__ __noinline__ int wait_slow(gdrdoctor_record* rec, const gdrdoctor_con
 }
 
 /* Wait until load() CMP want. The first 1024 polls are a bare spin; a longer wait continues in
- * wait_slow (or, with the area absent, in a bare spin). Returns 0 when satisfied, 1 when the
- * job was aborted (then every later wait of this thread returns 1 at once). */
+ * wait_slow. Returns 0 when satisfied, 1 when the job was aborted (then every later wait of
+ * this thread returns 1 at once). The fast path is the bare spin plus a poll counter and one
+ * register increment: no store, no call, no second load (the abort test below runs while the
+ * first load is in flight). */
 template <typename T, typename F>
 __device__ __forceinline__ int wait_impl(Ctx& c, const T* a, int cmp, T want, u32 site, u32 line, F load) {
-    if (c.aborted) return 1;
     T v = load();
-    if (!satisfied(v, cmp, want)) {
-        bool ok = false;
-        for (u32 k = 0; k < 1024; k++) {
-            v = load();
-            if (satisfied(v, cmp, want)) {
-                ok = true;
-                break;
-            }
-        }
-        if (!ok) {
-            if (c.rec == 0) {
-                while (!satisfied((T)load(), cmp, want)) {
-                }
-            } else if (wait_slow<T, F>(c.rec, c.ctl, c.sites, c.nsites, a, cmp, want, site, line, v, c.iter, c.hb_ns,
-                                       load)) {
+    if (c.aborted) return 1;
+    u32 k = 1024;
+    while (__builtin_expect(!satisfied(v, cmp, want), 0)) {
+        if (__builtin_expect(--k == 0, 0)) {
+            if (wait_slow<T, F>(c.records, c.max_blocks, c.warps_per_block, c.ctl, c.sites, c.nsites, c.hb_ns, a, cmp,
+                                want, site, line, v, c.iter, load)) {
                 c.aborted = 1;
                 return 1;
             }
+            break;
         }
+        v = load();
     }
     c.iter += 1;
-    if ((c.iter & 255u) == 0 && c.rec) st_relaxed_u32(&c.rec->iter, c.iter);
     return 0;
 }
 
@@ -529,16 +555,17 @@ __device__ __forceinline__ bool aborted(Ctx& c) {
  * if it lasts, watch reports it as `silent`), then GDRDOCTOR_MARK_DONE after it. */
 __device__ __forceinline__ void mark_waiting(Ctx& c, const void* a, int cmp, u64 want, u64 seen, u32 site, u32 line,
                                              int wide) {
-    if (c.rec == 0 || !leader_lane()) return;
+    gdrdoctor_record* r = record_of(c);
+    if (r == 0 || !leader_lane()) return;
     u64 now = gtimer();
     u32 ps = ((((u32)cmp & 15u) | (wide ? GDRDOCTOR_CMP_WIDE : 0u)) << 16) | (site & 0xffffu);
-    publish(c.rec, (GDRDOCTOR_PH_WAITING << 24) | ps, (u64)a, want, seen, now, now);
+    publish(r, (GDRDOCTOR_PH_WAITING << 24) | ps, (u64)a, want, seen, now, now, c.iter);
     if (site < c.nsites && ld_volatile_u32(&c.sites[site].line) != line) st_relaxed_u32(&c.sites[site].line, line);
 }
 __device__ __forceinline__ void mark_done(Ctx& c) {
-    if (c.rec == 0) return;
     c.iter += 1;
-    if (leader_lane()) publish_phase(c.rec, GDRDOCTOR_PH_PROGRESS, c.iter);
+    gdrdoctor_record* r = record_of(c);
+    if (r && leader_lane()) publish_phase(r, GDRDOCTOR_PH_PROGRESS, c.iter);
 }
 
 }  // namespace gdrdoctor

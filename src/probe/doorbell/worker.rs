@@ -18,6 +18,7 @@ use crate::live::cuda::{Context, Driver, Function, KernelArg, Stream};
 use crate::live::{os, verbs};
 use crate::probe::kernels;
 use crate::probe::protocol::{self, WorkerError};
+use crate::reader::Root;
 use gdrdoctor_checks::doorbell::{self as db, Uar, UarKind};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -213,16 +214,32 @@ pub fn worker(o: Options) -> Result<DoorbellOutput, WorkerError> {
     Ok(out)
 }
 
-fn sysfs_bar0(bdf: &str) -> Option<(u64, u64)> {
-    let t = std::fs::read_to_string(format!("/sys/bus/pci/devices/{bdf}/resource")).ok()?;
+/// The NIC's PCI address: the last component of `/sys/class/infiniband/<dev>/device`, resolved
+/// by the reader (so under the test-only `GDRDOCTOR_LIVE_ROOT` it is the fixture's NIC).
+fn nic_bdf(root: &Root, dev: &str) -> Option<String> {
+    let p = root
+        .canonical(&format!("/sys/class/infiniband/{dev}/device"))
+        .ok()?;
+    p.rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+}
+
+fn sysfs_bar0(root: &Root, bdf: &str) -> Option<(u64, u64)> {
+    let t = root
+        .read_text(&format!("/sys/bus/pci/devices/{bdf}/resource"))
+        .ok()?;
     let r = gdrdoctor_checks::parse::resource_file(&t).ok()?;
     r.first()
         .filter(|r| r.is_set())
         .map(|r| (r.start, r.size()))
 }
 
-fn config_bar0(bdf: &str) -> Option<u64> {
-    let b = std::fs::read(format!("/sys/bus/pci/devices/{bdf}/config")).ok()?;
+fn config_bar0(root: &Root, bdf: &str) -> Option<u64> {
+    let b = root
+        .read(&format!("/sys/bus/pci/devices/{bdf}/config"))
+        .ok()?;
     let cs = gdrdoctor_checks::pci::config::decode(&b);
     cs.bars
         .iter()
@@ -257,6 +274,7 @@ fn mlx5(
             format!("none of the {all} RDMA devices is an mlx5 device")
         });
     }
+    let root = Root::live();
     let mut out = Vec::new();
     // A faulting GPU write leaves the CUDA context unusable: later devices are not mapped.
     let mut faulted: Option<String> = None;
@@ -265,14 +283,15 @@ fn mlx5(
             device: d.name.clone(),
             ..Default::default()
         };
-        let pci = std::fs::canonicalize(format!("/sys/class/infiniband/{}/device", d.name))
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let pci = nic_bdf(&root, &d.name);
         r.pci = pci.clone();
-        let Ok(ctx) = v.open(&d.name) else {
-            r.error = Some("cannot open the device".into());
-            out.push(r);
-            continue;
+        let ctx = match v.open(&d.name) {
+            Ok(c) => c,
+            Err(e) => {
+                r.error = Some(format!("cannot open the device: {e}"));
+                out.push(r);
+                continue;
+            }
         };
         // Non-cached dedicated (rdma-core >= 45), else BlueFlame.
         let (uar, kind) = match ctx.alloc_devx_uar(verbs::MLX5DV_UAR_ALLOC_TYPE_NC_DEDICATED) {
@@ -298,8 +317,8 @@ fn mlx5(
         let base = uar.base_addr() as u64;
         r.page_id = Some(u64::from(uar.page_id()));
         r.reg_offset = Some(reg.wrapping_sub(base));
-        r.bar0_resource = pci.as_deref().and_then(sysfs_bar0);
-        r.bar0_config = pci.as_deref().and_then(config_bar0);
+        r.bar0_resource = pci.as_deref().and_then(|b| sysfs_bar0(&root, b));
+        r.bar0_config = pci.as_deref().and_then(|b| config_bar0(&root, b));
         r.bar0_lspci = lspci.and_then(|t| db::bar0_from_lspci(t, pci.as_deref()));
         if lspci.is_some() && r.bar0_lspci.is_none() {
             r.issues.push(format!(

@@ -1,11 +1,13 @@
 //! `probe --p2p`: peer copy bandwidth and latency per GPU pair (what cuda-samples'
-//! p2pBandwidthLatencyTest measures), beside the link's theoretical rate so a slow pair stands
-//! out. [`worker`] runs in the worker process; [`verdict`] turns its [`Record`] into findings.
+//! p2pBandwidthLatencyTest measures), beside the link's theoretical rate (NVLink generation,
+//! link count and per-link rate from NVML, carried in the record) so a slow pair stands out,
+//! and every pair copying at once (the fabric under load on 4- and 8-GPU nodes). [`worker`]
+//! runs in the worker process; [`verdict`] turns its [`Record`] into findings.
 
 pub mod verdict;
 pub mod worker;
 
-pub use verdict::{findings, theoretical, SLOW_FRACTION};
+pub use verdict::{findings, theoretical, NVLINK_SLOW_FRACTION, PCIE_SLOW_FRACTION};
 
 use super::args::{self, CommonArgs};
 use super::common::{self, WorkerRecord};
@@ -67,6 +69,45 @@ pub struct P2pOutput {
     pub pairs: Vec<P2pPair>,
     /// Device-to-device copies inside GPU 0: the ceiling of a copy on this GPU.
     pub reference: Option<P2pPair>,
+    /// Every GPU's links as NVML reported them in the worker (the carried facts the
+    /// theoretical rate comes from; absent in reports of older versions).
+    #[serde(default)]
+    pub links: Vec<GpuLinks>,
+    /// Why the links could not be read (no NVML).
+    #[serde(default)]
+    pub links_error: Option<String>,
+    /// Every ordered pair copying at once (two or more GPUs with peer access).
+    #[serde(default)]
+    pub all_at_once: Option<AllAtOnce>,
+}
+
+/// One GPU's links, from NVML and CUDA in the worker.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuLinks {
+    pub bdf: String,
+    /// CUDA compute capability, major: the NVLink generation by architecture.
+    pub cc_major: Option<i32>,
+    /// Active NVLinks that end at an NVSwitch.
+    pub nvlinks_switch: usize,
+    /// Active NVLinks straight to another GPU: (its PCI address, count).
+    pub nvlinks_to: Vec<(String, usize)>,
+    /// `nvmlDeviceGetNvLinkVersion` of the first active link (the raw code).
+    pub nvlink_version: Option<u32>,
+    /// NVML's common speed of the active links, MB/s (`NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON`).
+    pub nvlink_speed_mbps: Option<u64>,
+    /// The PCIe link's capability (NVML max generation and width).
+    pub pcie_gen_max: Option<u32>,
+    pub pcie_width_max: Option<u32>,
+}
+
+/// Every ordered GPU pair copying at the same time, one stream per pair.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AllAtOnce {
+    /// (from, to, GB/s): each pair's bytes over the time until its own stream finished.
+    pub pairs: Vec<(i32, i32, f64)>,
+    /// All bytes over the time until the last stream finished, GB/s.
+    pub total_gbps: f64,
+    pub error: Option<String>,
 }
 
 /// What the report keeps of a p2p run (`probe.p2p`).

@@ -1,8 +1,10 @@
 //! The worker side of `probe --p2p`: copies with `cuMemcpyPeerAsync` after
 //! `cuCtxEnablePeerAccess` both ways, per GPU pair (both directions, then both at once, then
-//! 4-byte copies for latency); on a one-GPU node the same copies inside the GPU as a reference.
+//! 4-byte copies for latency), then every ordered pair at once; on a one-GPU node the same
+//! copies inside the GPU as a reference. NVML's link facts (NVLink count, version, speed; the
+//! PCIe link) go into the output, so the verdict needs nothing else.
 
-use super::{P2pOutput, P2pPair, Params};
+use super::{AllAtOnce, GpuLinks, P2pOutput, P2pPair, Params};
 use crate::live::cuda::{Context, DeviceBuffer, Driver, Stream};
 use crate::probe::protocol::{self, WorkerError};
 use std::time::Instant;
@@ -90,6 +92,99 @@ fn measure(x: &Side, y: &Side, size: usize, reps: u32) -> Result<P2pPair, String
     Ok(p)
 }
 
+/// NVML's link facts of the GPUs at `bdfs`, with their compute capability.
+fn links(bdfs: &[(String, i32)]) -> Result<Vec<GpuLinks>, String> {
+    let facts = crate::live::nvml::facts()?;
+    let speeds = crate::live::nvml::nvlink_speeds().unwrap_or_default();
+    let mut out = Vec::new();
+    for (bdf, cc_major) in bdfs {
+        let Some(g) = facts.gpus.iter().find(|g| &g.bdf == bdf) else {
+            continue;
+        };
+        let active: Vec<&gdrdoctor_checks::model::NvLink> =
+            g.nvlinks.iter().filter(|l| l.active).collect();
+        let mut to: Vec<(String, usize)> = Vec::new();
+        for l in &active {
+            if l.remote_type.as_deref() != Some("gpu") {
+                continue;
+            }
+            let Some(r) = &l.remote_bdf else { continue };
+            match to.iter_mut().find(|x| &x.0 == r) {
+                Some(x) => x.1 += 1,
+                None => to.push((r.clone(), 1)),
+            }
+        }
+        out.push(GpuLinks {
+            bdf: bdf.clone(),
+            cc_major: (*cc_major > 0).then_some(*cc_major),
+            nvlinks_switch: gdrdoctor_checks::p2p::switch_links(g),
+            nvlinks_to: to,
+            nvlink_version: active.iter().find_map(|l| l.version),
+            nvlink_speed_mbps: speeds.iter().find(|s| &s.0 == bdf).and_then(|s| s.1),
+            pcie_gen_max: g.pcie_gen_max,
+            pcie_width_max: g.pcie_width_max,
+        });
+    }
+    Ok(out)
+}
+
+/// Every ordered pair of `devs` with peer access copies `reps` times at once, one stream per
+/// pair; each pair's time runs until its own stream finished (polled), the total until the
+/// last. Several sources write into the same destination buffer at once: the data is not
+/// checked, only the time.
+fn all_at_once(devs: &[Dev], access: &[(usize, usize)], size: usize, reps: u32) -> AllAtOnce {
+    let mut out = AllAtOnce::default();
+    let mut run = || -> Result<(), String> {
+        let mut streams: Vec<(usize, usize, Stream)> = Vec::new();
+        for &(i, j) in access {
+            for (x, y) in [(i, j), (j, i)] {
+                streams.push((x, y, devs[x].ctx.stream().map_err(err)?));
+            }
+        }
+        // One warm-up copy on every stream.
+        for (x, y, s) in &streams {
+            devs[*x].ctx.make_current().map_err(err)?;
+            s.copy_peer(&devs[*y].buf[1], &devs[*x].buf[0], size)
+                .map_err(err)?;
+        }
+        for (x, _, s) in &streams {
+            devs[*x].ctx.make_current().map_err(err)?;
+            s.synchronize().map_err(err)?;
+        }
+        let t0 = Instant::now();
+        for (x, y, s) in &streams {
+            devs[*x].ctx.make_current().map_err(err)?;
+            for _ in 0..reps {
+                s.copy_peer(&devs[*y].buf[1], &devs[*x].buf[0], size)
+                    .map_err(err)?;
+            }
+        }
+        let mut done: Vec<Option<f64>> = vec![None; streams.len()];
+        while done.iter().any(Option::is_none) {
+            for (k, (_, _, s)) in streams.iter().enumerate() {
+                if done[k].is_none() && s.query().map_err(err)? {
+                    done[k] = Some(t0.elapsed().as_secs_f64());
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        let bytes = size as f64 * f64::from(reps);
+        let last = done.iter().flatten().fold(0.0f64, |a, b| a.max(*b));
+        for ((x, y, _), t) in streams.iter().zip(&done) {
+            let t = t.unwrap_or(last).max(1e-9);
+            out.pairs
+                .push((devs[*x].ordinal, devs[*y].ordinal, bytes / t / 1e9));
+        }
+        out.total_gbps = bytes * streams.len() as f64 / last.max(1e-9) / 1e9;
+        Ok(())
+    };
+    let r = run();
+    if let Err(e) = r {
+        out.error = Some(e);
+    }
+    out
+}
+
 /// The worker side of `probe --p2p`.
 pub fn worker(p: Params) -> Result<P2pOutput, WorkerError> {
     let drv = Driver::init()?;
@@ -107,9 +202,11 @@ pub fn worker(p: Params) -> Result<P2pOutput, WorkerError> {
         ..Default::default()
     };
     let mut devs = Vec::new();
+    let mut ccs = Vec::new();
     for &o in &want {
         let d = drv.device(o)?;
         out.gpus.push((o, d.bdf().unwrap_or_default()));
+        ccs.push((d.bdf().unwrap_or_default(), d.compute_capability().0));
         let ctx = d.primary_context()?;
         let buf = [ctx.alloc(size)?, ctx.alloc(size)?];
         for b in &buf {
@@ -146,6 +243,11 @@ pub fn worker(p: Params) -> Result<P2pOutput, WorkerError> {
             }
         }
     }
+    match links(&ccs) {
+        Ok(l) => out.links = l,
+        Err(e) => out.links_error = Some(e),
+    }
+    let mut access = Vec::new();
     for i in 0..devs.len() {
         for j in i + 1..devs.len() {
             let (x, y) = (&devs[i], &devs[j]);
@@ -183,6 +285,7 @@ pub fn worker(p: Params) -> Result<P2pOutput, WorkerError> {
                 .and_then(|()| measure(&x.side(), &y.side(), size, reps));
             match r {
                 Ok(m) => {
+                    access.push((i, j));
                     p.uni_gbps = m.uni_gbps;
                     p.uni_back_gbps = m.uni_back_gbps;
                     p.bidi_gbps = m.bidi_gbps;
@@ -192,6 +295,10 @@ pub fn worker(p: Params) -> Result<P2pOutput, WorkerError> {
             }
             out.pairs.push(p);
         }
+    }
+    if !access.is_empty() {
+        protocol::progress("probe --p2p: every pair at once");
+        out.all_at_once = Some(all_at_once(&devs, &access, size, reps));
     }
     // Everything is synchronised; the streams, buffers and contexts go with `devs`.
     drop(devs);

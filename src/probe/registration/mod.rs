@@ -42,6 +42,9 @@ pub struct Step {
     pub ok: bool,
     pub us: f64,
     pub error: Option<String>,
+    /// The errno of a failed verbs call (absent for CUDA steps and in older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

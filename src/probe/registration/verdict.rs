@@ -1,7 +1,8 @@
 //! The verdict of `probe --registration`: findings from the worker's record, a pure function
 //! (replayed from saved reports by the tests).
 
-use super::Record;
+use super::{Record, Step};
+use crate::live::verbs::explain_errno;
 use crate::probe::common::{self, explain_cuda};
 use gdrdoctor_checks::report::{Finding, Status};
 
@@ -190,7 +191,7 @@ pub fn findings(r: &Record) -> Vec<Finding> {
                     .fix("check that the driver supports host registration (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, gpu.gdr-support evidence) and that the host has free memory to pin"));
             }
         }
-        // Verbs.
+        // Verbs: one finding per NIC this GPU was registered with.
         if let Some(why) = &res.verbs_skipped {
             out.push(Finding::new(
                 "probe.verbs-registration",
@@ -198,23 +199,14 @@ pub fn findings(r: &Record) -> Vec<Finding> {
                 &subject,
                 format!("verbs registration not run: {why}"),
             ));
+        } else if g.verbs.is_empty() {
+            out.push(Finding::new(
+                "probe.verbs-registration",
+                Status::Error,
+                &subject,
+                "no registration was attempted (no gpu buffer of 4 KiB or 2 MiB could be allocated)",
+            ));
         } else {
-            let all: Vec<String> = g
-                .verbs
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} {}: {}",
-                        s.step,
-                        gdrdoctor_checks::parse::human_bytes(s.bytes),
-                        if s.ok {
-                            format!("ok {:.0} us", s.us)
-                        } else {
-                            s.error.clone().unwrap_or_default()
-                        }
-                    )
-                })
-                .collect();
             let peers = match (&g.memory_peers_before, &g.memory_peers_after) {
                 (Some(b), Some(a)) => format!(
                     "num_alloc_mrs {} -> {}",
@@ -223,46 +215,20 @@ pub fn findings(r: &Record) -> Vec<Finding> {
                 ),
                 _ => "no /sys/kernel/mm/memory_peers/nv_mem".into(),
             };
-            // One working path per NIC is what NCCL needs: peer memory (ibv_reg_mr on the
-            // device pointer) or dma-buf (ibv_reg_dmabuf_mr on the exported fd).
-            let path_ok = |prefix: &str| g.verbs.iter().any(|s| s.step.starts_with(prefix) && s.ok);
-            let path_err = |prefix: &str| {
-                g.verbs
-                    .iter()
-                    .find(|s| s.step.starts_with(prefix) && !s.ok)
-                    .and_then(|s| s.error.clone())
-            };
-            let (pm, db) = (path_ok("ibv_reg_mr"), path_ok("ibv_reg_dmabuf_mr"));
-            let describe = |ok: bool, prefix: &str| {
-                if ok {
-                    "ok".to_string()
-                } else {
-                    path_err(prefix).unwrap_or_else(|| "not tried".into())
+            let mut devs: Vec<&str> = Vec::new();
+            for s in &g.verbs {
+                let d = step_device(s);
+                if !devs.contains(&d) {
+                    devs.push(d);
                 }
-            };
-            let summary = format!(
-                "peer memory (ibv_reg_mr): {}; dma-buf (ibv_reg_dmabuf_mr): {}",
-                describe(pm, "ibv_reg_mr"),
-                describe(db, "ibv_reg_dmabuf_mr")
-            );
-            let mut f = if g.verbs.is_empty() {
-                Finding::new("probe.verbs-registration", Status::Error, &subject, "no registration was attempted (no gpu buffer of 4 KiB or 2 MiB could be allocated)")
-            } else if pm || db {
-                Finding::new(
-                    "probe.verbs-registration",
-                    Status::Pass,
-                    &subject,
-                    format!("gpu memory registers with the nic: {summary}"),
-                )
-            } else {
-                Finding::new("probe.verbs-registration", Status::Fail, &subject, format!("gpu memory registers with no path: {summary}"))
-                    .fix("errno 14 (EFAULT) on ibv_reg_mr: no peer-memory client claimed the GPU address (load nvidia-peermem, kmod.nvidia-peermem); errno 95/93 on ibv_reg_dmabuf_mr: the kernel or provider lacks dma-buf support; see docs/guides/registration-fails.md")
-            };
-            for a in all {
-                f = f.evidence("verbs", a);
             }
-            f = f.evidence("/sys/kernel/mm/memory_peers/nv_mem", peers);
-            out.push(f);
+            for dev in devs {
+                let probe = res.nccl_dmabuf_probe.get(dev).copied().flatten();
+                out.push(
+                    verbs_finding(&g.bdf, dev, &g.verbs, probe)
+                        .evidence("/sys/kernel/mm/memory_peers/nv_mem", peers.clone()),
+                );
+            }
         }
         if let (Some(b), Some(a)) = (g.bar1_used_before, g.bar1_used_after) {
             if let Some(last) = out.last_mut() {
@@ -290,12 +256,223 @@ pub fn findings(r: &Record) -> Vec<Finding> {
         ));
     }
     for (dev, errno) in &res.nccl_dmabuf_probe {
-        match errno {
-            Some(95) | Some(93) => out.push(Finding::new("probe.nccl-dmabuf", Status::Fail, dev, format!("ibv_reg_dmabuf_mr(fd=-1) -> errno {}: NCCL turns dma-buf off for {dev}", errno.unwrap_or(0)))
-                .fix("errno 95 EOPNOTSUPP: libibverbs/provider without dma-buf (rdma-core >= 34, mlx5 needs ODP in the kernel); errno 93 EPROTONOSUPPORT: the kernel lacks the uverbs dma-buf method (>= 5.12)")),
-            Some(e) => out.push(Finding::new("probe.nccl-dmabuf", Status::Pass, dev, format!("ibv_reg_dmabuf_mr(fd=-1) -> errno {e}: NCCL enables dma-buf on {dev}"))),
-            None => out.push(Finding::new("probe.nccl-dmabuf", Status::Error, dev, "could not open the device or allocate a protection domain")),
-        }
+        out.push(nccl_dmabuf_finding(dev, *errno));
     }
     out
+}
+
+/// The NIC a verbs step is about: the last word of its name (`ibv_reg_mr mlx5_0`).
+fn step_device(s: &Step) -> &str {
+    s.step.rsplit(' ').next().unwrap_or("")
+}
+
+/// The verbs call of a step (`ibv_reg_mr`).
+fn step_call(s: &Step) -> &str {
+    s.step.split(' ').next().unwrap_or("")
+}
+
+/// A failed step's errno: kept by the worker, or read back from `errno N: ...` in reports
+/// written before it was.
+fn step_errno(s: &Step) -> Option<i32> {
+    s.errno.or_else(|| {
+        s.error
+            .as_deref()?
+            .strip_prefix("errno ")?
+            .split(':')
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// `errno 14 (Bad address)`.
+fn errno_text(e: i32) -> String {
+    let os = std::io::Error::from_raw_os_error(e).to_string();
+    let name = os.split(" (os error").next().unwrap_or(&os).to_string();
+    format!("errno {e} ({name})")
+}
+
+/// One path's outcome in words: `ok`, `errno 14 (Bad address)`, `not tried`.
+fn path_text(steps: &[&Step]) -> String {
+    if steps.is_empty() {
+        return "not tried".into();
+    }
+    match steps.iter().find(|s| !s.ok) {
+        None => "ok".into(),
+        Some(s) => match step_errno(s) {
+            Some(e) => errno_text(e),
+            None => s.error.clone().unwrap_or_else(|| "failed".into()),
+        },
+    }
+}
+
+/// `probe.verbs-registration` for one GPU and one NIC.
+///
+/// NCCL registers GPU memory with a NIC one way: through dma-buf when its fd=-1 probe passes
+/// on the NIC (and the GPU exports dma-bufs), else through peer memory (D04; NCCL's proxy has
+/// no fallback once it chose dma-buf). So the finding follows the path NCCL will take: it
+/// passes when that path works, and fails (a known errno: its cause and fix) or is an error
+/// (an errno gdrdoctor does not recognise) when it does not, whatever the other path does.
+fn verbs_finding(gpu: &str, dev: &str, steps: &[Step], probe: Option<i32>) -> Finding {
+    let subject = format!("{gpu}/{dev}");
+    let mine: Vec<&Step> = steps.iter().filter(|s| step_device(s) == dev).collect();
+    let evidence = |mut f: Finding| {
+        for s in &mine {
+            f = f.evidence(
+                "verbs",
+                format!(
+                    "{} {}: {}",
+                    s.step,
+                    gdrdoctor_checks::parse::human_bytes(s.bytes),
+                    if s.ok {
+                        format!("ok {:.0} us", s.us)
+                    } else {
+                        s.error.clone().unwrap_or_default()
+                    }
+                ),
+            );
+        }
+        f
+    };
+    let by_call =
+        |c: &str| -> Vec<&Step> { mine.iter().copied().filter(|s| step_call(s) == c).collect() };
+    // The device could not be opened, or gave no protection domain.
+    if let Some(s) = mine
+        .iter()
+        .find(|s| !s.ok && matches!(step_call(s), "ibv_open_device" | "ibv_alloc_pd"))
+    {
+        return evidence(failed(
+            &subject,
+            step_call(s),
+            step_errno(s),
+            &format!("{} failed, nothing registered", step_call(s)),
+            "",
+        ));
+    }
+    let pm = by_call("ibv_reg_mr");
+    let db = by_call("ibv_reg_dmabuf_mr");
+    let ok = |v: &[&Step]| !v.is_empty() && v.iter().all(|s| s.ok);
+    let summary = format!(
+        "peer memory (ibv_reg_mr): {}; dma-buf (ibv_reg_dmabuf_mr): {}",
+        path_text(&pm),
+        path_text(&db)
+    );
+    let nccl_dmabuf = probe.is_some_and(|e| e != 95 && e != 93) && !db.is_empty();
+    let (chosen, call, other_ok, why) = if nccl_dmabuf {
+        (
+            &db,
+            "ibv_reg_dmabuf_mr",
+            ok(&pm),
+            format!(
+                "NCCL registers through dma-buf here (its fd=-1 probe on {dev} answered errno {})",
+                probe.unwrap_or(0)
+            ),
+        )
+    } else {
+        (
+            &pm,
+            "ibv_reg_mr",
+            ok(&db),
+            match probe {
+                Some(e @ (95 | 93)) => format!(
+                    "NCCL registers through peer memory here (its dma-buf probe on {dev} failed with errno {e})"
+                ),
+                None => format!("NCCL's dma-buf probe did not run on {dev}: judged on the peer-memory path"),
+                _ => "NCCL registers through peer memory here (no dma-buf export of this gpu's memory to register)".to_string(),
+            },
+        )
+    };
+    if ok(chosen) {
+        return evidence(Finding::new(
+            "probe.verbs-registration",
+            Status::Pass,
+            &subject,
+            format!("gpu memory registers with {dev}: {summary}"),
+        ))
+        .evidence("path", why);
+    }
+    if chosen.is_empty() {
+        return evidence(Finding::new(
+            "probe.verbs-registration",
+            Status::Error,
+            &subject,
+            format!("no {call} was attempted: {summary}"),
+        ));
+    }
+    let first = chosen.iter().find(|s| !s.ok).copied();
+    let hint = match (nccl_dmabuf, other_ok) {
+        (true, true) => " (the peer-memory path works: NCCL_DMABUF_ENABLE=0 makes NCCL use it)",
+        (false, true) => " (dma-buf registration works, but NCCL's own probe turned dma-buf off for this NIC: see probe.nccl-dmabuf)",
+        _ => "",
+    };
+    evidence(failed(
+        &subject,
+        call,
+        first.and_then(step_errno),
+        &format!("gpu memory does not register with {dev}: {summary}"),
+        hint,
+    ))
+    .evidence("path", why)
+}
+
+/// The finding for a failed verbs call: `fail` with the errno's cause and fix when gdrdoctor
+/// knows the errno, `error` naming it when it does not (never a pass).
+fn failed(subject: &str, call: &str, errno: Option<i32>, what: &str, hint: &str) -> Finding {
+    let (cause, fix) = errno.map(|e| explain_errno(call, e)).unwrap_or(("", ""));
+    match errno {
+        Some(e) if !fix.is_empty() => Finding::new(
+            "probe.verbs-registration",
+            Status::Fail,
+            subject,
+            format!("{what}; {call}: {}: {cause}", errno_text(e)),
+        )
+        .fix(format!("{fix}{hint}; see docs/guides/registration-fails.md")),
+        Some(e) => Finding::new(
+            "probe.verbs-registration",
+            Status::Error,
+            subject,
+            format!(
+                "{what}; {call} failed with {}, which gdrdoctor does not recognise",
+                errno_text(e)
+            ),
+        )
+        .fix(format!("check `dmesg` right after the run and the NIC driver's documentation for {call} and this errno{hint}")),
+        None => Finding::new(
+            "probe.verbs-registration",
+            Status::Error,
+            subject,
+            format!("{what}; {call} failed without an errno"),
+        ),
+    }
+}
+
+/// `probe.nccl-dmabuf` for one NIC: what NCCL decides from its fd=-1 probe (D02). NCCL turns
+/// dma-buf off only for 95 and 93; a stack that supports dma-buf answers 9 (`EBADF`: the kernel
+/// looked the fd up, Linux drivers/dma-buf/dma-buf.c `dma_buf_get()`). Any other answer is not
+/// evidence that dma-buf works, although NCCL enables it: an error naming the errno.
+fn nccl_dmabuf_finding(dev: &str, errno: Option<i32>) -> Finding {
+    const CALL: &str = "ibv_reg_dmabuf_mr";
+    match errno {
+        Some(e @ (95 | 93)) => Finding::new("probe.nccl-dmabuf", Status::Fail, dev, format!("ibv_reg_dmabuf_mr(fd=-1) -> errno {e}: NCCL turns dma-buf off for {dev}"))
+            .fix("errno 95 EOPNOTSUPP: libibverbs/provider without dma-buf (rdma-core >= 34, mlx5 needs ODP in the kernel); errno 93 EPROTONOSUPPORT: the kernel lacks the uverbs dma-buf method (>= 5.12)"),
+        Some(9) => Finding::new("probe.nccl-dmabuf", Status::Pass, dev, format!("ibv_reg_dmabuf_mr(fd=-1) -> errno 9: NCCL enables dma-buf on {dev}")),
+        Some(0) => Finding::new("probe.nccl-dmabuf", Status::Error, dev, format!("ibv_reg_dmabuf_mr(fd=-1) returned a memory region on {dev}: no kernel registers fd -1; NCCL would enable dma-buf, on a stack that is not behaving as any known one"))
+            .fix("check the libibverbs that was loaded (`ldconfig -p | grep libibverbs`) and its provider"),
+        Some(e) => {
+            let (cause, fix) = explain_errno(CALL, e);
+            let f = Finding::new(
+                "probe.nccl-dmabuf",
+                Status::Error,
+                dev,
+                format!(
+                    "ibv_reg_dmabuf_mr(fd=-1) -> {}: NCCL would enable dma-buf on {dev} (it rules out only 95 and 93), but a stack with dma-buf support answers 9 (EBADF) for fd -1: {}",
+                    errno_text(e),
+                    if cause.is_empty() { "gdrdoctor does not recognise this errno" } else { cause }
+                ),
+            );
+            f.fix(if fix.is_empty() { "check `dmesg` right after the run; set NCCL_DMABUF_ENABLE=0 if real registrations fail (probe.verbs-registration)" } else { fix })
+        }
+        None => Finding::new("probe.nccl-dmabuf", Status::Error, dev, "could not open the device or allocate a protection domain (see probe.verbs-registration)"),
+    }
 }

@@ -63,21 +63,39 @@ fn step(name: &str, bytes: u64, t0: Instant, r: Result<(), String>) -> Step {
         ok: r.is_ok(),
         us: t0.elapsed().as_secs_f64() * 1e6,
         error: r.err(),
+        errno: None,
     }
 }
 
+/// A verbs call's step: its errno kept beside the message, for the verdict's cause and fix.
+fn verbs_step(name: &str, bytes: u64, t0: Instant, r: Result<(), verbs::VerbsError>) -> Step {
+    let errno = r.as_ref().err().map(|e| e.errno);
+    Step {
+        errno,
+        ..step(
+            name,
+            bytes,
+            t0,
+            r.map_err(|e| format!("errno {}: {}", e.errno, e.message)),
+        )
+    }
+}
+
+/// The peer-memory counters, read through the reader (the live node's files, or the test-only
+/// `GDRDOCTOR_LIVE_ROOT`).
 fn memory_peers() -> Option<std::collections::BTreeMap<String, u64>> {
-    let dir = std::path::Path::new("/sys/kernel/mm/memory_peers/nv_mem");
-    let rd = std::fs::read_dir(dir).ok()?;
+    const DIR: &str = "/sys/kernel/mm/memory_peers/nv_mem";
+    let root = crate::reader::Root::live();
+    let entries = root.read_dir(DIR).ok()?;
     let mut m = std::collections::BTreeMap::new();
-    for e in rd.flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
-        if n.starts_with("num_") {
-            if let Some(v) = std::fs::read_to_string(e.path())
+    for e in entries {
+        if e.name.starts_with("num_") {
+            if let Some(v) = root
+                .read_trimmed(&format!("{DIR}/{}", e.name))
                 .ok()
-                .and_then(|s| s.trim().parse().ok())
+                .and_then(|s| s.parse().ok())
             {
-                m.insert(n, v);
+                m.insert(e.name, v);
             }
         }
     }
@@ -85,7 +103,7 @@ fn memory_peers() -> Option<std::collections::BTreeMap<String, u64>> {
 }
 
 fn bar1_used(bdf: &str) -> Option<u64> {
-    let nvml = nvml_wrapper::Nvml::init().ok()?;
+    let nvml = crate::live::nvml::open().ok()?;
     let n = nvml.device_count().ok()?;
     for i in 0..n {
         let d = nvml.device_by_index(i).ok()?;
@@ -209,28 +227,29 @@ pub fn worker(p: Params) -> Result<Result_, WorkerError> {
         if let Some(v) = &v {
             for dev in out.rdma_devices.clone() {
                 protocol::progress(&format!("gpu {i}: registering with {dev}"));
-                let Ok(vctx) = v.open(&dev) else {
-                    g.verbs.push(Step {
-                        step: format!("ibv_open_device {dev}"),
-                        ok: false,
-                        error: Some("cannot open".into()),
-                        ..Default::default()
-                    });
-                    continue;
-                };
-                let pd = match vctx.alloc_pd() {
-                    Ok(pd) => pd,
+                // A device that cannot be opened, or gives no protection domain, keeps its
+                // errno (EACCES on /dev/infiniband/uverbs*...) and gets no dma-buf probe.
+                let t0 = Instant::now();
+                let vctx = match v.open(&dev) {
+                    Ok(c) => c,
                     Err(e) => {
-                        g.verbs.push(Step {
-                            step: format!("ibv_alloc_pd {dev}"),
-                            ok: false,
-                            error: Some(e.message),
-                            ..Default::default()
-                        });
+                        g.verbs
+                            .push(verbs_step(&format!("ibv_open_device {dev}"), 0, t0, Err(e)));
+                        out.nccl_dmabuf_probe.entry(dev.clone()).or_insert(None);
                         continue;
                     }
                 };
-                if i == 0 || !out.nccl_dmabuf_probe.contains_key(&dev) {
+                let t0 = Instant::now();
+                let pd = match vctx.alloc_pd() {
+                    Ok(pd) => pd,
+                    Err(e) => {
+                        g.verbs
+                            .push(verbs_step(&format!("ibv_alloc_pd {dev}"), 0, t0, Err(e)));
+                        out.nccl_dmabuf_probe.entry(dev.clone()).or_insert(None);
+                        continue;
+                    }
+                };
+                if out.nccl_dmabuf_probe.get(&dev).copied().flatten().is_none() {
                     out.nccl_dmabuf_probe
                         .insert(dev.clone(), Some(pd.dmabuf_probe().errno()));
                 }
@@ -244,23 +263,21 @@ pub fn worker(p: Params) -> Result<Result_, WorkerError> {
                     let (p, size) = (buf.device_ptr(), *size);
                     let t0 = Instant::now();
                     let r = pd.reg_mr(p, size as usize, access);
-                    g.verbs.push(step(
+                    g.verbs.push(verbs_step(
                         &format!("ibv_reg_mr {dev}"),
                         size,
                         t0,
-                        r.map(drop)
-                            .map_err(|e| format!("errno {}: {}", e.errno, e.message)),
+                        r.map(drop),
                     ));
                     if let Some(fd) = fd {
                         use std::os::fd::AsRawFd;
                         let t0 = Instant::now();
                         let r = pd.reg_dmabuf_mr(0, size as usize, p, fd.as_raw_fd(), access);
-                        g.verbs.push(step(
+                        g.verbs.push(verbs_step(
                             &format!("ibv_reg_dmabuf_mr {dev}"),
                             size,
                             t0,
-                            r.map(drop)
-                                .map_err(|e| format!("errno {}: {}", e.errno, e.message)),
+                            r.map(drop),
                         ));
                     }
                 }

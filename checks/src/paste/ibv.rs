@@ -1,0 +1,285 @@
+//! `ibv_devinfo [-v]`, `ibstat` and `ibstatus`: the RDMA devices, their firmware and ports.
+//!
+//! Port states are stored in the sysfs form the checks read (`4: ACTIVE`, `5: LinkUp`), which
+//! carries the same number and name each tool prints (`PORT_ACTIVE (4)`, `State: Active`,
+//! `phys_state: LINK_UP (5)`, `Physical state: LinkUp`).
+
+use super::clean::Line;
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct IbPort {
+    pub port: u32,
+    /// `4: ACTIVE`
+    pub state: Option<String>,
+    /// `5: LinkUp`
+    pub phys_state: Option<String>,
+    pub link_layer: Option<String>,
+    /// `200 Gb/sec` (ibstat) or `100 Gb/sec (4X EDR)` (ibstatus).
+    pub rate: Option<String>,
+    pub active_mtu: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct IbDevice {
+    pub name: String,
+    /// Line of the device's first line in its file.
+    pub line: usize,
+    pub fw_ver: Option<String>,
+    /// `MT4129` (ibstat's CA type, or ibv_devinfo's vendor_part_id).
+    pub hca_type: Option<String>,
+    pub board_id: Option<String>,
+    pub node_guid: Option<String>,
+    pub transport: Option<String>,
+    pub ports: Vec<IbPort>,
+}
+
+const STATES: [&str; 6] = ["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
+const PHYS: [&str; 8] = [
+    "",
+    "Sleep",
+    "Polling",
+    "Disabled",
+    "PortConfigurationTraining",
+    "LinkUp",
+    "LinkErrorRecovery",
+    "Phy Test",
+];
+
+fn paren_num(v: &str) -> Option<usize> {
+    let (_, r) = v.rsplit_once('(')?;
+    r.trim_end_matches(')').trim().parse().ok()
+}
+
+/// `PORT_ACTIVE (4)`, `Active`, `4: ACTIVE` -> `4: ACTIVE`.
+pub fn state_text(v: &str) -> Option<String> {
+    let v = v.trim();
+    if let Some((n, name)) = v.split_once(':') {
+        if n.trim().parse::<usize>().is_ok() {
+            return Some(format!("{}: {}", n.trim(), name.trim()));
+        }
+    }
+    let n = paren_num(v).or_else(|| {
+        let up = v.to_ascii_uppercase();
+        let up = up.trim_start_matches("PORT_");
+        match up {
+            "DOWN" => Some(1),
+            "INIT" | "INITIALIZING" | "INITIALIZE" => Some(2),
+            "ARMED" => Some(3),
+            "ACTIVE" => Some(4),
+            "ACTIVE_DEFER" => Some(5),
+            _ => None,
+        }
+    })?;
+    STATES.get(n).map(|s| format!("{n}: {s}"))
+}
+
+/// `LINK_UP (5)`, `LinkUp`, `5: LinkUp` -> `5: LinkUp`.
+pub fn phys_text(v: &str) -> Option<String> {
+    let v = v.trim();
+    if let Some((n, name)) = v.split_once(':') {
+        if n.trim().parse::<usize>().is_ok() {
+            return Some(format!("{}: {}", n.trim(), name.trim()));
+        }
+    }
+    let n = paren_num(v).or_else(|| {
+        let k: String = v
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_lowercase();
+        PHYS.iter()
+            .position(|p| !p.is_empty() && p.to_ascii_lowercase().replace(' ', "") == k)
+            .or(match k.as_str() {
+                "linkup" => Some(5),
+                _ => None,
+            })
+    })?;
+    PHYS.get(n)
+        .filter(|p| !p.is_empty())
+        .map(|s| format!("{n}: {s}"))
+}
+
+fn kv(line: &str) -> Option<(String, String)> {
+    let (k, v) = line.split_once(':')?;
+    Some((k.trim().to_string(), v.trim().to_string()))
+}
+
+/// Parse `ibv_devinfo` (with or without `-v`).
+pub fn parse_devinfo(lines: &[Line]) -> Vec<IbDevice> {
+    let mut out: Vec<IbDevice> = Vec::new();
+    for l in lines {
+        let Some((k, v)) = kv(&l.text) else { continue };
+        if k == "hca_id" {
+            out.push(IbDevice {
+                name: v,
+                line: l.no,
+                ..IbDevice::default()
+            });
+            continue;
+        }
+        let Some(d) = out.last_mut() else { continue };
+        match k.as_str() {
+            "transport" => d.transport = Some(v),
+            "fw_ver" => d.fw_ver = Some(v),
+            "node_guid" => d.node_guid = Some(v),
+            "board_id" => d.board_id = Some(v),
+            "vendor_part_id" => d.hca_type = Some(format!("MT{v}")),
+            "port" => {
+                if let Ok(p) = v.parse() {
+                    d.ports.push(IbPort {
+                        port: p,
+                        ..IbPort::default()
+                    });
+                }
+            }
+            _ => {
+                let Some(p) = d.ports.last_mut() else {
+                    continue;
+                };
+                match k.as_str() {
+                    "state" => p.state = state_text(&v),
+                    "phys_state" => p.phys_state = phys_text(&v),
+                    "link_layer" => p.link_layer = Some(v),
+                    "active_mtu" => p.active_mtu = Some(v),
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Parse `ibstat` (`CA 'mlx5_0'`) and `ibstatus` (`Infiniband device 'mlx5_0' port 1 status:`).
+pub fn parse_ibstat(lines: &[Line]) -> Vec<IbDevice> {
+    let mut out: Vec<IbDevice> = Vec::new();
+    let quoted = |s: &str| -> Option<String> {
+        let a = s.find('\'')?;
+        let b = s[a + 1..].find('\'')?;
+        Some(s[a + 1..a + 1 + b].to_string())
+    };
+    for l in lines {
+        let t = l.text.trim();
+        if t.starts_with("CA '") {
+            if let Some(n) = quoted(t) {
+                out.push(IbDevice {
+                    name: n,
+                    line: l.no,
+                    ..IbDevice::default()
+                });
+            }
+            continue;
+        }
+        if let Some(r) = t.strip_prefix("Infiniband device '") {
+            let name = r.split('\'').next().unwrap_or("").to_string();
+            let port = r
+                .split_whitespace()
+                .skip_while(|w| *w != "port")
+                .nth(1)
+                .and_then(|p| p.trim_end_matches(':').parse().ok());
+            let idx = match out.iter().position(|d| d.name == name) {
+                Some(i) => i,
+                None => {
+                    out.push(IbDevice {
+                        name,
+                        line: l.no,
+                        ..IbDevice::default()
+                    });
+                    out.len() - 1
+                }
+            };
+            if let Some(p) = port {
+                out[idx].ports.push(IbPort {
+                    port: p,
+                    ..IbPort::default()
+                });
+            }
+            continue;
+        }
+        if let Some(p) = t.strip_prefix("Port ").and_then(|r| r.strip_suffix(':')) {
+            if let (Some(d), Ok(n)) = (out.last_mut(), p.trim().parse()) {
+                d.ports.push(IbPort {
+                    port: n,
+                    ..IbPort::default()
+                });
+            }
+            continue;
+        }
+        let Some((k, v)) = kv(t) else { continue };
+        let Some(d) = out.last_mut() else { continue };
+        match k.as_str() {
+            "CA type" => d.hca_type = Some(v).filter(|x| !x.is_empty()),
+            "Firmware version" => d.fw_ver = Some(v),
+            "Node GUID" => d.node_guid = Some(v),
+            _ => {
+                let Some(p) = d.ports.last_mut() else {
+                    continue;
+                };
+                match k.as_str() {
+                    "State" | "state" => p.state = state_text(&v),
+                    "Physical state" | "phys state" => p.phys_state = phys_text(&v),
+                    "Link layer" | "link_layer" => p.link_layer = Some(v),
+                    "Rate" => {
+                        p.rate = Some(if v.bytes().all(|b| b.is_ascii_digit()) {
+                            format!("{v} Gb/sec")
+                        } else {
+                            v
+                        })
+                    }
+                    "rate" => p.rate = Some(v),
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::paste::clean::clean;
+    use proptest::prelude::*;
+
+    #[test]
+    fn devinfo_states() {
+        let t = "hca_id:\tmlx5_12\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t22.38.1900\n\tvendor_part_id:\t\t\t4125\n\tboard_id:\t\t\tMT_0000000436\n\tphys_port_cnt:\t\t\t1\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tactive_mtu:\t\t1024 (3)\n\t\t\tphys_state:\t\tDISABLED (3)\n\t\t\tlink_layer:\t\tEthernet\n";
+        let d = parse_devinfo(&clean(t).lines);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].hca_type.as_deref(), Some("MT4125"));
+        let p = &d[0].ports[0];
+        assert_eq!(p.state.as_deref(), Some("1: DOWN"));
+        assert_eq!(p.phys_state.as_deref(), Some("3: Disabled"));
+        assert_eq!(p.link_layer.as_deref(), Some("Ethernet"));
+    }
+
+    #[test]
+    fn ibstat_and_ibstatus() {
+        let t = "CA 'mlx5_0'\n\tCA type: MT4129\n\tFirmware version: 28.39.1002\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 200\n\t\tLink layer: Ethernet\nInfiniband device 'mlx5_1' port 1 status:\n\tstate:\t\t 4: ACTIVE\n\tphys state:\t 5: LinkUp\n\trate:\t\t 100 Gb/sec (4X EDR)\n\tlink_layer:\t Ethernet\n";
+        let d = parse_ibstat(&clean(t).lines);
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].ports[0].state.as_deref(), Some("4: ACTIVE"));
+        assert_eq!(d[0].ports[0].phys_state.as_deref(), Some("5: LinkUp"));
+        assert_eq!(d[0].ports[0].rate.as_deref(), Some("200 Gb/sec"));
+        assert_eq!(d[1].ports[0].rate.as_deref(), Some("100 Gb/sec (4X EDR)"));
+        assert_eq!(d[1].ports[0].state.as_deref(), Some("4: ACTIVE"));
+    }
+
+    #[test]
+    fn unknown_state_words_are_not_guessed() {
+        assert_eq!(state_text("WEIRD"), None);
+        assert_eq!(phys_text("Unknown"), None);
+        assert_eq!(state_text("Initializing").as_deref(), Some("2: INIT"));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,400}") {
+            let l = clean(&s).lines;
+            for d in parse_devinfo(&l).into_iter().chain(parse_ibstat(&l)) {
+                prop_assert!(s.contains(&d.name));
+            }
+        }
+    }
+}

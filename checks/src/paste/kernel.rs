@@ -1,0 +1,272 @@
+//! Small kernel-side pastes: `/proc/cmdline` (or `GRUB_CMDLINE_LINUX=".."`), `dmesg` /
+//! `journalctl -k` lines about the driver, the kernel and the IOMMU configuration (Xids,
+//! IOMMU faults and peer-memory errors are `crate::klog`'s),
+//! `/proc/driver/nvidia/version` (or the driver's `NVRM: loading ..` banner), `uname -a` /
+//! `uname -r` / `/proc/version`, `ulimit -a` / `ulimit -l`, and `NCCL_*=..` environment lines.
+
+use super::clean::Line;
+use crate::model::Rlimit;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The kernel command line, and whether it is the running kernel's (`/proc/cmdline`, dmesg's
+/// `Command line:`) or only the boot configuration (`GRUB_CMDLINE_LINUX`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Cmdline {
+    pub args: Vec<String>,
+    pub running: bool,
+    pub line: usize,
+}
+
+pub fn parse_cmdline(lines: &[Line]) -> Option<Cmdline> {
+    let l = lines.iter().find(|l| !l.text.trim().is_empty())?;
+    let t = l.text.trim();
+    for key in ["GRUB_CMDLINE_LINUX_DEFAULT=", "GRUB_CMDLINE_LINUX="] {
+        if let Some(r) = t.strip_prefix(key) {
+            return Some(Cmdline {
+                args: crate::parse::cmdline(r.trim_matches('"')),
+                running: false,
+                line: l.no,
+            });
+        }
+    }
+    Some(Cmdline {
+        args: crate::parse::cmdline(t),
+        running: true,
+        line: l.no,
+    })
+}
+
+/// What a pasted kernel log line tells about the node's configuration (the driver, the kernel,
+/// its command line, the IOMMU). Events that mean trouble (Xids, IOMMU faults, mlx5 health,
+/// peer-memory load failures) are read by [`crate::klog`], the kernel log parser every source
+/// shares, from the block's lines ([`super::Paste::kernel_log`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum DmesgEvent {
+    /// `iommu: Default domain type: Translated|Passthrough`, `DMAR: IOMMU enabled`, ...
+    IommuInfo { text: String, line: usize },
+    /// `NVRM: loading NVIDIA UNIX [Open] Kernel Module for x86_64  570.158.01 ..`
+    NvidiaBanner { text: String, line: usize },
+    /// `Linux version 5.15.0-91-generic ..`
+    LinuxVersion { release: String, line: usize },
+    /// `Command line: BOOT_IMAGE=..`
+    CommandLine { args: Vec<String>, line: usize },
+}
+
+/// The message of a kernel log line (after `[ 12.345]`, `[date]` or `host kernel:`).
+fn message(t: &str) -> &str {
+    crate::klog::message(t)
+}
+
+pub fn parse_dmesg(lines: &[Line]) -> Vec<DmesgEvent> {
+    let mut out = Vec::new();
+    for l in lines {
+        let m = message(&l.text);
+        let text: String = m.chars().take(300).collect();
+        if m.contains("Default domain type")
+            || m.contains("DMAR: IOMMU enabled")
+            || m.contains("AMD-Vi: Interrupt remapping enabled")
+            || m.contains("Adding to iommu group")
+            || m.contains("iommu: ")
+        {
+            out.push(DmesgEvent::IommuInfo { text, line: l.no });
+            continue;
+        }
+        if m.contains("NVRM: loading NVIDIA UNIX") {
+            out.push(DmesgEvent::NvidiaBanner { text, line: l.no });
+            continue;
+        }
+        if let Some(r) = m.strip_prefix("Linux version ") {
+            if let Some(rel) = r.split_whitespace().next() {
+                out.push(DmesgEvent::LinuxVersion {
+                    release: rel.to_string(),
+                    line: l.no,
+                });
+            }
+            continue;
+        }
+        if let Some(r) = m.strip_prefix("Command line: ") {
+            out.push(DmesgEvent::CommandLine {
+                args: crate::parse::cmdline(r),
+                line: l.no,
+            });
+        }
+    }
+    out
+}
+
+/// `/proc/driver/nvidia/version` text from a `NVRM version:` line or the dmesg banner (the
+/// same words the driver writes in both places), with its line.
+pub fn nvidia_version_text(lines: &[Line]) -> Option<(String, usize)> {
+    for l in lines {
+        let m = message(&l.text);
+        if m.trim_start().starts_with("NVRM version:") {
+            return Some((m.trim().to_string(), l.no));
+        }
+        if let Some(r) = m.split_once("NVRM: loading ").map(|x| x.1) {
+            return Some((format!("NVRM version: {}", r.trim()), l.no));
+        }
+    }
+    None
+}
+
+/// `uname -a`, `uname -r`, `/proc/version`: (kernel release, machine), with the line.
+pub fn parse_uname(lines: &[Line]) -> Option<(String, Option<String>, usize)> {
+    let l = lines.iter().find(|l| !l.text.trim().is_empty())?;
+    let t = l.text.trim();
+    let w: Vec<&str> = t.split_whitespace().collect();
+    if t.starts_with("Linux version ") {
+        return Some((w.get(2)?.to_string(), None, l.no));
+    }
+    if w.first() == Some(&"Linux") && w.len() >= 3 {
+        let arch = ["x86_64", "aarch64", "ppc64le", "arm64"]
+            .iter()
+            .find(|a| w.contains(a))
+            .map(|a| a.to_string());
+        return Some((w[2].to_string(), arch, l.no));
+    }
+    // `uname -r` alone: a release such as 5.15.0-91-generic.
+    if w.len() == 1 && crate::parse::kernel_version(w[0]).is_some() && w[0].contains('.') {
+        return Some((w[0].to_string(), None, l.no));
+    }
+    None
+}
+
+/// `max locked memory (kbytes, -l) unlimited` or a bare `unlimited` / number after `ulimit -l`.
+pub fn parse_ulimit(lines: &[Line]) -> Option<(Rlimit, usize)> {
+    for l in lines {
+        let t = l.text.trim();
+        let v = if t.starts_with("max locked memory") {
+            t.split_whitespace().last()?
+        } else if lines.len() == 1 {
+            t
+        } else {
+            continue;
+        };
+        let lim = if v == "unlimited" {
+            None
+        } else {
+            Some(v.parse::<u64>().ok()?.checked_mul(1024)?)
+        };
+        // The shell shows the soft limit.
+        return Some((
+            Rlimit {
+                soft: lim,
+                hard: None,
+            },
+            l.no,
+        ));
+    }
+    None
+}
+
+/// `NCCL_X=Y`, `export NCCL_X=Y` lines.
+pub fn parse_env(lines: &[Line]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for l in lines {
+        let t = l.text.trim();
+        let t = t.strip_prefix("export ").unwrap_or(t).trim();
+        if let Some((k, v)) = t.split_once('=') {
+            if !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            {
+                out.insert(
+                    k.to_string(),
+                    v.trim().trim_matches('"').trim_matches('\'').to_string(),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::paste::clean::clean;
+    use proptest::prelude::*;
+
+    #[test]
+    fn dmesg_events() {
+        let t = "\
+[ 1843.308145] NVRM: Xid (PCI:0000:44:00): 79, pid=1234, GPU has fallen off the bus.
+[Fri Feb 12 11:47:20 2021] nv_peer_mem: Unknown symbol ib_register_peer_memory_client (err 0)
+[  123.1] AMD-Vi: Event logged [IO_PAGE_FAULT device=07:00.0 domain=0x000f address=0x1000 flags=0x0020]
+[    0.5] iommu: Default domain type: Translated
+[    1.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build  (dvs-builder@U22)  Mon Jun  2 13:13:04 UTC 2025
+[    0.0] Linux version 5.15.0-91-generic (buildd@lcy02) (gcc 11.4.0)
+[    0.0] Command line: BOOT_IMAGE=/vmlinuz ro intel_iommu=on iommu=pt
+";
+        let l = clean(t).lines;
+        let e = parse_dmesg(&l);
+        // The Xid, peer-memory and fault lines are klog's (the shared kernel log parser).
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(matches!(&e[0], DmesgEvent::IommuInfo { .. }));
+        assert!(matches!(&e[1], DmesgEvent::NvidiaBanner { .. }));
+        assert!(
+            matches!(&e[2], DmesgEvent::LinuxVersion { release, .. } if release == "5.15.0-91-generic")
+        );
+        assert!(matches!(&e[3], DmesgEvent::CommandLine { args, .. } if args.len() == 4));
+        let klog: Vec<_> = l
+            .iter()
+            .filter_map(|x| crate::klog::parse_line(&x.text))
+            .collect();
+        assert!(
+            matches!(&klog[0], crate::klog::Event::Xid { xid: 79, gpu, .. } if gpu == "0000:44:00.0")
+        );
+        assert!(
+            matches!(&klog[1], crate::klog::Event::PeerMemFailed { module, .. } if module == "nv_peer_mem")
+        );
+        assert!(matches!(&klog[2], crate::klog::Event::IommuFault { .. }));
+        let (v, _) = nvidia_version_text(&l).unwrap();
+        assert_eq!(
+            crate::parse::nvidia_version(&v),
+            Some(("570.158.01".to_string(), crate::model::Flavor::Open))
+        );
+    }
+
+    #[test]
+    fn uname_ulimit_cmdline_env() {
+        let u = parse_uname(&clean("Linux gpu1 5.15.0-91-generic #101-Ubuntu SMP Tue Nov 14 13:30:08 UTC 2023 x86_64 x86_64 x86_64 GNU/Linux").lines).unwrap();
+        assert_eq!(
+            (u.0.as_str(), u.1.as_deref()),
+            ("5.15.0-91-generic", Some("x86_64"))
+        );
+        assert_eq!(
+            parse_uname(&clean("6.8.0-45-generic").lines).unwrap().0,
+            "6.8.0-45-generic"
+        );
+        let (r, _) =
+            parse_ulimit(&clean("max locked memory           (kbytes, -l) 8192").lines).unwrap();
+        assert_eq!(r.soft, Some(8192 * 1024));
+        assert_eq!(
+            parse_ulimit(&clean("unlimited").lines).unwrap().0.soft,
+            None
+        );
+        let c =
+            parse_cmdline(&clean("GRUB_CMDLINE_LINUX=\"amd_iommu=off iommu=pt\"").lines).unwrap();
+        assert!(!c.running);
+        assert_eq!(c.args, vec!["amd_iommu=off", "iommu=pt"]);
+        let e = parse_env(&clean("export NCCL_IB_HCA=mlx5\nNCCL_NET_GDR_LEVEL=SYS \n").lines);
+        assert_eq!(e.get("NCCL_NET_GDR_LEVEL").map(String::as_str), Some("SYS"));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(s in "\\PC{0,400}") {
+            let l = clean(&s).lines;
+            let _ = (parse_dmesg(&l), parse_uname(&l), parse_ulimit(&l), nvidia_version_text(&l));
+            if let Some(c) = parse_cmdline(&l) {
+                for a in c.args {
+                    prop_assert!(s.contains(a.trim_matches('"')), "{a} not in the text");
+                }
+            }
+            for (k, v) in parse_env(&l) {
+                prop_assert!(s.contains(&k) && s.contains(v.as_str()));
+            }
+        }
+    }
+}

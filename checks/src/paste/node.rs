@@ -1,0 +1,575 @@
+//! A [`Node`] from pasted text: the same model the checks read on a live node, with every fact
+//! citing the paste block it came from (`b3 (lsmod, bug.txt:12-40)`) and every fact the paste
+//! does not show absent with the reason `not in the pasted text`.
+//!
+//! Some facts follow from others exactly and are derived with the reason in their source:
+//! a whole `lsmod` (or a `grep` whose pattern covers the name) says whether `nvidia_peermem`
+//! and `nv_peer_mem` are loaded, hence whether `/sys/module/nvidia_peermem/version` and the
+//! `memory_peers` entries exist; NCCL's `NET/IB : Using [0]mlx5_0:1/IB` lists only ports that
+//! are ACTIVE (`ncclIbInit` skips the others); NCCL 2.20+ prints each NIC's sysfs `pciPath`.
+
+use super::{BlockStatus, Paste};
+use crate::model::*;
+use std::collections::BTreeMap;
+
+/// The reason of every fact a paste does not show.
+pub const NOT_PASTED: &str = "not in the pasted text";
+
+fn absent<T>(source: &str, reason: impl Into<String>) -> Fact<T> {
+    Fact::absent(source, reason)
+}
+
+/// Where each kind of kernel path the checks cite came from: (path prefix, block label).
+pub type Provenance = Vec<(String, String)>;
+
+/// Build the node, and the provenance of the kernel paths the checks cite.
+pub fn build(p: &Paste) -> (Node, Provenance) {
+    let mut prov: Provenance = Vec::new();
+    let log = p.nccl_merged();
+    let nccl_label = p.nccl.first().map(|(i, _)| p.label(*i));
+
+    // Host name: only when the log comes from a single host.
+    let hostname = match log.as_ref().map(|l| l.hosts.clone()) {
+        Some(h) if h.len() == 1 => {
+            Fact::known(h[0].clone(), nccl_label.clone().unwrap_or_default())
+        }
+        Some(h) if h.len() > 1 => absent(
+            "hostname",
+            format!(
+                "the NCCL log comes from {} hosts ({})",
+                h.len(),
+                h.join(", ")
+            ),
+        ),
+        _ => absent("hostname", NOT_PASTED),
+    };
+
+    // Kernel release and machine.
+    let mut kernel_release = absent("/proc/sys/kernel/osrelease", NOT_PASTED);
+    let mut arch = absent("uname -m", NOT_PASTED);
+    if let Some((i, r, m)) = p.uname.first() {
+        kernel_release = Fact::known(r.clone(), p.label(*i));
+        if let Some(m) = m {
+            arch = Fact::known(m.clone(), p.label(*i));
+        }
+    } else if let Some((i, r)) = p.dmesg.iter().find_map(|(i, e)| match e {
+        super::kernel::DmesgEvent::LinuxVersion { release, .. } => Some((i, release)),
+        _ => None,
+    }) {
+        kernel_release = Fact::known(r.clone(), p.label(*i));
+    }
+
+    // Modules: a whole listing is /proc/modules.
+    let whole = p.modules.iter().find(|(_, m)| m.complete);
+    let proc_modules = match whole {
+        Some((i, m)) => {
+            prov.push(("/proc/modules".into(), p.label(*i)));
+            prov.push(("/sys/module".into(), p.label(*i)));
+            Fact::known(m.modules.clone(), p.label(*i))
+        }
+        None => match p.modules.first() {
+            Some((i, m)) => absent("/proc/modules", format!("{}: {}", p.label(*i), m.note)),
+            None => absent("/proc/modules", NOT_PASTED),
+        },
+    };
+    let knows = |name: &str| -> Option<(bool, usize)> {
+        let mut no = None;
+        for (i, m) in &p.modules {
+            match m.knows(name) {
+                Some(true) => return Some((true, *i)),
+                Some(false) => no = no.or(Some(*i)),
+                None => {}
+            }
+        }
+        no.map(|i| (false, i))
+    };
+    let peermem_mod = knows("nvidia_peermem");
+    let legacy_mod = knows("nv_peer_mem");
+    let why_unknown = |name: &str| -> String {
+        match p.modules.first() {
+            Some((i, m)) => format!(
+                "{}: {}; whether {name} is loaded is not shown (`lsmod | grep {name}`)",
+                p.label(*i),
+                m.note
+            ),
+            None => format!("{NOT_PASTED} (`lsmod | grep peer`)"),
+        }
+    };
+    let nvidia_peermem_version = match peermem_mod {
+        Some((true, i)) => {
+            prov.push(("/sys/module/nvidia_peermem".into(), p.label(i)));
+            Fact::known(
+                Some("loaded (lsmod shows no version)".to_string()),
+                p.label(i),
+            )
+        }
+        Some((false, i)) => {
+            prov.push(("/sys/module/nvidia_peermem".into(), p.label(i)));
+            Fact::known(None, p.label(i))
+        }
+        None => absent(
+            "/sys/module/nvidia_peermem/version",
+            why_unknown("nvidia_peermem"),
+        ),
+    };
+    let nv_peer_mem = match legacy_mod {
+        Some((v, i)) => {
+            prov.push(("/sys/module/nv_peer_mem".into(), p.label(i)));
+            Fact::known(v, p.label(i))
+        }
+        None => absent("/sys/module/nv_peer_mem", why_unknown("nv_peer_mem")),
+    };
+    // The memory_peers entries exist only with a peer-memory module loaded.
+    let (nv_mem, memory_peers): (Fact<Option<String>>, Fact<Option<Vec<String>>>) =
+        match (peermem_mod, legacy_mod) {
+            (Some((false, i)), Some((false, _))) => {
+                prov.push(("/sys/kernel/mm/memory_peers".into(), p.label(i)));
+                (Fact::known(None, p.label(i)), Fact::known(None, p.label(i)))
+            }
+            _ => (
+                absent(
+                    "/sys/kernel/mm/memory_peers/nv_mem/version",
+                    "not in the pasted text (`ls /sys/kernel/mm/memory_peers`)",
+                ),
+                absent(
+                    "/sys/kernel/mm/memory_peers",
+                    "not in the pasted text (`ls /sys/kernel/mm/memory_peers`)",
+                ),
+            ),
+        };
+    let nv_mem_nc = nv_mem.clone();
+
+    // Command line: the running kernel's only.
+    let cmdline = match p
+        .cmdline
+        .iter()
+        .find(|(_, c)| c.running)
+        .map(|(i, c)| (*i, c.args.clone()))
+        .or_else(|| {
+            p.dmesg.iter().find_map(|(i, e)| match e {
+                super::kernel::DmesgEvent::CommandLine { args, .. } => Some((*i, args.clone())),
+                _ => None,
+            })
+        }) {
+        Some((i, a)) => {
+            prov.push(("/proc/cmdline".into(), p.label(i)));
+            Fact::known(a, p.label(i))
+        }
+        None => match p.cmdline.first() {
+            Some((i, _)) => absent(
+                "/proc/cmdline",
+                format!(
+                    "{} is GRUB_CMDLINE_LINUX, the boot configuration; the running kernel's is `cat /proc/cmdline`",
+                    p.label(*i)
+                ),
+            ),
+            None => absent("/proc/cmdline", NOT_PASTED),
+        },
+    };
+
+    let memlock = match p.ulimit.first() {
+        Some((i, r)) => Fact::known(*r, p.label(*i)),
+        None => absent("getrlimit(RLIMIT_MEMLOCK)", NOT_PASTED),
+    };
+
+    // Environment: NCCL's own `set by environment` lines, and pasted `NCCL_*=` lines.
+    let mut env_map: BTreeMap<String, String> = BTreeMap::new();
+    let mut env_src: Vec<String> = Vec::new();
+    for (i, e) in &p.env {
+        env_map.extend(e.clone());
+        env_src.push(p.label(*i));
+    }
+    if let Some(l) = &log {
+        if !l.env.is_empty() {
+            env_map.extend(l.env.clone());
+        }
+        if let Some(lab) = &nccl_label {
+            env_src.push(lab.clone());
+        }
+    }
+    let env = if env_src.is_empty() {
+        absent(
+            "environment",
+            "no NCCL log or NCCL_* lines in the paste: NCCL's defaults assumed",
+        )
+    } else {
+        Fact::known(env_map, env_src.join(", "))
+    };
+
+    let default_domain = match p.dmesg.iter().find_map(|(i, e)| match e {
+        super::kernel::DmesgEvent::IommuInfo { text, .. }
+            if text.contains("Default domain type") =>
+        {
+            Some((i, text.clone()))
+        }
+        _ => None,
+    }) {
+        Some((i, t)) => Fact::known(Some(t), p.label(*i)),
+        None => absent("kernel log", NOT_PASTED),
+    };
+
+    // NVIDIA driver: the version file text, from the file or the driver's dmesg banner.
+    let version_file = match p.nvidia_version.first() {
+        Some((i, t)) => {
+            prov.push(("/proc/driver/nvidia/version".into(), p.label(*i)));
+            Fact::known(Some(t.clone()), p.label(*i))
+        }
+        None => {
+            let smi = p
+                .smiq
+                .iter()
+                .find_map(|(i, q)| q.driver_version.clone().map(|v| (i, v)));
+            match smi {
+                Some((i, v)) => absent(
+                    "/proc/driver/nvidia/version",
+                    format!(
+                        "{} shows driver {v} but not whether its kernel module is open or proprietary (`cat /proc/driver/nvidia/version`)",
+                        p.label(*i)
+                    ),
+                ),
+                None => absent("/proc/driver/nvidia/version", NOT_PASTED),
+            }
+        }
+    };
+
+    // PCI functions from lspci, placed in the tree when lspci -tv is pasted too.
+    let tree = p.trees.first().map(|(i, t)| (*i, t));
+    let pci = if p.lspci.is_empty() {
+        absent(
+            "/sys/bus/pci/devices",
+            format!("{NOT_PASTED} (`sudo lspci -vvv`)"),
+        )
+    } else {
+        let (first_i, _) = &p.lspci[0];
+        prov.push(("/sys/bus/pci/devices".into(), p.label(*first_i)));
+        let mut devs: Vec<PciDevice> = Vec::new();
+        for (i, d) in &p.lspci {
+            if devs.iter().any(|x| x.bdf == d.bdf) {
+                continue;
+            }
+            let lab = p.label(*i);
+            let path = tree.and_then(|(ti, t)| {
+                t.sysfs_path(&d.bdf).inspect(|s| {
+                    prov.push((s.clone(), format!("{lab} + {}", p.label(ti))));
+                })
+            });
+            devs.push(pci_device(d, &lab, path, tree.map(|(_, t)| t)));
+        }
+        Fact::known(devs, p.label(*first_i))
+    };
+
+    // RDMA devices: ibv_devinfo / ibstat, else what NCCL listed.
+    let rdma = rdma_devices(p, log.as_ref(), &mut prov);
+
+    let node = Node {
+        source: SourceKind::Evidence,
+        root: "paste".into(),
+        hostname,
+        kernel_release,
+        arch,
+        cpu_vendor: absent("/proc/cpuinfo", NOT_PASTED),
+        modules: Modules {
+            proc_modules,
+            sys_module: absent("/sys/module", NOT_PASTED),
+        },
+        cmdline,
+        hugepages: absent("/proc/meminfo", NOT_PASTED),
+        memlock,
+        euid: absent("geteuid(2)", NOT_PASTED),
+        env,
+        iommu: Iommu {
+            classes: absent(
+                "/sys/class/iommu",
+                format!("{NOT_PASTED} (`ls /sys/class/iommu`)"),
+            ),
+            groups: absent("/sys/kernel/iommu_groups", NOT_PASTED),
+            default_domain,
+        },
+        nvidia: NvidiaDriver {
+            version_file,
+            params: absent(
+                "/proc/driver/nvidia/params",
+                format!("{NOT_PASTED} (`cat /proc/driver/nvidia/params`)"),
+            ),
+            gpus: absent("/proc/driver/nvidia/gpus", NOT_PASTED),
+        },
+        peermem: PeerMem {
+            nv_mem_version: nv_mem,
+            nv_mem_nc_version: nv_mem_nc,
+            nvidia_peermem_version,
+            nv_peer_mem,
+            memory_peers,
+            nvidia_peermem_params: absent("/sys/module/nvidia_peermem/parameters", NOT_PASTED),
+        },
+        pci,
+        rdma,
+        live: LiveFacts::absent(NOT_PASTED),
+        health: Health {
+            kernel_log: kernel_log(p),
+            ..Health::absent(NOT_PASTED)
+        },
+    };
+    (node, prov)
+}
+
+/// The pasted kernel log lines, through the same keeper as every other kernel log
+/// ([`crate::klog::Keeper`]), as an excerpt: what they show happened, but a missing event
+/// proves nothing.
+fn kernel_log(p: &Paste) -> Fact<KernelLog> {
+    if p.kernel_log.is_empty() {
+        return absent("kernel log", format!("{NOT_PASTED} (`sudo dmesg`)"));
+    }
+    let mut k = crate::klog::Keeper::default();
+    let mut labels = Vec::new();
+    for (i, lines) in &p.kernel_log {
+        labels.push(p.label(*i));
+        for l in lines {
+            k.push(l.clone());
+        }
+    }
+    let origin = labels.join(", ");
+    let mut log = k.finish(origin.clone(), LogScope::Excerpt);
+    log.scope = LogScope::Excerpt;
+    Fact::known(log, origin)
+}
+
+fn kn<T>(lab: &str) -> impl Fn(T) -> Fact<T> + '_ {
+    move |v| Fact::known(v, lab)
+}
+
+fn pci_device(
+    d: &super::lspci::LspciDevice,
+    lab: &str,
+    path: Option<String>,
+    tree: Option<&super::lspci::Tree>,
+) -> PciDevice {
+    let not = |what: &str| -> String { format!("{lab} does not show {what}") };
+    let parent = tree.and_then(|t| t.parent.get(&d.bdf).cloned().flatten());
+    let host_bridge = tree
+        .and_then(|t| t.host_bridge.get(&d.bdf).cloned())
+        .unwrap_or_default();
+    let resources: Vec<Resource> = d
+        .regions
+        .iter()
+        .filter_map(|r| {
+            let start = r.address?;
+            let size = r.size?;
+            let mut flags = if r.io {
+                Resource::IORESOURCE_IO
+            } else {
+                Resource::IORESOURCE_MEM
+            };
+            if r.prefetchable {
+                flags |= Resource::IORESOURCE_PREFETCH;
+            }
+            if r.mem64 {
+                flags |= Resource::IORESOURCE_MEM_64;
+            }
+            Some(Resource {
+                index: r.index,
+                start,
+                end: start.checked_add(size)?.checked_sub(1)?,
+                flags,
+            })
+        })
+        .collect();
+    PciDevice {
+        bdf: d.bdf.clone(),
+        // Without the tree the path holds no PCI component, so no topology is computed from it.
+        sysfs_path: path
+            .unwrap_or_else(|| format!("lspci {} (no `lspci -tv` in the paste)", d.bdf)),
+        parent,
+        host_bridge,
+        vendor_id: d
+            .vendor_id
+            .map(kn(lab))
+            .unwrap_or_else(|| absent(lab, "vendor name not found in pci.ids (paste `lspci -nn`)")),
+        device_id: d
+            .device_id
+            .map(kn(lab))
+            .unwrap_or_else(|| absent(lab, "device name not found in pci.ids (paste `lspci -nn`)")),
+        subsystem_vendor_id: absent(lab, not("the subsystem ids")),
+        subsystem_device_id: absent(lab, not("the subsystem ids")),
+        class: d
+            .class
+            .map(kn(lab))
+            .unwrap_or_else(|| absent(lab, not("a known class"))),
+        numa_node: d
+            .numa_node
+            .map(kn(lab))
+            .unwrap_or_else(|| absent(lab, not("`NUMA node:`"))),
+        local_cpulist: absent(lab, NOT_PASTED),
+        cur_link_speed: d
+            .lnksta_speed
+            .clone()
+            .map(kn(lab))
+            .unwrap_or_else(|| absent(lab, not("LnkSta"))),
+        cur_link_width: d
+            .lnksta_width
+            .map(kn(lab))
+            .unwrap_or_else(|| absent(lab, not("LnkSta"))),
+        max_link_speed: d
+            .lnkcap_speed
+            .clone()
+            .map(kn(lab))
+            .unwrap_or_else(|| absent(lab, not("LnkCap"))),
+        max_link_width: d
+            .lnkcap_width
+            .map(kn(lab))
+            .unwrap_or_else(|| absent(lab, not("LnkCap"))),
+        resources: if resources.is_empty() {
+            absent(lab, not("regions"))
+        } else {
+            Fact::known(resources, lab)
+        },
+        driver: match &d.driver {
+            Some(x) => Fact::known(Some(x.clone()), lab),
+            None => absent(
+                lab,
+                "no `Kernel driver in use` line (unbound, or cut from the paste)",
+            ),
+        },
+        iommu_group: absent(lab, NOT_PASTED),
+        config: if d.config_bytes >= 64 {
+            Fact::known(d.config.clone(), lab)
+        } else {
+            absent(
+                lab,
+                format!(
+                    "config space not in the paste (`sudo lspci -vvvxxxx -s {}` adds it)",
+                    d.bdf.trim_start_matches("0000:")
+                ),
+            )
+        },
+        is_virtfn: false,
+    }
+}
+
+fn rdma_devices(
+    p: &Paste,
+    log: Option<&super::nccl::NcclLog>,
+    prov: &mut Provenance,
+) -> Fact<Vec<RdmaDevice>> {
+    let pci_path = |name: &str| -> Option<(String, String)> {
+        let l = log?;
+        let d = l.net_devices.iter().find(|d| d.name == name)?;
+        let path = d.pci_path.as_ref()?;
+        let bdf = path
+            .rsplit('/')
+            .find(|c| crate::parse::is_bdf(c))?
+            .to_lowercase();
+        Some((bdf, path.clone()))
+    };
+    let nccl_label = p.nccl.first().map(|(i, _)| p.label(*i)).unwrap_or_default();
+    let bdf_fact = |name: &str| -> Fact<Option<String>> {
+        match pci_path(name) {
+            Some((b, _)) => Fact::known(Some(b), format!("{nccl_label} (NCCL's pciPath)")),
+            None => absent(
+                "/sys/class/infiniband",
+                format!(
+                    "the paste does not tie {name} to a PCI address (`ls -l /sys/class/infiniband/`)"
+                ),
+            ),
+        }
+    };
+    if !p.ib.is_empty() {
+        let (first, _) = &p.ib[0];
+        prov.push(("/sys/class/infiniband".into(), p.label(*first)));
+        let mut out: Vec<RdmaDevice> = Vec::new();
+        for (i, d) in &p.ib {
+            if out.iter().any(|x| x.name == d.name) {
+                continue;
+            }
+            let lab = p.label(*i);
+            let opt = |v: &Option<String>, what: &str| -> Fact<String> {
+                match v {
+                    Some(x) => Fact::known(x.clone(), lab.clone()),
+                    None => absent(&lab, format!("{lab} does not show {what}")),
+                }
+            };
+            let ports = d
+                .ports
+                .iter()
+                .map(|pt| RdmaPort {
+                    port: pt.port,
+                    state: opt(&pt.state, "the port state"),
+                    phys_state: opt(&pt.phys_state, "the physical state (`ibv_devinfo -v`)"),
+                    link_layer: opt(&pt.link_layer, "the link layer"),
+                    rate: opt(&pt.rate, "the rate"),
+                    gid_count: absent(&lab, NOT_PASTED),
+                })
+                .collect();
+            out.push(RdmaDevice {
+                name: d.name.clone(),
+                pci_bdf: bdf_fact(&d.name),
+                fw_ver: opt(&d.fw_ver, "the firmware"),
+                hca_type: opt(&d.hca_type, "the HCA type"),
+                board_id: opt(&d.board_id, "the board id"),
+                node_guid: opt(&d.node_guid, "the node GUID"),
+                node_type: absent(&lab, NOT_PASTED),
+                ports: Fact::known(ports, lab.clone()),
+            });
+        }
+        return Fact::known(out, p.label(*first));
+    }
+    // NCCL's device list: only ACTIVE ports, IB or RoCE.
+    if let Some(l) = log {
+        let ib: Vec<&super::nccl::NetDevice> = l
+            .net_devices
+            .iter()
+            .filter(|d| d.net != "Socket" && d.port.is_some())
+            .collect();
+        let hosts: std::collections::BTreeSet<Option<&str>> =
+            ib.iter().map(|d| d.origin.host.as_deref()).collect();
+        if !ib.is_empty() && hosts.len() == 1 {
+            let src = format!("{nccl_label} (`NET/IB : Using` lists only ports that are ACTIVE)");
+            prov.push(("/sys/class/infiniband".into(), src.clone()));
+            let mut out: Vec<RdmaDevice> = Vec::new();
+            for d in ib {
+                if out.iter().any(|x| x.name == d.name) {
+                    continue;
+                }
+                let link = match d.link.as_deref() {
+                    Some("IB") => Fact::known("InfiniBand".to_string(), src.clone()),
+                    Some("RoCE") => Fact::known("Ethernet".to_string(), src.clone()),
+                    _ => absent(&src, "link layer not shown"),
+                };
+                out.push(RdmaDevice {
+                    name: d.name.clone(),
+                    pci_bdf: bdf_fact(&d.name),
+                    fw_ver: absent(&src, format!("{NOT_PASTED} (`ibv_devinfo`)")),
+                    hca_type: absent(&src, NOT_PASTED),
+                    board_id: absent(&src, NOT_PASTED),
+                    node_guid: absent(&src, NOT_PASTED),
+                    node_type: absent(&src, NOT_PASTED),
+                    ports: Fact::known(
+                        vec![RdmaPort {
+                            port: d.port.unwrap_or(1),
+                            state: Fact::known("4: ACTIVE".to_string(), src.clone()),
+                            phys_state: Fact::known("5: LinkUp".to_string(), src.clone()),
+                            link_layer: link,
+                            rate: match d.speed_mbps {
+                                Some(s) => Fact::known(format!("{} Gb/sec", s / 1000), src.clone()),
+                                None => absent(&src, NOT_PASTED),
+                            },
+                            gid_count: absent(&src, NOT_PASTED),
+                        }],
+                        src.clone(),
+                    ),
+                });
+            }
+            return Fact::known(out, src);
+        }
+    }
+    absent(
+        "/sys/class/infiniband",
+        format!("{NOT_PASTED} (`ibv_devinfo -v`)"),
+    )
+}
+
+/// Whether any block of the paste could be used at all.
+pub fn anything_read(p: &Paste) -> bool {
+    p.blocks
+        .iter()
+        .any(|b| !matches!(b.status, BlockStatus::Ignored | BlockStatus::Refused))
+}

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The Slurm seat, tested against a real single-node Slurm (Debian's slurmctld, slurmd,
+# slurm-client and munge): start munged (unless one answers), slurmctld and slurmd with a minimal
+# slurm.conf whose HealthCheckProgram is contrib/slurm/gdrdoctor-healthcheck, then
+#   1. point the health check at a failing node (the healthy HGX fixture with a port at 200 Gb/s,
+#      judged by a policy written from the healthy one): the node must go DRAIN with
+#      "gdrdoctor: FAIL policy.ports: mlx5_3/1: ..." as the reason;
+#   2. point it at the healthy fixture: the node must resume;
+#   3. an operator's drain ("maintenance") must survive a passing health check;
+#   4. `srun -N1 --ntasks-per-node=1 --output=reports/%N.json gdrdoctor check -f json` and
+#      `srun --label ... | gdrdoctor fleet -` must roll up;
+# then stop the daemons. Needs root. Exit 77 (skip) when Slurm or munge is not installed or not
+# root, unless GDRDOCTOR_REQUIRE_SLURM=1 (then that is a failure).
+#
+#   cargo build && contrib/slurm/test.sh          # GDRDOCTOR=path/to/gdrdoctor to choose the binary
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+BIN=${GDRDOCTOR:-$REPO/target/debug/gdrdoctor}
+START=$(date +%s%N)
+
+skip() {
+  echo "slurm test: SKIP: $*"
+  if [ "${GDRDOCTOR_REQUIRE_SLURM:-0}" = 1 ]; then exit 1; fi
+  exit 77
+}
+[ "$(id -u)" = 0 ] || skip "needs root to run slurmctld and slurmd"
+for c in slurmctld slurmd scontrol sinfo srun munge unmunge munged python3; do
+  command -v "$c" >/dev/null 2>&1 || skip "$c is not installed (apt-get install slurmctld slurmd slurm-client munge)"
+done
+[ -x "$BIN" ] || { echo "slurm test: $BIN is not built"; exit 1; }
+
+W=$(mktemp -d /tmp/gdrdoctor-slurm.XXXXXX)
+NODE=$(hostname -s)
+STARTED_MUNGE=0
+export SLURM_CONF=$W/slurm.conf
+
+cleanup() {
+  rc=$?
+  for p in slurmd slurmctld; do
+    if [ -s "$W/$p.pid" ]; then
+      pid=$(cat "$W/$p.pid")
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 10); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+  if [ "$STARTED_MUNGE" = 1 ] && [ -s "$W/munged.pid" ]; then
+    kill "$(cat "$W/munged.pid")" 2>/dev/null || true
+  fi
+  if [ $rc -ne 0 ]; then
+    echo "slurm test: FAILED; logs:"
+    tail -n 30 "$W/slurmctld.log" "$W/slurmd.log" "$W/hc.log" 2>/dev/null || true
+    echo "(work directory kept: $W)"
+  else
+    rm -rf "$W"
+  fi
+}
+trap cleanup EXIT
+
+# munge: reuse a running munged, else start one for the test.
+if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
+  mkdir -p /run/munge /var/log/munge /var/lib/munge /etc/munge
+  if [ ! -s /etc/munge/munge.key ]; then
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
+  fi
+  chown -R munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge
+  chmod 0700 /etc/munge && chmod 0400 /etc/munge/munge.key
+  runuser -u munge -- munged --pid-file="$W/munged.pid.munge" 2>/dev/null \
+    || runuser -u munge -- munged
+  STARTED_MUNGE=1
+  sleep 0.3
+  cp /run/munge/munged.pid "$W/munged.pid" 2>/dev/null || cp "$W/munged.pid.munge" "$W/munged.pid" 2>/dev/null || true
+  munge -n </dev/null | unmunge >/dev/null || { echo "slurm test: munged does not answer"; exit 1; }
+fi
+
+# Nodes to check: the healthy fixture, and a copy with one port at 200 Gb/s; a policy from the
+# healthy one (so that the slow port, which the static checks accept, fails).
+FIX=$REPO/fixtures/sysroots/hgx-h200x8-cx7x8-healthy
+python3 "$REPO/scripts/plant.py" "$FIX" "$W/slow" slow-port
+"$BIN" policy init --sysroot "$FIX" -o "$W/policy.toml" 2>/dev/null
+
+# The HealthCheckProgram: the contrib script, its settings in a file the test rewrites.
+cat >"$W/hc" <<EOF
+#!/bin/sh
+# (a real site keeps slurm.conf in /etc/slurm and needs neither variable)
+echo "\$(date +%T) health check" >>$W/hc.log
+SLURM_CONF=$SLURM_CONF GDRDOCTOR_HEALTHCHECK_CONF=$W/hc.conf exec $REPO/contrib/slurm/gdrdoctor-healthcheck >>$W/hc.log 2>&1
+EOF
+chmod +x "$W/hc"
+set_target() {
+  cat >"$W/hc.conf" <<EOF
+GDRDOCTOR=$BIN
+GDRDOCTOR_ARGS="--sysroot $1 --policy $W/policy.toml"
+GDRDOCTOR_NODE=$NODE
+EOF
+}
+set_target "$W/slow"
+
+NODELINE=$(slurmd -C | head -n 1)
+cat >"$SLURM_CONF" <<EOF
+ClusterName=gdrdoctor-ci
+SlurmctldHost=$NODE
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=16817
+SlurmdPort=16818
+AuthType=auth/munge
+CredType=cred/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/builtin
+SelectType=select/linear
+MpiDefault=none
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+StateSaveLocation=$W/state
+SlurmdSpoolDir=$W/spool
+SlurmctldPidFile=$W/slurmctld.pid
+SlurmdPidFile=$W/slurmd.pid
+SlurmctldLogFile=$W/slurmctld.log
+SlurmdLogFile=$W/slurmd.log
+HealthCheckProgram=$W/hc
+HealthCheckInterval=1
+HealthCheckNodeState=ANY
+$NODELINE State=UNKNOWN
+PartitionName=ci Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+EOF
+mkdir -p "$W/state" "$W/spool"
+slurmctld -f "$SLURM_CONF"
+slurmd -f "$SLURM_CONF"
+
+ms() { echo "+$(( ($(date +%s%N) - START) / 1000000 )) ms"; }
+state() { sinfo -h -N -n "$NODE" -o '%T|%E' 2>/dev/null | head -n 1; }
+wait_for() { # wait_for DESCRIPTION SECONDS TEST...
+  local what=$1 secs=$2
+  shift 2
+  for _ in $(seq $((secs * 5))); do
+    if "$@"; then return 0; fi
+    sleep 0.2
+  done
+  echo "slurm test: timed out waiting for $what; node: $(state)"
+  scontrol show node "$NODE" || true
+  return 1
+}
+drained_by_gdrdoctor() { case "$(state)" in drain*"|gdrdoctor: FAIL policy.ports: mlx5_3/1: rate 200 Gb/s"*) return 0 ;; esac; return 1; }
+idle() { case "$(state)" in idle\|*) return 0 ;; esac; return 1; }
+
+wait_for "slurmd to register" 30 sh -c "sinfo -h -N -n $NODE -o %T 2>/dev/null | grep -qv -e unknown -e '^$'"
+echo "slurm test: 1. failing node -> drain ($(ms))"
+wait_for "the health check to drain the node" 30 drained_by_gdrdoctor
+scontrol show node "$NODE" | grep -E 'State=|Reason='
+
+echo "slurm test: 2. healthy node -> resume ($(ms))"
+set_target "$FIX"
+wait_for "the health check to resume the node" 30 idle
+scontrol show node "$NODE" | grep -E 'State='
+
+echo "slurm test: 3. an operator's drain survives a passing check ($(ms))"
+scontrol update NodeName="$NODE" State=DRAIN Reason="maintenance: new cables"
+sleep 3
+case "$(state)" in
+  drain*"|maintenance: new cables"*) echo "  still drained: $(state)" ;;
+  *) echo "slurm test: the health check undid an operator's drain: $(state)"; exit 1 ;;
+esac
+scontrol update NodeName="$NODE" State=RESUME
+wait_for "the node to resume" 30 idle
+
+echo "slurm test: 4. srun into gdrdoctor fleet ($(ms))"
+mkdir -p "$W/reports"
+srun -N1 --ntasks-per-node=1 --output="$W/reports/%N.json" \
+  "$BIN" check --sysroot "$FIX" -f json
+"$BIN" fleet "$W/reports" | tail -n 1
+[ -s "$W/reports/$NODE.json" ] || { echo "slurm test: srun --output wrote no report"; exit 1; }
+srun -N1 -n2 --label "$BIN" check --sysroot "$FIX" -f json >"$W/labelled.txt"
+"$BIN" fleet -f json - <"$W/labelled.txt" >"$W/fleet.json"
+python3 - "$W/fleet.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["summary"]
+assert s["nodes"] == 2 and s["unreadable"] == 0 and s["exit_code"] == 0, s
+assert [n["input"] for n in r["nodes"]] == ["stdin[task 0]", "stdin[task 1]"], r["nodes"]
+print("  srun --label | gdrdoctor fleet -: %d nodes, exit %d" % (s["nodes"], s["exit_code"]))
+EOF
+
+END=$(date +%s%N)
+echo "slurm test: PASS in $(( (END - START) / 1000000 )) ms"

@@ -1,0 +1,309 @@
+//! The roll-up as a table (people), JSON (`gdrdoctor.fleet/v1`) and Prometheus text.
+
+use super::rollup::Rollup;
+use std::fmt::Write;
+
+fn names(list: &[String], max: usize) -> String {
+    if list.len() <= max {
+        list.join(" ")
+    } else {
+        format!("{} +{} more", list[..max].join(" "), list.len() - max)
+    }
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let k: String = s.chars().take(max.saturating_sub(3)).collect();
+        format!("{k}...")
+    }
+}
+
+pub fn table(r: &Rollup, max_names: usize) -> String {
+    let s = &r.summary;
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "gdrdoctor fleet · {} node(s) from {} report(s)",
+        s.nodes, s.reports
+    );
+    if s.unreadable > 0 {
+        let _ = write!(o, " · {} unreadable", s.unreadable);
+    }
+    if let (Some(a), Some(b)) = (&s.oldest, &s.newest) {
+        let _ = write!(o, " · {a} .. {b}");
+    }
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "nodes: {} ok · {} failed · {} incomplete{}",
+        s.ok,
+        s.failed,
+        s.incomplete,
+        if s.other > 0 {
+            format!(" · {} other exit codes", s.other)
+        } else {
+            String::new()
+        }
+    );
+
+    if !r.checks.is_empty() {
+        let w = r
+            .checks
+            .iter()
+            .map(|c| c.id.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        let _ = writeln!(
+            o,
+            "\n {:<w$}  {:>5} {:>5} {:>5} {:>5} {:>5}  NODES NOT PASSING",
+            "CHECK", "PASS", "WARN", "FAIL", "SKIP", "ERROR"
+        );
+        for c in &r.checks {
+            let mut who = Vec::new();
+            for st in ["fail", "error", "warn"] {
+                let list: Vec<String> = c
+                    .not_passing
+                    .iter()
+                    .filter(|n| n.status.as_str() == st)
+                    .map(|n| {
+                        let subj: Vec<&str> = n
+                            .subjects
+                            .iter()
+                            .map(String::as_str)
+                            .filter(|s| *s != "node")
+                            .collect();
+                        if subj.is_empty() {
+                            n.node.clone()
+                        } else {
+                            format!("{} ({})", n.node, clip(&subj.join(" "), 40))
+                        }
+                    })
+                    .collect();
+                if !list.is_empty() {
+                    who.push(format!("{st}: {}", names(&list, max_names)));
+                }
+            }
+            let row = format!(
+                " {:<w$}  {:>5} {:>5} {:>5} {:>5} {:>5}  {}",
+                c.id,
+                c.pass,
+                c.warn,
+                c.fail,
+                c.skip,
+                c.error,
+                who.join("; ")
+            );
+            let _ = writeln!(o, "{}", row.trim_end());
+        }
+    }
+
+    if r.drift.is_empty() {
+        if s.nodes > 1 {
+            o.push_str("\nno drift: every inventory field has one value across the nodes\n");
+        }
+    } else {
+        let w = r
+            .drift
+            .iter()
+            .map(|d| d.field.len())
+            .max()
+            .unwrap_or(5)
+            .clamp(5, 48);
+        let _ = writeln!(
+            o,
+            "\nDRIFT ({} field(s) differ between nodes)\n {:<w$}  {:<28}  DIFFERING NODES",
+            r.drift.len(),
+            "FIELD",
+            "MAJORITY (NODES)"
+        );
+        for d in &r.drift {
+            let maj = match &d.majority {
+                Some(m) => format!("{} ({})", clip(&m.value, 22), m.count),
+                None => format!("split, {} values", d.values.len()),
+            };
+            let mut others = Vec::new();
+            for v in &d.values {
+                if v.nodes.is_empty() {
+                    others.push(format!("{} ({})", clip(&v.value, 24), v.count));
+                } else {
+                    others.push(format!(
+                        "{}={}",
+                        names(&v.nodes, max_names),
+                        clip(&v.value, 24)
+                    ));
+                }
+            }
+            let _ = writeln!(
+                o,
+                " {:<w$}  {:<28}  {}",
+                clip(&d.field, w),
+                maj,
+                others.join("; ")
+            );
+        }
+    }
+
+    if !r.odd_nodes.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nODD NODES OUT (holding a minority value; {} node(s))",
+            r.odd_nodes.len()
+        );
+        let w = r
+            .odd_nodes
+            .iter()
+            .map(|n| n.node.len())
+            .max()
+            .unwrap_or(4)
+            .min(40);
+        for n in r.odd_nodes.iter().take(max_names.max(1) * 4) {
+            let f: Vec<String> = n
+                .fields
+                .iter()
+                .map(|f| format!("{}={}", f.field, clip(&f.value, 24)))
+                .collect();
+            let _ = writeln!(
+                o,
+                " {:<w$}  {} field(s): {}",
+                n.node,
+                n.fields.len(),
+                clip(&f.join(", "), 160)
+            );
+        }
+        if r.odd_nodes.len() > max_names.max(1) * 4 {
+            let _ = writeln!(
+                o,
+                " ... and {} more (see --format json)",
+                r.odd_nodes.len() - max_names.max(1) * 4
+            );
+        }
+    }
+
+    if !r.unreadable.is_empty() {
+        let _ = writeln!(o, "\nUNREADABLE ({})", r.unreadable.len());
+        for u in &r.unreadable {
+            let _ = writeln!(o, " {}: {}", u.input, u.error);
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nsummary: {} node(s), {} failed, {} incomplete, {} unreadable, {} drift field(s) · exit code {}",
+        s.nodes, s.failed, s.incomplete, s.unreadable, s.drift_fields, s.exit_code
+    );
+    o
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+pub fn prometheus(r: &Rollup) -> String {
+    let s = &r.summary;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_fleet_nodes Nodes in the roll-up by their report's outcome."
+    );
+    let _ = writeln!(o, "# TYPE gdrdoctor_fleet_nodes gauge");
+    for (k, v) in [
+        ("ok", s.ok),
+        ("failed", s.failed),
+        ("incomplete", s.incomplete),
+        ("other", s.other),
+    ] {
+        let _ = writeln!(o, "gdrdoctor_fleet_nodes{{outcome=\"{k}\"}} {v}");
+    }
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_fleet_unreadable_reports Reports that could not be read."
+    );
+    let _ = writeln!(o, "# TYPE gdrdoctor_fleet_unreadable_reports gauge");
+    let _ = writeln!(o, "gdrdoctor_fleet_unreadable_reports {}", s.unreadable);
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_fleet_check_nodes Nodes per check by the worst status of its findings."
+    );
+    let _ = writeln!(o, "# TYPE gdrdoctor_fleet_check_nodes gauge");
+    for c in &r.checks {
+        for (st, n) in [
+            ("pass", c.pass),
+            ("warn", c.warn),
+            ("fail", c.fail),
+            ("skip", c.skip),
+            ("error", c.error),
+        ] {
+            let _ = writeln!(
+                o,
+                "gdrdoctor_fleet_check_nodes{{check=\"{}\",status=\"{st}\"}} {n}",
+                esc(&c.id)
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_fleet_drift_fields Inventory fields that differ between nodes, by area."
+    );
+    let _ = writeln!(o, "# TYPE gdrdoctor_fleet_drift_fields gauge");
+    let mut areas: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for d in &r.drift {
+        let area: String = d
+            .field
+            .split(['.', '['])
+            .next()
+            .unwrap_or("other")
+            .to_string();
+        *areas.entry(area).or_insert(0) += 1;
+    }
+    for a in [
+        "cmdline", "driver", "env", "gdr", "gpus", "iommu", "kernel", "nics", "pci", "tool",
+    ] {
+        areas.entry(a.to_string()).or_insert(0);
+    }
+    for (a, n) in &areas {
+        let _ = writeln!(o, "gdrdoctor_fleet_drift_fields{{area=\"{}\"}} {n}", esc(a));
+    }
+    let _ = writeln!(
+        o,
+        "# HELP gdrdoctor_fleet_node_exit_code Exit code of each node's report."
+    );
+    let _ = writeln!(o, "# TYPE gdrdoctor_fleet_node_exit_code gauge");
+    for n in &r.nodes {
+        let _ = writeln!(
+            o,
+            "gdrdoctor_fleet_node_exit_code{{node=\"{}\"}} {}",
+            esc(&n.name),
+            n.exit_code
+        );
+    }
+    let _ = writeln!(o, "# HELP gdrdoctor_fleet_node_drift_fields Drift fields where a node holds a minority value (the odd node out).");
+    let _ = writeln!(o, "# TYPE gdrdoctor_fleet_node_drift_fields gauge");
+    let odd: std::collections::HashMap<&str, usize> = r
+        .odd_nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.fields.len()))
+        .collect();
+    for n in &r.nodes {
+        let _ = writeln!(
+            o,
+            "gdrdoctor_fleet_node_drift_fields{{node=\"{}\"}} {}",
+            esc(&n.name),
+            odd.get(n.name.as_str()).copied().unwrap_or(0)
+        );
+    }
+    let _ = writeln!(o, "# HELP gdrdoctor_fleet_exit_code Exit code of gdrdoctor fleet (0 ok, 1 failed or drift, 3 incomplete).");
+    let _ = writeln!(o, "# TYPE gdrdoctor_fleet_exit_code gauge");
+    let _ = writeln!(o, "gdrdoctor_fleet_exit_code {}", s.exit_code);
+    o
+}
+
+pub fn json(r: &Rollup) -> String {
+    let mut s =
+        serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}

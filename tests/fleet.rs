@@ -1,0 +1,359 @@
+//! `gdrdoctor fleet`: checks x nodes, the nodes failing each check, drift that names the odd node
+//! out for each planted defect (a GPU gone, a slow port, one odd firmware, a changed command
+//! line), damaged reports named and never dropped, stdin (concatenated and `srun --label`), and
+//! the exit-code contract.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::plant::{self, Defect};
+use common::*;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+const HEALTHY: &str = "hgx-h200x8-cx7x8-healthy";
+
+/// The report of a fixture (optionally with a planted defect) under another hostname, as
+/// `check -f json` writes it.
+fn report_json(fixture_name: &str, defect: Option<Defect>, host: &str) -> String {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture(fixture_name), t.path());
+    if let Some(d) = defect {
+        plant::plant(t.path(), d);
+    }
+    let mut r = report_for(t.path());
+    r.host.hostname = Some(host.to_string());
+    r.timestamp = Some("2026-11-30T12:00:00Z".into());
+    serde_json::to_string_pretty(&r).unwrap()
+}
+
+fn fleet(args: &[&str]) -> (i32, serde_json::Value, String) {
+    let mut a = vec!["fleet", "-f", "json"];
+    a.extend_from_slice(args);
+    let (code, out, err) = run(&a);
+    let v = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    (code, v, err)
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// Five healthy nodes and one node per planted defect, one file each.
+fn planted_fleet(dir: &Path) -> Vec<(String, Option<Defect>)> {
+    let mut nodes: Vec<(String, Option<Defect>)> =
+        (0..5).map(|i| (format!("node0{i}"), None)).collect();
+    for (i, d) in plant::ALL.iter().enumerate() {
+        nodes.push((format!("node1{i}"), Some(*d)));
+    }
+    for (host, d) in &nodes {
+        std::fs::write(
+            dir.join(format!("{host}.json")),
+            report_json(HEALTHY, *d, host),
+        )
+        .unwrap();
+    }
+    nodes
+}
+
+fn odd_fields(v: &serde_json::Value, node: &str) -> Vec<(String, String)> {
+    v["odd_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["node"] == node)
+        .map(|o| {
+            o["fields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    (
+                        f["field"].as_str().unwrap().to_string(),
+                        f["value"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn drift_names_the_odd_node_out_for_each_planted_defect() {
+    let t = tempfile::tempdir().unwrap();
+    planted_fleet(t.path());
+    let (code, v, err) = fleet(&[&s(t.path())]);
+    assert_eq!(code, 1, "drift fails the roll-up: {err}");
+    assert_eq!(v["schema"], "gdrdoctor.fleet/v1");
+    assert_eq!(v["summary"]["nodes"], 9);
+    assert_eq!(v["summary"]["unreadable"], 0);
+    let odd: Vec<&str> = v["odd_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(odd, vec!["node10", "node11", "node12", "node13"]);
+    let has = |node: &str, field: &str, value: &str| {
+        let f = odd_fields(&v, node);
+        assert!(
+            f.iter().any(|(a, b)| a == field && b == value),
+            "{node}: no {field}={value} in {f:#?}"
+        );
+    };
+    // A GPU gone: the count, the GPU, its PCI function and its GDR pairs.
+    has("node10", "gpus.count", "7");
+    has("node10", "gpus[0000:48:00.0]", "(absent)");
+    has("node10", "pci[0000:48:00.0]", "(absent)");
+    has("node10", "gdr[0000:48:00.0]", "(absent)");
+    // A slow port, one odd firmware, a changed command line.
+    has(
+        "node11",
+        "nics[mlx5_3].ports[1].rate",
+        "200 Gb/sec (2X NDR)",
+    );
+    assert_eq!(odd_fields(&v, "node11").len(), 1);
+    has("node12", "nics[mlx5_5].fw_ver", "28.39.1002");
+    has("node13", "cmdline.quiet", "(absent)");
+    has("node13", "cmdline.pci", "noats");
+    // Each drift row says what the majority holds.
+    let row = v["drift"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["field"] == "nics[mlx5_5].fw_ver")
+        .unwrap();
+    assert_eq!(row["kind"], "odd");
+    assert_eq!(row["majority"]["value"], "28.43.1014");
+    assert_eq!(row["majority"]["count"], 8);
+    assert_eq!(row["values"][0]["nodes"][0], "node12");
+    // The odd firmware is also a check warning on that node, in the checks table.
+    let fw = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "rdma.firmware")
+        .unwrap();
+    assert_eq!(
+        (fw["pass"].as_u64(), fw["warn"].as_u64()),
+        (Some(8), Some(1))
+    );
+    assert_eq!(fw["not_passing"][0]["node"], "node12");
+    // --allow-drift: only the nodes' own exit codes count.
+    let failed = v["summary"]["failed"].as_u64().unwrap();
+    let (code, _, _) = fleet(&["--allow-drift", &s(t.path())]);
+    assert_eq!(code, if failed > 0 { 1 } else { 0 });
+    // The table names them too.
+    let (_, table, _) = run(&["fleet", &s(t.path())]);
+    assert!(table.contains("ODD NODES OUT"), "{table}");
+    assert!(
+        table.contains("nics[mlx5_5].fw_ver") && table.contains("node12=28.39.1002"),
+        "{table}"
+    );
+    // --ignore leaves fields out.
+    let (_, v2, _) = fleet(&["--ignore", "cmdline.,nics[mlx5_5]", &s(t.path())]);
+    let odd2: Vec<&str> = v2["odd_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(odd2, vec!["node10", "node11"]);
+}
+
+#[test]
+fn the_checks_table_names_the_failing_nodes_and_subjects() {
+    let t = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        let host = format!("ok{i}");
+        std::fs::write(
+            t.path().join(format!("{host}.json")),
+            report_json(HEALTHY, None, &host),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        t.path().join("bad.json"),
+        report_json("hgx-h200x8-cx7x8-port-down", None, "bad"),
+    )
+    .unwrap();
+    let (code, v, _) = fleet(&[&s(t.path())]);
+    assert_eq!(code, 1);
+    assert_eq!(v["summary"]["failed"], 1);
+    assert_eq!(v["summary"]["ok"], 3);
+    let ports = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "rdma.ports")
+        .unwrap();
+    assert_eq!(
+        (ports["pass"].as_u64(), ports["fail"].as_u64()),
+        (Some(3), Some(1))
+    );
+    assert_eq!(ports["nodes"], 4);
+    assert_eq!(ports["not_passing"][0]["node"], "bad");
+    assert_eq!(ports["not_passing"][0]["status"], "fail");
+    assert_eq!(ports["not_passing"][0]["subjects"][0], "mlx5_3/1");
+    let (_, table, _) = run(&["fleet", &s(t.path())]);
+    let row = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("rdma.ports"))
+        .unwrap();
+    assert!(row.contains("fail: bad (mlx5_3/1)"), "{row}");
+}
+
+#[test]
+fn damaged_reports_are_named_never_dropped() {
+    let t = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        let host = format!("ok{i}");
+        std::fs::write(
+            t.path().join(format!("{host}.json")),
+            report_json(HEALTHY, None, &host),
+        )
+        .unwrap();
+    }
+    let good = report_json(HEALTHY, None, "x");
+    std::fs::write(t.path().join("truncated.json"), &good[..good.len() / 2]).unwrap();
+    std::fs::write(t.path().join("empty.json"), "").unwrap();
+    std::fs::write(t.path().join("other.json"), "{\"a\": 1}").unwrap();
+    std::fs::write(
+        t.path().join("future.json"),
+        good.replace("gdrdoctor.report/v1", "gdrdoctor.report/v9"),
+    )
+    .unwrap();
+    std::fs::write(t.path().join("notes.txt"), "not a report, not read").unwrap();
+    let missing = t.path().join("gone.json");
+    let (code, v, _) = fleet(&[&s(t.path()), &s(&missing)]);
+    assert_eq!(code, 3, "unreadable reports make the roll-up incomplete");
+    assert_eq!(v["summary"]["nodes"], 3);
+    assert_eq!(v["summary"]["unreadable"], 5);
+    assert_eq!(v["summary"]["reports"], 8);
+    let bad: Vec<(String, String)> = v["unreadable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            (
+                u["input"]
+                    .as_str()
+                    .unwrap()
+                    .rsplit('/')
+                    .next()
+                    .unwrap()
+                    .to_string(),
+                u["error"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let err_of = |name: &str| {
+        bad.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, e)| e.clone())
+            .unwrap_or_else(|| panic!("{name} not named: {bad:#?}"))
+    };
+    assert!(err_of("gone.json").contains("No such file"));
+    assert!(err_of("truncated.json").contains("EOF while parsing"));
+    assert_eq!(err_of("empty.json"), "empty file");
+    assert!(err_of("other.json").contains("missing field `schema`"));
+    assert!(err_of("future.json").contains("gdrdoctor.report/v9"));
+    let (code, _, _) = fleet(&["--allow-incomplete", &s(t.path()), &s(&missing)]);
+    assert_eq!(code, 0);
+    let (_, table, _) = run(&["fleet", &s(t.path())]);
+    assert!(
+        table.contains("UNREADABLE (4)") && table.contains("truncated.json"),
+        "{table}"
+    );
+    // Nothing readable at all: gdrdoctor could not run.
+    let (code, _, err) = run(&["fleet", &s(&missing)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no report could be read"), "{err}");
+}
+
+fn fleet_stdin(input: &str) -> (i32, serde_json::Value) {
+    let mut child = Command::new(bin())
+        .args(["fleet", "-f", "json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), v)
+}
+
+#[test]
+fn stdin_takes_concatenated_reports_and_srun_label_output() {
+    let a = report_json(HEALTHY, None, "a");
+    let b = report_json(HEALTHY, Some(Defect::OddFirmware), "b");
+    let c = report_json(HEALTHY, None, "c");
+    // Concatenated documents.
+    let (code, v) = fleet_stdin(&format!("{a}{b}\n{c}"));
+    assert_eq!(v["summary"]["nodes"], 3);
+    assert_eq!(code, 1);
+    assert_eq!(v["odd_nodes"][0]["node"], "b");
+    // `srun --label`: every line prefixed with its task id, tasks interleaved line by line.
+    let docs = [&a, &b, &c];
+    let lines: Vec<Vec<&str>> = docs.iter().map(|d| d.lines().collect()).collect();
+    let mut mixed = String::new();
+    let longest = lines.iter().map(Vec::len).max().unwrap();
+    for i in 0..longest {
+        for (task, l) in lines.iter().enumerate() {
+            if let Some(line) = l.get(i) {
+                mixed.push_str(&format!("{task}: {line}\n"));
+            }
+        }
+    }
+    let (_, v) = fleet_stdin(&mixed);
+    assert_eq!(v["summary"]["nodes"], 3, "{}", v["unreadable"]);
+    let inputs: Vec<&str> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["input"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        inputs,
+        vec!["stdin[task 0]", "stdin[task 1]", "stdin[task 2]"]
+    );
+    assert_eq!(v["odd_nodes"][0]["node"], "b");
+    // A damaged stream: what parsed is kept, the rest is named.
+    let (code, v) = fleet_stdin(&format!("{a}{}", &b[..200]));
+    assert_eq!(v["summary"]["nodes"], 1);
+    assert_eq!(v["unreadable"][0]["input"], "stdin#2");
+    assert_eq!(code, 3);
+}
+
+#[test]
+fn duplicate_hostnames_stay_distinct_and_prometheus_is_well_formed() {
+    let t = tempfile::tempdir().unwrap();
+    for f in ["a.json", "b.json"] {
+        std::fs::write(t.path().join(f), report_json(HEALTHY, None, "same")).unwrap();
+    }
+    let (code, v, _) = fleet(&[&s(t.path())]);
+    assert_eq!(code, 0, "two identical healthy nodes: no failure, no drift");
+    let names: Vec<&str> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert_ne!(names[0], names[1]);
+    assert!(names[0].starts_with("same@"));
+    let (code, p, _) = run(&["fleet", "-f", "prometheus", &s(t.path())]);
+    assert_eq!(code, 0);
+    assert!(p.contains("gdrdoctor_fleet_nodes{outcome=\"ok\"} 2"), "{p}");
+    assert!(p.contains("gdrdoctor_fleet_check_nodes{check=\"rdma.ports\",status=\"pass\"} 2"));
+    assert!(p.contains("gdrdoctor_fleet_exit_code 0"));
+    common::tools::promtool_check(&p);
+}

@@ -1,0 +1,493 @@
+//! Site policy end to end: `policy init` from the healthy 8-GPU fixture, then the defects an
+//! operator plants in a healthy node (a GPU gone, a slow port, one odd firmware, a changed
+//! command line), each caught with exit 1 by the `policy.*` finding that names it; severity
+//! overrides, waivers (active and expired), and policy-file errors (exit 2, file:line).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use gdrdoctor_checks::report::{Report, Status};
+use std::path::Path;
+
+const HEALTHY: &str = "hgx-h200x8-cx7x8-healthy";
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// `gdrdoctor policy init --sysroot <healthy> -o <dir>/policy.toml`.
+fn golden_policy(dir: &Path) -> std::path::PathBuf {
+    let out = dir.join("policy.toml");
+    let (code, _, err) = run(&[
+        "policy",
+        "init",
+        "--sysroot",
+        &s(&fixture(HEALTHY)),
+        "-o",
+        &s(&out),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+/// A copy of the healthy fixture.
+fn planted() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture(HEALTHY), t.path());
+    t
+}
+
+fn check_json(sysroot: &Path, extra: &[&str]) -> (i32, Report, String) {
+    let mut args = vec!["check", "--sysroot"];
+    let root = s(sysroot);
+    args.push(&root);
+    args.extend_from_slice(&["--format", "json"]);
+    args.extend_from_slice(extra);
+    let (code, out, err) = run(&args);
+    let r: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    (code, r, err)
+}
+
+fn failing(r: &Report) -> Vec<(String, String, String)> {
+    r.findings
+        .iter()
+        .filter(|f| f.status == Status::Fail)
+        .map(|f| (f.id.clone(), f.subject.clone(), f.message.clone()))
+        .collect()
+}
+
+#[test]
+fn the_golden_node_passes_its_own_policy() {
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    let text = std::fs::read_to_string(&p).unwrap();
+    for want in [
+        "schema = \"gdrdoctor.policy/v1\"",
+        "count = 8",
+        "model = \"H200 SXM 141GB\"",
+        "rate_gbps = 400",
+        "width = \"4X\"",
+        "version = \"28.43.1014\"",
+        "flavor = \"open\"",
+        "version = \"580.159.04\"",
+        "mode = \"off\"",
+        "every_gpu = true",
+        "release = \"6.8.0-49-generic\"",
+        "allow_extra = false",
+    ] {
+        assert!(text.contains(want), "policy init lacks {want}:\n{text}");
+    }
+    let (code, r, err) = check_json(&fixture(HEALTHY), &["--policy", &s(&p)]);
+    assert_eq!(code, 0, "{:#?} {err}", failing(&r));
+    let ids: std::collections::BTreeSet<&str> = r
+        .findings
+        .iter()
+        .filter(|f| f.id.starts_with("policy."))
+        .map(|f| f.id.as_str())
+        .collect();
+    for id in [
+        "policy.gpu",
+        "policy.rdma",
+        "policy.ports",
+        "policy.pcie",
+        "policy.driver",
+        "policy.firmware",
+        "policy.peer-memory",
+        "policy.iommu",
+        "policy.gdr",
+        "policy.kernel",
+        "policy.cmdline",
+    ] {
+        assert!(ids.contains(id), "{id} missing from {ids:?}");
+    }
+    // Every policy pass carries its evidence and the key of the policy that set it.
+    for f in r.findings.iter().filter(|f| f.id.starts_with("policy.")) {
+        assert_eq!(f.status, Status::Pass, "{f:#?}");
+        assert!(
+            f.evidence.iter().any(|e| e
+                .expected
+                .as_deref()
+                .is_some_and(|x| x.contains("policy.toml"))
+                || e.source.contains("policy.toml")),
+            "{f:#?}"
+        );
+    }
+    // The run is stamped; the golden report (built in-process) is not.
+    let ts = r.timestamp.as_deref().unwrap();
+    assert!(
+        ts.len() == 20 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
+        "{ts}"
+    );
+}
+
+#[test]
+fn a_gpu_gone_fails_the_policy() {
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    let node = planted();
+    plant::plant(node.path(), plant::Defect::GpuGone);
+    let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    let f = find(&r, "policy.gpu", "node");
+    assert_eq!(f.status, Status::Fail);
+    assert_eq!(
+        f.message,
+        "7 nvidia gpu(s) on the pci bus, the policy expects 8"
+    );
+    assert!(f.evidence[0].observed.contains("0000:38:00.0 0000:98:00.0"));
+    assert!(f.remediation.as_deref().unwrap().contains("Xid 79"));
+    // The GDR rule no longer counts 8 pairs either.
+    let g = r
+        .findings
+        .iter()
+        .find(|f| f.id == "policy.gdr" && f.status == Status::Fail)
+        .unwrap();
+    assert!(g.message.contains("7 gpu x nic pairs"), "{}", g.message);
+}
+
+#[test]
+fn a_gpu_the_driver_or_nvml_lost_fails_the_policy() {
+    // Still on the PCI bus, but NVML no longer lists it (a GPU in a bad state after Xid 79).
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    let node = planted();
+    let live = node.path().join("gdrdoctor/live.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&live).unwrap()).unwrap();
+    v.pointer_mut("/nvml/value/gpus")
+        .and_then(|g| g.as_array_mut())
+        .unwrap()
+        .retain(|g| g["bdf"] != "0000:48:00.0");
+    std::fs::write(&live, v.to_string()).unwrap();
+    let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    let f = find(&r, "policy.gpu", "node");
+    assert_eq!(
+        f.message,
+        "nvml sees 7 of the 8 gpus the policy expects (not 0000:48:00.0)"
+    );
+    assert!(f
+        .evidence
+        .iter()
+        .any(|e| e.observed.starts_with("7 gpu(s)")));
+}
+
+#[test]
+fn a_slow_port_among_fast_ones_fails_the_policy() {
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    let node = planted();
+    plant::plant(node.path(), plant::Defect::SlowPort);
+    // Without a policy the port is ACTIVE and passes.
+    let (_, plain, _) = check_json(node.path(), &["--no-policy"]);
+    assert_eq!(find(&plain, "rdma.ports", "mlx5_3/1").status, Status::Pass);
+    let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        failing(&r),
+        vec![(
+            "policy.ports".to_string(),
+            "mlx5_3/1".to_string(),
+            "rate 200 Gb/s, policy expects 400; width 2X, policy expects 4X".to_string()
+        )]
+    );
+    let f = find(&r, "policy.ports", "mlx5_3/1");
+    assert!(f
+        .remediation
+        .as_deref()
+        .unwrap()
+        .contains("mlxlink -d mlx5_3 -p 1 -m"));
+    assert_eq!(find(&r, "policy.ports", "mlx5_2/1").status, Status::Pass);
+}
+
+#[test]
+fn one_odd_firmware_fails_the_policy() {
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    let node = planted();
+    plant::plant(node.path(), plant::Defect::OddFirmware);
+    let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    let f = find(&r, "policy.firmware", "mlx5_5");
+    assert_eq!(
+        f.message,
+        "firmware 28.39.1002, the policy expects 28.43.1014"
+    );
+    let all = find(&r, "policy.firmware", "node");
+    assert_eq!(all.status, Status::Fail);
+    assert!(
+        all.message.ends_with("28.39.1002 on mlx5_5"),
+        "{}",
+        all.message
+    );
+    assert!(all
+        .remediation
+        .as_deref()
+        .unwrap()
+        .starts_with("bring mlx5_5 to"));
+}
+
+#[test]
+fn a_changed_command_line_fails_the_policy() {
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    for (cmdline, want) in [
+        (
+            "BOOT_IMAGE=/boot/vmlinuz-6.8.0-49-generic root=UUID=0f1e ro splash pci=noats",
+            "missing quiet, unexpected pci=noats",
+        ),
+        (
+            "BOOT_IMAGE=/boot/vmlinuz-6.8.0-49-generic root=UUID=0f1e ro quiet splash intel_iommu=on",
+            "unexpected intel_iommu=on",
+        ),
+        (
+            "BOOT_IMAGE=/boot/vmlinuz-6.9.0-1-generic root=UUID=0f1e ro quiet splash",
+            "BOOT_IMAGE=/boot/vmlinuz-6.9.0-1-generic instead of BOOT_IMAGE=/boot/vmlinuz-6.8.0-49-generic",
+        ),
+    ] {
+        let node = planted();
+        std::fs::write(node.path().join("proc/cmdline"), format!("{cmdline}\n")).unwrap();
+        let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
+        assert_eq!(code, 1, "{cmdline}");
+        let f = find(&r, "policy.cmdline", "node");
+        assert_eq!(f.status, Status::Fail);
+        assert_eq!(
+            f.message,
+            format!("the kernel command line differs from the policy: {want}")
+        );
+    }
+    // A different root= (per node) is not a difference.
+    let node = planted();
+    std::fs::write(
+        node.path().join("proc/cmdline"),
+        "BOOT_IMAGE=/boot/vmlinuz-6.8.0-49-generic root=UUID=9999 ro quiet splash\n",
+    )
+    .unwrap();
+    let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 0, "{:#?}", failing(&r));
+}
+
+#[test]
+fn severity_overrides_and_waivers() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("p.toml");
+    // A warning made a failure.
+    std::fs::write(&p, "[severity]\n\"rdma.firmware\" = \"fail\"\n").unwrap();
+    let (code, r, _) = check_json(&fixture("hgx-h200x8-cx7x8-mixed-fw"), &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    let f = r.findings.iter().find(|f| f.id == "rdma.firmware").unwrap();
+    assert_eq!(f.status, Status::Fail);
+    assert!(f
+        .evidence
+        .iter()
+        .any(|e| e.observed == "warn made fail by severity.\"rdma.firmware\""));
+    // Failures made warnings: the gate passes.
+    std::fs::write(&p, "[severity]\nrdma = \"warn\"\n\"gdr.gpu\" = \"warn\"\n").unwrap();
+    let down = fixture("hgx-h200x8-cx7x8-port-down");
+    let (code, r, _) = check_json(&down, &["--policy", &s(&p)]);
+    assert_eq!(code, 0, "{:#?}", failing(&r));
+    // A waiver with a reason: both failures are waived until far in the future.
+    std::fs::write(
+        &p,
+        "[[waiver]]\ncheck = \"rdma.ports\"\nsubject = \"mlx5_3/*\"\nreason = \"case 17: cable on order\"\nexpires = 2999-12-31\n\
+         [[waiver]]\ncheck = \"gdr\"\nhosts = [\"hgx-*\"]\nreason = \"follows from case 17\"\nexpires = \"2999-12-31\"\n\
+         [[waiver]]\ncheck = \"pcie.mrrs\"\nreason = \"unused\"\nexpires = 2999-12-31\n",
+    )
+    .unwrap();
+    let (code, r, _) = check_json(&down, &["--policy", &s(&p)]);
+    assert_eq!(code, 0, "{:#?}", failing(&r));
+    let w = find(&r, "rdma.ports", "mlx5_3/1");
+    assert_eq!(w.status, Status::Skip);
+    assert!(
+        w.message.starts_with("waived until 2999-12-31: "),
+        "{}",
+        w.message
+    );
+    assert!(w
+        .evidence
+        .iter()
+        .any(|e| e.observed == "fail waived: case 17: cable on order"));
+    let waivers: Vec<(Status, &str)> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "policy.waiver")
+        .map(|f| (f.status, f.message.as_str()))
+        .collect();
+    assert_eq!(waivers.len(), 3);
+    assert_eq!(waivers[0].0, Status::Pass);
+    assert!(waivers[0]
+        .1
+        .contains("1 finding(s) waived (case 17: cable on order)"));
+    assert_eq!(waivers[2].0, Status::Skip, "{}", waivers[2].1);
+    // Another host: the host-scoped waiver does not apply.
+    std::fs::write(
+        &p,
+        "[[waiver]]\ncheck = \"rdma\"\nhosts = [\"other-*\"]\nreason = \"r\"\nexpires = 2999-12-31\n",
+    )
+    .unwrap();
+    let (code, r, _) = check_json(&down, &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    assert_eq!(find(&r, "rdma.ports", "mlx5_3/1").status, Status::Fail);
+    // An expired waiver waives nothing and says so.
+    std::fs::write(
+        &p,
+        "[[waiver]]\ncheck = \"rdma.ports\"\nreason = \"case 3\"\nexpires = 2000-01-31\n",
+    )
+    .unwrap();
+    let (code, r, _) = check_json(&down, &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    assert_eq!(find(&r, "rdma.ports", "mlx5_3/1").status, Status::Fail);
+    let e = find(&r, "policy.waiver", "node");
+    assert_eq!(e.status, Status::Warn);
+    assert!(e.message.contains("expired on 2000-01-31"), "{}", e.message);
+}
+
+#[test]
+fn policy_errors_name_the_file_and_line_and_exit_2() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("site.toml");
+    for (text, want) in [
+        (
+            "[gpu]\ncount = 8\ncuont = 9\n",
+            ":3:1: unknown field `cuont`",
+        ),
+        ("[rdma.ports]\nrate_gbps = \"fast\"\n", ":2:13: "),
+        ("[iommu]\nmode = \"pt\"\n", ":2:8: unknown variant `pt`"),
+        (
+            "[[waiver]]\ncheck = \"rdma.ports\"\nexpires = 2026-01-01\n",
+            "missing field `reason`",
+        ),
+        (
+            "[severity]\n\"rdma.nope\" = \"warn\"\n",
+            "unknown check id or category `rdma.nope`",
+        ),
+        (
+            "[peer_memory]\nmechanism = \"gdrcopy\"\n",
+            "unknown variant `gdrcopy`",
+        ),
+        (
+            "schema = \"gdrdoctor.policy/v9\"\n",
+            "unsupported policy schema",
+        ),
+    ] {
+        std::fs::write(&p, text).unwrap();
+        let (code, out, err) = run(&[
+            "check",
+            "--sysroot",
+            &s(&fixture(HEALTHY)),
+            "--policy",
+            &s(&p),
+        ]);
+        assert_eq!(code, 2, "{text}: {out}");
+        assert!(out.is_empty(), "no report when the policy is broken");
+        assert!(err.contains(&s(&p)), "{err}");
+        assert!(err.contains(want), "{text}: want {want} in {err}");
+        let (code, _, verr) = run(&["policy", "validate", &s(&p)]);
+        assert_eq!(code, 2);
+        assert!(verr.contains(want), "{verr}");
+    }
+    let (code, _, err) = run(&[
+        "check",
+        "--sysroot",
+        &s(&fixture(HEALTHY)),
+        "--policy",
+        &s(&t.path().join("absent.toml")),
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("absent.toml") && err.contains("No such file"),
+        "{err}"
+    );
+    // validate accepts what init writes.
+    let good = golden_policy(t.path());
+    let (code, out, _) = run(&["policy", "validate", &s(&good)]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("valid policy: gpu, rdma, pcie, driver, peer_memory, iommu, gdr, kernel"),
+        "{out}"
+    );
+}
+
+#[test]
+fn no_policy_wins_and_the_environment_names_one() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("p.toml");
+    std::fs::write(&p, "[gpu]\ncount = 9\n").unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["check", "--sysroot", &s(&fixture(HEALTHY)), "-f", "oneline"])
+        .env("GDRDOCTOR_POLICY", &p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "FAIL policy.gpu: 8 nvidia gpu(s) on the pci bus, the policy expects 9\n"
+    );
+    let out = std::process::Command::new(bin())
+        .args([
+            "check",
+            "--sysroot",
+            &s(&fixture(HEALTHY)),
+            "--no-policy",
+            "-f",
+            "oneline",
+        ])
+        .env("GDRDOCTOR_POLICY", &p)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn policy_init_refuses_to_overwrite() {
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    let (code, _, err) = run(&[
+        "policy",
+        "init",
+        "--sysroot",
+        &s(&fixture(HEALTHY)),
+        "-o",
+        &s(&p),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--force"), "{err}");
+    let (code, _, _) = run(&[
+        "policy",
+        "init",
+        "--sysroot",
+        &s(&fixture(HEALTHY)),
+        "-o",
+        &s(&p),
+        "--force",
+    ]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn every_fixture_passes_a_policy_written_from_itself() {
+    // Whatever the node, `policy init` writes what it shows: the node passes its own policy
+    // (its other findings aside).
+    let t = tempfile::tempdir().unwrap();
+    for sc in scenarios() {
+        let p = t.path().join(format!("{sc}.toml"));
+        let (code, _, err) = run(&[
+            "policy",
+            "init",
+            "--sysroot",
+            &s(&fixture(&sc)),
+            "-o",
+            &s(&p),
+        ]);
+        assert_eq!(code, 0, "{sc}: {err}");
+        let (_, r, _) = check_json(&fixture(&sc), &["--policy", &s(&p)]);
+        let bad: Vec<_> = r
+            .findings
+            .iter()
+            .filter(|f| {
+                f.id.starts_with("policy.") && !matches!(f.status, Status::Pass | Status::Skip)
+            })
+            .collect();
+        assert!(bad.is_empty(), "{sc}: {bad:#?}");
+    }
+}
