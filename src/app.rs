@@ -653,8 +653,10 @@ fn policy_cmd(c: &PolicyCommand) -> i32 {
             force,
             static_only,
         } => {
-            if let Some(o) = output {
-                if o.exists() && !force {
+            // Only a policy file is not overwritten by accident: a device, a FIFO and `-`
+            // (stdout) take the text.
+            if let Some(o) = output.as_ref().filter(|p| p.as_os_str() != "-") {
+                if o.is_file() && !force {
                     return err(format!(
                         "{} exists; pass --force to overwrite it",
                         o.display()
@@ -676,7 +678,8 @@ fn policy_cmd(c: &PolicyCommand) -> i32 {
             if let Err(e) = crate::policy::parse("the generated policy", &text) {
                 return err(format!("internal error, please report it: {e}"));
             }
-            match output {
+            // `-o -` is stdout.
+            match output.as_ref().filter(|p| p.as_os_str() != "-") {
                 Some(o) => {
                     if let Err(e) = write_output(o, &text) {
                         return err(e);

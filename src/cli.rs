@@ -92,7 +92,8 @@ gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt -
         /// GPU for its routes, a box for its findings) or png
         #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
         format: TopoFormat,
-        /// Write to FILE instead of stdout (png is never written to a terminal)
+        /// Write to FILE instead of stdout (png is never written to a terminal); a device or
+        /// FIFO is written in place, `-` is stdout
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<PathBuf>,
         /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: NCCL's
@@ -349,7 +350,8 @@ pub struct DiagnoseArgs {
     /// issue thread)
     #[arg(long, short = 'f', value_enum, default_value_t = DiagnoseFormat::Table)]
     pub format: DiagnoseFormat,
-    /// Write the report to FILE instead of stdout
+    /// Write the report to FILE instead of stdout: a regular file is replaced atomically, a
+    /// device or FIFO is written in place, `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// When to color the table
@@ -504,7 +506,8 @@ gdrdoctor check --policy policy.toml --sysroot other-node.tar.gz"
         /// Read a snapshot instead of the live node
         #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
         sysroot: Option<PathBuf>,
-        /// Write the policy to FILE instead of stdout
+        /// Write the policy to FILE instead of stdout (a device or FIFO is written in place,
+        /// `-` is stdout)
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<PathBuf>,
         /// Overwrite FILE when it exists
@@ -543,7 +546,8 @@ pub struct FleetArgs {
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = FleetFormat::Table)]
     pub format: FleetFormat,
-    /// Write the roll-up to FILE (atomically) instead of stdout
+    /// Write the roll-up to FILE (atomically) instead of stdout; a device or FIFO is written
+    /// in place, `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Show drift, but do not let it make the exit code 1

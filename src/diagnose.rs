@@ -68,25 +68,29 @@ pub fn render_table(r: &DiagnoseReport, style: &Style) -> String {
     o.push_str(&format!(
         "gdrdoctor {} · diagnose · {} · source evidence\n",
         r.tool.version,
-        r.inputs
-            .iter()
-            .map(|i| i.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        render::sanitize::text(
+            &r.inputs
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     ));
     for b in r
         .blocks
         .iter()
         .filter(|b| b.status != paste::BlockStatus::Ignored)
     {
+        // The paste's cleaner drops escapes and control characters; bidi overrides and the
+        // file name still pass through the one sanitiser.
         o.push_str(&format!(
             "  {} {:<28} {}:{}-{}  {}\n",
             b.id,
             b.kind.as_str(),
-            b.file,
+            render::sanitize::text(&b.file),
             b.lines[0],
             b.lines[1],
-            b.summary
+            render::sanitize::text(&b.summary)
         ));
     }
     o.push('\n');
@@ -150,7 +154,7 @@ pub fn render_table(r: &DiagnoseReport, style: &Style) -> String {
     }
     if !r.gdr.is_empty() {
         o.push('\n');
-        o.push_str(&render::paste_md::gdr_view(r));
+        o.push_str(&render::sanitize::lines(&render::paste_md::gdr_view(r)));
     }
     for l in tail {
         o.push_str(l);

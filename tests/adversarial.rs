@@ -188,6 +188,50 @@ fn output_dash_is_stdout_and_a_directory_is_refused() {
     assert!(err.contains("is a directory"), "{err}");
 }
 
+/// Every command that takes `-o` goes through the one writer: topo (text and png), diagnose,
+/// fleet and policy init leave a device a device and take `-` for stdout.
+#[test]
+fn every_dash_o_writes_a_device_in_place_and_dash_to_stdout() {
+    let t = tempfile::tempdir().unwrap();
+    let dev = null_device(t.path());
+    let root = healthy().display().to_string();
+    let report = t.path().join("r.json");
+    let (_, out, _) = run(&["check", "--sysroot", &root, "--format", "json"]);
+    std::fs::write(&report, out).unwrap();
+    let paste = fixture("../pastes/nccl-1435-topo-pxb-numa.txt");
+    let report_s = report.display().to_string();
+    let paste_s = paste.display().to_string();
+    let cmds: [Vec<&str>; 5] = [
+        vec!["topo", "--sysroot", &root],
+        vec!["topo", "--sysroot", &root, "--format", "svg"],
+        vec!["diagnose", &paste_s],
+        vec!["fleet", &report_s],
+        vec!["policy", "init", "--sysroot", &root],
+    ];
+    for args in &cmds {
+        let mut a = args.clone();
+        let d = dev.display().to_string();
+        a.extend(["-o", d.as_str()]);
+        let (code, out, err) = run(&a);
+        assert!(matches!(code, 0 | 1 | 3), "{a:?}: {code} {err}");
+        assert!(out.is_empty(), "{a:?}: {out}");
+        assert!(
+            std::fs::metadata(&dev)
+                .unwrap()
+                .file_type()
+                .is_char_device(),
+            "{a:?} replaced {}",
+            dev.display()
+        );
+        let mut a = args.clone();
+        a.extend(["-o", "-"]);
+        let (code, out, err) = run(&a);
+        assert!(matches!(code, 0 | 1 | 3), "{a:?}: {code} {err}");
+        assert!(out.len() > 40, "{a:?}: `-o -` is stdout: {out:?} {err}");
+        assert!(!t.path().join("-").exists(), "{a:?} wrote a file named -");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Node strings never reach the terminal raw
 // ---------------------------------------------------------------------------------------------
@@ -259,6 +303,51 @@ fn escape_sequences_from_the_node_are_shown_not_obeyed() {
     // The JSON keeps the data (serde escapes the controls).
     let (_, out, _) = run(&["check", "--sysroot", &root, "--format", "json"]);
     assert!(out.contains("\\u001b[2J"), "{out}");
+}
+
+/// The renderers that landed beside issue 18 take node strings too: `fleet`'s table prints
+/// hostnames, messages and values from reports, `diagnose` prints pasted text and file names.
+#[test]
+fn fleet_and_diagnose_show_node_escapes_as_text() {
+    let raw = |s: &str| s.contains('\u{1b}') || s.contains('\u{9b}') || s.contains('\u{202e}');
+    let t = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(&[
+        "check",
+        "--sysroot",
+        &fixture("hgx-h200x8-cx7x8-port-down").display().to_string(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["host"]["hostname"] = "node\u{1b}[2J\u{1b}]0;owned\u{7}\u{202e}01".into();
+    if let Some(fs) = v["findings"].as_array_mut() {
+        for f in fs.iter_mut().filter(|f| f["status"] == "fail") {
+            f["message"] = format!("{} \u{1b}[2J\u{9b}31m", f["message"].as_str().unwrap()).into();
+        }
+    }
+    let report = t.path().join("r.json");
+    std::fs::write(&report, serde_json::to_string(&v).unwrap()).unwrap();
+    let (code, out, err) = run(&["fleet", &report.display().to_string()]);
+    assert!(matches!(code, 0 | 1), "{code} {err}");
+    assert!(!raw(&out), "fleet printed raw control characters:\n{out}");
+    assert!(out.contains("\\x1b[2J"), "shown as text:\n{out}");
+
+    // A pasted NCCL log with a bidi override, from a file whose name carries an escape.
+    let paste = t.path().join("log\u{1b}[31m.txt");
+    std::fs::write(
+        &paste,
+        "node01:1:1 [0] NCCL INFO NCCL version 2.19.3+cuda12.3\u{202e}\n\
+         node01:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB\u{202e} ; OOB eth0:10.0.0.1<0>\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(&["diagnose", &paste.display().to_string(), "--color", "never"]);
+    assert!(matches!(code, 0 | 1 | 3), "{code} {err}");
+    assert!(
+        !raw(&out),
+        "diagnose printed raw control characters:\n{out}"
+    );
+    assert!(!raw(&err), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -99,7 +99,10 @@ pub fn run(args: &FleetArgs) -> i32 {
         return crate::app::EXIT_USAGE;
     }
     let text = match args.format {
-        FleetFormat::Table => render::table(&r, args.max_names),
+        // Hostnames, messages and values come from the reports: shown, not obeyed.
+        FleetFormat::Table => {
+            crate::render::sanitize::lines(&render::table(&r, args.max_names)).into_owned()
+        }
         FleetFormat::Json => render::json(&r),
         FleetFormat::Prometheus => render::prometheus(&r),
     };

@@ -42,6 +42,22 @@ pub fn text(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A whole rendered text that carries no styling of its own (the fleet table, the GDR view of
+/// `diagnose`): every line through [`text`], the line breaks kept.
+pub fn lines(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c != '\n' && dangerous(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for (i, l) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&text(l));
+    }
+    Cow::Owned(out)
+}
+
 /// Every string of a report through [`text`] (findings, evidence, fixes, host, inventory, GDR
 /// verdicts, probe records): what the table and JUnit renderers print. Borrowed when nothing
 /// needed escaping.
@@ -116,6 +132,11 @@ mod tests {
         assert_eq!(text("\u{9b}31m"), "\\u{009b}31m");
         assert_eq!(text("\u{7}\u{7f}"), "\\x07\\x7f");
         assert_eq!(text("abc\u{202e}def"), "abc\\u{202e}def");
+        assert!(matches!(lines("a\nb\n"), Cow::Borrowed(_)));
+        assert_eq!(
+            lines("a\u{1b}]0;x\u{7}\nb\tc\n"),
+            "a\\x1b]0;x\\x07\nb\\tc\n"
+        );
         for c in (0u32..0x110000).filter_map(char::from_u32) {
             let s = c.to_string();
             assert!(!text(&s).chars().any(dangerous), "U+{:04X}", c as u32);
