@@ -88,14 +88,23 @@ fn run() -> i32 {
 }
 
 fn err(msg: impl std::fmt::Display) -> i32 {
-    eprintln!("gdrdoctor: error: {msg}");
+    // Error text can quote the node (an archive's entry names, a file's content).
+    eprintln!(
+        "gdrdoctor: error: {}",
+        render::sanitize::text(&msg.to_string())
+    );
     EXIT_USAGE
 }
 
 /// Write to stdout; a closed pipe (`| head`) is not an error.
 pub fn emit(text: &str) -> bool {
+    emit_bytes(text.as_bytes())
+}
+
+/// [`emit`] for bytes (a PNG).
+pub fn emit_bytes(bytes: &[u8]) -> bool {
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+    match out.write_all(bytes).and_then(|_| out.flush()) {
         Ok(()) => true,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => true,
         Err(e) => {
@@ -105,13 +114,81 @@ pub fn emit(text: &str) -> bool {
     }
 }
 
-/// Write `text` to `path` atomically (temp file in the same directory, then rename).
+/// The one writer behind every `-o FILE` (check, probe, watch): `-` (and `/dev/stdout`,
+/// `/dev/fd/1`, `/proc/self/fd/1`) is stdout, written through the process's own descriptor so
+/// that `-o /dev/stdout >> log` appends; a path that does not exist or is a regular file is
+/// replaced atomically ([`write_atomic`]); anything else that exists (a device such as
+/// `/dev/null`, a FIFO, a socket, or a symlink) is written in place through `open(2)`, never
+/// replaced: as root, renaming over `/dev/null` would turn the device into a regular file.
+pub fn write_output(path: &Path, text: &str) -> Result<(), String> {
+    write_output_bytes(path, text.as_bytes())
+}
+
+/// [`write_output`] for bytes (a PNG).
+pub fn write_output_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
+    let shown = path.display();
+    let as_str = path.to_str().unwrap_or("");
+    if matches!(
+        as_str,
+        "-" | "/dev/stdout" | "/dev/fd/1" | "/proc/self/fd/1"
+    ) {
+        return if emit_bytes(text) {
+            Ok(())
+        } else {
+            Err("writing to stdout failed".to_string())
+        };
+    }
+    if matches!(as_str, "/dev/stderr" | "/dev/fd/2" | "/proc/self/fd/2") {
+        let mut e = std::io::stderr().lock();
+        return e
+            .write_all(text)
+            .and_then(|_| e.flush())
+            .map_err(|e| format!("{shown}: {e}"));
+    }
+    let md = match std::fs::symlink_metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return write_atomic_bytes(path, text)
+        }
+        Err(e) => return Err(format!("{shown}: {e}")),
+    };
+    let ft = md.file_type();
+    if ft.is_file() {
+        return write_atomic_bytes(path, text);
+    }
+    if ft.is_dir() {
+        return Err(format!("{shown}: is a directory"));
+    }
+    // A device, a FIFO, a socket or a symlink: write through it. Truncate only what is (or
+    // links to) a regular file; a dangling link is not followed into a new file.
+    let target = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    if target.is_dir() {
+        return Err(format!("{shown}: is a directory"));
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(target.is_file())
+        .open(path)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    match f.write_all(text).and_then(|_| f.flush()) {
+        Ok(()) => Ok(()),
+        // A reader that went away (a FIFO's, `| head`) is not an error, as for stdout.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(format!("{shown}: {e}")),
+    }
+}
+
+/// Replace the regular file `path` (or create it) atomically: a new file with an unpredictable
+/// name in the same directory, created exclusively (`O_EXCL|O_NOFOLLOW`: nothing planted under
+/// that name is followed), then renamed over `path`. Use [`write_output`] for `-o`, which also
+/// handles stdout and special files.
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
     write_atomic_bytes(path, text.as_bytes())
 }
 
 /// [`write_atomic`] for bytes (a PNG).
 pub fn write_atomic_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -120,15 +197,42 @@ pub fn write_atomic_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", path.display())
-    })
+    let mut last = String::new();
+    for attempt in 0..16u32 {
+        let tmp = dir.join(format!(
+            ".{name}.tmp.{}.{:016x}",
+            std::process::id(),
+            crate::snapshot::random_u64() ^ u64::from(attempt)
+        ));
+        let mut f = match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                last = format!("{}: {e}", tmp.display());
+                continue;
+            }
+            Err(e) => return Err(format!("{}: {e}", tmp.display())),
+        };
+        if let Err(e) = f.write_all(text).and_then(|_| f.flush()) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!("{}: {e}", tmp.display()));
+        }
+        drop(f);
+        return std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("{}: {e}", path.display())
+        });
+    }
+    Err(last)
 }
 
-/// Render a report, write it to `output` (atomically) or stdout, and return its exit code.
+/// Render a report, write it to `output` ([`write_output`]) or stdout, and return its exit
+/// code.
 pub(crate) fn deliver(
     report: &gdrdoctor_checks::report::Report,
     format: render::Format,
@@ -137,6 +241,8 @@ pub(crate) fn deliver(
     output: Option<&Path>,
     fail_on: FailOn,
 ) -> i32 {
+    // `-o -` is stdout, laid out and coloured as stdout is.
+    let output = output.filter(|p| p.as_os_str() != "-");
     let color = output.is_none() && color_enabled(color);
     colored::control::set_override(color);
     let style = Style {
@@ -153,7 +259,7 @@ pub(crate) fn deliver(
     };
     match output {
         Some(path) => {
-            if let Err(e) = write_atomic(path, &text) {
+            if let Err(e) = write_output(path, &text) {
                 return err(e);
             }
         }
@@ -257,8 +363,9 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
 
 /// Write `out` to `output`, or to stdout; a PNG is not written to a terminal.
 pub(crate) fn deliver_topo(out: &[u8], output: Option<&Path>, binary: bool) -> i32 {
-    match output {
-        Some(p) => match write_atomic_bytes(p, out) {
+    // `-o -` is stdout (and a png is still not written to a terminal).
+    match output.filter(|p| p.as_os_str() != "-") {
+        Some(p) => match write_output_bytes(p, out) {
             Ok(()) => 0,
             Err(e) => err(e),
         },
@@ -329,6 +436,17 @@ fn check(args: &CheckArgs) -> i32 {
                 .map(|u| format!("`{u}`{}", crate::suggest::hint(u, &known)))
                 .collect::<Vec<_>>()
                 .join(", ")
+        ));
+    }
+    if !selection.selects_any() {
+        return err(format!(
+            "--only {} with --skip {} selects no check; `gdrdoctor list` shows them",
+            if args.only.is_empty() {
+                "(all)".to_string()
+            } else {
+                args.only.join(",")
+            },
+            args.skip.join(",")
         ));
     }
     // The policy is read before the node, so that a broken policy file stops the run (exit 2).
@@ -596,8 +714,10 @@ fn policy_cmd(c: &PolicyCommand) -> i32 {
             force,
             static_only,
         } => {
-            if let Some(o) = output {
-                if o.exists() && !force {
+            // Only a policy file is not overwritten by accident: a device, a FIFO and `-`
+            // (stdout) take the text.
+            if let Some(o) = output.as_ref().filter(|p| p.as_os_str() != "-") {
+                if o.is_file() && !force {
                     return err(format!(
                         "{} exists; pass --force to overwrite it",
                         o.display()
@@ -619,9 +739,10 @@ fn policy_cmd(c: &PolicyCommand) -> i32 {
             if let Err(e) = crate::policy::parse("the generated policy", &text) {
                 return err(format!("internal error, please report it: {e}"));
             }
-            match output {
+            // `-o -` is stdout.
+            match output.as_ref().filter(|p| p.as_os_str() != "-") {
                 Some(o) => {
-                    if let Err(e) = write_atomic(o, &text) {
+                    if let Err(e) = write_output(o, &text) {
                         return err(e);
                     }
                     eprintln!(

@@ -105,7 +105,8 @@ gdrdoctor topo --sysroot node.tar.gz\n  gdrdoctor topo --nvidia-smi pasted.txt -
         /// GPU for its routes, a box for its findings) or png
         #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
         format: TopoFormat,
-        /// Write to FILE instead of stdout (png is never written to a terminal)
+        /// Write to FILE instead of stdout (png is never written to a terminal); a device or
+        /// FIFO is written in place, `-` is stdout
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<PathBuf>,
         /// Read a pasted `nvidia-smi topo -m` (a file, or - for stdin) instead of a node: NCCL's
@@ -286,7 +287,9 @@ pub struct ProbeArgs {
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Write the report to FILE instead of stdout
+    /// Write the report to FILE instead of stdout: a regular file is replaced atomically (temp
+    /// file + rename), a device, FIFO or symlink (/dev/null, a named pipe) is written in place,
+    /// `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// When to color the table
@@ -339,7 +342,9 @@ pub struct WatchArgs {
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Write the report to FILE instead of stdout
+    /// Write the report to FILE instead of stdout: a regular file is replaced atomically (temp
+    /// file + rename), a device, FIFO or symlink (/dev/null, a named pipe) is written in place,
+    /// `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// When to color the table
@@ -366,7 +371,8 @@ pub struct DiagnoseArgs {
     /// issue thread)
     #[arg(long, short = 'f', value_enum, default_value_t = DiagnoseFormat::Table)]
     pub format: DiagnoseFormat,
-    /// Write the report to FILE instead of stdout
+    /// Write the report to FILE instead of stdout: a regular file is replaced atomically, a
+    /// device or FIFO is written in place, `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// When to color the table
@@ -455,7 +461,9 @@ pub struct CheckArgs {
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Write the report to FILE (atomically: temp file + rename) instead of stdout
+    /// Write the report to FILE instead of stdout: a regular file is replaced atomically (temp
+    /// file + rename), a device, FIFO or symlink (/dev/null, a named pipe) is written in place,
+    /// `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// When to color the table
@@ -531,7 +539,8 @@ gdrdoctor check --policy policy.toml --sysroot other-node.tar.gz"
         /// Read a snapshot instead of the live node
         #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
         sysroot: Option<PathBuf>,
-        /// Write the policy to FILE instead of stdout
+        /// Write the policy to FILE instead of stdout (a device or FIFO is written in place,
+        /// `-` is stdout)
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<PathBuf>,
         /// Overwrite FILE when it exists
@@ -570,7 +579,8 @@ pub struct FleetArgs {
     /// Output format
     #[arg(long, short = 'f', value_enum, default_value_t = FleetFormat::Table)]
     pub format: FleetFormat,
-    /// Write the roll-up to FILE (atomically) instead of stdout
+    /// Write the roll-up to FILE (atomically) instead of stdout; a device or FIFO is written
+    /// in place, `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Show drift, but do not let it make the exit code 1

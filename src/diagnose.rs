@@ -2,7 +2,7 @@
 //! files, hand the text to the pure reader (`gdrdoctor_checks::paste`), render the report.
 //! All the judgement is in the pure crate; this module does the I/O.
 
-use crate::app::{color_enabled, emit, write_atomic, EXIT_USAGE};
+use crate::app::{color_enabled, emit, write_output, EXIT_USAGE};
 use crate::cli::{DiagnoseArgs, DiagnoseFormat, FailOnArg, TopoFormat};
 use crate::render::{self, Style};
 use gdrdoctor_checks::checks::{Selection, CHECKS};
@@ -68,25 +68,29 @@ pub fn render_table(r: &DiagnoseReport, style: &Style) -> String {
     o.push_str(&format!(
         "gdrdoctor {} · diagnose · {} · source evidence\n",
         r.tool.version,
-        r.inputs
-            .iter()
-            .map(|i| i.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        render::sanitize::text(
+            &r.inputs
+                .iter()
+                .map(|i| i.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     ));
     for b in r
         .blocks
         .iter()
         .filter(|b| b.status != paste::BlockStatus::Ignored)
     {
+        // The paste's cleaner drops escapes and control characters; bidi overrides and the
+        // file name still pass through the one sanitiser.
         o.push_str(&format!(
             "  {} {:<28} {}:{}-{}  {}\n",
             b.id,
             b.kind.as_str(),
-            b.file,
+            render::sanitize::text(&b.file),
             b.lines[0],
             b.lines[1],
-            b.summary
+            render::sanitize::text(&b.summary)
         ));
     }
     o.push('\n');
@@ -150,7 +154,7 @@ pub fn render_table(r: &DiagnoseReport, style: &Style) -> String {
     }
     if !r.gdr.is_empty() {
         o.push('\n');
-        o.push_str(&render::paste_md::gdr_view(r));
+        o.push_str(&render::sanitize::lines(&render::paste_md::gdr_view(r)));
     }
     for l in tail {
         o.push_str(l);
@@ -235,7 +239,7 @@ pub fn run(args: &DiagnoseArgs) -> i32 {
     };
     match &args.output {
         Some(path) => {
-            if let Err(e) = write_atomic(path, &text) {
+            if let Err(e) = write_output(path, &text) {
                 return err(e);
             }
         }

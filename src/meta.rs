@@ -37,15 +37,19 @@ pub fn read(root: &Root) -> Result<Option<Meta>, String> {
 
 pub const LIVE_PATH: &str = "/gdrdoctor/live.json";
 
-/// The live library facts stored in a snapshot (`gdrdoctor/live.json`).
+/// The live library facts stored in a snapshot (`gdrdoctor/live.json`). A file that is there
+/// but does not parse (or cannot be read) is damaged evidence: every fact says so
+/// ([`LiveFacts::damaged`]), and the checks that need them report an `error`, not a `skip`.
+///
+/// [`LiveFacts::damaged`]: gdrdoctor_checks::model::LiveFacts::damaged
 pub fn read_live(root: &Root) -> gdrdoctor_checks::model::LiveFacts {
     use gdrdoctor_checks::model::LiveFacts;
     match root.read(LIVE_PATH) {
         Ok(b) => serde_json::from_slice(&b)
-            .unwrap_or_else(|e| LiveFacts::absent(&format!("{LIVE_PATH}: {e}"))),
+            .unwrap_or_else(|e| LiveFacts::damaged(&format!("{LIVE_PATH}: {e}"))),
         Err(e) if e.is_not_found() => {
             LiveFacts::absent("live-only fact; not in this snapshot (gdrdoctor/live.json)")
         }
-        Err(e) => LiveFacts::absent(&e.to_string()),
+        Err(e) => LiveFacts::damaged(&e.to_string()),
     }
 }

@@ -59,8 +59,11 @@ impl ReadError {
         };
         ReadError::new(path, kind)
     }
+    /// A definite "does not exist". `ENOTDIR` (a path component that is a file) is not: in
+    /// sysfs and procfs it cannot happen, so it means a damaged capture, and an absent fact
+    /// says so instead of turning into "absent on the node".
     pub fn is_not_found(&self) -> bool {
-        matches!(self.kind, ErrorKind::NotFound | ErrorKind::NotADirectory)
+        matches!(self.kind, ErrorKind::NotFound)
     }
     /// The reason alone, for a [`Fact::Absent`](gdrdoctor_checks::model::Fact).
     pub fn reason(&self) -> String {
@@ -840,5 +843,19 @@ mod tests {
         );
         assert!(!root.exists("/sys/nope").unwrap());
         assert!(root.exists("/sys/devices").unwrap());
+    }
+
+    #[test]
+    fn a_file_where_a_directory_belongs_is_not_a_missing_file() {
+        let t = tree();
+        // `/sys/module` as a file: what lies below it is unknown, not absent.
+        std::fs::write(t.path().join("sys/module"), "x").unwrap();
+        let mut root = Root::sysroot(t.path()).unwrap();
+        root.set_complete(true);
+        let e = root.read("/sys/module/nvidia_peermem/version").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotADirectory);
+        assert!(!e.is_not_found(), "{e}");
+        assert!(root.exists("/sys/module/nvidia_peermem").is_err());
+        assert!(root.read("/sys/nope/x").unwrap_err().is_not_found());
     }
 }

@@ -59,12 +59,15 @@ pub fn take_source(
         env: node.env.get().cloned().unwrap_or_default(),
     };
     let tgz = out.extension().is_some_and(|e| e == "gz" || e == "tgz");
-    let dir: PathBuf = if tgz {
-        let tmp = std::env::temp_dir().join(format!("gdrdoctor-snapshot-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        tmp
+    // A `.tar.gz` is staged in a private temporary tree, removed on every way out.
+    let staging = if tgz {
+        Some(TempTree::new("gdrdoctor-snapshot-")?)
     } else {
-        out.to_path_buf()
+        None
+    };
+    let dir: PathBuf = match &staging {
+        Some(t) => t.path().to_path_buf(),
+        None => out.to_path_buf(),
     };
     if !tgz {
         if let Ok(mut rd) = std::fs::read_dir(&dir) {
@@ -132,9 +135,7 @@ pub fn take_source(
     // "not in this capture" rather than "absent on the node".
     if src.origin == crate::source::Origin::Foreign {
         if tgz {
-            let r = write_tgz(&dir, out);
-            let _ = std::fs::remove_dir_all(&dir);
-            r?;
+            write_tgz(&dir, out)?;
         }
         return Ok((node, w));
     }
@@ -152,10 +153,9 @@ pub fn take_source(
             .map_err(|e| SnapshotError(format!("{}: {e}", dest.display())))?;
     }
     if tgz {
-        let r = write_tgz(&dir, out);
-        let _ = std::fs::remove_dir_all(&dir);
-        r?;
+        write_tgz(&dir, out)?;
     }
+    drop(staging);
     Ok((node, w))
 }
 
@@ -192,23 +192,202 @@ fn write_tgz(dir: &Path, out: &Path) -> Result<(), SnapshotError> {
     Ok(())
 }
 
-/// Unpack a `.tar.gz` snapshot into a fresh temporary directory (for `--sysroot x.tar.gz`).
-pub fn unpack(archive: &Path) -> Result<PathBuf, SnapshotError> {
+/// What a `.tar.gz` snapshot may unpack to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of all regular files together.
+    pub bytes: u64,
+    /// Entries: files, directories and symlinks.
+    pub entries: usize,
+    /// Bytes of one regular file.
+    pub file: u64,
+}
+
+impl Limits {
+    /// A node's snapshot is a few MiB in a few thousand entries (the 8-GPU fixtures: about
+    /// 1,200 entries, 2 MiB); a compressed bomb of 1 MB would otherwise unpack to 1 GiB. No file
+    /// a snapshot holds is larger than the reader reads ([`crate::reader::MAX_FILE`]).
+    pub const SNAPSHOT: Limits = Limits {
+        bytes: 256 << 20,
+        entries: 200_000,
+        file: crate::reader::MAX_FILE,
+    };
+}
+
+/// 64 unpredictable bits: `/dev/urandom`, else the clock and the pid mixed (names of temporary
+/// files and directories; never a secret).
+pub fn random_u64() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
+        return u64::from_ne_bytes(b);
+    }
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    // splitmix64 of the clock and the pid.
+    let mut z = t ^ (u64::from(std::process::id()) << 32) ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A private temporary directory with `mkdtemp(3)` semantics: an unpredictable name under the
+/// temporary directory, created exclusively (nothing planted under that name is reused or
+/// followed), mode 0700. It is removed when dropped, on every error path that drops it, and on
+/// SIGINT, SIGTERM and SIGHUP (the probe runner's termination handlers, see
+/// [`crate::probe::runner::remove_on_termination`]).
+#[derive(Debug)]
+pub struct TempTree {
+    path: PathBuf,
+    slot: Option<usize>,
+}
+
+impl TempTree {
+    pub fn new(prefix: &str) -> Result<TempTree, SnapshotError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let mut last = String::new();
+        for _ in 0..64 {
+            let path = base.join(format!("{prefix}{:016x}", random_u64()));
+            // Registered before it exists: a signal between mkdir and here would leak it.
+            let slot = crate::probe::runner::remove_on_termination(&path);
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(TempTree { path, slot }),
+                Err(e) => {
+                    if let Some(s) = slot {
+                        crate::probe::runner::forget_on_termination(s);
+                    }
+                    last = format!("{}: {e}", path.display());
+                    if e.kind() != std::io::ErrorKind::AlreadyExists {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(SnapshotError(format!(
+            "cannot create a private temporary directory: {last}"
+        )))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempTree {
+    fn drop(&mut self) {
+        remove_tree(&self.path);
+        if let Some(s) = self.slot {
+            crate::probe::runner::forget_on_termination(s);
+        }
+    }
+}
+
+/// Remove a tree we created, directories made searchable first (an archive may carry
+/// directories of mode 000). Symlinks are removed, never followed.
+fn remove_tree(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    fn open_up(p: &Path, depth: usize) {
+        if depth > 64 {
+            return;
+        }
+        let Ok(md) = std::fs::symlink_metadata(p) else {
+            return;
+        };
+        if !md.is_dir() {
+            return;
+        }
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+        if let Ok(rd) = std::fs::read_dir(p) {
+            for e in rd.flatten() {
+                open_up(&e.path(), depth + 1);
+            }
+        }
+    }
+    open_up(dir, 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A `.tar.gz` snapshot unpacked into a [`TempTree`] (for `--sysroot x.tar.gz`), within
+/// [`Limits::SNAPSHOT`]: regular files, directories and symlinks only (no hard links, devices,
+/// FIFOs or sparse files), every path inside the tree. Any refusal or read error removes what
+/// was unpacked.
+pub fn unpack(archive: &Path) -> Result<TempTree, SnapshotError> {
     let f = std::fs::File::open(archive)
         .map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
-    let dir = std::env::temp_dir().join(format!(
-        "gdrdoctor-sysroot-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    ));
-    std::fs::create_dir_all(&dir).map_err(|e| SnapshotError(format!("{}: {e}", dir.display())))?;
-    let mut a = tar::Archive::new(flate2::read::GzDecoder::new(f));
-    a.set_preserve_permissions(false);
-    // `unpack` refuses entries that would land outside `dir` (`..`, absolute paths).
-    a.unpack(&dir)
+    let tree = TempTree::new("gdrdoctor-sysroot-")?;
+    unpack_into(f, tree.path(), &Limits::SNAPSHOT)
         .map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
-    Ok(dir)
+    Ok(tree)
+}
+
+/// Unpack the gzip-compressed tar from `input` into the existing directory `dir`, within
+/// `limits` (see [`unpack`]).
+pub fn unpack_into(input: impl std::io::Read, dir: &Path, limits: &Limits) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    use tar::EntryType;
+    let mut a = tar::Archive::new(flate2::read::GzDecoder::new(input));
+    a.set_preserve_permissions(false);
+    a.set_preserve_mtime(false);
+    a.set_unpack_xattrs(false);
+    let mut bytes = 0u64;
+    let mut count = 0usize;
+    let entries = a.entries().map_err(|e| e.to_string())?;
+    for entry in entries {
+        let mut entry = entry.map_err(|e| e.to_string())?;
+        count += 1;
+        if count > limits.entries {
+            return Err(format!(
+                "more than {} entries: not a gdrdoctor snapshot (refused)",
+                limits.entries
+            ));
+        }
+        let kind = entry.header().entry_type();
+        let shown = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        match kind {
+            EntryType::Regular | EntryType::Continuous => {
+                let size = entry.header().size().map_err(|e| format!("{shown}: {e}"))?;
+                if size > limits.file {
+                    return Err(format!(
+                        "{shown}: {size} bytes, more than any file a snapshot holds ({} bytes)",
+                        limits.file
+                    ));
+                }
+                bytes = bytes.saturating_add(size);
+                if bytes > limits.bytes {
+                    return Err(format!(
+                        "more than {} bytes unpacked: not a gdrdoctor snapshot (refused)",
+                        limits.bytes
+                    ));
+                }
+            }
+            EntryType::Directory | EntryType::Symlink => {}
+            // pax and GNU long-name headers are consumed by the reader; anything else
+            // (hard links, devices, FIFOs, sparse files) has no place in a snapshot.
+            other => {
+                return Err(format!(
+                "{shown}: {other:?} entry: a snapshot holds only files, directories and symlinks"
+            ))
+            }
+        }
+        // `unpack_in` refuses entries that would land outside `dir` (`..`, absolute paths,
+        // through a symlink unpacked earlier).
+        let inside = entry.unpack_in(dir).map_err(|e| format!("{shown}: {e}"))?;
+        if !inside {
+            return Err(format!("{shown}: outside the snapshot (refused)"));
+        }
+        if kind == EntryType::Directory {
+            // Searchable whatever mode the archive gave it; never through a symlink.
+            let p = dir.join(entry.path().map_err(|e| format!("{shown}: {e}"))?);
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700));
+            }
+        }
+    }
+    Ok(())
 }

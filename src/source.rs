@@ -16,7 +16,7 @@
 use crate::meta::{self, Meta};
 use crate::reader::Root;
 use crate::snapshot;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What kind of root the facts are read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,13 +88,14 @@ impl<'a> Location<'a> {
 /// mount of `/` brings them along; a mount of `/etc` alone does not).
 pub const HOST_ROOT_NEEDS: &[&str] = &["proc", "sys"];
 
-/// An opened root with its origin and metadata. A `.tar.gz` is unpacked to a temporary
-/// directory that goes when the source drops.
+/// An opened root with its origin and metadata. A `.tar.gz` is unpacked to a private temporary
+/// directory that goes when the source drops (or a termination signal ends the process).
 pub struct Source {
     pub root: Root,
     pub origin: Origin,
     pub meta: Option<Meta>,
-    unpacked: Option<PathBuf>,
+    /// The private tree a `.tar.gz` was unpacked into; removed when the source drops.
+    unpacked: Option<snapshot::TempTree>,
 }
 
 impl std::fmt::Debug for Source {
@@ -103,14 +104,6 @@ impl std::fmt::Debug for Source {
             .field("root", &self.root.base())
             .field("origin", &self.origin)
             .finish()
-    }
-}
-
-impl Drop for Source {
-    fn drop(&mut self) {
-        if let Some(d) = &self.unpacked {
-            let _ = std::fs::remove_dir_all(d);
-        }
     }
 }
 
@@ -133,16 +126,12 @@ impl Source {
             Location::Sysroot(p) => p,
         };
         if p.is_file() {
-            let dir = snapshot::unpack(p).map_err(|e| e.to_string())?;
-            let root = match Root::sysroot(&dir) {
-                Ok(r) => r,
-                Err(e) => {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(format!("--sysroot {}: {e}", p.display()));
-                }
-            };
+            // Every early return below drops `tree`, which removes what was unpacked.
+            let tree = snapshot::unpack(p).map_err(|e| format!("--sysroot {e}"))?;
+            let root = Root::sysroot(tree.path())
+                .map_err(|e| format!("--sysroot {}: {e}", p.display()))?;
             let mut s = Source::from_root(root)?;
-            s.unpacked = Some(dir);
+            s.unpacked = Some(tree);
             return Ok(s);
         }
         let root = Root::sysroot(p).map_err(|e| format!("--sysroot: {e}"))?;

@@ -946,8 +946,10 @@ fn junit_follows_the_xunit_xsd_for_every_fixture_and_probe_report() {
         .descendants()
         .find_map(|n| n.attribute("message").filter(|m| m.contains("<b>")))
         .unwrap();
+    // The control character is shown escaped by the terminal sanitiser (render::sanitize,
+    // issue 18) before XML sees it; U+FFFE, which XML cannot hold, is dropped.
     assert_eq!(
-        msg, "a <b> & \"c\"   é",
+        msg, "a <b> & \"c\" \\x01  é",
         "escaped, and characters XML cannot hold dropped"
     );
 }

@@ -35,6 +35,31 @@ fn golden_reports() {
     assert!(failures.is_empty(), "reports differ from fixtures/golden for {failures:?}; rerun with GDRDOCTOR_UPDATE_GOLDEN=1 and review");
 }
 
+/// Issue 18's invariant on every fixture: a `pass` carries at least one evidence item with a
+/// source and an observed value, and carries it itself (no check leans on the registry turning
+/// an evidence-less pass into an error).
+#[test]
+fn every_pass_carries_its_evidence() {
+    for s in scenarios() {
+        let r = report_for(&fixture(&s));
+        for f in &r.findings {
+            assert!(
+                f.status != Status::Pass || f.has_evidence(),
+                "{s}: {} {} passes without evidence",
+                f.id,
+                f.subject
+            );
+            assert!(
+                !f.message.contains("passed without evidence"),
+                "{s}: {} {}: {}",
+                f.id,
+                f.subject,
+                f.message
+            );
+        }
+    }
+}
+
 #[test]
 fn healthy_node_is_all_pass() {
     let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));

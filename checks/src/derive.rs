@@ -77,6 +77,11 @@ pub fn is_arm(node: &Node) -> bool {
     ) || node.cpu_vendor.get() == Some(&crate::model::CpuVendor::Arm)
 }
 
+/// The evidence line [`iommu_mode`] adds when the kernel command line asks for a translating
+/// IOMMU (`intel_iommu=on`, `iommu.passthrough=0`) while `/sys/class/iommu` holds no unit.
+pub const CONTRADICTION: &str =
+    "contradicting evidence: the command line asks for a translating iommu, but no iommu unit is registered";
+
 /// Resolve the IOMMU into off / passthrough / translated / unknown, with the evidence.
 ///
 /// Order: registered IOMMU units (`/sys/class/iommu`), then the default-domain type of the groups
@@ -122,6 +127,12 @@ pub fn iommu_mode(node: &Node) -> (IommuMode, Vec<String>) {
     };
     if classes.is_empty() {
         ev.push("/sys/class/iommu: empty (no IOMMU unit registered)".into());
+        if cmd == CmdlineIommu::Translated {
+            // The command line asks for translation and no unit registered: the evidence
+            // contradicts itself (VT-d off in the BIOS, or a damaged capture). Not "off".
+            ev.push(CONTRADICTION.into());
+            return (IommuMode::Unknown, ev);
+        }
         if let Some(Some(line)) = node.iommu.default_domain.get() {
             ev.push(format!(
                 "kernel log: {line} (no unit is attached, so no translation)"

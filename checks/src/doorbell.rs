@@ -132,14 +132,18 @@ pub fn check(u: &Uar, claimed: Option<u64>) -> Vec<Issue> {
                 u.bar0, end
             ),
         });
-    } else if phys < u.bar0 + INIT_SEGMENT_END {
+    } else if phys < u.bar0.saturating_add(INIT_SEGMENT_END) {
         out.push(Issue { kind: "init-segment", message: format!("doorbell 0x{phys:x} falls in the initialization segment (BAR0 + 0x0-0x{INIT_SEGMENT_END:x})") });
     }
     let off = u.offset_in_uar();
     let ok_off = match u.kind {
-        UarKind::BlueFlame { bf_reg_size } => (0..4).any(|k| {
-            off == BF_OFFSET + k * bf_reg_size
-                || off == BF_OFFSET + k * bf_reg_size + bf_reg_size / 2
+        // Checked: bf_reg_size comes from the device (or a saved record) and may be anything.
+        UarKind::BlueFlame { bf_reg_size } => (0..4u64).any(|k| {
+            let reg = k
+                .checked_mul(bf_reg_size)
+                .and_then(|x| x.checked_add(BF_OFFSET));
+            let half = reg.and_then(|r| r.checked_add(bf_reg_size / 2));
+            reg == Some(off) || half == Some(off)
         }),
         UarKind::NonCached => NC_OFFSETS.contains(&off),
         UarKind::DbrLess => off == DBR_LESS_OFFSET,
@@ -301,6 +305,73 @@ pub fn emulated_layouts() -> Vec<(&'static str, Uar, bool)> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn extreme_values_do_not_overflow() {
+        // A BAR0 at the top of the address space and a BlueFlame register size from garbage:
+        // debug builds used to panic with "attempt to add with overflow".
+        let u = Uar {
+            sys_page: 4096,
+            uar_4k: None,
+            bar0: u64::MAX - 0x10,
+            bar0_size: 0x1000,
+            page_id: 0,
+            reg_offset: 0x4,
+            kind: UarKind::BlueFlame {
+                bf_reg_size: u64::MAX,
+            },
+            mmap_off: u64::MAX,
+        };
+        let issues = check(&u, Some(0));
+        assert!(
+            issues.iter().any(|i| i.kind == "init-segment"),
+            "{issues:?}"
+        );
+        assert!(issues.iter().any(|i| i.kind == "offset"), "{issues:?}");
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn any_kind() -> impl Strategy<Value = UarKind> {
+            prop_oneof![
+                any::<u64>().prop_map(|bf_reg_size| UarKind::BlueFlame { bf_reg_size }),
+                Just(UarKind::NonCached),
+                Just(UarKind::DbrLess),
+            ]
+        }
+
+        fn edge() -> impl Strategy<Value = u64> {
+            prop_oneof![
+                any::<u64>(),
+                Just(0u64),
+                Just(u64::MAX),
+                Just(u64::MAX - 0xfff),
+                Just(4096u64),
+                Just(65536u64),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn check_never_panics(
+                sys_page in edge(), uar_4k in any::<Option<bool>>(), bar0 in edge(),
+                bar0_size in edge(), page_id in edge(), reg_offset in edge(),
+                kind in any_kind(), mmap_off in edge(), claimed in any::<Option<u64>>(),
+            ) {
+                let u = Uar { sys_page, uar_4k, bar0, bar0_size, page_id, reg_offset, kind, mmap_off };
+                let _ = u.unit();
+                let _ = u.doorbell_phys();
+                let _ = trap_addresses(&u);
+                let issues = check(&u, claimed);
+                // The correct address never gets a "wrong address" verdict against itself.
+                let own = check(&u, Some(u.doorbell_phys()));
+                prop_assert!(own.iter().all(|i| i.kind != "wrong-address"), "{own:?}");
+                prop_assert!(issues.len() <= 6);
+            }
+        }
+    }
 
     fn uar(sys_page: u64, page_id: u64, reg_offset: u64) -> Uar {
         // mmap cookie of a dynamic UAR: ((MLX5_IB_MMAP_ALLOC_WC << 8) | idx) * page_size.

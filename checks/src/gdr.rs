@@ -338,34 +338,45 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
     } else {
         Vec::new()
     };
+    // Indexed once: the loops below are per GPU pair (a 512-GPU node has 262,144).
+    let nvml_set: std::collections::HashSet<&str> = nvml_gpus.iter().copied().collect();
+    let links: std::collections::HashMap<(&str, &str), usize> = pairs
+        .iter()
+        .flat_map(|p| {
+            let n = p.nvlinks();
+            [
+                ((p.a.as_str(), p.b.as_str()), n),
+                ((p.b.as_str(), p.a.as_str()), n),
+            ]
+        })
+        .collect();
     for (a, ga) in cx.gpus.iter().enumerate() {
         for (b, gb) in cx.gpus.iter().enumerate() {
             if a == b {
                 continue;
             }
-            nvlink[a][b] = if nvml_gpus.contains(&ga.bdf.as_str())
-                && nvml_gpus.contains(&gb.bdf.as_str())
-            {
-                let n = pairs
-                    .iter()
-                    .find(|p| (p.a == ga.bdf && p.b == gb.bdf) || (p.a == gb.bdf && p.b == ga.bdf))
-                    .map(|p| p.nvlinks())
-                    .unwrap_or(0);
-                Some(n > 0)
-            } else if switches > 0 {
-                Some(true)
-            } else {
-                None
-            };
+            nvlink[a][b] =
+                if nvml_set.contains(ga.bdf.as_str()) && nvml_set.contains(gb.bdf.as_str()) {
+                    let n = links
+                        .get(&(ga.bdf.as_str(), gb.bdf.as_str()))
+                        .copied()
+                        .unwrap_or(0);
+                    Some(n > 0)
+                } else if switches > 0 {
+                    Some(true)
+                } else {
+                    None
+                };
         }
     }
     let support = cx
         .gpus
         .iter()
         .map(|g| {
+            let dev = cuda_dev(&g.bdf);
             cx.nics
                 .iter()
-                .map(|(nic, _)| support(node, cx, &g.bdf, nic))
+                .map(|(nic, _)| support(node, cx, dev, nic))
                 .collect()
         })
         .collect();
@@ -383,17 +394,18 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
     }
 }
 
-/// Whether NCCL can register this GPU's memory with this NIC, from the node's facts.
-fn support(node: &Node, cx: &Context<'_>, gpu: &str, nic: &RdmaDevice) -> Support {
+/// Whether NCCL can register this GPU's memory (`cuda_dev`: what CUDA says about the GPU) with
+/// this NIC, from the node's facts.
+fn support(
+    node: &Node,
+    cx: &Context<'_>,
+    cuda_dev: Option<&crate::model::CudaDevice>,
+    nic: &RdmaDevice,
+) -> Support {
     let mut s = Support {
         peermem: cx.peermem.available,
         ..Default::default()
     };
-    let cuda_dev = node
-        .live
-        .cuda
-        .get()
-        .and_then(|c| c.devices.iter().find(|d| d.bdf == gpu));
     let probe = node
         .live
         .verbs

@@ -133,6 +133,16 @@ fn nccl_not_recorded() -> Fact<crate::nccl::NcclFacts> {
 /// asked earlier in the same boot, same driver, same GPUs) rather than from CUDA in this run.
 pub const CUDA_CACHE_SOURCE_PREFIX: &str = "cache ";
 
+/// How the reason of an absent live fact starts when its record exists but cannot be used (a
+/// corrupt or unreadable `gdrdoctor/live.json`). Unlike "not in this snapshot" (a `skip`),
+/// damaged evidence is an `error`.
+pub const DAMAGED: &str = "damaged: ";
+
+/// Whether an absence reason says the evidence was there but damaged (see [`DAMAGED`]).
+pub fn is_damaged(reason: &str) -> bool {
+    reason.starts_with(DAMAGED)
+}
+
 impl LiveFacts {
     /// The evidence source of a CUDA answer of `call`: the call, and the cache when the answer
     /// came from it.
@@ -143,6 +153,12 @@ impl LiveFacts {
         } else {
             call.to_string()
         }
+    }
+
+    /// Every live fact absent because its record is damaged (`reason` names the file and what
+    /// is wrong with it).
+    pub fn damaged(reason: &str) -> Self {
+        LiveFacts::absent(&format!("{DAMAGED}{reason}"))
     }
 
     pub fn absent(reason: &str) -> Self {

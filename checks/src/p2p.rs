@@ -74,10 +74,38 @@ pub fn switch_links(g: &NvmlGpu) -> usize {
 
 /// Every GPU pair of the node, in PCI order.
 pub fn pairs(node: &Node) -> Vec<GpuPair> {
+    use std::collections::HashMap;
     let cx = Context::new(node);
     let nvml = node.live.nvml.get();
     let cuda = node.live.cuda.get();
-    let gpu_nvml = |bdf: &str| nvml.and_then(|n| n.gpus.iter().find(|g| g.bdf == bdf));
+    // Indexed once: the loop below is per GPU pair (262,144 on a 512-GPU node).
+    let nvml_gpus: HashMap<&str, &crate::model::NvmlGpu> = nvml
+        .map(|n| n.gpus.iter().rev().map(|g| (g.bdf.as_str(), g)).collect())
+        .unwrap_or_default();
+    let nvml_pairs: HashMap<(&str, &str), &crate::model::NvmlPair> = nvml
+        .map(|n| {
+            n.pairs
+                .iter()
+                .rev()
+                .flat_map(|p| {
+                    [
+                        ((p.a.as_str(), p.b.as_str()), p),
+                        ((p.b.as_str(), p.a.as_str()), p),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let cuda_peers: HashMap<(&str, &str), &crate::model::CudaPeer> = cuda
+        .map(|c| {
+            c.peers
+                .iter()
+                .rev()
+                .map(|p| ((p.a_bdf.as_str(), p.b_bdf.as_str()), p))
+                .collect()
+        })
+        .unwrap_or_default();
+    let gpu_nvml = |bdf: &str| nvml_gpus.get(bdf).copied();
     let mut out = Vec::new();
     for (i, ga) in cx.gpus.iter().enumerate() {
         for gb in cx.gpus.iter().skip(i + 1) {
@@ -99,14 +127,8 @@ pub fn pairs(node: &Node) -> Vec<GpuPair> {
                 (Some(x), Some(y)) => switch_links(x).min(switch_links(y)),
                 _ => 0,
             };
-            let np = nvml.and_then(|n| {
-                n.pairs
-                    .iter()
-                    .find(|p| (&p.a == a && &p.b == b) || (&p.a == b && &p.b == a))
-            });
-            let peer = |x: &str, y: &str| {
-                cuda.and_then(|c| c.peers.iter().find(|p| p.a_bdf == x && p.b_bdf == y))
-            };
+            let np = nvml_pairs.get(&(a.as_str(), b.as_str())).copied();
+            let peer = |x: &str, y: &str| cuda_peers.get(&(x, y)).copied();
             out.push(GpuPair {
                 a: a.clone(),
                 b: b.clone(),

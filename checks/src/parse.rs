@@ -63,7 +63,13 @@ pub fn pcie_gen(gts: f64) -> Option<u8> {
         .map(|(_, n)| *n)
 }
 
-/// sysfs `resource`: one `0x<start> 0x<end> 0x<flags>` line per resource.
+/// The fewest lines a sysfs `resource` file has: the six BARs and the expansion ROM
+/// (`resource_show()` in drivers/pci/pci-sysfs.c prints every resource up to
+/// `PCI_BRIDGE_RESOURCES`, more for bridges and SR-IOV).
+pub const RESOURCE_MIN_LINES: usize = 7;
+
+/// sysfs `resource`: one `0x<start> 0x<end> 0x<flags>` line per resource. Fewer than
+/// [`RESOURCE_MIN_LINES`] lines is a cut-short file, an error.
 pub fn resource_file(text: &str) -> Result<Vec<Resource>, String> {
     let mut out = Vec::new();
     for (index, line) in text.lines().enumerate() {
@@ -86,6 +92,12 @@ pub fn resource_file(text: &str) -> Result<Vec<Resource>, String> {
             end,
             flags,
         });
+    }
+    if out.len() < RESOURCE_MIN_LINES {
+        return Err(format!(
+            "{} resource lines, a sysfs resource file has at least {RESOURCE_MIN_LINES}: cut short",
+            out.len()
+        ));
     }
     Ok(out)
 }
@@ -299,14 +311,18 @@ mod tests {
 
     #[test]
     fn resource_lines() {
-        let t = "0x0000104002000000 0x0000104002ffffff 0x0000000000040200\n0x0000000000000000 0x0000000000000000 0x0000000000000000\n0x0000100000000000 0x0000103fffffffff 0x000000000014220c\n";
-        let r = resource_file(t).unwrap();
-        assert_eq!(r.len(), 3);
+        let head = "0x0000104002000000 0x0000104002ffffff 0x0000000000040200\n0x0000000000000000 0x0000000000000000 0x0000000000000000\n0x0000100000000000 0x0000103fffffffff 0x000000000014220c\n";
+        let t = format!("{head}{}", "0x0 0x0 0x0\n".repeat(4));
+        let r = resource_file(&t).unwrap();
+        assert_eq!(r.len(), 7);
         assert_eq!(r[0].size(), 16 << 20);
         assert!(!r[1].is_set());
         assert_eq!(r[2].size(), 256 << 30);
         assert!(r[2].prefetchable() && r[2].mem64());
         assert!(resource_file("0x1 0x2").is_err());
+        // Empty or cut short: never "no bars".
+        assert!(resource_file("").is_err());
+        assert!(resource_file(head).is_err());
     }
 
     #[test]
@@ -398,7 +414,7 @@ mod tests {
             }
 
             #[test]
-            fn resource_roundtrip(v in proptest::collection::vec((any::<u64>(), any::<u64>(), any::<u64>()), 0..20)) {
+            fn resource_roundtrip(v in proptest::collection::vec((any::<u64>(), any::<u64>(), any::<u64>()), 7..20)) {
                 let text: String = v.iter().map(|(a, b, c)| format!("0x{a:016x} 0x{b:016x} 0x{c:016x}\n")).collect();
                 let parsed = resource_file(&text).unwrap();
                 prop_assert_eq!(parsed.len(), v.len());

@@ -114,6 +114,13 @@ impl Finding {
         self.remediation = Some(remediation.into());
         self
     }
+    /// At least one evidence item names where it read (`source`) and what it saw (`observed`):
+    /// what every `pass` must carry (a pass on nothing is no pass).
+    pub fn has_evidence(&self) -> bool {
+        self.evidence
+            .iter()
+            .any(|e| !e.source.trim().is_empty() && !e.observed.trim().is_empty())
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

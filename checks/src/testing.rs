@@ -170,7 +170,9 @@ pub fn switch_pair() -> Node {
         }
     }
     n.nvidia.version_file = known(Some("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Oct 30 01:08:29 UTC 2025".into()));
-    n.nvidia.params = known(BTreeMap::new());
+    n.nvidia.params = known(crate::parse::colon_map(
+        "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nGrdmaPciTopoCheckOverride: 0\nRegistryDwords: \"\"\n",
+    ));
     n.nvidia.gpus = known(
         [("0000:18:00.0".to_string(), BTreeMap::new())]
             .into_iter()

@@ -125,6 +125,39 @@ proptest! {
             prop_assert!(c.offset >= 0x100 && c.offset < 0x1000 && c.offset % 4 == 0, "{:?}", c);
             prop_assert!(seen.insert(c.offset), "duplicate ext offset {:#x}", c.offset);
         }
+        // Issue 18: a chain that did not end with a zero pointer is a recorded break, so no
+        // check can read "capability absent" into it; and a break is always explained.
+        let broken_note = cs.notes.iter().any(|n| {
+            n.contains("looped") || n.contains("broken") || n.contains("points into")
+                || n.contains("below 0x100") || n.contains("chain cut") || n.contains("all-ones")
+        });
+        prop_assert_eq!(broken_note, !cs.chain_breaks.is_empty(), "{:?} / {:?}", cs.notes, cs.chain_breaks);
+        for b in &cs.chain_breaks {
+            prop_assert!(b.offset < 0x1000, "{:?}", b);
+            prop_assert_eq!(b.extended, b.offset >= 0x100, "{:?}", b);
+        }
+    }
+
+    #[test]
+    fn a_clean_chain_has_no_break(n_std in 1usize..12, n_ext in 1usize..40) {
+        // PCIe at 0x40, then n_std capabilities 8 bytes apart; n_ext extended ones 8 apart.
+        let mut b = base_space();
+        let mut prev = 0x40usize;
+        for i in 0..n_std {
+            let off = 0x48 + 8 * i;
+            b[prev + 1] = off as u8;
+            b[off] = 0x09;
+            prev = off;
+        }
+        for i in 0..n_ext {
+            let off = 0x100 + 8 * i;
+            let next = if i + 1 == n_ext { 0 } else { off + 8 };
+            put32(&mut b, off, 0x000b | (1 << 16) | ((next as u32) << 20));
+        }
+        let cs = decode(&b);
+        prop_assert!(cs.chain_breaks.is_empty(), "{:?}", cs.chain_breaks);
+        prop_assert_eq!(cs.capabilities.len(), n_std + 1);
+        prop_assert_eq!(cs.ext_capabilities.len(), n_ext);
     }
 
     #[test]
@@ -143,6 +176,11 @@ proptest! {
         prop_assert_eq!(cs.ext_capabilities.len(), n_ext);
         prop_assert!(cs.notes.iter().any(|n| n.starts_with("capability chain looped")), "{:?}", cs.notes);
         prop_assert!(cs.notes.iter().any(|n| n.starts_with("extended capability chain looped")), "{:?}", cs.notes);
+        // Both recorded as breaks, each naming the pointer that loops.
+        let std_break = cs.chain_breaks.iter().find(|x| !x.extended);
+        prop_assert!(std_break.is_some_and(|x| usize::from(x.offset) == off + 1 && x.reason.contains("itself")), "{:?}", cs.chain_breaks);
+        let ext_break = cs.chain_breaks.iter().find(|x| x.extended);
+        prop_assert!(ext_break.is_some_and(|x| usize::from(x.offset) == ext_off), "{:?}", cs.chain_breaks);
     }
 
     #[test]

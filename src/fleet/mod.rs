@@ -99,7 +99,10 @@ pub fn run(args: &FleetArgs) -> i32 {
         return crate::app::EXIT_USAGE;
     }
     let text = match args.format {
-        FleetFormat::Table => render::table(&r, args.max_names),
+        // Hostnames, messages and values come from the reports: shown, not obeyed.
+        FleetFormat::Table => {
+            crate::render::sanitize::lines(&render::table(&r, args.max_names)).into_owned()
+        }
         FleetFormat::Json => render::json(&r),
         FleetFormat::Prometheus => render::prometheus(&r),
     };
@@ -112,7 +115,7 @@ pub fn run(args: &FleetArgs) -> i32 {
     }
     match &args.output {
         Some(p) => {
-            if let Err(e) = crate::app::write_atomic(p, &text) {
+            if let Err(e) = crate::app::write_output(p, &text) {
                 eprintln!("gdrdoctor: error: {e}");
                 return crate::app::EXIT_USAGE;
             }

@@ -13,7 +13,7 @@
 use super::NOT_CAPTURED;
 use crate::reader::Root;
 use gdrdoctor_checks::klog::{self, Keeper};
-use gdrdoctor_checks::model::{Fact, KernelLog, LogScope};
+use gdrdoctor_checks::model::{Fact, KernelLog, LogScope, DAMAGED};
 use std::io::{Read, Seek, SeekFrom};
 use std::time::{Duration, Instant};
 
@@ -209,7 +209,10 @@ fn tail_file(path: &str) -> Result<String, String> {
 fn sysroot(root: &Root) -> Fact<KernelLog> {
     match root.read_text(SNAPSHOT_PATH) {
         Ok(t) => return parse_snapshot(&t),
-        Err(e) if !e.is_not_found() => return Fact::absent(SNAPSHOT_PATH, e.reason()),
+        // There but unreadable: damaged evidence (an error), not "not in this snapshot".
+        Err(e) if !e.is_not_found() => {
+            return Fact::absent(SNAPSHOT_PATH, format!("{DAMAGED}{}", e.reason()))
+        }
         Err(_) => {}
     }
     let mut tried = Vec::new();
@@ -286,7 +289,7 @@ pub fn parse_snapshot(text: &str) -> Fact<KernelLog> {
     let Some(scope) = scope else {
         return Fact::absent(
             SNAPSHOT_PATH,
-            "no `# scope:` header: not a gdrdoctor kernel log",
+            format!("{DAMAGED}no `# scope:` header: not a gdrdoctor kernel log"),
         );
     };
     Fact::known(

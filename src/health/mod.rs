@@ -50,16 +50,20 @@ pub fn collect_with(
     side: RdmaSide,
     kernel_log: Fact<gdrdoctor_checks::model::KernelLog>,
 ) -> Health {
+    let (baseline, baseline_note) = if root.is_live() {
+        (None, None)
+    } else {
+        match state::snapshot_baseline_checked(root) {
+            Ok(b) => (b, None),
+            Err(why) => (None, Some(why)),
+        }
+    };
     Health {
         roce: side.roce,
         aer: counters::collect_aer(root, pci, rdma),
         port_counters: side.port_counters,
-        baseline: if root.is_live() {
-            None
-        } else {
-            state::snapshot_baseline(root)
-        },
-        baseline_note: None,
+        baseline,
+        baseline_note,
         kernel_log,
     }
 }

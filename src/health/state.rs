@@ -226,8 +226,22 @@ pub fn save(
 
 /// A snapshot's baseline (`gdrdoctor/counters-baseline.json`), if it has one.
 pub fn snapshot_baseline(root: &Root) -> Option<CounterBaseline> {
-    let b = root.read(SNAPSHOT_BASELINE).ok()?;
-    serde_json::from_slice(&b).ok()
+    snapshot_baseline_checked(root).ok().flatten()
+}
+
+/// A snapshot's baseline: `Ok(None)` when it has none (taken without a valid state file),
+/// `Err` when the file is there but cannot be read or parsed (damaged evidence: the counters
+/// checks then refuse to pass on one reading, see `gdrdoctor_checks::model::DAMAGED`).
+pub fn snapshot_baseline_checked(root: &Root) -> Result<Option<CounterBaseline>, String> {
+    use gdrdoctor_checks::model::DAMAGED;
+    let b = match root.read(SNAPSHOT_BASELINE) {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(format!("{DAMAGED}{e}")),
+    };
+    serde_json::from_slice(&b)
+        .map(Some)
+        .map_err(|e| format!("{DAMAGED}{SNAPSHOT_BASELINE}: {e}"))
 }
 
 /// How `check` gets its baseline.

@@ -91,3 +91,108 @@ pub fn on_termination_signals(handler: extern "C" fn(i32)) {
         }
     }
 }
+
+/// How deep [`remove_tree_signal_safe`] descends (a snapshot's sysfs tree is about 15 deep).
+const REMOVE_DEPTH: u32 = 48;
+
+/// Remove the directory tree at `path` (a NUL-terminated path) with nothing but
+/// async-signal-safe system calls (`open`, `openat`, `getdents64`, `lseek`, `unlinkat`,
+/// `fchmodat`, `close`): no allocation, no lock, symlinks never followed, at most
+/// [`REMOVE_DEPTH`] levels. For a termination-signal handler: the temporary trees of unpacked
+/// snapshots go before the process exits. Best effort: what it cannot remove stays.
+///
+/// # Safety
+///
+/// `path` must be null or point to a NUL-terminated string that stays valid (never freed)
+/// while any handler may run.
+pub unsafe fn remove_tree_signal_safe(path: *const libc::c_char) {
+    if path.is_null() {
+        return;
+    }
+    // SAFETY: `path` is a valid C string (the caller's contract); open(2) with plain flags.
+    let fd = unsafe {
+        libc::open(
+            path,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: `fd` is a directory descriptor we own.
+    unsafe {
+        remove_children(fd, 0);
+        libc::close(fd);
+        libc::rmdir(path);
+    }
+}
+
+/// Empty the directory `fd` (see [`remove_tree_signal_safe`]).
+///
+/// # Safety
+///
+/// `fd` must be an open directory descriptor.
+unsafe fn remove_children(fd: libc::c_int, depth: u32) {
+    // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+    const NAME: usize = 19;
+    let mut buf = [0u8; 1024];
+    // Entries removed while the directory is read may shift the others: read again from the
+    // start until a pass removes nothing (bounded, so a tree we cannot empty is left).
+    for _pass in 0..64 {
+        let mut removed = 0usize;
+        // SAFETY: lseek on our descriptor.
+        unsafe { libc::lseek(fd, 0, libc::SEEK_SET) };
+        loop {
+            // SAFETY: getdents64 fills at most `buf.len()` bytes of our buffer.
+            let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            let n = (n as usize).min(buf.len());
+            let mut off = 0usize;
+            while off + NAME < n {
+                let reclen = usize::from(u16::from_ne_bytes([buf[off + 16], buf[off + 17]]));
+                if reclen <= NAME || off + reclen > n {
+                    break;
+                }
+                let dtype = buf[off + 18];
+                let name = &buf[off + NAME..off + reclen];
+                let len = name.iter().position(|b| *b == 0).unwrap_or(name.len());
+                let dots = matches!(&name[..len], b"." | b"..");
+                // The kernel NUL-terminates d_name inside the record.
+                let cname = name.as_ptr().cast::<libc::c_char>();
+                if !dots && len < name.len() {
+                    // SAFETY: `cname` is NUL-terminated inside `buf`; `fd` is our directory.
+                    unsafe {
+                        if dtype != libc::DT_DIR && libc::unlinkat(fd, cname, 0) == 0 {
+                            removed += 1;
+                        } else if depth < REMOVE_DEPTH {
+                            // A directory (or an unknown type that unlink refused): make it
+                            // searchable, empty it, remove it.
+                            libc::fchmodat(fd, cname, 0o700, 0);
+                            let sub = libc::openat(
+                                fd,
+                                cname,
+                                libc::O_RDONLY
+                                    | libc::O_DIRECTORY
+                                    | libc::O_NOFOLLOW
+                                    | libc::O_CLOEXEC,
+                            );
+                            if sub >= 0 {
+                                remove_children(sub, depth + 1);
+                                libc::close(sub);
+                            }
+                            if libc::unlinkat(fd, cname, libc::AT_REMOVEDIR) == 0 {
+                                removed += 1;
+                            }
+                        }
+                    }
+                }
+                off += reclen;
+            }
+        }
+        if removed == 0 {
+            break;
+        }
+    }
+}

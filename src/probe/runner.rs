@@ -17,7 +17,7 @@ use crate::live::os;
 use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
@@ -199,9 +199,19 @@ impl WorkerRun {
 static WORKERS: [AtomicI32; 16] = [const { AtomicI32::new(0) }; 16];
 static HANDLERS: Once = Once::new();
 
+/// Temporary trees (an unpacked `--sysroot x.tar.gz`, the staging directory of a `.tar.gz`
+/// snapshot) that a termination signal removes before the process exits: NUL-terminated paths,
+/// leaked when registered so that the handler never reads freed memory (a few per process).
+static TEMP_TREES: [AtomicPtr<std::ffi::c_char>; 8] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; 8];
+
 extern "C" fn on_termination(sig: i32) {
     for w in &WORKERS {
         os::kill_group(w.load(Ordering::SeqCst));
+    }
+    for t in &TEMP_TREES {
+        // SAFETY: a non-null slot holds a leaked, never freed, NUL-terminated path.
+        unsafe { os::remove_tree_signal_safe(t.load(Ordering::SeqCst)) };
     }
     os::exit_now(128 + sig);
 }
@@ -210,6 +220,39 @@ extern "C" fn on_termination(sig: i32) {
 /// signal finds the parent with a worker and without the handler).
 fn forward_signals() {
     HANDLERS.call_once(|| os::on_termination_signals(on_termination));
+}
+
+/// Remove the tree at `dir` if SIGINT, SIGTERM or SIGHUP ends the process (the same handlers
+/// that kill the workers; installed now if they were not). Returns the slot to give to
+/// [`forget_on_termination`] once the owner removed the tree itself; `None` when every slot is
+/// taken (the owner's drop still removes it on a normal exit).
+pub fn remove_on_termination(dir: &std::path::Path) -> Option<usize> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    forward_signals();
+    let ptr = c.into_raw();
+    for (i, t) in TEMP_TREES.iter().enumerate() {
+        if t.compare_exchange(
+            std::ptr::null_mut(),
+            ptr,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok()
+        {
+            return Some(i);
+        }
+    }
+    // Every slot taken: the path stays leaked (a few bytes), the owner removes the tree.
+    None
+}
+
+/// The tree of `slot` is gone (or kept on purpose): a signal no longer removes it. The path
+/// stays allocated: a handler running now may still be reading it.
+pub fn forget_on_termination(slot: usize) {
+    if let Some(t) = TEMP_TREES.get(slot) {
+        t.store(std::ptr::null_mut(), Ordering::SeqCst);
+    }
 }
 
 fn track(pgid: i32) {

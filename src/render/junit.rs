@@ -70,6 +70,9 @@ fn body(f: &Finding) -> String {
 }
 
 pub fn render(report: &Report, style: &Style) -> String {
+    // Node strings enter here (CI logs print the XML: escape sequences stay text).
+    let clean = super::sanitize::report(report);
+    let report: &Report = &clean;
     let host = report
         .host
         .hostname

@@ -8,6 +8,7 @@ pub mod markdown;
 pub mod oneline;
 pub mod paste_md;
 pub mod prometheus;
+pub mod sanitize;
 pub mod svg;
 pub mod svg_layout;
 pub mod svg_png;

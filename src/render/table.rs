@@ -103,6 +103,9 @@ pub fn render(report: &Report, style: &Style) -> String {
 
 /// The table laid out for `width` columns.
 pub fn render_width(report: &Report, style: &Style, width: usize) -> String {
+    // Node strings enter here: escape sequences in them are shown, never obeyed.
+    let clean = super::sanitize::report(report);
+    let report: &Report = &clean;
     let max = width.saturating_sub(1);
     let mut out = String::new();
     let host = report.host.hostname.as_deref().unwrap_or("?");

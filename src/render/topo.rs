@@ -138,8 +138,10 @@ fn legend(o: &mut String, pairs: &[GdrPair], level: &str, source: &str, rules: &
     let on = pairs.iter().filter(|p| p.enabled).count();
     let _ = writeln!(
         o,
-        "* = NCCL uses GPUDirect RDMA for this pair ({on} of {} pairs); threshold {level} ({source})",
-        pairs.len()
+        "* = NCCL uses GPUDirect RDMA for this pair ({on} of {} pairs); threshold {} ({})",
+        pairs.len(),
+        clean(level),
+        clean(source)
     );
     if pairs.iter().any(|p| p.via.is_some() && p.enabled) {
         let _ = writeln!(
@@ -162,7 +164,22 @@ fn legend(o: &mut String, pairs: &[GdrPair], level: &str, source: &str, rules: &
             "? = undecided (for one direction or both): an input NCCL uses is not known here"
         );
     }
-    let _ = writeln!(o, "Rules: {rules}");
+    let _ = writeln!(o, "Rules: {}", clean(rules));
+}
+
+/// Node text for the terminal ([`super::sanitize::text`]).
+fn clean(s: &str) -> std::borrow::Cow<'_, str> {
+    super::sanitize::text(s)
+}
+
+/// The row label's address: `18:00.0` for `0000:18:00.0`; anything that is not a PCI address
+/// (a damaged sysfs name, short or not ASCII) as it is, escaped.
+fn short_bdf(bdf: &str) -> std::borrow::Cow<'_, str> {
+    if gdrdoctor_checks::parse::is_bdf(bdf) {
+        std::borrow::Cow::Borrowed(bdf.get(5..).unwrap_or(bdf))
+    } else {
+        clean(bdf)
+    }
 }
 
 /// The GPU x GPU block: `NV<n>` or the PCIe path, `!` where peer access is missing.
@@ -170,15 +187,23 @@ fn render_gpu_pairs(t: &Topo, o: &mut String) {
     if t.gpus.len() < 2 {
         return;
     }
+    // Indexed once: one lookup per cell, not a scan of every pair.
+    let by_pair: std::collections::HashMap<(&str, &str), &gdrdoctor_checks::p2p::GpuPair> = t
+        .gpu_pairs
+        .iter()
+        .rev()
+        .flat_map(|p| {
+            [
+                ((p.a.as_str(), p.b.as_str()), p),
+                ((p.b.as_str(), p.a.as_str()), p),
+            ]
+        })
+        .collect();
     let cell = |a: &str, b: &str| -> String {
         if a == b {
             return "X".into();
         }
-        match t
-            .gpu_pairs
-            .iter()
-            .find(|p| (p.a == a && p.b == b) || (p.a == b && p.b == a))
-        {
+        match by_pair.get(&(a, b)) {
             Some(p) => {
                 let no_peer = p.cuda_both() == Some(false)
                     || (p.cuda_both().is_none()
@@ -196,7 +221,7 @@ fn render_gpu_pairs(t: &Topo, o: &mut String) {
     }
     let _ = writeln!(o);
     for a in &t.gpus {
-        let _ = write!(o, "{:<20}", format!("GPU{} {}", a.index, &a.bdf[5..]));
+        let _ = write!(o, "{:<20}", format!("GPU{} {}", a.index, short_bdf(&a.bdf)));
         for b in &t.gpus {
             let _ = write!(o, "{:<7}", cell(&a.bdf, &b.bdf));
         }
@@ -233,34 +258,49 @@ pub fn render_text(t: &Topo) -> String {
         render_gpu_pairs(t, &mut o);
         return trim_lines(&o);
     }
-    let w = t
-        .nics
+    let names: Vec<std::borrow::Cow<'_, str>> = t.nics.iter().map(|n| clean(&n.ibdev)).collect();
+    let w = names
         .iter()
-        .map(|n| n.ibdev.len())
+        .map(|n| crate::render::wrap::width(n))
         .max()
         .unwrap_or(6)
         .max(6)
         + 2;
+    // Indexed once: every lookup below is per GPU x NIC cell (262,144 on a 512 x 512 node).
+    let mut by_pair: std::collections::HashMap<(&str, &str), &GdrPair> =
+        std::collections::HashMap::with_capacity(t.pairs.len());
+    let mut by_gpu: std::collections::HashMap<&str, Vec<&GdrPair>> =
+        std::collections::HashMap::with_capacity(t.gpus.len());
+    for p in &t.pairs {
+        by_pair.entry((p.gpu.as_str(), p.nic.as_str())).or_insert(p);
+        by_gpu.entry(p.gpu.as_str()).or_default().push(p);
+    }
+    let no_pairs: Vec<&GdrPair> = Vec::new();
+    let pairs_of = |g: &str| by_gpu.get(g).unwrap_or(&no_pairs);
     let _ = write!(o, "{:<20}", "");
-    for n in &t.nics {
-        let _ = write!(o, "{:<w$}", n.ibdev);
+    for n in &names {
+        let _ = write!(o, "{}", pad(n, w));
     }
     let _ = writeln!(o, "NUMA  CPU affinity");
     for g in &t.gpus {
-        let _ = write!(o, "{:<20}", format!("GPU{} {}", g.index, &g.bdf[5..]));
+        let _ = write!(o, "{:<20}", format!("GPU{} {}", g.index, short_bdf(&g.bdf)));
         for n in &t.nics {
-            let p = t.pairs.iter().find(|p| p.gpu == g.bdf && p.nic == n.ibdev);
-            let cell = match p {
-                Some(p) => format!("{}{}", p.nvidia_smi.as_deref().unwrap_or(&p.path), mark(p)),
+            let cell = match by_pair.get(&(g.bdf.as_str(), n.ibdev.as_str())) {
+                Some(p) => clean(&format!(
+                    "{}{}",
+                    p.nvidia_smi.as_deref().unwrap_or(&p.path),
+                    mark(p)
+                ))
+                .into_owned(),
                 None => "?".into(),
             };
-            let _ = write!(o, "{cell:<w$}");
+            let _ = write!(o, "{}", pad(&cell, w));
         }
         let numa = g
             .numa_node
             .map(|n| n.to_string())
             .unwrap_or_else(|| "?".into());
-        let _ = writeln!(o, "{numa:<6}{}", g.cpulist.as_deref().unwrap_or("?"));
+        let _ = writeln!(o, "{numa:<6}{}", clean(g.cpulist.as_deref().unwrap_or("?")));
     }
     let _ = writeln!(o);
     let _ = write!(o, "{:<20}", "NIC NUMA");
@@ -292,7 +332,7 @@ pub fn render_text(t: &Topo) -> String {
         &t.nccl_rules,
     );
     for n in &t.notes {
-        let _ = writeln!(o, "Note: {n}");
+        let _ = writeln!(o, "Note: {}", clean(n));
     }
     let _ = writeln!(o, "Path names as nvidia-smi topo -m: PIX one PCIe switch, PXB several switches, PHB through the host bridge,");
     let _ = writeln!(
@@ -312,13 +352,14 @@ pub fn render_text(t: &Topo) -> String {
     for (k, v) in keys.iter().filter(|(_, v)| v.len() > 1) {
         let _ = writeln!(
             o,
-            "NCCL folds {} into one NIC ({k}: ports or VFs of one device)",
-            v.join(", ")
+            "NCCL folds {} into one NIC ({}: ports or VFs of one device)",
+            clean(&v.join(", ")),
+            clean(k)
         );
     }
     // Why not, for each GPU without GDR.
     for g in &t.gpus {
-        let pairs: Vec<&GdrPair> = t.pairs.iter().filter(|p| p.gpu == g.bdf).collect();
+        let pairs = pairs_of(&g.bdf);
         if pairs.iter().any(|p| p.enabled) {
             continue;
         }
@@ -329,24 +370,35 @@ pub fn render_text(t: &Topo) -> String {
             let undecided = pairs.iter().find(|p| !p.undecided.is_empty());
             match undecided {
                 Some(u) => {
-                    let _ = writeln!(o, "GPU{} is undecided: {}", g.index, u.undecided.join("; "));
+                    let _ = writeln!(
+                        o,
+                        "GPU{} is undecided: {}",
+                        g.index,
+                        clean(&u.undecided.join("; "))
+                    );
                 }
                 None => {
                     let _ = writeln!(
                         o,
                         "GPU{} has no GDR: nearest {} ({}): {}",
                         g.index,
-                        best.nic,
-                        best.path,
-                        best.reasons.join("; ")
+                        clean(&best.nic),
+                        clean(&best.path),
+                        clean(&best.reasons.join("; "))
                     );
                 }
             }
         }
     }
     // PXN and the read gate, per GPU that has them.
+    let index_of: std::collections::HashMap<&str, usize> = t
+        .gpus
+        .iter()
+        .rev()
+        .map(|x| (x.bdf.as_str(), x.index))
+        .collect();
     for g in &t.gpus {
-        let pairs: Vec<&GdrPair> = t.pairs.iter().filter(|p| p.gpu == g.bdf).collect();
+        let pairs = pairs_of(&g.bdf);
         if pairs
             .iter()
             .any(|p| p.enabled && p.via.is_none() && p.send != Some(false))
@@ -354,29 +406,37 @@ pub fn render_text(t: &Topo) -> String {
             continue;
         }
         if let Some(p) = pairs.iter().find(|p| p.enabled && p.via.is_some()) {
-            let peer = t
-                .gpus
-                .iter()
-                .find(|x| Some(&x.bdf) == p.via.as_ref())
-                .map(|x| format!("GPU{}", x.index))
-                .unwrap_or_else(|| p.via.clone().unwrap_or_default());
+            let peer = p
+                .via
+                .as_deref()
+                .and_then(|v| index_of.get(v))
+                .map(|i| format!("GPU{i}"))
+                .unwrap_or_else(|| clean(p.via.as_deref().unwrap_or_default()).into_owned());
             let _ = writeln!(
                 o,
                 "GPU{} has GDR through {peer} via PXN: its own path to {} is {}; NCCL sends through {peer} over NVLink",
-                g.index, p.nic, p.path
+                g.index,
+                clean(&p.nic),
+                clean(&p.path)
             );
         } else if let Some(p) = pairs.iter().find(|p| p.enabled && p.send == Some(false)) {
             let _ = writeln!(
                 o,
                 "GPU{} has GDR for receives only ({}): {}",
                 g.index,
-                p.nic,
-                p.reasons.join("; ")
+                clean(&p.nic),
+                clean(&p.reasons.join("; "))
             );
         }
     }
     render_gpu_pairs(t, &mut o);
     trim_lines(&o)
+}
+
+/// `s` left-aligned in `w` display columns (format's `{:<w$}` counts chars, not columns).
+fn pad(s: &str, w: usize) -> String {
+    let used = crate::render::wrap::width(s);
+    format!("{s}{}", " ".repeat(w.saturating_sub(used)))
 }
 
 fn trim_lines(s: &str) -> String {

@@ -375,14 +375,14 @@ impl Watched {
             if let Some(e) = self.rep.episodes.get_mut(i) {
                 e.outcome = outcome.into();
                 if !o.quiet {
-                    eprintln!(
+                    eprintln!("{}", crate::render::sanitize::text(&format!(
                         "gdrdoctor watch: {label}: {outcome} after {:.0} ms: kernel {} block {} warp {} at {}",
                         e.waited_ms,
                         e.waiter.kernel,
                         e.waiter.block,
                         e.waiter.warp,
                         e.waiter.site_label()
-                    );
+                    )));
                 }
             }
         }
@@ -394,7 +394,7 @@ impl Watched {
                 self.done = true;
             }
             if !o.quiet {
-                eprintln!(
+                eprintln!("{}", crate::render::sanitize::text(&format!(
                     "gdrdoctor watch: {} {}: job {:?} pid {} ({}), {} kernel(s), {} records; threshold {:.0} ms, poll {:.0} ms",
                     if self.done { "found" } else { "watching" },
                     self.rep.path,
@@ -405,7 +405,7 @@ impl Watched {
                     snap.header.records_used,
                     self.rep.threshold_ms,
                     self.rep.poll_ms
-                );
+                )));
             }
         } else if state != "running" {
             self.finish_process(state);
@@ -455,9 +455,12 @@ impl Watched {
         self.rep.abort = Some("set".into());
         if !o.quiet {
             eprintln!(
-                "gdrdoctor watch: {}: abort flag set ({} stalled waiter(s))",
-                self.label(),
-                stalled.len()
+                "{}",
+                crate::render::sanitize::text(&format!(
+                    "gdrdoctor watch: {}: abort flag set ({} stalled waiter(s))",
+                    self.label(),
+                    stalled.len()
+                ))
             );
         }
         let t0 = Instant::now();
@@ -530,7 +533,14 @@ pub fn run(o: &Options) -> Result<Vec<AreaReport>, String> {
             let new = a.poll(o, start);
             if !o.quiet {
                 for s in &new {
-                    eprintln!("gdrdoctor watch: {}: STALL {}", a.label(), s.text());
+                    eprintln!(
+                        "{}",
+                        crate::render::sanitize::text(&format!(
+                            "gdrdoctor watch: {}: STALL {}",
+                            a.label(),
+                            s.text()
+                        ))
+                    );
                 }
             }
             if o.abort && !new.is_empty() && !o.once {
@@ -561,10 +571,10 @@ pub fn run(o: &Options) -> Result<Vec<AreaReport>, String> {
                     }
                     if !waited_note && !o.quiet {
                         waited_note = true;
-                        eprintln!(
+                        eprintln!("{}", crate::render::sanitize::text(&format!(
                             "gdrdoctor watch: pid {p} has no progress area in {} yet; waiting for gdrdoctor_progress_init",
                             o.dir.display()
-                        );
+                        )));
                     }
                 }
             }

@@ -29,6 +29,38 @@ fn rates(node: &Node) -> (String, String) {
     }
 }
 
+/// A baseline the snapshot holds but that cannot be read (see `model::DAMAGED`): the growth
+/// that says "broken now" is unknown, so no counter passes on one reading. Every `pass` of the
+/// check becomes an `error` saying so; what fails or warns on one reading stays.
+fn unless_baseline_damaged(node: &Node, findings: Vec<Finding>) -> Vec<Finding> {
+    let Some(note) = node
+        .health
+        .baseline_note
+        .as_deref()
+        .filter(|n| node.health.baseline.is_none() && crate::model::is_damaged(n))
+    else {
+        return findings;
+    };
+    findings
+        .into_iter()
+        .map(|f| {
+            if f.status != Status::Pass {
+                return f;
+            }
+            Finding {
+                status: Status::Error,
+                message: format!(
+                    "the snapshot's counter baseline cannot be read, so whether the counters grow is unknown ({})",
+                    f.message
+                ),
+                ..f
+            }
+            .evidence("gdrdoctor/counters-baseline.json", note.to_string())
+            .fix("take the snapshot again (`gdrdoctor snapshot`); a gdrdoctor/counters-baseline.json that does not parse was damaged after it was written")
+        })
+        .collect()
+}
+
 fn worst(js: &[Judged]) -> Status {
     js.iter().map(|j| j.status).max().unwrap_or(Status::Pass)
 }
@@ -176,6 +208,10 @@ fn role(node: &Node, bdf: &str, role: &str) -> String {
 }
 
 pub fn aer(node: &Node) -> Vec<Finding> {
+    unless_baseline_damaged(node, aer_findings(node))
+}
+
+fn aer_findings(node: &Node) -> Vec<Finding> {
     const ID: &str = "counters.aer";
     let list = match node.health.aer.get() {
         Some(l) => l,
@@ -442,7 +478,7 @@ fn transport_fix(dev: &str, _bad: &[&Judged]) -> String {
 }
 
 pub fn ib_port(node: &Node) -> Vec<Finding> {
-    port_check(
+    let f = port_check(
         "counters.ib-port",
         node,
         c::IB_PORT,
@@ -450,11 +486,12 @@ pub fn ib_port(node: &Node) -> Vec<Finding> {
         |(s, a, _)| (s, a),
         "link",
         link_fix,
-    )
+    );
+    unless_baseline_damaged(node, f)
 }
 
 pub fn rdma_transport(node: &Node) -> Vec<Finding> {
-    port_check(
+    let f = port_check(
         "counters.rdma-transport",
         node,
         c::RDMA_TRANSPORT,
@@ -462,7 +499,8 @@ pub fn rdma_transport(node: &Node) -> Vec<Finding> {
         |(s, _, b)| (s, b),
         "transport",
         transport_fix,
-    )
+    );
+    unless_baseline_damaged(node, f)
 }
 
 // ------------------------------------------------------------------------------------------
@@ -536,11 +574,14 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
 }
 
 pub fn nvlink(node: &Node) -> Vec<Finding> {
-    gpu_check("counters.nvlink", node, c::NVLINK, true)
+    unless_baseline_damaged(node, gpu_check("counters.nvlink", node, c::NVLINK, true))
 }
 
 pub fn pcie_replay(node: &Node) -> Vec<Finding> {
-    gpu_check("counters.pcie-replay", node, c::PCIE_REPLAY, false)
+    unless_baseline_damaged(
+        node,
+        gpu_check("counters.pcie-replay", node, c::PCIE_REPLAY, false),
+    )
 }
 
 #[cfg(test)]
@@ -575,6 +616,29 @@ mod tests {
             origin: "--interval 10.0 s".into(),
         });
         n
+    }
+
+    #[test]
+    fn a_damaged_baseline_never_lets_one_reading_pass() {
+        let mut n = node_with(0, None);
+        assert_eq!(ib_port(&n)[0].status, Status::Pass);
+        n.health.baseline_note = Some(format!(
+            "{}/gdrdoctor/counters-baseline.json: expected value",
+            crate::model::DAMAGED
+        ));
+        let f = ib_port(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(f[0].message.contains("cannot be read"), "{}", f[0].message);
+        // What warns or fails on one reading stays as it is.
+        let plain = ib_port(&node_with(1_000_000, None))[0].status;
+        assert_ne!(plain, Status::Pass);
+        let mut n = node_with(1_000_000, None);
+        n.health.baseline_note = Some(format!("{}x", crate::model::DAMAGED));
+        assert_eq!(ib_port(&n)[0].status, plain);
+        // A note that is not damage (a stale state file) changes nothing.
+        let mut n = node_with(0, None);
+        n.health.baseline_note = Some("state file from another boot: ignored".into());
+        assert_eq!(ib_port(&n)[0].status, Status::Pass);
     }
 
     #[test]

@@ -68,6 +68,24 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
     const ID: &str = "driver.grdma-override";
     const SRC: &str = "/proc/driver/nvidia/params";
     match &node.nvidia.params {
+        Fact::Known { value, .. } if !looks_like_params(value) => {
+            let keys: Vec<&str> = value.keys().take(3).map(String::as_str).collect();
+            vec![Finding::new(
+                ID,
+                Status::Error,
+                "node",
+                "the nvidia driver parameters file is empty or not in the driver's format: the override cannot be read",
+            )
+            .expected(
+                SRC,
+                if value.is_empty() {
+                    "no `Key: value` line".to_string()
+                } else {
+                    format!("{} keys ({}), none of the driver's own", value.len(), keys.join(", "))
+                },
+                "the driver's parameters (ResmanDebugLevel, RmLogonRC, ...)",
+            )]
+        }
         Fact::Known { value, .. } => {
             let raw = value.get("GrdmaPciTopoCheckOverride");
             if let Some(r) = raw {
@@ -89,7 +107,7 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
                 Some(n) => vec![Finding::new(ID, Status::Pass, "node", format!("GrdmaPciTopoCheckOverride={n} ({})", if n == 1 { "forced allow" } else { "driver decides" }))
                     .evidence(SRC, format!("GrdmaPciTopoCheckOverride: {n}"))],
                 None => vec![Finding::new(ID, Status::Pass, "node", "no GrdmaPciTopoCheckOverride in the driver parameters (driver decides)")
-                    .evidence(SRC, "GrdmaPciTopoCheckOverride not listed")],
+                    .evidence(SRC, format!("GrdmaPciTopoCheckOverride not listed among {} parameters", value.len()))],
             }
         }
         Fact::Absent { reason, .. } => {
@@ -111,6 +129,19 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
             }
         }
     }
+}
+
+/// Parameters every NVIDIA driver lists in `/proc/driver/nvidia/params`, open and proprietary,
+/// for a decade (`nv-reg.h`): a file with none of them is not the driver's.
+const ALWAYS_LISTED: [&str; 4] = [
+    "ResmanDebugLevel",
+    "RmLogonRC",
+    "ModifyDeviceFiles",
+    "RegistryDwords",
+];
+
+fn looks_like_params(params: &std::collections::BTreeMap<String, String>) -> bool {
+    ALWAYS_LISTED.iter().any(|k| params.contains_key(*k))
 }
 
 #[cfg(test)]
@@ -152,19 +183,33 @@ mod tests {
     fn the_override_that_refuses_gdr_fails_and_garbage_is_an_error() {
         let mut n = switch_pair();
         assert_eq!(grdma_override(&n)[0].status, Status::Pass);
-        n.nvidia.params = known(
-            [("GrdmaPciTopoCheckOverride".to_string(), "2".to_string())]
-                .into_iter()
-                .collect(),
-        );
+        let set = |n: &mut Node, v: &str| {
+            if let Fact::Known { value, .. } = &mut n.nvidia.params {
+                value.insert("GrdmaPciTopoCheckOverride".to_string(), v.to_string());
+            }
+        };
+        set(&mut n, "2");
         let f = grdma_override(&n);
         assert_eq!(f[0].status, Status::Fail);
         assert!(f[0].remediation.is_some());
-        n.nvidia.params = known(
-            [("GrdmaPciTopoCheckOverride".to_string(), "yes".to_string())]
-                .into_iter()
-                .collect(),
-        );
+        set(&mut n, "yes");
         assert_eq!(grdma_override(&n)[0].status, Status::Error);
+    }
+
+    #[test]
+    fn an_empty_or_foreign_params_file_is_an_error_not_a_pass() {
+        let mut n = switch_pair();
+        n.nvidia.params = known(Default::default());
+        let f = grdma_override(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        n.nvidia.params = known(crate::parse::colon_map("garbage: yes\nBOOT_IMAGE: x\n"));
+        assert_eq!(grdma_override(&n)[0].status, Status::Error);
+        // The driver's own file without the key: the driver decides, said with the evidence.
+        n.nvidia.params = known(crate::parse::colon_map(
+            "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\n",
+        ));
+        let f = grdma_override(&n);
+        assert_eq!(f[0].status, Status::Pass);
+        assert!(f[0].evidence[0].observed.contains("among 2 parameters"));
     }
 }

@@ -17,6 +17,9 @@ pub fn present(node: &Node) -> Vec<Finding> {
         ];
     };
     let gpus: Vec<_> = pci.iter().filter(|d| d.is_nvidia_gpu()).collect();
+    // GPUs that vanished from the bus scan: functions whose ids cannot be read, and GPUs the
+    // driver, NVML or CUDA know that the scan does not show as NVIDIA GPUs.
+    let lost = vanished(node, pci, &gpus);
     if gpus.is_empty() {
         // A display-class function whose vendor could not be read might be an NVIDIA GPU.
         let unknown: Vec<&str> = pci
@@ -27,7 +30,7 @@ pub fn present(node: &Node) -> Vec<Finding> {
             .map(|d| d.bdf.as_str())
             .collect();
         if !unknown.is_empty() {
-            return vec![Finding::new(
+            let mut out = vec![Finding::new(
                 ID,
                 Status::Error,
                 "node",
@@ -37,6 +40,14 @@ pub fn present(node: &Node) -> Vec<Finding> {
                 ),
             )
             .evidence("/sys/bus/pci/devices/*/vendor", unknown.join(" "))];
+            out.extend(
+                lost.into_iter()
+                    .filter(|f| !unknown.contains(&f.subject.as_str())),
+            );
+            return out;
+        }
+        if !lost.is_empty() {
+            return lost;
         }
         let nv_other = pci
             .iter()
@@ -77,6 +88,114 @@ pub fn present(node: &Node) -> Vec<Finding> {
         };
         out.push(f);
     }
+    out.extend(lost);
+    out
+}
+
+/// `0000:18:00.0` from any PCI address spelling the libraries use (`00000000:18:00.0`).
+fn norm_bdf(b: &str) -> String {
+    let b = b.trim().to_lowercase();
+    match b.split_once(':') {
+        Some((dom, rest)) if dom.len() > 4 && dom.bytes().all(|c| c == b'0') => {
+            format!("0000:{rest}")
+        }
+        _ => b,
+    }
+}
+
+/// Error findings for GPUs that the PCI scan lost: a function that may be an NVIDIA GPU but
+/// whose vendor or class cannot be read (absent or garbage), and a GPU that
+/// `/proc/driver/nvidia/gpus`, NVML or CUDA list but the scan does not show as one. A GPU must
+/// never just disappear: 7 of 8 GPUs passing is not a healthy node.
+fn vanished(node: &Node, pci: &[PciDevice], gpus: &[&PciDevice]) -> Vec<Finding> {
+    const ID: &str = "gpu.present";
+    // A foreign capture that lacks the files says nothing about the device.
+    let damaged = |f: &Fact<u32>| {
+        f.reason()
+            .is_some_and(|r| !r.starts_with("not in this capture"))
+    };
+    let damaged16 = |f: &Fact<u16>| {
+        f.reason()
+            .is_some_and(|r| !r.starts_with("not in this capture"))
+    };
+    let mut out = Vec::new();
+    let mut named: Vec<String> = Vec::new();
+    for d in pci {
+        let display = d.class_code().is_some_and(|c| (c >> 16) == 0x03);
+        let nvidia = d.vendor_id.get() == Some(&0x10de);
+        let suspect = (display && d.vendor_id.get().is_none())
+            || (damaged16(&d.vendor_id) && damaged(&d.class))
+            || (nvidia && damaged(&d.class));
+        if !suspect {
+            continue;
+        }
+        named.push(d.bdf.clone());
+        out.push(
+            Finding::new(
+                ID,
+                Status::Error,
+                &d.bdf,
+                "this pci function may be an nvidia gpu, but its vendor or class cannot be read",
+            )
+            .evidence(
+                format!("{}/vendor", d.sysfs_path),
+                d.vendor_id.describe(|v| format!("0x{v:04x}")),
+            )
+            .evidence(
+                format!("{}/class", d.sysfs_path),
+                d.class.describe(|c| format!("0x{c:06x}")),
+            )
+            .fix(format!("`lspci -nn -s {}` shows what the device reports; an unreadable id on a live node is a device that stopped answering (reseat, reboot), in a snapshot a damaged file", d.bdf)),
+        );
+    }
+    // What else lists GPUs: the driver's own directory, NVML and CUDA.
+    let mut listed: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    if let Some(m) = node.nvidia.gpus.get() {
+        for b in m.keys() {
+            listed
+                .entry(norm_bdf(b))
+                .or_default()
+                .push("/proc/driver/nvidia/gpus");
+        }
+    }
+    if let Some(n) = node.live.nvml.get() {
+        for g in &n.gpus {
+            listed.entry(norm_bdf(&g.bdf)).or_default().push("nvml");
+        }
+    }
+    if let Some(c) = node.live.cuda.get() {
+        for g in &c.devices {
+            listed.entry(norm_bdf(&g.bdf)).or_default().push("cuda");
+        }
+    }
+    for (bdf, by) in listed {
+        if bdf.is_empty() || gpus.iter().any(|g| g.bdf == bdf) || named.contains(&bdf) {
+            continue;
+        }
+        let on_bus = pci.iter().find(|d| d.bdf == bdf);
+        let observed = match on_bus {
+            Some(d) => format!(
+                "vendor {}, class {}",
+                d.vendor_id.describe(|v| format!("0x{v:04x}")),
+                d.class.describe(|c| format!("0x{c:06x}"))
+            ),
+            None => "not listed".to_string(),
+        };
+        out.push(
+            Finding::new(
+                ID,
+                Status::Error,
+                &bdf,
+                format!(
+                    "{} list{} this gpu, but the pci bus scan does not show it as an nvidia gpu",
+                    by.join(", "),
+                    if by.len() == 1 { "s" } else { "" }
+                ),
+            )
+            .expected("/sys/bus/pci/devices", observed, "vendor 0x10de, class 0x03xxxx")
+            .fix(format!("`lspci -nn -s {bdf}`; a gpu that the driver knows and the bus scan does not is a damaged capture or a device that stopped answering config reads (reseat, reboot)")),
+        );
+    }
     out
 }
 
@@ -87,7 +206,17 @@ pub(crate) fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
     // did not inject them (or the pod sees fewer GPUs than the host has), say so, not an error.
     let quiet = matches!(node.source, SourceKind::Sysroot | SourceKind::HostRoot)
         || reason.starts_with("not queried");
-    if quiet {
+    if crate::model::is_damaged(reason) {
+        // The snapshot holds the record, and it cannot be read: never a skip.
+        Finding::new(
+            id,
+            Status::Error,
+            "node",
+            format!("the recorded live facts cannot be used: {reason}"),
+        )
+        .evidence(f.source(), reason.to_string())
+        .fix("take the snapshot again (`gdrdoctor snapshot`) on the node; a gdrdoctor/live.json that does not parse was damaged after it was written")
+    } else if quiet {
         Finding::new(
             id,
             Status::Skip,
@@ -192,11 +321,16 @@ pub fn persistence(node: &Node) -> Vec<Finding> {
     }
     gpus.iter()
         .map(|g| match nvml_for(node, &g.bdf).and_then(|n| n.persistence_mode) {
-            Some(true) => Finding::new(ID, Status::Pass, &g.bdf, "persistence mode on"),
+            Some(true) => Finding::new(ID, Status::Pass, &g.bdf, "persistence mode on")
+                .evidence("nvmlDeviceGetPersistenceMode", "Enabled"),
             Some(false) => Finding::new(ID, Status::Warn, &g.bdf, "persistence mode off: the driver tears the gpu down when the last client exits, so every job start pays the initialisation and ecc scrubbing again")
                 .expected("nvmlDeviceGetPersistenceMode", "Disabled", "Enabled")
                 .fix("`systemctl enable --now nvidia-persistenced` (or `nvidia-smi -pm 1` until reboot)"),
-            None => Finding::new(ID, Status::Error, &g.bdf, "nvml did not report persistence mode for this gpu"),
+            None => Finding::new(ID, Status::Error, &g.bdf, "nvml did not report persistence mode for this gpu")
+                .evidence("nvmlDeviceGetPersistenceMode", match nvml_for(node, &g.bdf) {
+                    Some(_) => "not reported",
+                    None => "nvml does not list this gpu",
+                }),
         })
         .collect()
 }
@@ -223,9 +357,12 @@ pub fn row_remap(node: &Node) -> Vec<Finding> {
                     .evidence("nvmlDeviceGetRemappedRows", format!("correctable {} uncorrectable {} pending true", r.correctable, r.uncorrectable))
                     .fix("drain the node and reset the GPU (`nvidia-smi -r -i <n>`) or reboot"),
                 (_, Some(true)) => Finding::new(ID, Status::Fail, &g.bdf, "retired pages are pending: the gpu must be reset")
+                    .evidence("nvmlDeviceGetRetiredPagesPendingStatus", "pending")
                     .fix("drain the node and reset the GPU (`nvidia-smi -r -i <n>`) or reboot"),
-                (Some(r), _) => Finding::new(ID, Status::Pass, &g.bdf, format!("no pending row remaps ({} correctable, {} uncorrectable remapped so far)", r.correctable, r.uncorrectable)),
-                (None, Some(false)) => Finding::new(ID, Status::Pass, &g.bdf, "no pending retired pages"),
+                (Some(r), _) => Finding::new(ID, Status::Pass, &g.bdf, format!("no pending row remaps ({} correctable, {} uncorrectable remapped so far)", r.correctable, r.uncorrectable))
+                    .evidence("nvmlDeviceGetRemappedRows", format!("correctable {} uncorrectable {} pending {} failure {}", r.correctable, r.uncorrectable, r.pending, r.failure)),
+                (None, Some(false)) => Finding::new(ID, Status::Pass, &g.bdf, "no pending retired pages")
+                    .evidence("nvmlDeviceGetRetiredPagesPendingStatus", "not pending"),
                 (None, None) => Finding::new(ID, Status::Skip, &g.bdf, "nvml reports neither row remapping nor page retirement for this gpu"),
             }
         })

@@ -30,6 +30,13 @@ pub fn mode(node: &Node) -> Vec<Finding> {
             "iommu translates dma: peer-to-peer between nic and gpu must be iommu-mapped and is usually routed through the root complex (slow, or io page faults)",
         )
         .fix(cmdline_fix(node)),
+        IommuMode::Unknown if ev.iter().any(|e| e == derive::CONTRADICTION) => Finding::new(
+            ID,
+            Status::Warn,
+            "node",
+            "the kernel command line asks for a translating iommu, but no iommu unit is registered: the evidence contradicts itself, so the mode is unknown",
+        )
+        .fix("`dmesg | grep -iE 'dmar|iommu'` says whether the kernel found an IOMMU; VT-d / AMD-Vi disabled in the BIOS leaves `intel_iommu=on` without effect (then remove it, or enable VT-d and add `iommu=pt`); in a snapshot, /sys/class/iommu may be missing from the capture"),
         IommuMode::Unknown => Finding::new(ID, Status::Error, "node", "cannot determine the iommu mode"),
     };
     for e in ev {
@@ -83,6 +90,26 @@ mod tests {
         let f = mode(&n);
         assert_eq!(f[0].status, Status::Pass);
         assert!(f[0].message.contains("passthrough"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn intel_iommu_on_without_a_registered_unit_warns_of_the_contradiction() {
+        let mut n = switch_pair();
+        n.cpu_vendor = known(CpuVendor::Intel);
+        n.cmdline = known(vec!["intel_iommu=on".into()]);
+        // /sys/class/iommu empty (or missing on a complete root: the collector says empty).
+        n.iommu.classes = known(Vec::new());
+        let f = mode(&n);
+        assert_eq!(f[0].status, Status::Warn, "{f:?}");
+        assert!(!f[0].message.starts_with("iommu off"), "{}", f[0].message);
+        assert!(f[0]
+            .evidence
+            .iter()
+            .any(|e| e.observed.contains("contradicting")));
+        assert_eq!(derive::iommu_mode(&n).0, IommuMode::Unknown);
+        // Without the parameter, an empty class is off.
+        n.cmdline = known(vec!["quiet".into()]);
+        assert_eq!(mode(&n)[0].status, Status::Pass);
     }
 
     #[test]

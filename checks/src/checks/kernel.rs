@@ -13,9 +13,13 @@ fn log<'a>(id: &str, node: &'a Node) -> Result<(&'a KernelLog, String), Vec<Find
     match &node.health.kernel_log {
         Fact::Known { value, source } => Ok((value, source.clone())),
         Fact::Absent { source, reason } => {
-            // Under --host-root the host's log is often out of the container's reach (journald
-            // files, /dev/kmsg behind the device cgroup): skip with what was tried.
-            let f = if matches!(node.source, SourceKind::Sysroot | SourceKind::HostRoot) {
+            let f = if crate::model::is_damaged(reason) {
+                // The snapshot holds a kernel log that cannot be read: never a skip.
+                Finding::new(id, Status::Error, "node", format!("the recorded kernel log cannot be used: {reason}"))
+                    .fix("take the snapshot again (`gdrdoctor snapshot`); a gdrdoctor/kernel-log.txt without its header was damaged after it was written")
+            } else if matches!(node.source, SourceKind::Sysroot | SourceKind::HostRoot) {
+                // Under --host-root the host's log is often out of the container's reach
+                // (journald files, /dev/kmsg behind the device cgroup): skip with what was tried.
                 Finding::new(id, Status::Skip, "node", format!("no kernel log: {reason}"))
             } else {
                 Finding::new(id, Status::Error, "node", "cannot read the kernel log")
@@ -419,6 +423,14 @@ mod tests {
         assert_eq!(xid(&n)[0].status, Status::Error);
         n.source = SourceKind::Sysroot;
         assert_eq!(iommu_fault(&n)[0].status, Status::Skip);
+        // There but damaged (no header, unreadable): an error, never a skip.
+        n.health.kernel_log = Fact::absent(
+            "/gdrdoctor/kernel-log.txt",
+            format!("{}no `# scope:` header", crate::model::DAMAGED),
+        );
+        for f in [xid(&n), iommu_fault(&n), mlx5_health(&n)] {
+            assert_eq!(f[0].status, Status::Error, "{f:?}");
+        }
     }
 
     #[test]

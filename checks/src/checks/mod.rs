@@ -272,11 +272,15 @@ impl Selection {
 }
 
 /// Run the selected checks. A check that panics becomes one `error` finding instead of taking
-/// the whole report down.
+/// the whole report down, and a `pass` without evidence (no item with both a source and an
+/// observed value) becomes an `error` naming the check: a pass on nothing is no pass.
 pub fn run(node: &Node, sel: &Selection) -> Vec<Finding> {
     let defs: Vec<&CheckDef> = CHECKS.iter().filter(|d| sel.wants(d)).collect();
     let one = |def: &CheckDef| match std::panic::catch_unwind(|| (def.run)(node)) {
-        Ok(f) => f,
+        Ok(f) => f
+            .into_iter()
+            .map(|f| require_evidence(def.id, f))
+            .collect::<Vec<_>>(),
         Err(_) => vec![Finding::new(
             def.id,
             crate::report::Status::Error,
@@ -310,6 +314,29 @@ pub fn run(node: &Node, sel: &Selection) -> Vec<Finding> {
         }
         out
     })
+}
+
+/// The invariant every check's `pass` is held to (see [`run`]).
+fn require_evidence(id: &str, f: Finding) -> Finding {
+    if f.status != crate::report::Status::Pass || f.has_evidence() {
+        return f;
+    }
+    Finding {
+        status: crate::report::Status::Error,
+        message: format!(
+            "internal error: {id} passed without evidence ({}); a pass must name what it read: please report it with a `gdrdoctor snapshot`",
+            f.message
+        ),
+        ..f
+    }
+}
+
+impl Selection {
+    /// Whether the selection runs at least one check (`--only X --skip X` runs none: a usage
+    /// error, not an empty report that exits 0).
+    pub fn selects_any(&self) -> bool {
+        CHECKS.iter().any(|d| self.wants(d))
+    }
 }
 
 pub fn find(id: &str) -> Option<&'static CheckDef> {
@@ -356,5 +383,29 @@ mod tests {
             skip: vec![],
         };
         assert_eq!(bad.unknown_patterns(), vec!["nope".to_string()]);
+        assert!(s.selects_any());
+        let none = Selection {
+            only: vec!["pcie.mrrs".into()],
+            skip: vec!["pcie".into()],
+        };
+        assert!(!none.selects_any());
+    }
+
+    #[test]
+    fn a_pass_without_evidence_becomes_an_error_naming_the_check() {
+        use crate::report::Status;
+        let bare = Finding::new("gpu.persistence", Status::Pass, "0000:18:00.0", "on");
+        let f = require_evidence("gpu.persistence", bare.clone());
+        assert_eq!(f.status, Status::Error);
+        assert!(f.message.contains("gpu.persistence"), "{}", f.message);
+        assert_eq!(f.subject, "0000:18:00.0");
+        // An evidence item without an observed value is no evidence either.
+        let empty = bare.clone().evidence("/sys/x", " ");
+        assert_eq!(require_evidence("x.y", empty).status, Status::Error);
+        let ok = bare.evidence("nvmlDeviceGetPersistenceMode", "Enabled");
+        assert_eq!(require_evidence("x.y", ok).status, Status::Pass);
+        // Other statuses are left alone.
+        let warn = Finding::new("x.y", Status::Warn, "node", "w");
+        assert_eq!(require_evidence("x.y", warn).status, Status::Warn);
     }
 }

@@ -49,6 +49,57 @@ fn config_gap(d: &PciDevice, need: usize) -> Option<String> {
     }
 }
 
+/// Config space that cannot be believed: the device's config space, decoded, does not belong
+/// to the device sysfs lists (vendor or device id differ), or reads all-ones (the device does
+/// not answer). `None` when the ids agree (or sysfs does not know them).
+pub(crate) fn untrusted(d: &PciDevice, cs: &ConfigSpace) -> Option<String> {
+    if cs.vendor_id == Some(0xffff) {
+        return Some(
+            "config space reads all-ones (vendor 0xffff): the device does not answer config reads"
+                .to_string(),
+        );
+    }
+    let pairs = [
+        ("vendor", d.vendor_id.get(), cs.vendor_id),
+        ("device", d.device_id.get(), cs.device_id),
+    ];
+    for (what, sysfs, config) in pairs {
+        if let (Some(s), Some(c)) = (sysfs, config) {
+            if *s != c {
+                return Some(format!(
+                    "config space {what} id 0x{c:04x} differs from sysfs {what} 0x{s:04x}: the config space is not this device's"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The decoded config space of `d` when `need` bytes of it are readable and it is this
+/// device's; otherwise the reason (for the evidence of an `error`).
+fn readable(d: &PciDevice, need: usize) -> Result<ConfigSpace, String> {
+    if let Some(gap) = config_gap(d, need) {
+        return Err(gap);
+    }
+    let cs = d
+        .decoded()
+        .ok_or_else(|| format!("{}/config: not readable", d.sysfs_path))?;
+    match untrusted(d, &cs) {
+        Some(why) => Err(why),
+        None => Ok(cs),
+    }
+}
+
+/// Why the absence of a capability cannot be concluded: the list that holds it could not be
+/// walked to its end. `extended`: the capability lives in the extended list (ACS, ATS), which
+/// is reached only through a readable standard list (the PCI Express capability).
+fn absence_unknown(cs: &ConfigSpace, extended: bool) -> Option<String> {
+    cs.chain_breaks
+        .iter()
+        .find(|b| extended || !b.extended)
+        .map(|b| b.to_string())
+}
+
 pub fn acs_redirect(node: &Node) -> Vec<Finding> {
     const ID: &str = "pcie.acs-redirect";
     let cx = Context::new(node);
@@ -83,46 +134,81 @@ pub fn acs_redirect(node: &Node) -> Vec<Finding> {
         return vec![Finding::new(ID, Status::Skip, "node", format!("no gpu-nic pair is within NCCL_NET_GDR_LEVEL {}: acs on their paths does not decide gdr", cx.level.name))];
     }
     if bridges.is_empty() {
+        let mut shown: Vec<String> = Vec::new();
+        for g in &cx.gpus {
+            for (nic, ep) in &cx.nics {
+                let Some(n) = ep else { continue };
+                let p = crate::topo::path(g, n);
+                if (p.nccl as u8) <= cx.level.value {
+                    shown.push(format!(
+                        "{}|{} {} below {}",
+                        g.bdf,
+                        nic.name,
+                        p.nccl.as_str(),
+                        p.common.as_deref().unwrap_or("no common bridge")
+                    ));
+                }
+            }
+        }
         return vec![Finding::new(
             ID,
             Status::Pass,
             "node",
             "no pcie bridge between the gpus and nics that nccl pairs",
-        )];
+        )
+        .evidence("/sys/bus/pci/devices (resolved paths)", shown.join("; "))];
     }
     let mut out = Vec::new();
     for (bdf, pairs) in bridges {
-        let Some(d) = cx.index.get(&bdf) else {
-            continue;
-        };
-        let src = format!("{}/config", d.sysfs_path);
         let pairs_txt = if pairs.len() > 4 {
             format!("{} and {} more", pairs[..4].join(", "), pairs.len() - 4)
         } else {
             pairs.join(", ")
         };
-        if let Some(gap) = config_gap(d, 4096) {
+        let Some(d) = cx.index.get(&bdf) else {
             out.push(
                 Finding::new(
                     ID,
                     Status::Error,
                     &bdf,
-                    "cannot read the acs control register",
+                    "a bridge on the gpu-nic path is not listed as a pci device: its acs cannot be read",
                 )
-                .evidence(src, gap),
+                .evidence("/sys/bus/pci/devices", format!("{bdf} missing"))
+                .evidence("affected gpu|nic pairs", pairs_txt),
             );
             continue;
-        }
-        let Some(cs) = d.decoded() else {
-            out.push(Finding::new(
-                ID,
-                Status::Error,
-                &bdf,
-                "config space not readable",
-            ));
-            continue;
+        };
+        let src = format!("{}/config", d.sysfs_path);
+        let cs = match readable(d, 4096) {
+            Ok(cs) => cs,
+            Err(why) => {
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Error,
+                        &bdf,
+                        "cannot read the acs control register",
+                    )
+                    .evidence(src, why),
+                );
+                continue;
+            }
         };
         let Some(acs) = cs.acs else {
+            if let Some(why) = absence_unknown(&cs, true) {
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Error,
+                        &bdf,
+                        format!("cannot tell whether {bdf} has acs: its capability list is broken"),
+                    )
+                    .evidence(src, why)
+                    .evidence("affected gpu|nic pairs", pairs_txt)
+                    .fix(format!("`lspci -vvv -s {bdf}` shows the capability list as the kernel reads it; a list that loops or points into the header is a firmware or hardware fault (update the switch firmware), or the snapshot is damaged")),
+                );
+                continue;
+            }
             out.push(
                 Finding::new(
                     ID,
@@ -130,7 +216,13 @@ pub fn acs_redirect(node: &Node) -> Vec<Finding> {
                     &bdf,
                     "no acs capability: peer-to-peer is routed directly",
                 )
-                .evidence(src, "no ACS extended capability"),
+                .evidence(
+                    src,
+                    format!(
+                        "no ACS extended capability ({} extended capabilities walked to the end)",
+                        cs.ext_capabilities.len()
+                    ),
+                ),
             );
             continue;
         };
@@ -207,7 +299,7 @@ pub fn link(node: &Node) -> Vec<Finding> {
         for (depth, b) in comps.iter().enumerate().take(comps.len().saturating_sub(1)) {
             let b = b.to_lowercase();
             let Some(bd) = cx.index.get(&b) else { continue };
-            if is_upstream_port(bd, bd.decoded().as_ref(), depth)
+            if is_upstream_port(bd, readable(bd, 0).ok().as_ref(), depth)
                 && !subjects.iter().any(|(s, _)| *s == b)
             {
                 subjects.push((b, "switch"));
@@ -305,34 +397,71 @@ pub fn mrrs(node: &Node) -> Vec<Finding> {
         seen.push(bdf.clone());
         let Some(d) = cx.index.get(bdf) else { continue };
         let src = format!("{}/config", d.sysfs_path);
-        if let Some(gap) = config_gap(d, 256) {
-            out.push(
-                Finding::new(
-                    ID,
-                    Status::Error,
-                    bdf,
-                    format!("cannot read the pcie device control of {}", nic.name),
-                )
-                .evidence(src, gap),
-            );
+        let cs = match readable(d, 256) {
+            Ok(cs) => cs,
+            Err(why) => {
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Error,
+                        bdf,
+                        format!("cannot read the pcie device control of {}", nic.name),
+                    )
+                    .evidence(src, why),
+                );
+                continue;
+            }
+        };
+        let Some(p) = cs.pcie.clone() else {
+            let (msg, why) = match absence_unknown(&cs, false) {
+                Some(b) => (
+                    format!(
+                        "cannot find the pci express capability of {}: its capability list is broken",
+                        nic.name
+                    ),
+                    b,
+                ),
+                None => (
+                    format!(
+                        "{} has no pci express capability in its config space",
+                        nic.name
+                    ),
+                    "no PCIe capability".to_string(),
+                ),
+            };
+            out.push(Finding::new(ID, Status::Error, bdf, msg).evidence(src, why));
             continue;
-        }
-        let Some(p) = d.decoded().and_then(|c| c.pcie) else {
+        };
+        let at = format!("{src}@0x{:x}", p.offset + 8);
+        // DevCtl bits 14:12 (Max_Read_Request_Size) and 7:5 (Max_Payload_Size): 110b and 111b
+        // are reserved encodings (PCIe Base Specification, Device Control Register).
+        let mrrs_code = (p.devctl >> 12) & 0x7;
+        let mps_code = (p.devctl >> 5) & 0x7;
+        if mrrs_code >= 6 || mps_code >= 6 {
+            let field = if mrrs_code >= 6 {
+                format!("Max_Read_Request_Size encoding {mrrs_code:03b}b")
+            } else {
+                format!("Max_Payload_Size encoding {mps_code:03b}b")
+            };
             out.push(
                 Finding::new(
                     ID,
                     Status::Error,
                     bdf,
                     format!(
-                        "{} has no pci express capability in its config space",
+                        "{} device control holds a reserved {field}: the register read is not trustworthy",
                         nic.name
                     ),
                 )
-                .evidence(src, "no PCIe capability"),
+                .expected(
+                    at,
+                    format!("DevCtl 0x{:04x}", p.devctl),
+                    "Max_Read_Request_Size and Max_Payload_Size encodings 000b-101b",
+                )
+                .fix(format!("`lspci -vvv -s {bdf}` shows DevCtl as the kernel reads it; a reserved value there is a device or firmware fault (reset the device or update its firmware), in a snapshot a damaged config file")),
             );
             continue;
-        };
-        let at = format!("{src}@0x{:x}", p.offset + 8);
+        }
         let obs = format!(
             "MaxReadReq {} bytes, MaxPayload {} bytes, RlxdOrd{}",
             p.mrrs,
@@ -382,23 +511,48 @@ pub fn ats(node: &Node) -> Vec<Finding> {
         seen.push(bdf.clone());
         let Some(d) = cx.index.get(bdf) else { continue };
         let src = format!("{}/config", d.sysfs_path);
-        if let Some(gap) = config_gap(d, 4096) {
-            out.push(
-                Finding::new(
-                    ID,
-                    Status::Error,
-                    bdf,
-                    format!("cannot read the ats capability of {}", nic.name),
-                )
-                .evidence(src, gap),
-            );
-            continue;
-        }
-        let cs = d.decoded();
-        let ats = cs.as_ref().and_then(|c| c.ats.clone());
-        let Some(a) = ats.filter(|a| a.enabled) else {
+        let cs = match readable(d, 4096) {
+            Ok(cs) => cs,
+            Err(why) => {
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Error,
+                        bdf,
+                        format!("cannot read the ats capability of {}", nic.name),
+                    )
+                    .evidence(src, why),
+                );
+                continue;
+            }
+        };
+        let Some(a) = cs.ats.clone().filter(|a| a.enabled) else {
+            if cs.ats.is_none() {
+                if let Some(why) = absence_unknown(&cs, true) {
+                    out.push(
+                        Finding::new(
+                            ID,
+                            Status::Error,
+                            bdf,
+                            format!(
+                                "cannot tell whether {} has ats: its capability list is broken",
+                                nic.name
+                            ),
+                        )
+                        .evidence(src, why),
+                    );
+                    continue;
+                }
+            }
+            let obs = match &cs.ats {
+                Some(a) => format!("ATSCtl 0x{:04x} Enable-", a.ctl),
+                None => format!(
+                    "no ATS extended capability ({} extended capabilities walked to the end)",
+                    cs.ext_capabilities.len()
+                ),
+            };
             out.push(Finding::new(ID, Status::Pass, bdf, format!("ats off on {}: dma addresses are translated by the iommu (if any), not cached by the nic", nic.name))
-                .evidence(src, "ATS capability absent or disabled"));
+                .evidence(src, obs));
             continue;
         };
         let at = format!("{src}@0x{:x}", a.offset + 6);
@@ -436,6 +590,8 @@ pub fn ats(node: &Node) -> Vec<Finding> {
         // Translated IOMMU + ATS: translated requests may bypass the root complex only where
         // the switch ports set ACS Direct Translated P2P alongside any redirect.
         let mut blockers = Vec::new();
+        // Bridges whose ACS could not be read: a redirect there cannot be ruled out.
+        let mut unknown: Vec<String> = Vec::new();
         if let Some(n) = ep {
             for g in &cx.gpus {
                 let p = crate::topo::path(g, n);
@@ -443,12 +599,25 @@ pub fn ats(node: &Node) -> Vec<Finding> {
                     continue;
                 }
                 for b in p.p2p_bridges {
-                    if let Some(acs) = cx
-                        .index
-                        .get(&b)
-                        .and_then(|bd| bd.decoded())
-                        .and_then(|c| c.acs)
-                    {
+                    let acs = match cx.index.get(&b).map(|bd| readable(bd, 4096)) {
+                        Some(Ok(c)) => match (&c.acs, absence_unknown(&c, true)) {
+                            (Some(acs), _) => Some(acs.clone()),
+                            (None, None) => None,
+                            (None, Some(why)) => {
+                                unknown.push(format!("{b}: {why}"));
+                                None
+                            }
+                        },
+                        Some(Err(why)) => {
+                            unknown.push(format!("{b}: {why}"));
+                            None
+                        }
+                        None => {
+                            unknown.push(format!("{b}: not listed as a pci device"));
+                            None
+                        }
+                    };
+                    if let Some(acs) = acs {
                         if acs.ctl & (ACS_RR | ACS_CR) != 0
                             && !acs.direct_trans
                             && !blockers.contains(&b)
@@ -459,13 +628,29 @@ pub fn ats(node: &Node) -> Vec<Finding> {
                 }
             }
         }
-        if blockers.is_empty() {
-            out.push(Finding::new(ID, Status::Pass, bdf, format!("ats enabled on {} with a translating iommu; no switch port on its gpu paths redirects translated requests", nic.name))
-                .evidence(at, format!("ATSCtl 0x{:04x} Enable+", a.ctl)));
-        } else {
+        unknown.sort();
+        unknown.dedup();
+        if !blockers.is_empty() {
             out.push(Finding::new(ID, Status::Warn, bdf, format!("ats enabled on {}, but {} redirect peer-to-peer without DirectTrans: translated requests still go through the root complex", nic.name, blockers.join(", ")))
                 .evidence(at, format!("ATSCtl 0x{:04x} Enable+", a.ctl))
                 .fix("for the ATS-in-VM recipe, keep ReqRedir/CmpltRedir but set ACS DirectTrans on those ports (follow the NVIDIA AI Enterprise / hypervisor guide); on bare metal prefer `iommu=pt` and clear ACS redirect (see pcie.acs-redirect)"));
+        } else if !unknown.is_empty() {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    bdf,
+                    format!(
+                        "ats enabled on {} with a translating iommu, and the acs of bridges on its gpu paths cannot be read",
+                        nic.name
+                    ),
+                )
+                .evidence(at, format!("ATSCtl 0x{:04x} Enable+", a.ctl))
+                .evidence("acs of the bridges", unknown.join("; ")),
+            );
+        } else {
+            out.push(Finding::new(ID, Status::Pass, bdf, format!("ats enabled on {} with a translating iommu; no switch port on its gpu paths redirects translated requests", nic.name))
+                .evidence(at, format!("ATSCtl 0x{:04x} Enable+", a.ctl)));
         }
     }
     if out.is_empty() {
@@ -529,10 +714,36 @@ pub fn bars(node: &Node) -> Vec<Finding> {
                 .evidence(format!("{}/physfn", d.sysfs_path), "present"));
             continue;
         }
+        let csrc = format!("{}/config", d.sysfs_path);
         if cs.vendor_id == Some(0xffff) {
             out.push(Finding::new(ID, Status::Fail, &d.bdf, "config space reads all ones: the device does not answer (fell off the bus?)")
-                .evidence(format!("{}/config", d.sysfs_path), "vendor 0xffff")
+                .evidence(csrc, "vendor 0xffff")
                 .fix("check `dmesg` for `Xid 79` / `GPU has fallen off the bus` or AER errors; reboot or reseat"));
+            continue;
+        }
+        if let Some(why) = untrusted(d, &cs) {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    &d.bdf,
+                    "cannot compare the bars: the config space is not this device's",
+                )
+                .evidence(csrc, why),
+            );
+            continue;
+        }
+        // Type 0 BAR registers end at 0x28, type 1 at 0x18: a shorter read cannot show them.
+        if cs.len < 0x40 {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    &d.bdf,
+                    "cannot compare the bars: the config space is cut short",
+                )
+                .expected(csrc, format!("{} bytes", cs.len), "at least 64 bytes"),
+            );
             continue;
         }
         let mut mismatches = Vec::new();
@@ -568,6 +779,19 @@ pub fn bars(node: &Node) -> Vec<Finding> {
                     if b.prefetchable { " pref" } else { "" }
                 ));
             }
+        }
+        if shown.is_empty() {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    &d.bdf,
+                    "no memory bar to compare: sysfs resource lists none assigned (the kernel could not place them, or the file is damaged)",
+                )
+                .evidence(rsrc, format!("{} lines, no assigned memory bar in lines 0-5", res.len()))
+                .fix("`dmesg | grep -i 'BAR\\|no space'` shows bars the kernel could not assign (enable \"Above 4G decoding\" in the BIOS for large GPU bars); `lspci -vv -s <bdf>` shows the regions"),
+            );
+            continue;
         }
         if mismatches.is_empty() {
             out.push(
@@ -629,6 +853,297 @@ mod tests {
         assert_eq!(by("0000:19:00.0"), Some(Status::Warn), "x8 of x16");
         // The switch's upstream port has no link facts: said so, not passed.
         assert_eq!(by("0000:16:00.0"), Some(Status::Error));
+    }
+
+    /// A 4 KiB config space: ids, the capability list bit, a PCI Express capability of `kind`
+    /// at 0x40 (DevCtl `devctl`), and the extended capabilities `ext` (offset, header, the
+    /// dword after it) from 0x100.
+    fn config(
+        vendor: u16,
+        device: u16,
+        kind: u8,
+        devctl: u16,
+        ext: &[(usize, u32, u32)],
+    ) -> Vec<u8> {
+        let mut c = vec![0u8; 4096];
+        let put16 =
+            |c: &mut Vec<u8>, o: usize, v: u16| c[o..o + 2].copy_from_slice(&v.to_le_bytes());
+        let put32 =
+            |c: &mut Vec<u8>, o: usize, v: u32| c[o..o + 4].copy_from_slice(&v.to_le_bytes());
+        put16(&mut c, 0x00, vendor);
+        put16(&mut c, 0x02, device);
+        put16(&mut c, 0x06, 0x0010);
+        let bridge = kind != config::PCIE_TYPE_ENDPOINT;
+        c[0x0b] = if bridge { 0x06 } else { 0x02 };
+        c[0x0a] = if bridge { 0x04 } else { 0x07 };
+        c[0x0e] = u8::from(bridge);
+        c[0x34] = 0x40;
+        c[0x40] = 0x10;
+        put16(&mut c, 0x42, 0x0002 | (u16::from(kind) << 4));
+        put16(&mut c, 0x48, devctl);
+        for (off, header, next_dword) in ext {
+            put32(&mut c, *off, *header);
+            put32(&mut c, off + 4, *next_dword);
+        }
+        c
+    }
+
+    /// An extended capability header: id, version 1, next pointer.
+    fn ext(id: u16, next: usize) -> u32 {
+        u32::from(id) | (1 << 16) | ((next as u32) << 20)
+    }
+
+    fn set_config(n: &mut Node, bdf: &str, bytes: Vec<u8>) {
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for d in pci.iter_mut().filter(|d| d.bdf == bdf) {
+                d.config = known(bytes.clone());
+            }
+        }
+    }
+
+    /// switch_pair with both downstream ports (the bridges between its GPU and NIC) holding
+    /// `dsp` (a function of the bridge's address).
+    fn with_dsps(dsp: impl Fn() -> Vec<u8>) -> Node {
+        let mut n = switch_pair();
+        for b in ["0000:17:00.0", "0000:17:01.0"] {
+            set_config(&mut n, b, dsp());
+        }
+        n
+    }
+
+    const DSP: u8 = config::PCIE_TYPE_DOWNSTREAM;
+    const ACS: u16 = config::EXT_CAP_ID_ACS;
+    const AER: u16 = config::EXT_CAP_ID_AER;
+
+    #[test]
+    fn acs_is_judged_when_the_chain_is_sound() {
+        let ok = with_dsps(|| config(0x10b5, 0x8796, DSP, 0, &[(0x100, ext(ACS, 0), 0)]));
+        let f = acs_redirect(&ok);
+        assert!(f.iter().all(|f| f.status == Status::Pass), "{f:?}");
+        let redirect = with_dsps(|| {
+            config(
+                0x10b5,
+                0x8796,
+                DSP,
+                0,
+                &[(0x100, ext(ACS, 0), 0x001d << 16)],
+            )
+        });
+        assert!(acs_redirect(&redirect)
+            .iter()
+            .all(|f| f.status == Status::Fail));
+        // No ACS anywhere in a chain walked to its end: direct routing, a pass with evidence.
+        let none = with_dsps(|| config(0x10b5, 0x8796, DSP, 0, &[(0x100, ext(AER, 0), 0)]));
+        let f = acs_redirect(&none);
+        assert!(
+            f.iter()
+                .all(|f| f.status == Status::Pass && f.has_evidence()),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn a_broken_chain_is_an_error_naming_the_device_and_offset_never_no_acs() {
+        // ACS with ReqRedir sits at 0x140, reached only if the chain from 0x100 holds.
+        let acs_at_140 = (0x140, ext(ACS, 0), 0x001d << 16);
+        type Chain = Vec<(usize, u32, u32)>;
+        let cases: Vec<(&str, Chain, &str)> = vec![
+            (
+                "self-loop",
+                vec![(0x100, ext(AER, 0x100), 0), acs_at_140],
+                "0x100: next pointer points to itself",
+            ),
+            (
+                "all-ones",
+                vec![(0x100, 0xffff_ffff, 0xffff_ffff), acs_at_140],
+                "0x100: all-ones header",
+            ),
+            (
+                "below 0x100",
+                vec![(0x100, ext(AER, 0x040), 0), acs_at_140],
+                "next pointer 0x040 points below 0x100",
+            ),
+            (
+                "loop",
+                vec![
+                    (0x100, ext(AER, 0x180), 0),
+                    (0x180, ext(0x0b, 0x100), 0),
+                    acs_at_140,
+                ],
+                "loops back to 0x100",
+            ),
+        ];
+        for (name, chain, needle) in cases {
+            let n = with_dsps(|| config(0x10b5, 0x8796, DSP, 0, &chain));
+            let f = acs_redirect(&n);
+            assert_eq!(f.len(), 2, "{name}: {f:?}");
+            for x in &f {
+                assert_eq!(x.status, Status::Error, "{name}: {x:?}");
+                assert!(x.subject.starts_with("0000:17:0"), "{name}: {x:?}");
+                assert!(
+                    x.evidence.iter().any(|e| e.observed.contains(needle)),
+                    "{name}: {needle} in {x:?}"
+                );
+            }
+        }
+        // A broken standard list hides the PCI Express capability, and with it the extended
+        // list: not "no acs" either.
+        let n = with_dsps(|| {
+            let mut c = config(
+                0x10b5,
+                0x8796,
+                DSP,
+                0,
+                &[(0x100, ext(ACS, 0), 0x001d << 16)],
+            );
+            c[0x40] = 0x01; // power management first ...
+            c[0x41] = 0x20; // ... pointing into the header
+            c
+        });
+        let f = acs_redirect(&n);
+        assert!(f.iter().all(|x| x.status == Status::Error), "{f:?}");
+        assert!(
+            f[0].evidence[0]
+                .observed
+                .contains("capability list broken at 0x041"),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn config_space_of_another_device_is_not_trusted() {
+        // sysfs says 10b5:8796 (the bridge builder); config space says an Intel device.
+        let n = with_dsps(|| config(0x8086, 0x2030, DSP, 0, &[(0x100, ext(ACS, 0), 0)]));
+        let f = acs_redirect(&n);
+        assert!(f.iter().all(|x| x.status == Status::Error), "{f:?}");
+        assert!(
+            f[0].evidence[0]
+                .observed
+                .contains("vendor id 0x8086 differs"),
+            "{f:?}"
+        );
+        // All-ones: the device does not answer.
+        let n = with_dsps(|| vec![0xff; 4096]);
+        assert!(acs_redirect(&n).iter().all(|x| x.status == Status::Error));
+    }
+
+    #[test]
+    fn mrrs_rejects_reserved_encodings_and_broken_chains() {
+        let nic = |devctl: u16| {
+            let mut n = switch_pair();
+            set_config(
+                &mut n,
+                "0000:19:00.0",
+                config(0x15b3, 0x1021, config::PCIE_TYPE_ENDPOINT, devctl, &[]),
+            );
+            n
+        };
+        // MaxReadReq 4096 (101b), MaxPayload 256 (001b): a pass.
+        let f = mrrs(&nic(0x5000 | 0x0020));
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
+        // 110b and 111b are reserved, in either field.
+        for devctl in [0x6000u16, 0x7000, 0x5000 | (6 << 5), 0x5000 | (7 << 5)] {
+            let f = mrrs(&nic(devctl));
+            assert_eq!(f[0].status, Status::Error, "DevCtl {devctl:#06x}: {f:?}");
+            assert!(f[0].message.contains("reserved"), "{f:?}");
+        }
+        // No PCI Express capability because the list is broken: not "has no capability".
+        let mut n = switch_pair();
+        let mut c = config(0x15b3, 0x1021, config::PCIE_TYPE_ENDPOINT, 0x5000, &[]);
+        c[0x34] = 0x50;
+        c[0x50] = 0x05;
+        c[0x51] = 0x50; // MSI pointing to itself
+        set_config(&mut n, "0000:19:00.0", c);
+        let f = mrrs(&n);
+        assert_eq!(f[0].status, Status::Error);
+        assert!(
+            f[0].evidence[0].observed.contains("points to itself"),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn ats_absent_needs_a_whole_chain() {
+        let mut n = switch_pair();
+        set_config(
+            &mut n,
+            "0000:19:00.0",
+            config(
+                0x15b3,
+                0x1021,
+                config::PCIE_TYPE_ENDPOINT,
+                0x5000,
+                &[(0x100, ext(AER, 0x100), 0)],
+            ),
+        );
+        let f = ats(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        let mut n = switch_pair();
+        set_config(
+            &mut n,
+            "0000:19:00.0",
+            config(
+                0x15b3,
+                0x1021,
+                config::PCIE_TYPE_ENDPOINT,
+                0x5000,
+                &[(0x100, ext(AER, 0), 0)],
+            ),
+        );
+        assert_eq!(ats(&n)[0].status, Status::Pass);
+    }
+
+    #[test]
+    fn bars_never_pass_on_nothing() {
+        use crate::model::Resource;
+        let mut n = switch_pair();
+        let gpu_cfg = {
+            let mut c = config(0x10de, 0x2335, config::PCIE_TYPE_ENDPOINT, 0, &[]);
+            c[0x0b] = 0x03;
+            c[0x0a] = 0x02;
+            c[0x10..0x14].copy_from_slice(&0x9000_0000u32.to_le_bytes());
+            c
+        };
+        let bar0 = Resource {
+            index: 0,
+            start: 0x9000_0000,
+            end: 0x90ff_ffff,
+            flags: 0x40200,
+        };
+        let unset = |i| Resource {
+            index: i,
+            start: 0,
+            end: 0,
+            flags: 0,
+        };
+        let set = |n: &mut Node, cfg: Vec<u8>, res: Vec<Resource>| {
+            if let Fact::Known { value: pci, .. } = &mut n.pci {
+                for d in pci.iter_mut().filter(|d| d.bdf == "0000:18:00.0") {
+                    d.config = known(cfg.clone());
+                    d.resources = known(res.clone());
+                }
+            }
+        };
+        let full: Vec<Resource> = std::iter::once(bar0).chain((1..7).map(unset)).collect();
+        set(&mut n, gpu_cfg.clone(), full.clone());
+        let by = |n: &Node| {
+            bars(n)
+                .into_iter()
+                .find(|f| f.subject == "0000:18:00.0")
+                .map(|f| f.status)
+        };
+        assert_eq!(by(&n), Some(Status::Pass));
+        // No assigned bar in sysfs: nothing was compared, so nothing passes.
+        set(&mut n, gpu_cfg.clone(), (0..7).map(unset).collect());
+        assert_eq!(by(&n), Some(Status::Error));
+        // Config space cut short.
+        set(&mut n, gpu_cfg[..0x20].to_vec(), full.clone());
+        assert_eq!(by(&n), Some(Status::Error));
+        // Another device's config space.
+        let mut other = gpu_cfg.clone();
+        other[0..2].copy_from_slice(&0x1234u16.to_le_bytes());
+        set(&mut n, other, full);
+        assert_eq!(by(&n), Some(Status::Error));
     }
 
     #[test]

@@ -203,12 +203,23 @@ pub fn ports(node: &Node) -> Vec<Finding> {
     out
 }
 
-/// The model key for grouping: `hca_type` (`MT4129`), else the name prefix.
-fn model(d: &RdmaDevice) -> String {
-    d.hca_type.get().cloned().unwrap_or_else(|| {
-        d.name
-            .trim_end_matches(|c: char| c.is_ascii_digit())
-            .to_string()
+/// The model key for grouping: `hca_type` (`MT4129`). Without it (unreadable, damaged), the
+/// same name from the PCI device id for Mellanox/NVIDIA HCAs (mlx5's `hca_type` is `MT` and the
+/// PCI device id in decimal: `hca_type_show()` in drivers/infiniband/hw/mlx5/main.c), else the
+/// PCI ids. `None`: nothing tells the model, so the firmware cannot be compared.
+fn model(d: &RdmaDevice, idx: &crate::topo::PciIndex<'_>) -> Option<String> {
+    if let Some(t) = d.hca_type.get().filter(|t| !t.trim().is_empty()) {
+        return Some(t.trim().to_string());
+    }
+    let pci = match d.pci_bdf.get() {
+        Some(Some(b)) => idx.get(b)?,
+        _ => return None,
+    };
+    let (vendor, device) = (*pci.vendor_id.get()?, *pci.device_id.get()?);
+    Some(if vendor == 0x15b3 {
+        format!("MT{device}")
+    } else {
+        format!("{vendor:04x}:{device:04x}")
     })
 }
 
@@ -220,14 +231,43 @@ pub fn firmware(node: &Node) -> Vec<Finding> {
                 .evidence(node.rdma.source(), node.rdma.describe(|_| String::new())),
         ];
     };
+    let idx = crate::topo::PciIndex::new(node);
     let mut by_model: BTreeMap<String, Vec<&RdmaDevice>> = BTreeMap::new();
+    let mut unknown_model: Vec<&RdmaDevice> = Vec::new();
     for d in devs {
-        by_model.entry(model(d)).or_default().push(d);
+        match model(d, &idx) {
+            Some(m) => by_model.entry(m).or_default().push(d),
+            None => unknown_model.push(d),
+        }
     }
-    if by_model.is_empty() {
+    if by_model.is_empty() && unknown_model.is_empty() {
         return vec![Finding::new(ID, Status::Skip, "node", "no rdma device")];
     }
     let mut out = Vec::new();
+    for d in unknown_model {
+        out.push(
+            Finding::new(
+                ID,
+                Status::Error,
+                &d.name,
+                format!(
+                    "cannot tell the model of {}: its firmware cannot be compared with its peers'",
+                    d.name
+                ),
+            )
+            .evidence(
+                format!("/sys/class/infiniband/{}/hca_type", d.name),
+                d.hca_type.describe(|t| format!("{t:?}")),
+            )
+            .evidence(
+                format!("/sys/class/infiniband/{}/device", d.name),
+                d.pci_bdf.describe(|b| match b {
+                    Some(b) => format!("{b} (pci ids unknown)"),
+                    None => "no pci device".to_string(),
+                }),
+            ),
+        );
+    }
     for (model, ds) in by_model {
         let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut unknown = Vec::new();
@@ -244,12 +284,25 @@ pub fn firmware(node: &Node) -> Vec<Finding> {
             .collect::<Vec<_>>()
             .join("; ");
         if !unknown.is_empty() {
-            out.push(Finding::new(
-                ID,
-                Status::Error,
-                &subject,
-                format!("cannot read fw_ver of {}", unknown.join(", ")),
-            ));
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    &subject,
+                    format!("cannot read fw_ver of {}", unknown.join(", ")),
+                )
+                .evidence("/sys/class/infiniband/*/fw_ver", {
+                    let mut v: Vec<String> = ds
+                        .iter()
+                        .filter(|d| d.fw_ver.get().is_none())
+                        .map(|d| format!("{}: {}", d.name, d.fw_ver.describe(|_| String::new())))
+                        .collect();
+                    if !listing.is_empty() {
+                        v.push(listing.clone());
+                    }
+                    v.join("; ")
+                }),
+            );
         } else if versions.len() > 1 {
             let newest = versions
                 .keys()
@@ -303,6 +356,7 @@ fn fw_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::testing::*;
 
@@ -336,6 +390,40 @@ mod tests {
         );
         let ok = ports(&switch_pair());
         assert!(ok.iter().all(|f| f.status == Status::Pass), "{ok:?}");
+    }
+
+    #[test]
+    fn a_missing_hca_type_does_not_hide_a_firmware_mismatch() {
+        let mut n = switch_pair();
+        let mut b = rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE");
+        b.fw_ver = known("28.39.1002".into());
+        b.hca_type = Fact::absent("/sys/class/infiniband/mlx5_1/hca_type", "not found");
+        let mut pci = n.pci.get().cloned().unwrap_or_default();
+        let mut second = pci
+            .iter()
+            .find(|d| d.bdf == "0000:19:00.0")
+            .cloned()
+            .expect("the nic of switch_pair");
+        second.bdf = "0000:1a:00.0".into();
+        second.sysfs_path = second.sysfs_path.replace("0000:19:00.0", "0000:1a:00.0");
+        pci.push(second);
+        n.pci = known(pci);
+        n.rdma = known(vec![rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE"), b]);
+        let f = firmware(&n);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].status, Status::Warn, "{f:?}");
+        assert_eq!(f[0].subject, "model MT4129");
+        // Neither hca_type nor a pci device: said, not silently grouped apart.
+        let mut n2 = switch_pair();
+        let mut c = rdma("mlx5_2", "0000:99:00.0", "4: ACTIVE");
+        c.hca_type = Fact::absent("/sys/class/infiniband/mlx5_2/hca_type", "not found");
+        n2.rdma = known(vec![rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE"), c]);
+        let f = firmware(&n2);
+        assert!(
+            f.iter()
+                .any(|f| f.status == Status::Error && f.subject == "mlx5_2"),
+            "{f:?}"
+        );
     }
 
     #[test]

@@ -215,6 +215,8 @@ struct Ctx<'a> {
     via: Vec<Vec<Option<usize>>>,
     /// NVLink usable by NCCL (P2P not disabled).
     nvl: Vec<Vec<Option<bool>>>,
+    /// Per GPU: has an NVLink peer (from `nvl`, computed once: the read gate asks per pair).
+    peer: Vec<Option<bool>>,
     level: Level,
     level_name: String,
     level_source: String,
@@ -273,6 +275,10 @@ impl Ctx<'_> {
     }
 
     fn has_nvlink_peer(&self, g: usize) -> Option<bool> {
+        self.peer.get(g).copied().flatten()
+    }
+
+    fn nvlink_peer_of(&self, g: usize) -> Option<bool> {
         let n = self.sys.gpus.len();
         if n == 1 && self.v.read_gate_single_gpu_ok() {
             return Some(true);
@@ -582,10 +588,12 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
             .collect(),
         via: vec![vec![None; nn]; ng],
         nvl,
+        peer: Vec::new(),
         level,
         level_name: level_name.clone(),
         level_source: level_source.clone(),
     };
+    cx.peer = (0..ng).map(|g| cx.nvlink_peer_of(g)).collect();
     let mut pair_notes: Vec<Vec<Vec<String>>> = vec![vec![Vec::new(); nn]; ng];
     let mut pair_undecided: Vec<Vec<Vec<String>>> = vec![vec![Vec::new(); nn]; ng];
     // (3) P2C: a GPU's PHB NIC on its own C2C-attached CPU (v2.27.3-1 L670-680; from 2.29
@@ -684,6 +692,17 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                 val(v, own) > val(v, PathKind::Pxb)
             }
         };
+        // Each GPU's closest used NIC (2.12-2.17 prefer a PXN peer whose own NIC it is),
+        // computed once, not per candidate peer.
+        let own_nic: Vec<Option<usize>> = (0..ng)
+            .map(|p| {
+                (0..nn)
+                    .filter(|m| used[*m])
+                    .filter_map(|m| cx.path[p][m].map(|k| (val(v, k), m)))
+                    .min()
+                    .map(|x| x.1)
+            })
+            .collect();
         for n in (0..nn).filter(|n| used[*n]) {
             // The NIC's local GPU: the closest GPU, first in PCI order (NCCL: by bandwidth,
             // then its channel-to-NIC assignment; ncclTopoGetLocalGpu(), src/graph/topo.cc
@@ -726,12 +745,7 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                         Some(true) => {
                             chosen = Some(p);
                             // 2.12-2.17 prefer a peer whose own NIC this is: its closest.
-                            let own_nic = (0..nn)
-                                .filter(|m| used[*m])
-                                .filter_map(|m| cx.path[p][m].map(|k| (val(v, k), m)))
-                                .min()
-                                .map(|x| x.1);
-                            if v.pxn_local_gpu_only() || own_nic == Some(n) {
+                            if v.pxn_local_gpu_only() || own_nic[p] == Some(n) {
                                 break;
                             }
                         }

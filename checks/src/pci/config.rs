@@ -96,6 +96,41 @@ pub struct ConfigSpace {
     pub aer: Option<Aer>,
     /// Human-readable notes about truncation, loops and broken chains.
     pub notes: Vec<String>,
+    /// Where a capability list could not be walked to its end (a loop, a pointer into the
+    /// header, an all-ones header from a failed read, more entries than fit): every capability
+    /// after that point is unknown, so "capability absent" cannot be concluded. Empty for a
+    /// chain that ends properly (next pointer 0); a short read is [`ConfigSpace::limited`] or
+    /// a note, not a break.
+    pub chain_breaks: Vec<ChainBreak>,
+}
+
+/// A capability list that could not be walked to its end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChainBreak {
+    /// `true` for the extended list (0x100..0x1000), `false` for the standard one.
+    pub extended: bool,
+    /// The register that could not be trusted: the pointer or header at this offset.
+    pub offset: u16,
+    /// What is wrong there, lowercase (`points to itself`, `all-ones header: config read failed`).
+    pub reason: String,
+}
+
+impl std::fmt::Display for ChainBreak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = if self.extended {
+            "extended capability list"
+        } else {
+            "capability list"
+        };
+        write!(f, "{list} broken at 0x{:03x}: {}", self.offset, self.reason)
+    }
+}
+
+impl ConfigSpace {
+    /// The first place a capability list could not be walked, if any.
+    pub fn chain_break(&self) -> Option<&ChainBreak> {
+        self.chain_breaks.first()
+    }
 }
 
 /// One Base Address Register.
@@ -331,6 +366,7 @@ fn decode_with(r: Reader<'_>) -> ConfigSpace {
         ats: None,
         aer: None,
         notes: Vec::new(),
+        chain_breaks: Vec::new(),
     };
 
     if len < 0x40 {
@@ -440,11 +476,18 @@ fn walk_std_caps(r: Reader<'_>, cs: &mut ConfigSpace) {
     };
     let mut visited = [false; 64];
     let mut pos = usize::from(first & 0xfc);
+    // Where the pointer to `pos` lives: the capability pointer, then each capability's next.
+    let mut from = ptr_off;
     while pos != 0 {
         if pos < 0x40 {
             cs.notes.push(format!(
                 "capability pointer 0x{pos:02x} points into the standard header: chain ignored from there"
             ));
+            cs.broke(
+                false,
+                from,
+                format!("next pointer 0x{pos:02x} points into the header (below 0x40)"),
+            );
             break;
         }
         let (Some(id), Some(next)) = (r.u8(pos), r.u8(pos + 1)) else {
@@ -458,6 +501,13 @@ fn walk_std_caps(r: Reader<'_>, cs: &mut ConfigSpace) {
             Some(seen) if *seen => {
                 cs.notes
                     .push(format!("capability chain looped at 0x{pos:02x}"));
+                // `from` is the next-pointer byte of the capability that led here.
+                let why = if from == pos + 1 {
+                    "next pointer points to itself".to_string()
+                } else {
+                    format!("next pointer loops back to 0x{pos:02x}")
+                };
+                cs.broke(false, from, why);
                 break;
             }
             Some(seen) => *seen = true,
@@ -466,11 +516,17 @@ fn walk_std_caps(r: Reader<'_>, cs: &mut ConfigSpace) {
         if id == 0xff {
             cs.notes
                 .push(format!("capability chain broken at 0x{pos:02x} (id 0xff)"));
+            cs.broke(
+                false,
+                pos,
+                "capability id 0xff: config read failed".to_string(),
+            );
             break;
         }
         if cs.capabilities.len() >= MAX_STD_CAPS {
             cs.notes
                 .push(format!("more than {MAX_STD_CAPS} capabilities: chain cut"));
+            cs.broke(false, pos, format!("more than {MAX_STD_CAPS} capabilities"));
             break;
         }
         let offset = u16::try_from(pos).unwrap_or(u16::MAX);
@@ -488,7 +544,18 @@ fn walk_std_caps(r: Reader<'_>, cs: &mut ConfigSpace) {
             cs.subsystem_vendor_id = r.u16(pos + 4);
             cs.subsystem_id = r.u16(pos + 6);
         }
+        from = pos + 1;
         pos = usize::from(next & 0xfc);
+    }
+}
+
+impl ConfigSpace {
+    fn broke(&mut self, extended: bool, offset: usize, reason: String) {
+        self.chain_breaks.push(ChainBreak {
+            extended,
+            offset: u16::try_from(offset).unwrap_or(u16::MAX),
+            reason,
+        });
     }
 }
 
@@ -588,6 +655,8 @@ fn decode_pcie(r: Reader<'_>, pos: usize, notes: &mut Vec<String>) -> Option<Pci
 fn walk_ext_caps(r: Reader<'_>, cs: &mut ConfigSpace) {
     let mut visited = [false; EXT_END / 4];
     let mut pos = EXT_START;
+    // The header whose next pointer led to `pos` (None for the first, at 0x100).
+    let mut from: Option<usize> = None;
     loop {
         let Some(header) = r.u32(pos) else {
             cs.notes.push(format!(
@@ -608,12 +677,24 @@ fn walk_ext_caps(r: Reader<'_>, cs: &mut ConfigSpace) {
                     "extended capability chain broken at 0x{pos:03x} (all-ones header)"
                 ));
             }
+            cs.broke(
+                true,
+                pos,
+                "all-ones header: the config read failed".to_string(),
+            );
             break;
         }
         match visited.get_mut(pos / 4) {
             Some(seen) if *seen => {
                 cs.notes
                     .push(format!("extended capability chain looped at 0x{pos:03x}"));
+                let at = from.unwrap_or(pos);
+                let why = if at == pos {
+                    "next pointer points to itself".to_string()
+                } else {
+                    format!("next pointer loops back to 0x{pos:03x}")
+                };
+                cs.broke(true, at, why);
                 break;
             }
             Some(seen) => *seen = true,
@@ -623,6 +704,7 @@ fn walk_ext_caps(r: Reader<'_>, cs: &mut ConfigSpace) {
             cs.notes.push(format!(
                 "more than {MAX_EXT_CAPS} extended capabilities: chain cut"
             ));
+            cs.broke(true, pos, format!("more than {MAX_EXT_CAPS} capabilities"));
             break;
         }
         let id = (header & 0xffff) as u16;
@@ -650,8 +732,14 @@ fn walk_ext_caps(r: Reader<'_>, cs: &mut ConfigSpace) {
             cs.notes.push(format!(
                 "extended capability at 0x{pos:03x} points to 0x{next:03x}, below 0x100: chain cut"
             ));
+            cs.broke(
+                true,
+                pos,
+                format!("next pointer 0x{next:03x} points below 0x100"),
+            );
             break;
         }
+        from = Some(pos);
         pos = next;
     }
 }

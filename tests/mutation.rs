@@ -1,0 +1,257 @@
+//! Issue 18: damaged evidence is never good news, over every fixture and every kind of damage.
+//!
+//! Each constructed sysroot is copied once; then, one at a time, a file it holds is damaged
+//! (truncated to half, emptied, overwritten with garbage, removed, or swapped with another file
+//! of the same name), the report is built exactly as `check --sysroot` builds it, and the file
+//! is put back. Invariants, for every mutation:
+//!
+//! 1. every `pass` carries evidence (a source and an observed value);
+//! 2. the exit code never gets better: a node that was not healthy (1 or 3) never becomes
+//!    healthy (0) because a file was damaged;
+//! 3. damaged evidence is never a pass: a finding that was not a pass does not become one when
+//!    a file is truncated, emptied, garbled or removed (a swap may legitimately move a defect
+//!    from one subject to another, so only 1 and 2 hold for it).
+//!
+//! The sample is deterministic (seeded). `GDRDOCTOR_MUTATION_RUNS=N` runs N mutations (the CI
+//! block runs more than the default), `GDRDOCTOR_MUTATION_SEED=S` changes the sample; a failure
+//! prints the fixture, the file and the mutation to reproduce it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use gdrdoctor::{collect, meta, reader::Root};
+use gdrdoctor_checks::report::{Report, Status};
+use gdrdoctor_checks::RunOptions;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The files the checks read most: damage here is what an adversary would try first.
+const EVIDENCE: &[&str] = &[
+    "vendor",
+    "device",
+    "class",
+    "config",
+    "resource",
+    "fw_ver",
+    "hca_type",
+    "state",
+    "phys_state",
+    "link_layer",
+    "rate",
+    "current_link_speed",
+    "current_link_width",
+    "max_link_speed",
+    "max_link_width",
+    "numa_node",
+    "cmdline",
+    "modules",
+    "version",
+    "params",
+    "live.json",
+    "meta.json",
+    "kernel-log.txt",
+    "counters-baseline.json",
+    "type",
+    "information",
+    "osrelease",
+    "limits",
+];
+
+/// Files whose absence is a legitimate snapshot (taken by an older gdrdoctor, or without a
+/// counter state file): their checks skip with the reason, or judge one reading. Removing
+/// them is not damage; truncating or garbling them is.
+const OPTIONAL: &[&str] = &["live.json", "counters-baseline.json", "kernel-log.txt"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Damage {
+    Truncate,
+    Empty,
+    Garbage,
+    Remove,
+    Swap,
+}
+
+const DAMAGES: [Damage; 5] = [
+    Damage::Truncate,
+    Damage::Empty,
+    Damage::Garbage,
+    Damage::Remove,
+    Damage::Swap,
+];
+
+/// xorshift64*: a deterministic sample without a dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_dir() {
+            files(&e.path(), out);
+        } else if t.is_file() && e.file_name() != ".gdrdoctor-keep" {
+            out.push(e.path());
+        }
+    }
+}
+
+/// `check --sysroot DIR` in-process; `None` where the CLI exits 2 (the sysroot cannot be
+/// used: a garbage meta.json), which is never a better outcome.
+fn report(dir: &Path) -> Option<Report> {
+    let mut root = Root::sysroot(dir).ok()?;
+    let m = meta::read(&root).ok()?;
+    root.set_complete(m.is_some());
+    let mut node = collect::collect(&root, m.as_ref());
+    node.live = meta::read_live(&root);
+    Some(gdrdoctor_checks::build_report(
+        &node,
+        &RunOptions::default(),
+    ))
+}
+
+fn statuses(r: &Report) -> BTreeMap<(String, String), Status> {
+    r.findings
+        .iter()
+        .map(|f| ((f.id.clone(), f.subject.clone()), f.status))
+        .collect()
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn damaged_evidence_is_never_good_news() {
+    let runs = env_num("GDRDOCTOR_MUTATION_RUNS", 150) as usize;
+    let seed = env_num("GDRDOCTOR_MUTATION_SEED", 0x18_0018);
+    let mut rng = Rng(seed | 1);
+    let scenarios = scenarios();
+    let per = runs.div_ceil(scenarios.len()).max(1);
+    let mut problems: Vec<String> = Vec::new();
+    let mut done = 0usize;
+    let t0 = std::time::Instant::now();
+    for s in &scenarios {
+        let t = tempfile::tempdir().unwrap();
+        copy_tree(&fixture(s), t.path());
+        let root = t.path();
+        let base = report(root).expect("every fixture is readable");
+        let base_status = statuses(&base);
+        let base_exit = base.summary.exit_code;
+        let mut all = Vec::new();
+        files(root, &mut all);
+        all.sort();
+        let (hot, cold): (Vec<PathBuf>, Vec<PathBuf>) = all.iter().cloned().partition(|p| {
+            p.file_name()
+                .is_some_and(|n| EVIDENCE.contains(&n.to_string_lossy().as_ref()))
+        });
+        for _ in 0..per {
+            // Mostly the files the checks judge; now and then any other.
+            let pool = if rng.below(5) < 4 && !hot.is_empty() {
+                &hot
+            } else {
+                &cold
+            };
+            let Some(file) = pool.get(rng.below(pool.len())).cloned() else {
+                continue;
+            };
+            let damage = DAMAGES[rng.below(DAMAGES.len())];
+            let original = std::fs::read(&file).unwrap();
+            let rel = file.strip_prefix(root).unwrap().display().to_string();
+            let mut partner: Option<(PathBuf, Vec<u8>)> = None;
+            match damage {
+                Damage::Truncate => std::fs::write(&file, &original[..original.len() / 2]).unwrap(),
+                Damage::Empty => std::fs::write(&file, b"").unwrap(),
+                Damage::Garbage => {
+                    let n = original.len().clamp(1, 8192);
+                    let junk: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                    std::fs::write(&file, junk).unwrap();
+                }
+                Damage::Remove => std::fs::remove_file(&file).unwrap(),
+                Damage::Swap => {
+                    let same: Vec<&PathBuf> = all
+                        .iter()
+                        .filter(|p| *p != &file && p.file_name() == file.file_name())
+                        .collect();
+                    let other = if same.is_empty() {
+                        all[rng.below(all.len())].clone()
+                    } else {
+                        same[rng.below(same.len())].clone()
+                    };
+                    let theirs = std::fs::read(&other).unwrap();
+                    std::fs::write(&file, &theirs).unwrap();
+                    std::fs::write(&other, &original).unwrap();
+                    partner = Some((other, theirs));
+                }
+            }
+            let what = format!(
+                "{s}: {damage:?} {rel}{}",
+                partner
+                    .as_ref()
+                    .map(|(p, _)| format!(" with {}", p.strip_prefix(root).unwrap().display()))
+                    .unwrap_or_default()
+            );
+            if let Some(r) = report(root) {
+                for f in &r.findings {
+                    if f.status == Status::Pass && !f.has_evidence() {
+                        problems.push(format!(
+                            "{what}: {} {} passes without evidence",
+                            f.id, f.subject
+                        ));
+                    }
+                }
+                let exit = r.summary.exit_code;
+                let optional = damage == Damage::Remove
+                    && file
+                        .file_name()
+                        .is_some_and(|n| OPTIONAL.contains(&n.to_string_lossy().as_ref()));
+                if base_exit != 0 && exit == 0 && !optional {
+                    problems.push(format!("{what}: exit code {base_exit} became 0"));
+                }
+                if damage != Damage::Swap && !optional {
+                    for (key, st) in statuses(&r) {
+                        let was = base_status.get(&key).copied();
+                        if st == Status::Pass && was.is_some_and(|w| w != Status::Pass) {
+                            problems.push(format!(
+                                "{what}: {} {} was {} and now passes",
+                                key.0,
+                                key.1,
+                                was.map(|w| w.as_str()).unwrap_or("?")
+                            ));
+                        }
+                    }
+                }
+            }
+            std::fs::write(&file, &original).unwrap();
+            if let Some((p, b)) = partner {
+                std::fs::write(p, b).unwrap();
+            }
+            done += 1;
+        }
+    }
+    eprintln!(
+        "mutation: {done} damaged sysroots over {} fixtures in {:.1} s (seed {seed:#x})",
+        scenarios.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
