@@ -453,7 +453,10 @@ fn html_page_holds_the_roll_up_reports_and_pictures() {
         assert!(sec.contains(&href), "{name}: {href}");
         let svg = sec.contains("data-generator=\"gdrdoctor topo\"");
         assert_eq!(svg, name == "node00", "{name}: only node00 has a picture");
-        assert!(!sec.contains("alert(1)"), "a refused picture is not inlined");
+        assert!(
+            !sec.contains("alert(1)"),
+            "a refused picture is not inlined"
+        );
     }
     assert!(
         h.contains("1 inlined, 7 node(s) without one"),
