@@ -15,7 +15,6 @@ mod browser;
 mod common;
 
 use common::*;
-use gdrdoctor::render::fleet_html::{DriftRow, FleetCheck, FleetFinding, FleetNode, FleetPage};
 #[cfg(feature = "png")]
 use gdrdoctor::render::svg_png;
 use gdrdoctor::render::{svg, svg_layout, topo};
