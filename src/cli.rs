@@ -243,7 +243,9 @@ from the majority, the odd nodes are named. A field with no majority value is sh
         "  gdrdoctor fleet reports/\n",
         "  srun -N64 --ntasks-per-node=1 --label gdrdoctor check -f json | gdrdoctor fleet -\n",
         "  gdrdoctor fleet reports/ -f prometheus -o /var/lib/node_exporter/textfile_collector/gdrdoctor_fleet.prom\n",
-        "  gdrdoctor fleet reports/ --ignore env.,pci. --allow-drift\n\n",
+        "  gdrdoctor fleet reports/ --ignore env.,pci. --allow-drift\n",
+        "  srun -N64 --ntasks-per-node=1 --output='svgs/%N.svg' gdrdoctor topo --format svg\n",
+        "  gdrdoctor fleet reports/ -f html --svg-dir svgs/ -o fleet.html   # open in a browser\n\n",
         "Exit codes (fleet):\n",
         "  0  no node failed and no drift\n",
         "  1  a node failed (its report's exit code is 1), or drift (unless --allow-drift)\n",
@@ -568,6 +570,10 @@ pub enum FleetFormat {
     Json,
     /// Prometheus text exposition (counts per check and status, drift per field)
     Prometheus,
+    /// One self-contained HTML page (no network): a sortable, filterable heat map of checks x
+    /// nodes, the drift table, per node its findings, a link to its report and (--svg-dir) its
+    /// topology picture
+    Html,
 }
 
 #[derive(Debug, Args)]
@@ -597,6 +603,11 @@ pub struct FleetArgs {
     /// Node names shown per row in the table (the JSON always lists every node)
     #[arg(long, value_name = "N", default_value_t = 6)]
     pub max_names: usize,
+    /// With --format html: a directory of topology pictures, `<node>.svg` as written by
+    /// `gdrdoctor topo --format svg` (node = hostname, or the report file's name without
+    /// .json), inlined in each node's section
+    #[arg(long, value_name = "DIR")]
+    pub svg_dir: Option<PathBuf>,
 }
 
 pub fn exit_codes_text() -> &'static str {

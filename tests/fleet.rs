@@ -357,3 +357,126 @@ fn duplicate_hostnames_stay_distinct_and_prometheus_is_well_formed() {
     assert!(p.contains("gdrdoctor_fleet_exit_code 0"));
     common::tools::promtool_check(&p);
 }
+
+/// `--format html`: the page holds what the JSON roll-up holds (every node, every check as a
+/// column, one drift row per drift field with the odd node out and its value), each node's
+/// non-passing findings, a link to its report relative to the page, and the topology picture
+/// of `--svg-dir` (a foreign picture is refused and named, a missing one counted).
+#[test]
+fn html_page_holds_the_roll_up_reports_and_pictures() {
+    let t = tempfile::tempdir().unwrap();
+    let reports = t.path().join("reports");
+    let svgs = t.path().join("svgs");
+    std::fs::create_dir_all(&reports).unwrap();
+    std::fs::create_dir_all(&svgs).unwrap();
+    let nodes = planted_fleet(&reports);
+    let (code, _, err) = run(&[
+        "topo",
+        "--sysroot",
+        &s(&fixture(HEALTHY)),
+        "--format",
+        "svg",
+        "-o",
+        &s(&svgs.join("node00.svg")),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(
+        svgs.join("node01.svg"),
+        "<svg xmlns=\"http://www.w3.org/2000/svg\"><script>alert(1)</script></svg>",
+    )
+    .unwrap();
+    let page = t.path().join("out/fleet.html");
+    std::fs::create_dir_all(page.parent().unwrap()).unwrap();
+    let (code, out, err) = run(&[
+        "fleet",
+        &s(&reports),
+        "-f",
+        "html",
+        "--svg-dir",
+        &s(&svgs),
+        "-o",
+        &s(&page),
+    ]);
+    let (jcode, v, _) = fleet(&[&s(&reports)]);
+    assert_eq!(code, jcode, "the same exit code as every format: {err}");
+    assert!(out.is_empty(), "-o writes the page, not stdout");
+    let h = std::fs::read_to_string(&page).unwrap();
+    assert!(h.starts_with("<!DOCTYPE html>") && h.trim_end().ends_with("</html>"));
+    assert!(
+        !h.contains("src=\"http") && !h.contains("href=\"http"),
+        "no network"
+    );
+
+    // Heat map: every node a row, every check of the roll-up a column, every cell filled.
+    let checks = v["checks"].as_array().unwrap();
+    assert_eq!(h.matches("<tr data-i=").count(), nodes.len());
+    assert_eq!(h.matches("<th class=\"fl-check\"").count(), checks.len());
+    for c in checks {
+        let id = c["id"].as_str().unwrap();
+        assert!(h.contains(&format!("data-check=\"{id}\"")), "{id}");
+    }
+    assert_eq!(
+        h.matches("<td class=\"fl-cell st-").count(),
+        nodes.len() * checks.len()
+    );
+    // A cell is empty only where the node's report lacks the check.
+    let absent: usize = checks
+        .iter()
+        .map(|c| nodes.len() - c["nodes"].as_u64().unwrap() as usize)
+        .sum();
+    assert_eq!(h.matches("<td class=\"fl-cell st-none").count(), absent);
+
+    // Drift: one row per field, the odd node out named with its value.
+    let drift = v["drift"].as_array().unwrap();
+    assert!(!drift.is_empty());
+    let rows = h.split("<table class=\"fl-drift\"").nth(1).unwrap();
+    assert_eq!(rows.matches("<tr><td><code>").count(), drift.len());
+    let fw = rows
+        .split("<tr>")
+        .find(|r| r.contains("<code>nics[mlx5_5].fw_ver</code>"))
+        .expect("the odd firmware's drift row");
+    assert!(fw.contains("<code>28.43.1014</code> (8 of 9)"), "{fw}");
+    assert!(fw.contains(">node12</a>: <code>28.39.1002</code>"), "{fw}");
+
+    // Nodes: their non-passing findings, their report, their picture.
+    let sections: Vec<&str> = h.split("<details class=\"fl-node\"").skip(1).collect();
+    assert_eq!(sections.len(), nodes.len());
+    for (sec, n) in sections.iter().zip(v["nodes"].as_array().unwrap()) {
+        let name = n["name"].as_str().unwrap();
+        assert!(sec.contains(&format!("data-node=\"{name}\"")), "node order");
+        let bad = ["warn", "fail", "error"]
+            .iter()
+            .map(|k| n[k].as_u64().unwrap() as usize)
+            .sum::<usize>();
+        assert_eq!(sec.matches("<li>").count(), bad, "{name}: its findings");
+        let href = format!("href=\"../reports/{name}.json\"");
+        assert!(sec.contains(&href), "{name}: {href}");
+        let svg = sec.contains("data-generator=\"gdrdoctor topo\"");
+        assert_eq!(svg, name == "node00", "{name}: only node00 has a picture");
+        assert!(
+            !sec.contains("alert(1)"),
+            "a refused picture is not inlined"
+        );
+    }
+    assert!(
+        h.contains("1 inlined, 7 node(s) without one"),
+        "pictures are counted"
+    );
+    assert!(
+        h.contains("node01: topology picture not used:")
+            && h.contains("node01.svg: not written by `gdrdoctor topo --format svg`"),
+        "a foreign picture is named with its path"
+    );
+
+    // --svg-dir belongs to html, and must be a directory.
+    let (code, _, err) = run(&["fleet", &s(&reports), "--svg-dir", &s(&svgs)]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--svg-dir only applies to --format html"),
+        "{err}"
+    );
+    let nowhere = s(&t.path().join("nowhere"));
+    let (code, _, err) = run(&["fleet", &s(&reports), "-f", "html", "--svg-dir", &nowhere]);
+    assert_eq!(code, 2);
+    assert!(err.contains("nowhere: not a directory"), "{err}");
+}

@@ -15,7 +15,6 @@ mod browser;
 mod common;
 
 use common::*;
-use gdrdoctor::render::fleet_html::{DriftRow, FleetCheck, FleetFinding, FleetNode, FleetPage};
 #[cfg(feature = "png")]
 use gdrdoctor::render::svg_png;
 use gdrdoctor::render::{svg, svg_layout, topo};
@@ -486,94 +485,72 @@ fn svg_in_a_browser() {
     assert!(b.errors.is_empty(), "console errors: {:?}", b.errors);
 }
 
-/// A fleet page from fixture reports: the defects, two drift rows, and topology pictures.
-fn fleet_page() -> FleetPage {
-    let names = [
-        "hgx-h200x8-cx7x8-healthy",
-        "hgx-h200x8-cx7x8-acs-redirect",
-        "hgx-h200x8-cx7x8-nic-x8",
-        "hgx-h200x8-cx7x8-port-down",
-        "hgx-h200x8-cx7x8-mixed-fw",
-        "hgx-h200x8-cx7x8-memlock-limited",
-        "hgx-h200x8-cx7x8-nic-other-socket",
-        "hgx-h200x8-cx7x8-no-peermem",
-    ];
-    let mut page = FleetPage {
-        title: format!("gdrdoctor fleet: {} nodes", names.len()),
-        summary: vec!["from the fixtures of tests/pictures.rs".into()],
-        ..Default::default()
-    };
-    let mut ids: Vec<String> = Vec::new();
-    for d in checks::CHECKS {
-        ids.push(d.id.to_string());
-        page.checks.push(FleetCheck {
-            id: d.id.into(),
-            title: d.title.into(),
-        });
-    }
-    page.cells = vec![vec![None; names.len()]; ids.len()];
-    let rank = |s: Status| match s {
-        Status::Fail => 5,
-        Status::Error => 4,
-        Status::Warn => 3,
-        Status::Skip => 2,
-        Status::Pass => 1,
-    };
-    let mut fw: Vec<(String, String)> = Vec::new();
-    for (ni, n) in names.iter().enumerate() {
+/// The fixtures of the fleet page: a healthy node and seven with a planted defect.
+const FLEET: [&str; 8] = [
+    "hgx-h200x8-cx7x8-healthy",
+    "hgx-h200x8-cx7x8-acs-redirect",
+    "hgx-h200x8-cx7x8-nic-x8",
+    "hgx-h200x8-cx7x8-port-down",
+    "hgx-h200x8-cx7x8-mixed-fw",
+    "hgx-h200x8-cx7x8-memlock-limited",
+    "hgx-h200x8-cx7x8-nic-other-socket",
+    "hgx-h200x8-cx7x8-no-peermem",
+];
+
+/// The fleet page as a user makes it: one `check -f json` report per fixture (hostname = the
+/// fixture's name) under `reports/`, its `topo --format svg` picture under `svgs/`, then
+/// `gdrdoctor fleet reports/ -f html --svg-dir svgs/ -o fleet.html`. Returns the page's path,
+/// the roll-up (`-f json` of the same reports), and each node's failure count.
+fn fleet_page() -> (PathBuf, Value, Vec<(String, usize)>) {
+    let dir = out_dir().join("fleet");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (reports, svgs) = (dir.join("reports"), dir.join("svgs"));
+    std::fs::create_dir_all(&reports).unwrap();
+    std::fs::create_dir_all(&svgs).unwrap();
+    let mut fails = Vec::new();
+    for n in FLEET {
         let node = node_of(n);
-        let r = report_for(&fixture(n));
-        for f in &r.findings {
-            if let Some(ci) = ids.iter().position(|i| *i == f.id) {
-                let c = &mut page.cells[ci][ni];
-                if c.is_none_or(|o| rank(f.status) > rank(o)) {
-                    *c = Some(f.status);
-                }
-            }
-        }
-        if let Some(x) = r.inventory.nics.iter().find(|x| x.ibdev == "mlx5_5") {
-            fw.push((n.to_string(), x.fw_ver.clone().unwrap_or_default()));
-        }
-        page.nodes.push(FleetNode {
-            name: n.to_string(),
-            exit_code: r.summary.exit_code,
-            pass: r.summary.pass,
-            warn: r.summary.warn,
-            fail: r.summary.fail,
-            skip: r.summary.skip,
-            error: r.summary.error,
-            findings: r
-                .findings
-                .iter()
-                .filter(|f| matches!(f.status, Status::Warn | Status::Fail | Status::Error))
-                .map(|f| FleetFinding {
-                    id: f.id.clone(),
-                    status: f.status,
-                    subject: f.subject.clone(),
-                    message: f.message.clone(),
-                    remediation: f.remediation.clone(),
-                })
-                .collect(),
-            report_href: Some(format!("reports/{n}.json")),
-            topo_svg: Some(svg::svg(&node, &findings(&node))),
-        });
+        let mut r = report_for(&fixture(n));
+        r.host.hostname = Some(n.to_string());
+        r.timestamp = Some("2026-11-30T12:00:00Z".into());
+        fails.push((n.to_string(), r.summary.fail));
+        std::fs::write(
+            reports.join(format!("{n}.json")),
+            serde_json::to_string(&r).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            svgs.join(format!("{n}.svg")),
+            svg::svg(&node, &findings(&node)),
+        )
+        .unwrap();
     }
-    let maj = "28.43.1014".to_string();
-    page.drift.push(DriftRow {
-        field: "nics[mlx5_5].fw_ver".into(),
-        majority: Some(maj.clone()),
-        majority_count: fw.iter().filter(|(_, v)| *v == maj).count(),
-        nodes: fw.len(),
-        odd: fw.into_iter().filter(|(_, v)| *v != maj).collect(),
-    });
-    page.drift.push(DriftRow {
-        field: "driver.nvidia_version".into(),
-        majority: Some("580.159.04".into()),
-        majority_count: 7,
-        nodes: 8,
-        odd: vec![("hgx-h200x8-cx7x8-no-peermem".into(), "535.104.05".into())],
-    });
-    page
+    // Relative paths, from the directory that holds them, as a user types them.
+    let fleet = |args: &[&str]| {
+        let o = std::process::Command::new(bin())
+            .current_dir(&dir)
+            .arg("fleet")
+            .args(args)
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (o.status.code(), text(&o.stdout), text(&o.stderr))
+    };
+    let (code, out, err) = fleet(&[
+        "reports",
+        "-f",
+        "html",
+        "--svg-dir",
+        "svgs",
+        "-o",
+        "fleet.html",
+    ]);
+    assert_eq!(code, Some(1), "drift makes the fleet exit 1: {out}{err}");
+    assert!(out.is_empty() && err.is_empty(), "{out}{err}");
+    let (code, json, err) = fleet(&["reports", "-f", "json"]);
+    assert_eq!(code, Some(1), "{err}");
+    let page = dir.join("fleet.html");
+    (page, serde_json::from_str(&json).unwrap(), fails)
 }
 
 fn visible_rows(b: &mut browser::Browser) -> Vec<String> {
@@ -602,8 +579,8 @@ fn click_header(b: &mut browser::Browser, selector: &str) {
 
 #[test]
 fn fleet_page_in_a_browser() {
-    let page = fleet_page();
-    let html = gdrdoctor::render::fleet_html::render(&page);
+    let (file, rollup, fails) = fleet_page();
+    let html = std::fs::read_to_string(&file).unwrap();
     assert!(
         !html.contains("src=\"http") && !html.contains("href=\"http"),
         "no network"
@@ -611,10 +588,10 @@ fn fleet_page_in_a_browser() {
     let Some(mut b) = browser(1400, 900) else {
         return;
     };
-    let file = out_dir().join("fleet.html");
-    std::fs::write(&file, &html).unwrap();
     b.open(&file);
-    let n = page.nodes.len();
+    let n = FLEET.len();
+    let n_checks = rollup["checks"].as_array().unwrap().len();
+    let n_drift = rollup["drift"].as_array().unwrap().len();
     let counts = b.eval(
         "({rows: document.querySelectorAll('#fl-heat tbody tr').length, \
            checks: document.querySelectorAll('#fl-heat th.fl-check').length, \
@@ -625,10 +602,14 @@ fn fleet_page_in_a_browser() {
            count: document.getElementById('fl-count').textContent})",
     );
     assert_eq!(counts["rows"], n);
-    assert_eq!(counts["checks"], checks::CHECKS.len());
-    assert_eq!(counts["cells"], n * checks::CHECKS.len());
+    assert_eq!(counts["checks"], n_checks);
+    assert_eq!(counts["cells"], n * n_checks);
     assert!(counts["fails"].as_u64().unwrap() >= 3, "{counts}");
-    assert_eq!(counts["drift"], 2);
+    assert!(n_drift >= 2, "{rollup}");
+    assert_eq!(
+        counts["drift"], n_drift,
+        "one row per drift field of the roll-up"
+    );
     assert_eq!(counts["svgs"], n, "every node's topology inline");
     assert_eq!(counts["count"], format!("{n} of {n} nodes"));
     // The footer counts the nodes where a check does not pass.
@@ -636,10 +617,41 @@ fn fleet_page_in_a_browser() {
     assert_eq!(total, "1", "gdr.gpu fails on no-peermem only");
     keep("fleet.png", &b.screenshot(false));
 
+    // The odd node out: the drift row of the one odd firmware names mixed-fw with its value,
+    // on screen, and its link opens that node's section.
+    let odd = b.eval(
+        "(() => { const r = [...document.querySelectorAll('#fl-drift tbody tr')].find(r => r.cells[0].textContent === 'nics[mlx5_5].fw_ver'); \
+           if (!r) return null; r.scrollIntoView({block: 'center'}); const q = r.getBoundingClientRect(); \
+           return {majority: r.cells[1].textContent, odd: r.cells[2].textContent, \
+                   visible: q.height > 0 && q.top >= 0 && q.bottom <= innerHeight, \
+                   link: r.cells[2].querySelector('a').getAttribute('href')}; })()",
+    );
+    assert_eq!(odd["majority"], "28.43.1014 (7 of 8)", "{odd}");
+    assert_eq!(odd["odd"], "hgx-h200x8-cx7x8-mixed-fw: 28.39.1002", "{odd}");
+    assert_eq!(odd["visible"], true, "{odd}");
+    let link = odd["link"].as_str().unwrap().to_string();
+    b.eval(&format!(
+        "document.querySelector('#fl-drift a[href=\"{link}\"]').click()"
+    ));
+    let opened = b.eval(&format!(
+        "(() => {{ const d = document.querySelector('{link}'); return [d.getAttribute('data-node'), d.open, d.querySelectorAll('svg[data-generator]').length, d.querySelector('a.fl-report').getAttribute('href')]; }})()"
+    ));
+    assert_eq!(opened[0], "hgx-h200x8-cx7x8-mixed-fw", "{opened}");
+    assert_eq!(
+        opened[2], 1,
+        "its topology picture, inlined from --svg-dir: {opened}"
+    );
+    let report = file.parent().unwrap().join(opened[3].as_str().unwrap());
+    assert!(
+        report.is_file(),
+        "its report link resolves: {}",
+        report.display()
+    );
+
     // Sort by failures: the worst node first; again: healthy first.
     click_header(&mut b, "#fl-heat thead th:nth-child(3)");
     let rows = visible_rows(&mut b);
-    let fails = |name: &str| page.nodes.iter().find(|x| x.name == name).unwrap().fail;
+    let fails = |name: &str| fails.iter().find(|x| x.0 == name).unwrap().1;
     assert!(
         rows.windows(2).all(|w| fails(&w[0]) >= fails(&w[1])),
         "{rows:?}"
@@ -685,7 +697,7 @@ fn fleet_page_in_a_browser() {
     let hidden_cells = b.eval("[...document.querySelectorAll('#fl-heat tbody tr:first-child td.fl-cell')].filter(t => getComputedStyle(t).display === 'none').length");
     assert_eq!(
         hidden_cells.as_u64().unwrap() as usize,
-        checks::CHECKS.len() - cols.len()
+        n_checks - cols.len()
     );
     // Only what does not pass: the healthy node and the passing columns go.
     set_input(&mut b, "fl-filter-check", "");
@@ -696,6 +708,7 @@ fn fleet_page_in_a_browser() {
         "{rows:?}"
     );
     assert_eq!(rows.len(), n - 1);
+    b.eval("window.scrollTo(0, 0)");
     keep("fleet-filtered.png", &b.screenshot(false));
 
     // A cell links to the node's section, which opens.

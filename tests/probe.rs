@@ -802,7 +802,7 @@ fn the_nccl_wrapper_against_a_stand_in_library() {
 }
 
 /// A real NCCL log (shared/realdata/nccl-1537-gdr-disabled-roce-excerpt, NVIDIA/nccl#1537, read
-/// in place): the probe's reader takes NCCL's device list from it as NCCL printed it, and finds
+/// in place): the NCCL log parser probe --nccl uses takes NCCL's device list from it as NCCL printed it, and finds
 /// no channel line in an excerpt that has none.
 #[test]
 fn nccl_log_reader_on_a_real_log() {
@@ -812,14 +812,14 @@ fn nccl_log_reader_on_a_real_log() {
         eprintln!("skipping: {} is absent", p.display());
         return;
     };
-    use gdrdoctor::probe::nccl::log;
-    assert_eq!(
-        log::net_names(&text),
-        vec![
-            ("IB".to_string(), 0, "mlx5_0".to_string()),
-            ("IB".to_string(), 1, "mlx5_1".to_string()),
-        ]
-    );
-    assert!(log::channels(&text).is_empty());
-    assert!(log::warnings(&text).is_empty());
+    // The one NCCL log parser (`diagnose`'s), as probe --nccl reads NCCL_DEBUG_FILE.
+    let log = gdrdoctor_checks::paste::nccl::parse_file(&text);
+    let listed: Vec<(&str, u32, &str)> = log
+        .net_devices
+        .iter()
+        .map(|d| (d.net.as_str(), d.index, d.name.as_str()))
+        .collect();
+    assert_eq!(listed, vec![("IB", 0, "mlx5_0"), ("IB", 1, "mlx5_1")]);
+    assert!(log.connections.is_empty());
+    assert!(log.warnings.is_empty());
 }

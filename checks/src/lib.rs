@@ -22,6 +22,7 @@ pub mod pci;
 pub mod policy;
 pub mod report;
 pub mod roce;
+pub mod stall;
 pub mod testing;
 pub mod topo;
 pub mod watch;

@@ -3,8 +3,8 @@
 //! findings. The binary (`src/watch/`) finds the areas in /dev/shm, reads their bytes, keeps the
 //! clock and calls these functions; nothing here does I/O.
 //!
-//! The classes and their order are those of `probe --hang` (`src/probe/hang.rs` `classify()`,
-//! docs/checks/probe.hang-inject.md), with the evidence a user's job can give: the launch
+//! The classes and their order are those of `probe --hang`: one classification for both
+//! ([`crate::stall`], docs/checks/probe.hang-inject.md), with the evidence a user's job can give: the launch
 //! generation instead of the probe's launch plan, the site table for who writes the awaited
 //! word, the area's own words for the memory's value. See docs/guides/watch.md.
 
@@ -663,58 +663,30 @@ pub fn memory_at(h: &Header, words: &[u8], r: &Record) -> Option<u64> {
 // Classification (the classes of probe --hang)
 // ---------------------------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Class {
-    ForwardProgress,
-    RemoteWait,
-    Ordering,
-    StaleRead,
-    Silent,
-    SpinStall,
-}
+/// The classes and the rules are those of `probe --hang`: one classification for both.
+pub use crate::stall::Class;
 
-impl Class {
-    pub const ALL: [Class; 6] = [
-        Class::ForwardProgress,
-        Class::RemoteWait,
-        Class::Ordering,
-        Class::StaleRead,
-        Class::Silent,
-        Class::SpinStall,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Class::ForwardProgress => "forward-progress",
-            Class::Ordering => "ordering",
-            Class::StaleRead => "stale-read",
-            Class::Silent => "silent",
-            Class::SpinStall => "spin-stall",
-            Class::RemoteWait => "remote-wait",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Class> {
-        Class::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-    pub fn explain(self) -> &'static str {
-        match self {
+/// Watch's words for a class: what it means in a user's job.
+pub fn explain(c: Class) -> &'static str {
+    match c {
             Class::ForwardProgress => "blocks of the launch never started while every started block waits: the grid exceeds what the gpu can keep resident and the awaited write comes from a block that cannot be scheduled",
             Class::Ordering => "the kernel that writes the awaited value was launched but never started: stream/event ordering (or the legacy default stream, CUDA_LAUNCH_BLOCKING, lazy loading) queues it behind the waiter",
             Class::StaleRead => "memory already holds the awaited value but the waiter keeps seeing the old one: its load is hoisted or cached (missing volatile / ld.acquire)",
             Class::Silent => "the waiter stopped sending heartbeats: it spins in a loop without instrumentation (GDRDOCTOR_MARK_WAITING), or the kernel was killed or preempted",
             Class::SpinStall => "the waiter is alive and re-reads memory, but nobody writes the awaited value",
             Class::RemoteWait => "the waiter is alive and re-reads memory for a value a peer gpu should write over peer access (nvlink or pcie p2p); the peer's write never arrived",
-        }
     }
-    pub fn fix(self) -> &'static str {
-        match self {
+}
+
+/// Watch's fix for a class, in the terms of progress.cuh.
+pub fn fix(c: Class) -> &'static str {
+    match c {
             Class::ForwardProgress => "launch inter-block waits cooperatively (cudaLaunchCooperativeKernel refuses grids that cannot be resident) or keep grid <= occupancy x SMs",
             Class::Ordering => "put producer and consumer on independent non-blocking streams with no event edge from consumer to producer; avoid the legacy default stream and CUDA_LAUNCH_BLOCKING=1; load every kernel before the first launch (CUDA_MODULE_LOADING=EAGER)",
             Class::StaleRead => "poll with volatile or ld.acquire loads (GDRDOCTOR_WAIT, cuda::atomic_ref load(acquire)) and publish with st.release / __threadfence_system() before the flag",
             Class::Silent => "replace the loop with GDRDOCTOR_WAIT (heartbeats and the abort check), or attach cuda-gdb to see where the warp spins (docs/guides/hangs.md)",
             Class::SpinStall => "find who should write the awaited address (the site names it): a peer that never posts, a lost RDMA write, a doorbell that never reached the NIC",
             Class::RemoteWait => "look at the peer gpu the site names: its kernel finished without writing this address (a wrong offset, or a pointer from the wrong device or context), never started, or cannot reach this gpu (peer access not enabled; `gdrdoctor check --only gpu.p2p`)",
-        }
     }
 }
 
@@ -1089,7 +1061,8 @@ pub fn analyse(
     a
 }
 
-/// The rules of probe --hang, most specific first.
+/// The signs of one stalled waiter, from what the area shows, and its class
+/// ([`crate::stall::classify`], the rules of probe --hang) with what it rests on.
 fn classify(
     v: &View,
     k: &Kernel,
@@ -1100,65 +1073,53 @@ fn classify(
     t: Thresholds,
 ) -> (Class, String) {
     let (grid, never, started, all_wait) = v.launch_blocks(k, r.gen);
-    if never > 0 && all_wait {
-        return (
-            Class::ForwardProgress,
-            format!("launch {} of kernel {}: {never} of {grid} blocks never started, every one of the {started} started blocks waits", r.gen, k.name),
-        );
-    }
-    if let Some(s) = site.filter(|s| s.writer_kind == WRITER_PEER_GPU) {
-        let dev = if s.writer_device >= 0 {
-            format!("gpu {}", s.writer_device)
-        } else {
-            "a peer gpu".into()
-        };
-        return (
-            Class::RemoteWait,
-            format!("site {} is written by {dev} over peer access", s.id),
-        );
-    }
-    if let Some(wk) = site
+    let peer = site.filter(|s| s.writer_kind == WRITER_PEER_GPU);
+    let writer = site
         .filter(|s| s.writer_kernel >= 0)
         .and_then(|s| v.kernels.get(s.writer_kernel as usize))
-    {
-        let (never_started, state) = v.writer_state(wk);
-        if never_started {
-            return (Class::Ordering, format!("writer {state}"));
+        .map(|wk| v.writer_state(wk));
+    let stale = memory.filter(|m| r.satisfied_by(*m) && !r.satisfied_by(r.observed));
+    let signs = crate::stall::Signs {
+        never_started: never,
+        all_started_wait: all_wait,
+        writer_on_peer: peer.is_some(),
+        writer_never_started: writer.as_ref().is_some_and(|w| w.0),
+        memory_satisfies: stale.is_some(),
+        heartbeat_stale: beat_age >= t.stall_ns,
+    };
+    let class = crate::stall::classify(&signs);
+    let why = match class {
+        Class::ForwardProgress => format!("launch {} of kernel {}: {never} of {grid} blocks never started, every one of the {started} started blocks waits", r.gen, k.name),
+        Class::RemoteWait => {
+            let s = peer.map(|s| (s.id, s.writer_device)).unwrap_or((r.site, -1));
+            let dev = if s.1 >= 0 {
+                format!("gpu {}", s.1)
+            } else {
+                "a peer gpu".into()
+            };
+            format!("site {} is written by {dev} over peer access", s.0)
         }
-    }
-    if let Some(m) = memory {
-        if r.satisfied_by(m) && !r.satisfied_by(r.observed) {
-            return (
-                Class::StaleRead,
-                format!(
-                    "memory holds {} (satisfies {} {}), the waiter last saw {}",
-                    r.show(m),
-                    cmp_str(r.cmp),
-                    r.show(r.expected),
-                    r.show(r.observed)
-                ),
-            );
-        }
-    }
-    if beat_age >= t.stall_ns {
-        return (
-            Class::Silent,
-            format!("no heartbeat for {:.0} ms", beat_age as f64 / 1e6),
-        );
-    }
-    let writer = site
-        .and_then(|s| {
-            (s.writer_kernel >= 0)
-                .then(|| v.kernels.get(s.writer_kernel as usize))
-                .flatten()
-                .map(|wk| format!("writer {}", v.writer_state(wk).1))
-                .or_else(|| {
-                    (s.writer_kind != WRITER_UNKNOWN)
-                        .then(|| format!("writer: {}", writer_name(s.writer_kind)))
-                })
-        })
-        .unwrap_or_else(|| "heartbeats arrive, the value does not".into());
-    (Class::SpinStall, writer)
+        Class::Ordering => format!(
+            "writer {}",
+            writer.map(|w| w.1).unwrap_or_default()
+        ),
+        Class::StaleRead => format!(
+            "memory holds {} (satisfies {} {}), the waiter last saw {}",
+            r.show(stale.unwrap_or_default()),
+            cmp_str(r.cmp),
+            r.show(r.expected),
+            r.show(r.observed)
+        ),
+        Class::Silent => format!("no heartbeat for {:.0} ms", beat_age as f64 / 1e6),
+        Class::SpinStall => writer
+            .map(|w| format!("writer {}", w.1))
+            .or_else(|| {
+                site.filter(|s| s.writer_kind != WRITER_UNKNOWN)
+                    .map(|s| format!("writer: {}", writer_name(s.writer_kind)))
+            })
+            .unwrap_or_else(|| "heartbeats arrive, the value does not".into()),
+    };
+    (class, why)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1393,8 +1354,8 @@ pub fn findings(a: &AreaReport) -> Vec<Finding> {
         );
         if let Some(c) = class {
             f = f
-                .evidence("class", format!("{}: {}", c.as_str(), c.explain()))
-                .fix(c.fix());
+                .evidence("class", format!("{}: {}", c.as_str(), explain(c)))
+                .fix(fix(c));
         }
         if !w.why.is_empty() {
             f = f.evidence("verdict", w.why.clone());

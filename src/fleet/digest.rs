@@ -21,6 +21,27 @@ pub struct NodeInfo {
     pub command: &'static str,
     pub exit_code: i32,
     pub counts: [usize; 5],
+    /// Per check and finding detail, kept only for the HTML page ([`Digester::detail`]).
+    pub detail: Option<NodeDetail>,
+}
+
+/// What the HTML page shows of one node beyond its counts.
+#[derive(Debug, Clone, Default)]
+pub struct NodeDetail {
+    /// The worst status of every check in the node's report, in report order.
+    pub worst: Vec<(String, Status)>,
+    /// Its warn, fail and error findings, in report order.
+    pub findings: Vec<DetailFinding>,
+}
+
+/// One non-passing finding, as the report has it.
+#[derive(Debug, Clone)]
+pub struct DetailFinding {
+    pub id: String,
+    pub status: Status,
+    pub subject: String,
+    pub message: String,
+    pub remediation: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -70,6 +91,10 @@ struct FindingView<'a> {
     status: Status,
     #[serde(default, borrow)]
     subject: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    message: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    remediation: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -131,6 +156,9 @@ pub const VOLATILE: &[&str] = &[
 
 pub struct Digester<'a> {
     pub ignore: &'a [String],
+    /// Keep each node's worst status per check and its non-passing findings (`--format
+    /// html`); the other formats need only the aggregates.
+    pub detail: bool,
 }
 
 impl Digester<'_> {
@@ -193,6 +221,24 @@ impl Digester<'_> {
                 )),
             }
         }
+        let detail = self.detail.then(|| NodeDetail {
+            worst: per_check
+                .iter()
+                .map(|(id, c)| (id.to_string(), c.worst))
+                .collect(),
+            findings: v
+                .findings
+                .iter()
+                .filter(|f| matches!(f.status, Status::Warn | Status::Fail | Status::Error))
+                .map(|f| DetailFinding {
+                    id: f.id.to_string(),
+                    status: f.status,
+                    subject: f.subject.to_string(),
+                    message: f.message.to_string(),
+                    remediation: f.remediation.as_deref().map(str::to_string),
+                })
+                .collect(),
+        });
         for (id, c) in per_check {
             let agg = match part.checks.get_mut(id) {
                 Some(a) => a,
@@ -268,6 +314,7 @@ impl Digester<'_> {
                 command: if v.probe.is_some() { "probe" } else { "check" },
                 exit_code: v.summary.exit_code,
                 counts,
+                detail,
             },
         ));
         Ok(())
@@ -280,6 +327,7 @@ mod tests {
     fn volatile_fields_and_bar_addresses_are_left_out() {
         let d = super::Digester {
             ignore: &["env.".to_string()],
+            detail: false,
         };
         assert!(d.ignored("cmdline.root") && d.ignored("gpus[x].bars[1].start"));
         assert!(d.ignored("env.NCCL_IB_HCA"));

@@ -7,6 +7,7 @@
 
 pub mod digest;
 pub mod flat;
+pub mod html;
 pub mod input;
 pub mod render;
 pub mod rollup;
@@ -17,9 +18,15 @@ use input::{Input, Source, Unreadable};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Digest every input on `threads` workers (at least one).
-pub fn digest_all(inputs: &[Input], ignore: &[String], threads: usize) -> Vec<Partial> {
+/// `detail`: keep what the HTML page shows per node ([`digest::NodeDetail`]).
+pub fn digest_all(
+    inputs: &[Input],
+    ignore: &[String],
+    detail: bool,
+    threads: usize,
+) -> Vec<Partial> {
     let next = AtomicUsize::new(0);
-    let d = Digester { ignore };
+    let d = Digester { ignore, detail };
     let work = || {
         let mut part = Partial::default();
         loop {
@@ -67,6 +74,19 @@ pub fn digest_all(inputs: &[Input], ignore: &[String], threads: usize) -> Vec<Pa
 }
 
 pub fn run(args: &FleetArgs) -> i32 {
+    if args.svg_dir.is_some() && args.format != FleetFormat::Html {
+        eprintln!("gdrdoctor: error: --svg-dir only applies to --format html");
+        return crate::app::EXIT_USAGE;
+    }
+    if let Some(d) = &args.svg_dir {
+        if !d.is_dir() {
+            eprintln!(
+                "gdrdoctor: error: --svg-dir {}: not a directory",
+                d.display()
+            );
+            return crate::app::EXIT_USAGE;
+        }
+    }
     let (inputs, gather_bad) = match input::gather(&args.reports) {
         Ok(x) => x,
         Err(e) => {
@@ -78,7 +98,8 @@ pub fn run(args: &FleetArgs) -> i32 {
         .map(|n| n.get())
         .unwrap_or(1);
     let t0 = std::time::Instant::now();
-    let parts = digest_all(&inputs, &args.ignore, threads);
+    let html = args.format == FleetFormat::Html;
+    let parts = digest_all(&inputs, &args.ignore, html, threads);
     let reports = inputs.len() + gather_bad.len();
     // Inputs that failed while listing go first, in argument order.
     let bad: Vec<(u32, Unreadable)> = gather_bad.into_iter().map(|u| (0, u)).collect();
@@ -105,6 +126,13 @@ pub fn run(args: &FleetArgs) -> i32 {
         }
         FleetFormat::Json => render::json(&r),
         FleetFormat::Prometheus => render::prometheus(&r),
+        FleetFormat::Html => crate::render::fleet_html::render(&html::page(
+            &r,
+            &html::Options {
+                output: args.output.as_deref(),
+                svg_dir: args.svg_dir.as_deref(),
+            },
+        )),
     };
     if std::env::var_os("GDRDOCTOR_FLEET_TIMING").is_some() {
         eprintln!(

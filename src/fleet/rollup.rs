@@ -65,6 +65,10 @@ pub struct Node {
     pub fail: usize,
     pub skip: usize,
     pub error: usize,
+    /// Worst status per check and non-passing findings (only for the HTML page; not in the
+    /// JSON roll-up).
+    #[serde(skip)]
+    pub detail: Option<super::digest::NodeDetail>,
 }
 
 #[derive(Debug, Serialize)]
@@ -382,13 +386,13 @@ pub fn build(
         timestamp: crate::clock::now_rfc3339(),
         summary: s,
         nodes: nodes
-            .iter()
+            .into_iter()
             .map(|(i, n)| Node {
-                name: name(i),
-                hostname: n.hostname.clone(),
-                input: n.input.clone(),
-                timestamp: n.timestamp.clone(),
-                source: n.source.clone(),
+                name: name(&i),
+                hostname: n.hostname,
+                input: n.input,
+                timestamp: n.timestamp,
+                source: n.source,
                 command: n.command,
                 exit_code: n.exit_code,
                 pass: n.counts[0],
@@ -396,6 +400,7 @@ pub fn build(
                 fail: n.counts[2],
                 skip: n.counts[3],
                 error: n.counts[4],
+                detail: n.detail,
             })
             .collect(),
         checks: out_checks,

@@ -5,29 +5,19 @@
 //!
 //! The observations come from NCCL's own channel lines (`Channel 00/0 : 0[0] -> 1[1] [send] via
 //! NET/IB/0/GDRDMA`, src/transport/net.cc v2.30.7-1 L323-379; `... via P2P/CUMEM`,
-//! `... via SHM/direct/direct`), turned into [`Observed`] by the NCCL log parser of
-//! `gdrdoctor diagnose` and `probe --nccl`.
+//! `... via SHM/direct/direct`), read by the one NCCL log parser (`paste::nccl`, the parser of
+//! `gdrdoctor diagnose`) and turned into [`Observed`] / [`ObservedP2p`] by [`observe`]
+//! (`probe --nccl`).
 
 use super::rule::{Decision, System};
+use crate::paste::nccl::{NcclLog, Transport};
 use crate::report::{Finding, Status};
 
 /// The finding id of the comparison (`probe --nccl`).
 pub const ID: &str = "probe.nccl";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dir {
-    Send,
-    Receive,
-}
-
-impl Dir {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dir::Send => "send",
-            Dir::Receive => "receive",
-        }
-    }
-}
+/// Send or receive: the direction of the NCCL log parser (one type for both).
+pub use crate::paste::nccl::Direction as Dir;
 
 /// One GPU x NIC x direction as NCCL used it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +43,89 @@ pub struct ObservedP2p {
     /// `P2P/CUMEM`, `P2P/IPC`, `P2P/direct pointer`, `SHM/direct/direct`, `NET/IB/0`, ...
     pub transport: String,
     pub source: String,
+}
+
+/// Whether a network is RDMA (NCCL's IB transport or an IB plugin: `IB`, `IBext`,
+/// `IBext_v8`), not sockets.
+pub fn is_rdma(net: &str) -> bool {
+    !net.eq_ignore_ascii_case("Socket")
+}
+
+/// NCCL's log turned into the comparison's observations.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observation {
+    /// GPU x NIC x direction over RDMA networks.
+    pub net: Vec<Observed>,
+    /// The transport between two GPUs of the node (every connection between two ranks).
+    pub pairs: Vec<ObservedP2p>,
+    /// Network connections through sockets (`NET/Socket`): their evidence lines.
+    pub sockets: Vec<String>,
+    /// Channel lines read (connections the parser trusted).
+    pub channel_lines: usize,
+}
+
+/// The adapter from the NCCL log parser to the comparison: every connection line of `log`
+/// becomes an [`ObservedP2p`] (one per GPU pair and transport; a network connection between
+/// two GPUs is `NET/<net>/<dev>`, GDR or not) and, over an RDMA network, an [`Observed`] for
+/// the GPU on this side (the sender's for `[send]`, the receiver's for `[receive]`; a line
+/// without a direction counts as a send). `gpu(rank)`: the rank's GPU as the prediction names
+/// it, `None` when unknown (then `rank N`); `nic(net, dev)`: the device name of NCCL's net
+/// index, `None` when unknown (then `NET/<net>/<dev>`).
+pub fn observe(
+    log: &NcclLog,
+    gpu: &dyn Fn(u32) -> Option<String>,
+    nic: &dyn Fn(&str, u32) -> Option<String>,
+) -> Observation {
+    let gpu = |r: u32| gpu(r).unwrap_or_else(|| format!("rank {r}"));
+    let mut o = Observation {
+        channel_lines: log.connections.len(),
+        ..Default::default()
+    };
+    for c in &log.connections {
+        let source = format!("log line {}: {}", c.origin.line, c.describe());
+        let (a, b) = (gpu(c.from_rank), gpu(c.to_rank));
+        // One observation per pair and transport: several channels fold into one.
+        let label = match &c.transport {
+            Transport::Net { net, dev, .. } => format!("NET/{net}/{dev}"),
+            t => t.label(),
+        };
+        let same = |p: &ObservedP2p| {
+            p.transport == label && ((p.a == a && p.b == b) || (p.a == b && p.b == a))
+        };
+        if a != b && !o.pairs.iter().any(same) {
+            o.pairs.push(ObservedP2p {
+                a: a.clone(),
+                b: b.clone(),
+                transport: label,
+                source: source.clone(),
+            });
+        }
+        let Transport::Net {
+            net,
+            dev,
+            proxy,
+            gdr,
+            ..
+        } = &c.transport
+        else {
+            continue;
+        };
+        if !is_rdma(net) {
+            if !o.sockets.contains(&source) {
+                o.sockets.push(source);
+            }
+            continue;
+        }
+        o.net.push(Observed {
+            gpu: gpu(c.local().0),
+            nic: nic(net, *dev).unwrap_or_else(|| format!("NET/{net}/{dev}")),
+            dir: c.direction.unwrap_or(Dir::Send),
+            gdr: *gdr,
+            via: proxy.map(gpu),
+            source,
+        });
+    }
+    o
 }
 
 fn pred_text(sys: &System, d: &Decision, g: usize, n: usize, dir: Dir) -> (String, Option<bool>) {
@@ -363,5 +436,89 @@ mod tests {
             compare_p2p(&s, &d, &[o("SHM/direct/direct")])[0].status,
             Status::Pass
         );
+    }
+
+    #[test]
+    fn the_log_parser_s_connections_become_observations() {
+        // The shapes of src/transport/net.cc v2.28.9-1 (L313 send, L317 PXN proxy, L359
+        // receive), read by the one NCCL log parser (paste::nccl::parse_file).
+        let t = "\
+h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA
+h:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA
+h:1:3 [1] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [receive] via NET/IB/1
+h:1:3 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [send] via NET/IB/0(0)/GDRDMA
+h:1:3 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [send] via NET/Socket/0
+h:1:3 [1] NCCL INFO Channel 02/0 : 1[1] -> 0[0] via P2P/CUMEM/read
+h:1:3 [1] NCCL INFO Channel 03/0 : 1[1] -> 2[2] via P2P/CUMEM/read
+";
+        let log = crate::paste::nccl::parse_file(t);
+        let gpus = ["0000:18:00.0", "0000:28:00.0"];
+        let gpu = |r: u32| gpus.get(r as usize).map(|g| g.to_string());
+        let nic = |net: &str, dev: u32| {
+            log.net_device(None, net, dev)
+                .filter(|_| is_rdma(net))
+                .map(|d| d.name.clone())
+        };
+        let o = observe(&log, &gpu, &nic);
+        assert_eq!(o.channel_lines, 7);
+        let net: Vec<(&str, &str, Dir, bool, Option<&str>)> = o
+            .net
+            .iter()
+            .map(|x| {
+                (
+                    x.gpu.as_str(),
+                    x.nic.as_str(),
+                    x.dir,
+                    x.gdr,
+                    x.via.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            net,
+            vec![
+                ("0000:18:00.0", "mlx5_0", Dir::Send, true, None),
+                ("0000:18:00.0", "mlx5_0", Dir::Send, true, None),
+                ("0000:28:00.0", "mlx5_1", Dir::Receive, false, None),
+                (
+                    "0000:28:00.0",
+                    "mlx5_0",
+                    Dir::Send,
+                    true,
+                    Some("0000:18:00.0")
+                ),
+            ],
+            "the receiver's gpu for [receive], the proxy rank's gpu for PXN"
+        );
+        assert_eq!(
+            o.net[0].source,
+            "log line 2: Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA"
+        );
+        assert_eq!(o.sockets.len(), 1);
+        assert!(
+            o.sockets[0].ends_with("via NET/Socket/0"),
+            "{:?}",
+            o.sockets
+        );
+        let pairs: Vec<(&str, &str, &str)> = o
+            .pairs
+            .iter()
+            .map(|p| (p.a.as_str(), p.b.as_str(), p.transport.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            vec![
+                ("0000:18:00.0", "0000:28:00.0", "NET/IB/0"),
+                ("0000:18:00.0", "0000:28:00.0", "NET/IB/1"),
+                ("0000:28:00.0", "0000:18:00.0", "NET/Socket/0"),
+                ("0000:28:00.0", "0000:18:00.0", "P2P/CUMEM/read"),
+                ("0000:28:00.0", "rank 2", "P2P/CUMEM/read"),
+            ],
+            "channels fold into one pair per transport; an unknown rank is named"
+        );
+        // A device NCCL did not list stays NCCL's index.
+        let none = |_: &str, _: u32| None;
+        assert_eq!(observe(&log, &gpu, &none).net[0].nic, "NET/IB/0");
     }
 }

@@ -202,6 +202,7 @@ impl Paste {
             m.dmabuf_gpus.extend(l.dmabuf_gpus.iter().cloned());
             m.connections.extend(l.connections.iter().cloned());
             m.failures.extend(l.failures.iter().cloned());
+            m.warnings.extend(l.warnings.iter().cloned());
             m.nccl_lines += l.nccl_lines;
             m.unreadable.extend(l.unreadable.iter().cloned());
         }

@@ -118,6 +118,15 @@ pub enum Direction {
     Receive,
 }
 
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Send => "send",
+            Direction::Receive => "receive",
+        }
+    }
+}
+
 /// The transport NCCL chose for one connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -140,6 +149,34 @@ pub enum Transport {
     Other { text: String },
 }
 
+impl Transport {
+    /// The transport as NCCL prints it after `via` (`NET/IB/0(2)/GDRDMA(PCI)/Shared`,
+    /// `P2P/CUMEM/read`, `SHM/direct/direct`).
+    pub fn label(&self) -> String {
+        match self {
+            Transport::Net {
+                net,
+                dev,
+                proxy,
+                gdr,
+                gdr_pci,
+                shared,
+            } => format!(
+                "NET/{net}/{dev}{}{}{}{}",
+                proxy.map(|p| format!("({p})")).unwrap_or_default(),
+                if *gdr { "/GDRDMA" } else { "" },
+                if *gdr_pci { "(PCI)" } else { "" },
+                if *shared { "/Shared" } else { "" }
+            ),
+            Transport::P2p { mode, read } => {
+                format!("P2P/{mode}{}", if *read { "/read" } else { "" })
+            }
+            Transport::Shm { mode } => format!("SHM/{mode}"),
+            Transport::Other { text } => text.clone(),
+        }
+    }
+}
+
 /// One `Channel .. via ..` line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Connection {
@@ -156,6 +193,26 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// The line as NCCL prints it from `Channel` on (`Channel 00/0 : 0[0] -> 1[1] [send] via
+    /// NET/IB/0/GDRDMA`), rebuilt from what was read.
+    pub fn describe(&self) -> String {
+        let side = |r: u32, d: &Option<String>| match d {
+            Some(d) => format!("{r}[{d}]"),
+            None => r.to_string(),
+        };
+        format!(
+            "Channel {:02}{} : {} -> {}{} via {}",
+            self.channel,
+            self.conn.map(|c| format!("/{c}")).unwrap_or_default(),
+            side(self.from_rank, &self.from_dev),
+            side(self.to_rank, &self.to_dev),
+            self.direction
+                .map(|d| format!(" [{}]", d.as_str()))
+                .unwrap_or_default(),
+            self.transport.label()
+        )
+    }
+
     /// The rank on this host: the sender for `[send]`, the receiver for `[receive]`.
     pub fn local(&self) -> (u32, Option<&str>) {
         match self.direction {
@@ -207,6 +264,15 @@ pub struct Failure {
     pub vendor_err: Option<u32>,
 }
 
+/// A `NCCL WARN` line: NCCL's own words for what went wrong, failure kind or not
+/// (`Net : No interface found in the same subnet as remote address`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    pub origin: Origin,
+    /// The text after `NCCL WARN`.
+    pub text: String,
+}
+
 /// A parsed NCCL log.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct NcclLog {
@@ -225,6 +291,8 @@ pub struct NcclLog {
     pub dmabuf_gpus: Vec<(String, u32)>,
     pub connections: Vec<Connection>,
     pub failures: Vec<Failure>,
+    /// Every `NCCL WARN` line, in order.
+    pub warnings: Vec<Warning>,
     /// Lines that carried an NCCL marker.
     pub nccl_lines: usize,
     /// Lines with an NCCL decision that cannot be trusted (cut), with the reason: not used.
@@ -775,10 +843,16 @@ pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
         if let Some(k) = classify_failure(text) {
             log.failures.push(failure(k, text, &o));
         }
-        let Some((o, _level, msg)) = parsed else {
+        let Some((o, level, msg)) = parsed else {
             continue;
         };
         log.nccl_lines += 1;
+        if level == "WARN" && !msg.is_empty() {
+            log.warnings.push(Warning {
+                origin: o.clone(),
+                text: msg.clone(),
+            });
+        }
         if let Some(h) = &o.host {
             if !log.hosts.contains(h) {
                 log.hosts.push(h.clone());
@@ -990,9 +1064,17 @@ impl NcclLog {
     }
 }
 
-/// Parse a whole text as an NCCL log (every line is looked at).
+/// Parse a whole text as an NCCL log (every line is looked at). The last line is taken as
+/// possibly cut (a paste may end inside it).
 pub fn parse(text: &str) -> NcclLog {
     parse_lines(&super::clean::clean(text).lines)
+}
+
+/// Parse a log NCCL wrote itself (`NCCL_DEBUG_FILE`, read whole by `probe --nccl`): as
+/// [`parse`], but the last line is whole when the text ends with a newline, as `diagnose`
+/// takes a pasted file that ends with one.
+pub fn parse_file(text: &str) -> NcclLog {
+    parse_lines_with(&super::clean::clean(text).lines, text.ends_with('\n'))
 }
 
 #[cfg(test)]
@@ -1236,11 +1318,86 @@ ng:3:4 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remo
         assert_eq!(l.nccl_lines, 2);
     }
 
+    #[test]
+    fn warnings_and_a_file_s_last_line() {
+        let t = "\
+h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.1<0>
+h:1:2 [0] init.cc:1234 NCCL WARN Cuda failure 'out of memory'
+n:1:2 [0] misc/socket.cc:50 NCCL WARN Net : No interface found in the same subnet as remote address
+h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0
+";
+        let l = parse_file(t);
+        let w: Vec<&str> = l.warnings.iter().map(|w| w.text.as_str()).collect();
+        assert_eq!(
+            w,
+            vec![
+                "Cuda failure 'out of memory'",
+                "Net : No interface found in the same subnet as remote address"
+            ],
+            "every WARN line, a failure kind or not"
+        );
+        assert_eq!(l.warnings[1].origin.line, 3);
+        // A file that ends with a newline holds its last line whole; a paste may be cut.
+        assert_eq!((l.connections.len(), l.unreadable.len()), (1, 0));
+        assert_eq!(parse(t).connections.len(), 0);
+        assert_eq!(parse_file(t.trim_end()).connections.len(), 0);
+        assert_eq!(
+            l.connections[0].describe(),
+            "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0"
+        );
+    }
+
+    #[test]
+    fn transports_print_back_as_nccl_wrote_them() {
+        for t in [
+            "NET/IB/3(2)/GDRDMA(PCI)/Shared",
+            "NET/IBext_v8/0",
+            "P2P/CUMEM/read",
+            "P2P/direct pointer",
+            "P2P/indirect/2[2]",
+            "SHM/direct/direct",
+        ] {
+            assert_eq!(parse_transport(t).label(), t);
+        }
+        let l =
+            parse("a:1:2 [2] NCCL INFO Channel 01 : 2[1040] -> 0[1020] via SHM/direct/direct\n");
+        assert_eq!(
+            l.connections[0].describe(),
+            "Channel 01 : 2[1040] -> 0[1020] via SHM/direct/direct"
+        );
+    }
+
     proptest! {
         #[test]
         fn never_panics(s in "\\PC{0,400}") {
             let l = parse(&s);
             let _ = l.logged_gdr();
+            for c in &parse_file(&s).connections {
+                let _ = c.describe();
+            }
+        }
+
+        #[test]
+        fn channel_lines_read_back_what_was_written(
+            ch in 0u32..64, conn in 0u32..2, a in 0u32..512, b in 0u32..512,
+            dev in 0u32..32, proxy in proptest::option::of(0u32..512), gdr: bool, send: bool,
+        ) {
+            let dir = if send { "send" } else { "receive" };
+            let line = format!(
+                "Channel {ch:02}/{conn} : {a}[{a}] -> {b}[{b}] [{dir}] via NET/IB/{dev}{}{}",
+                proxy.map(|p| format!("({p})")).unwrap_or_default(),
+                if gdr { "/GDRDMA" } else { "" }
+            );
+            let l = parse_file(&format!("h:1:2 [0] NCCL INFO {line}\n"));
+            prop_assert_eq!(l.connections.len(), 1);
+            let c = &l.connections[0];
+            prop_assert_eq!((c.channel, c.conn, c.from_rank, c.to_rank), (ch, Some(conn), a, b));
+            prop_assert_eq!(c.local().0, if send { a } else { b });
+            prop_assert_eq!(
+                &c.transport,
+                &Transport::Net { net: "IB".into(), dev, proxy, gdr, gdr_pci: false, shared: false }
+            );
+            prop_assert_eq!(c.describe(), line);
         }
 
         #[test]

@@ -1,10 +1,11 @@
 //! The detector: polls the records in host-mapped memory while a scenario runs (never a CUDA
 //! call: it runs on its own thread beside a worker whose kernels may be wedged), and on a stall
-//! classifies it (most specific first: blocks never started, the writer is on the peer GPU, the
-//! producer launch never started, stale read, silent waiter, plain spin stall).
+//! classifies it with the rules `gdrdoctor watch` shares (`gdrdoctor_checks::stall::classify`,
+//! most specific first: blocks never started, the writer is on the peer GPU, the producer
+//! launch never started, stale read, silent waiter, plain spin stall).
 
 use super::layout::*;
-use super::model::{Class, Options, Stalled, Verdict};
+use super::model::{Options, Stalled, Verdict};
 use crate::live::cuda::KernelArg;
 use crate::live::shared::Region;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -240,19 +241,22 @@ pub(super) fn classify(
                 .nth(l)
         })
         .is_some_and(|x| x.on_peer);
-    let class = if never_started > 0 && all_started_wait {
-        Class::ForwardProgress
-    } else if writer_on_peer {
-        Class::RemoteWait
-    } else if writer_state == Some(L_ENQUEUED) {
-        Class::Ordering
-    } else if mem.is_some_and(|m| m == primary.expected) && primary.observed != primary.expected {
-        Class::StaleRead
-    } else if beat_age >= threshold {
-        Class::Silent
-    } else {
-        Class::SpinStall
+    // The wait's comparison: `>=` (cmp 1) or `==`.
+    let satisfies = |v: u64| {
+        if primary.cmp == 1 {
+            v >= primary.expected
+        } else {
+            v == primary.expected
+        }
     };
+    let class = gdrdoctor_checks::stall::classify(&gdrdoctor_checks::stall::Signs {
+        never_started,
+        all_started_wait: started > 0 && all_started_wait,
+        writer_on_peer,
+        writer_never_started: writer_state == Some(L_ENQUEUED),
+        memory_satisfies: mem.is_some_and(satisfies) && !satisfies(primary.observed),
+        heartbeat_stale: beat_age >= threshold,
+    });
     let _ = lid;
     let describe = |(_, k, s): &(usize, usize, Snap)| -> Stalled {
         let waited = at.saturating_sub(g.gt_to_host(s.wait_start_gt)) as f64 / 1e6;
@@ -315,6 +319,7 @@ mod tests {
     //! region, and the test writes records the way the kernels do.
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_arguments)]
     use super::*;
+    use crate::probe::hang::model::Class;
 
     struct Fake {
         buf: crate::live::shared::HeapRegion,

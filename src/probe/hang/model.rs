@@ -4,57 +4,31 @@
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Class {
-    /// Blocks of the grid never started while every started one waits: the grid is larger than
-    /// what can be resident, and the awaited write comes from a block that cannot run.
-    ForwardProgress,
-    /// The launch that would write the awaited word was enqueued but never started: stream or
-    /// event ordering puts it behind the waiter.
-    Ordering,
-    /// Memory holds the expected value, the waiter never saw it: a hoisted or cached load
-    /// (missing volatile/acquire).
-    StaleRead,
-    /// The waiter stopped publishing heartbeats: an uninstrumented loop, trapped, preempted.
-    Silent,
-    /// The waiter is alive and re-reading memory; the value just never arrives.
-    SpinStall,
-    /// The waiter spins on its own GPU's memory for a value a peer GPU should write over peer
-    /// access, and the peer's write never came.
-    RemoteWait,
-}
+/// The stall classes: one classification for this probe and `gdrdoctor watch`
+/// (`gdrdoctor_checks::stall`).
+pub use gdrdoctor_checks::stall::Class;
 
-impl Class {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Class::ForwardProgress => "forward-progress",
-            Class::Ordering => "ordering",
-            Class::StaleRead => "stale-read",
-            Class::Silent => "silent",
-            Class::SpinStall => "spin-stall",
-            Class::RemoteWait => "remote-wait",
-        }
-    }
-    pub fn explain(self) -> &'static str {
-        match self {
+/// The probe's words for a class: what it means in the probe's own scenarios.
+pub fn explain(c: Class) -> &'static str {
+    match c {
             Class::ForwardProgress => "blocks of the grid never started while every started block waits: the grid exceeds what the GPU can keep resident and the awaited write comes from a block that cannot be scheduled",
             Class::Ordering => "the kernel that would write the awaited value was enqueued but never started: stream/event ordering (or the legacy default stream, CUDA_LAUNCH_BLOCKING, lazy loading) queues it behind the waiter",
             Class::StaleRead => "memory already holds the awaited value but the waiter keeps seeing the old one: its load is hoisted or cached (missing volatile / ld.acquire)",
             Class::Silent => "the waiter stopped sending heartbeats: it spins in a loop without instrumentation (or trapped, or was preempted)",
             Class::SpinStall => "the waiter is alive and re-reads memory, but nobody writes the awaited value",
             Class::RemoteWait => "the waiter is alive and re-reads its own gpu's memory for a value a peer gpu should write over peer access (nvlink or pcie p2p); the peer's write never arrived",
-        }
     }
-    pub fn fix(self) -> &'static str {
-        match self {
+}
+
+/// The probe's fix for a class.
+pub fn fix(c: Class) -> &'static str {
+    match c {
             Class::ForwardProgress => "launch inter-block waits cooperatively (cudaLaunchCooperativeKernel refuses grids that cannot be resident) or keep grid <= occupancy x SMs",
             Class::Ordering => "put producer and consumer on independent non-blocking streams with no event edge from consumer to producer; avoid the legacy default stream and CUDA_LAUNCH_BLOCKING=1; load every kernel before the first launch (CUDA_MODULE_LOADING=EAGER)",
             Class::StaleRead => "poll with volatile or ld.acquire loads (cuda::atomic_ref load(acquire), NVSHMEM-style) and publish with st.release / __threadfence_system() before the flag",
             Class::Silent => "use instrumented waits with a periodic heartbeat and abort check; attach cuda-gdb to see where the warp spins (docs/guides/hangs.md)",
             Class::SpinStall => "find who should write the awaited address (the site names it): a peer that never posts, a lost RDMA write, a doorbell that never reached the NIC",
             Class::RemoteWait => "look at the peer gpu the verdict names: its kernel finished without writing this address (a wrong offset, or a pointer taken from the wrong device or context), never started, or cannot reach this gpu (peer access not enabled: cuCtxEnablePeerAccess; `gdrdoctor check --only gpu.p2p`)",
-        }
     }
 }
 

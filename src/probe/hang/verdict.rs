@@ -298,13 +298,13 @@ fn scenario_finding(o: &HangOutput, s: &ScenarioResult) -> Finding {
             &subject,
             format!("stall: {}", stall_text(v)),
         )
-        .fix(v.class.fix()),
+        .fix(super::model::fix(v.class)),
     };
     f = f.evidence("scenario", s.description.clone());
     if let Some(v) = &s.verdict {
         f = f.evidence(
             "class",
-            format!("{}: {}", v.class.as_str(), v.class.explain()),
+            format!("{}: {}", v.class.as_str(), super::model::explain(v.class)),
         );
         f = f.evidence(
             "detector",

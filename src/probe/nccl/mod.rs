@@ -18,9 +18,10 @@
 //! NVLink multicast).
 //!
 //! [`worker`] runs in the worker process; [`verdict`] turns the [`Record`] into findings (pure,
-//! replayed from saved reports); [`log`] reads NCCL's log lines.
+//! replayed from saved reports). NCCL's log is read by the one NCCL log parser
+//! (`gdrdoctor_checks::paste::nccl`, the parser of `gdrdoctor diagnose`) and mapped onto the
+//! comparison by `gdrdoctor_checks::nccl::compare::observe`.
 
-pub mod log;
 pub mod verdict;
 pub mod worker;
 
@@ -272,7 +273,38 @@ fn read_capped(path: &Path, cap: usize, errors: &mut Vec<String>) -> Option<(Str
         return None;
     }
     let text = String::from_utf8_lossy(&buf).into_owned();
-    Some(log::keep(&text, cap))
+    Some(keep(&text, cap))
+}
+
+/// A log kept whole up to `cap` bytes; a longer one keeps the lines the verdict and a reader
+/// need (version, environment, network lists, channel lines, WARN lines, Init lines), then is
+/// cut at a line boundary. The flag says whether anything was left out.
+pub fn keep(text: &str, cap: usize) -> (String, bool) {
+    if text.len() <= cap {
+        return (text.to_string(), false);
+    }
+    let wanted = [
+        "NCCL version",
+        "set by environment",
+        " : Using ",
+        "Channel ",
+        "NCCL WARN",
+        "Init COMPLETE",
+        "Init START",
+        "GPU Direct RDMA",
+    ];
+    let mut out = String::new();
+    for l in text
+        .lines()
+        .filter(|l| wanted.iter().any(|w| l.contains(w)))
+    {
+        if out.len() + l.len() + 1 > cap {
+            break;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    (out, true)
 }
 
 impl NcclProbe {
@@ -381,4 +413,38 @@ pub fn serve(v: serde_json::Value) -> Result<serde_json::Value, super::protocol:
 pub fn replay(_node: &Node, v: &serde_json::Value) -> Result<Vec<Finding>, String> {
     let r: Record = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
     Ok(verdict::findings(&r))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_long_log_keeps_the_lines_that_matter() {
+        let mut t = String::new();
+        for i in 0..2000 {
+            t.push_str(&format!("h:1:2 [0] NCCL INFO graph search line {i}\n"));
+        }
+        t.push_str("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n");
+        let (k, cut) = keep(&t, 4096);
+        assert!(cut);
+        assert!(k.len() <= 4096);
+        assert_eq!(
+            gdrdoctor_checks::paste::nccl::parse_file(&k)
+                .connections
+                .len(),
+            1
+        );
+        assert_eq!(keep("short", 4096), ("short".to_string(), false));
+    }
+
+    proptest! {
+        #[test]
+        fn keep_never_panics_and_stays_under_the_cap(s in "\\PC{0,300}", cap in 0usize..64) {
+            let (k, cut) = keep(&s, cap);
+            prop_assert!(k.len() <= cap.max(s.len()));
+            prop_assert_eq!(cut, s.len() > cap);
+        }
+    }
 }

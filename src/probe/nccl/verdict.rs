@@ -2,15 +2,15 @@
 //! again from the view the record keeps, with the version of the library that ran and the
 //! `NCCL_*` environment of its worker, and put beside what NCCL's files say.
 
-use super::log::{self, Observation};
 use super::{Output, Record, Run, Sums};
 use crate::probe::common::{self, WorkerRecord};
 use crate::probe::protocol::WorkerError;
-use gdrdoctor_checks::nccl::compare::{self, Observed};
+use gdrdoctor_checks::nccl::compare::{self, is_rdma, Observation, Observed};
 use gdrdoctor_checks::nccl::env::NcclEnv;
 use gdrdoctor_checks::nccl::rule::{decide, Config, Decision, System};
 use gdrdoctor_checks::nccl::topo_dump::{self, Dump};
 use gdrdoctor_checks::nccl::{self, NcclFacts, NcclLibrary};
+use gdrdoctor_checks::paste::nccl::{parse_file, NcclLog};
 use gdrdoctor_checks::report::{Finding, Status};
 
 /// NCCL's transports and GDR use against the prediction (the id `compare` uses).
@@ -82,6 +82,15 @@ fn env_text<'a>(vars: impl Iterator<Item = (&'a String, &'a String)>) -> String 
     }
 }
 
+/// NCCL's WARN lines in the run's log, in order.
+fn warnings(run: &Run) -> Vec<String> {
+    run.files
+        .log
+        .as_deref()
+        .map(|t| parse_file(t).warnings.into_iter().map(|w| w.text).collect())
+        .unwrap_or_default()
+}
+
 /// The findings of a run without output: the worker's error (an NCCL that cannot be loaded is
 /// `probe.nccl-run`; everything else `probe.cuda`), the health check, NCCL's WARN lines.
 fn problem_findings(run: &Run) -> Vec<Finding> {
@@ -105,12 +114,7 @@ fn problem_findings(run: &Run) -> Vec<Finding> {
         e => common::worker_error_finding("the nccl probe could not run", e),
     }
     });
-    let warns = run
-        .files
-        .log
-        .as_deref()
-        .map(log::warnings)
-        .unwrap_or_default();
+    let warns = warnings(run);
     if let Some(f) = out.first_mut() {
         for w in warns.iter().rev().take(3).rev() {
             *f = f.clone().evidence("nccl WARN", w.clone());
@@ -128,12 +132,7 @@ fn run_finding(run: &Run, o: &Output) -> Finding {
         (Some(e), _) => {
             let mut f = Finding::new(ID_RUN, Status::Error, &subject, format!("nccl {version} failed: {e}"))
                 .fix("read nccl's WARN lines in the evidence (the whole log is in the json report under probe.nccl.runs[].files.log); `gdrdoctor check` for what the node itself lacks (peer memory, memlock, ports)");
-            let warns = run
-                .files
-                .log
-                .as_deref()
-                .map(log::warnings)
-                .unwrap_or_default();
+            let warns = warnings(run);
             for w in warns.iter().rev().take(3).rev() {
                 f = f.evidence("nccl WARN", w.clone());
             }
@@ -189,35 +188,41 @@ fn run_finding(run: &Run, o: &Output) -> Finding {
     )
 }
 
-/// The device name of NCCL's net index: the `Using [n]name` list of the log, else the one
-/// `<net>` of the dump with that index (RDMA nets sit on a PCI device, socket nets may not).
+/// The device name of NCCL's net index: the `NET/<net> : Using [n]name` list of the log (a
+/// plugin's channel lines say `NET/IBext_v8/0` where its list says `NET/IB : Using`: the same
+/// device), else the one `<net>` of the dump with that index (RDMA nets sit on a PCI device,
+/// socket nets may not).
 fn nic_namer<'a>(
-    names: &'a [(String, u32, String)],
+    log: &'a NcclLog,
     dump: Option<&'a Dump>,
 ) -> impl Fn(&str, u32) -> Option<String> + 'a {
     move |net: &str, dev: u32| {
-        // A plugin's channel lines say `NET/IBext_v8/0` where its list says `NET/IB : Using`.
-        names
-            .iter()
-            .find(|(n, i, _)| n == net && *i == dev)
-            .or_else(|| {
-                names
-                    .iter()
-                    .find(|(n, i, _)| *i == dev && log::is_rdma(n) && net.starts_with(n.as_str()))
-            })
-            .map(|x| x.2.clone())
+        log.net_device(None, net, dev)
+            .filter(|d| is_rdma(&d.net) == is_rdma(net))
+            .map(|d| d.name.clone())
             .or_else(|| {
                 let d = dump?;
                 let hits: Vec<&str> = d
                     .nets
                     .iter()
                     .filter(|n| n.dev == Some(i64::from(dev)))
-                    .filter(|n| n.busid.is_some() == log::is_rdma(net))
+                    .filter(|n| n.busid.is_some() == is_rdma(net))
                     .map(|n| n.name.as_str())
                     .collect();
                 (hits.len() == 1).then(|| hits[0].to_string())
             })
     }
+}
+
+/// The RDMA devices NCCL's log lists (`NET/IB : Using [0]mlx5_0:1/IB ..`), each once.
+fn rdma_listed(log: &NcclLog) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for d in log.net_devices.iter().filter(|d| is_rdma(&d.net)) {
+        if !out.contains(&d.name.as_str()) {
+            out.push(&d.name);
+        }
+    }
+    out
 }
 
 fn run_findings(view: Option<&System>, run: &Run, first: bool) -> Vec<Finding> {
@@ -236,9 +241,10 @@ fn run_findings(view: Option<&System>, run: &Run, first: bool) -> Vec<Finding> {
     };
     let text = run.files.log.as_deref().unwrap_or("");
     let dump = run.files.topo_dump.as_deref().and_then(topo_dump::parse);
-    let names = log::net_names(text);
-    let namer = nic_namer(&names, dump.as_ref());
-    let obs = log::observe(&log::channels(text), &o.ranks, &namer);
+    let log = parse_file(text);
+    let namer = nic_namer(&log, dump.as_ref());
+    let gpu = |r: u32| o.ranks.iter().find(|x| x.rank == r).map(|x| x.bdf.clone());
+    let obs = compare::observe(&log, &gpu, &namer);
     let cfg = config(run, o);
     let d = decide(view, &cfg);
     if first {
@@ -247,7 +253,7 @@ fn run_findings(view: Option<&System>, run: &Run, first: bool) -> Vec<Finding> {
             run.files.topo_dump.as_deref(),
             dump.as_ref(),
             o,
-            &names,
+            &rdma_listed(&log),
             &d,
         ));
     }
@@ -375,7 +381,7 @@ fn topology(
     text: Option<&str>,
     dump: Option<&Dump>,
     o: &Output,
-    names: &[(String, u32, String)],
+    nccl_rdma: &[&str],
     d: &Decision,
 ) -> Vec<Finding> {
     let dump = match (text, dump) {
@@ -412,11 +418,6 @@ fn topology(
     }
     // RDMA devices: those gdrdoctor expects NCCL to use, and those NCCL lists.
     let dump_net = |name: &str| dump.nets.iter().position(|n| n.name == name);
-    let nccl_rdma: Vec<&str> = names
-        .iter()
-        .filter(|(net, _, _)| log::is_rdma(net))
-        .map(|(_, _, n)| n.as_str())
-        .collect();
     let mut nics: Vec<(String, usize, usize)> = Vec::new();
     for (i, nic) in view.nics.iter().enumerate() {
         let used = d.verdicts.iter().any(|v| v.nic == i && v.used);
@@ -432,7 +433,7 @@ fn topology(
             (None, false) => {}
         }
     }
-    for name in &nccl_rdma {
+    for name in nccl_rdma {
         if !view.nics.iter().any(|n| n.name == *name) {
             out.push(Finding::new(ID_TOPO, Status::Fail, *name, format!(
                 "nccl uses the rdma device {name}, which gdrdoctor does not see on this node"
