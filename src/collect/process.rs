@@ -132,9 +132,14 @@ pub(super) fn runtime_memlock(base: &std::path::Path) -> Fact<Rlimit> {
     let proc_dir = base.join("proc");
     let is_real_dir =
         |p: &std::path::Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_dir());
+    let source = format!(
+        "{}/PID/limits of the container runtime ({})",
+        proc_dir.display(),
+        RUNTIMES.join(", ")
+    );
     let why_not = |detail: String| {
         Fact::absent(
-            "getrlimit(RLIMIT_MEMLOCK)",
+            source.as_str(),
             format!("live-only fact: gdrdoctor's container has its own limit, not the workloads'; {detail}"),
         )
     };

@@ -23,7 +23,8 @@ pub fn memlock(node: &Node) -> Vec<Finding> {
             .fix("raise RLIMIT_MEMLOCK for the job: `* soft memlock unlimited` and `* hard memlock unlimited` in /etc/security/limits.conf (PAM sessions), `LimitMEMLOCK=infinity` for systemd units (slurmd, containerd), `--ulimit memlock=-1` for docker; for Slurm, `LimitMEMLOCK=infinity` on slurmd and `PropagateResourceLimitsExcept=MEMLOCK` in slurm.conf (the default propagates the submitting shell's small limit into jobs)")],
         },
         Fact::Absent { source, reason } => vec![Finding::new(ID, Status::Error, "node", "cannot read the locked-memory limit")
-            .evidence(source.clone(), format!("unknown ({reason})"))],
+            .evidence(source.clone(), format!("unknown ({reason})"))
+            .fix("run `gdrdoctor check` on the node itself, or (--host-root) in a pod that mounts the host's / so the container runtime's /proc/PID/limits is readable; where no runtime starts the GPU jobs, check the limit the jobs get with `ulimit -l` in one and `--skip mem.memlock` here")],
     }
 }
 
@@ -58,6 +59,11 @@ mod tests {
             .as_deref()
             .is_some_and(|r| r.contains("LimitMEMLOCK")));
         n.memlock = Fact::absent("getrlimit(RLIMIT_MEMLOCK)", "live-only fact");
-        assert_eq!(memlock(&n)[0].status, Status::Error);
+        let f = memlock(&n);
+        assert_eq!(f[0].status, Status::Error);
+        assert!(f[0]
+            .remediation
+            .as_deref()
+            .is_some_and(|r| r.contains("--skip mem.memlock")));
     }
 }
