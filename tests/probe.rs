@@ -823,3 +823,34 @@ fn nccl_log_reader_on_a_real_log() {
     assert!(log.connections.is_empty());
     assert!(log.warnings.is_empty());
 }
+
+/// `check`'s live-facts workers close their output after the reply and are not waited for
+/// (their exit, the driver's teardown in the kernel, took ~57 ms after `cuInit` on an H200):
+/// with a worker that takes 3 s to exit after its output, a live `check` still ends at once.
+#[test]
+fn live_facts_workers_are_left_to_exit_after_their_output() {
+    use gdrdoctor::probe::runner::leaves_after_output;
+    assert!(leaves_after_output("live-nvml") && leaves_after_output("live-cuda"));
+    assert!(!leaves_after_output("hang") && !leaves_after_output("selftest-echo"));
+    let state = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let out = std::process::Command::new(bin())
+        .args(["check", "--format", "json", "--no-cache", "--state-dir"])
+        .arg(state.path())
+        .env("GDRDOCTOR_TEST_WORKER_LINGER_MS", "3000")
+        .env("GDRDOCTOR_TRACE", "1")
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("live.nvml-worker"),
+        "a live-facts worker ran: {err}"
+    );
+    assert!(
+        took < Duration::from_millis(2500),
+        "check waited for its worker's exit: {took:?}\n{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["findings"].as_array().is_some_and(|f| !f.is_empty()));
+}

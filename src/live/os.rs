@@ -60,6 +60,16 @@ pub fn kill_group(pgid: i32) {
     }
 }
 
+/// Close stdout and stderr (a worker that has said everything: the parent sees end of file
+/// before the process has finished exiting).
+pub fn close_stdio() {
+    // SAFETY: closing the standard descriptors; nothing in this process writes to them after.
+    unsafe {
+        libc::close(1);
+        libc::close(2);
+    }
+}
+
 /// `_exit(code)`: leave now, without destructors or atexit handlers. Async-signal-safe.
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit has no preconditions and does not return.

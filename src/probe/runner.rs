@@ -37,6 +37,17 @@ pub enum Outcome {
     Signaled(i32),
     /// The deadline passed; we killed the process group.
     TimedOut,
+    /// The worker closed its output after its reply and was left to finish exiting on its own
+    /// (`check`'s live-facts workers: see [`leaves_after_output`]).
+    Left,
+}
+
+/// The tasks whose parent reads the reply and does not wait for the process to end: `check`'s
+/// live-facts workers close stdout and stderr after their reply, and their exit (the kernel
+/// releasing the driver's files and mappings: ~57 ms after `cuInit` on an H200) is nobody's
+/// business. The probes' workers are always waited for (their exit status is a finding).
+pub fn leaves_after_output(task: &str) -> bool {
+    task == "live-nvml" || task == "live-cuda"
 }
 
 impl Outcome {
@@ -144,7 +155,7 @@ impl WorkerRun {
                 signal: *s,
                 tail: self.tail(),
             }),
-            (Outcome::Exited(_), None, Some(g)) => Some(RunFailure::Garbage {
+            (Outcome::Exited(_) | Outcome::Left, None, Some(g)) => Some(RunFailure::Garbage {
                 task,
                 detail: g.clone(),
             }),
@@ -153,7 +164,12 @@ impl WorkerRun {
                 code: *c,
                 tail: self.tail(),
             }),
-            (Outcome::Exited(_), Some(_), _) => None,
+            (Outcome::Left, None, None) => Some(RunFailure::NoResult {
+                task,
+                code: -1,
+                tail: self.tail(),
+            }),
+            (Outcome::Exited(_) | Outcome::Left, Some(_), _) => None,
         }
     }
 
@@ -332,9 +348,14 @@ pub fn run_with(
     let stderr = child.stderr.take();
     let out_lines: Arc<Mutex<Vec<String>>> = Arc::default();
     let err_text: Arc<Mutex<String>> = Arc::default();
+    let leave = leaves_after_output(task);
+    // Both output pipes at end of file (a pipe we do not have counts as ended).
+    let out_eof = std::sync::atomic::AtomicBool::new(stdout.is_none());
+    let err_eof = std::sync::atomic::AtomicBool::new(stderr.is_none());
     let outcome = std::thread::scope(|s| {
         let ol = Arc::clone(&out_lines);
         let et = Arc::clone(&err_text);
+        let (out_eof, err_eof) = (&out_eof, &err_eof);
         if let Some(o) = stdout {
             s.spawn(move || {
                 // Bytes, not `lines()`: kernel printf may emit invalid UTF-8, and a reader that
@@ -355,6 +376,7 @@ pub fn run_with(
                         }
                     }
                 }
+                out_eof.store(true, Ordering::SeqCst);
             });
         }
         if let Some(mut e) = stderr {
@@ -387,6 +409,7 @@ pub fn run_with(
                 if let Ok(mut t) = et.lock() {
                     t.push_str(&String::from_utf8_lossy(&buf));
                 }
+                err_eof.store(true, Ordering::SeqCst);
             });
         }
         let mut last_tick = Instant::now();
@@ -401,7 +424,14 @@ pub fn run_with(
                         _ => Outcome::Exited(-1),
                     };
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    if leave && out_eof.load(Ordering::SeqCst) && err_eof.load(Ordering::SeqCst) {
+                        // Its whole output is in; the process is on its way out (reaped when
+                        // gdrdoctor exits; it dies with gdrdoctor in any case).
+                        untrack(pid);
+                        return Outcome::Left;
+                    }
+                }
                 Err(_) => {
                     os::kill_group(pid);
                     let _ = child.wait();

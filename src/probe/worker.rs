@@ -26,8 +26,19 @@ pub fn main(args: &[String]) -> i32 {
     // parent would otherwise wait for. The probes' workers exit normally.
     if args
         .first()
-        .is_some_and(|t| t == "live-nvml" || t == "live-cuda")
+        .is_some_and(|t| crate::probe::runner::leaves_after_output(t))
     {
+        // Close stdout and stderr first: the parent has the whole answer at their end of file
+        // and does not wait for the exit itself (the driver's teardown in the kernel).
+        os::close_stdio();
+        // Tests only: play a slow exit (the driver's teardown) to show nobody waits for it.
+        if let Some(ms) = std::env::var("GDRDOCTOR_TEST_WORKER_LINGER_MS")
+            .ok()
+            .filter(|_| crate::live::stand_in::HONOURED)
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(ms.min(10_000)));
+        }
         os::exit_now(code);
     }
     code
