@@ -463,9 +463,6 @@ fn check(args: &CheckArgs) -> i32 {
     } else {
         Libraries::Query
     };
-    if args.host_root.is_some() && args.interval.is_some() {
-        return err("--interval is not available with --host-root yet: run without it (the counters are judged on one reading) or on the host");
-    }
     let live_opts = collect::live::Options {
         cache: if args.no_cache {
             collect::live::CacheMode::Off
@@ -495,8 +492,9 @@ fn check(args: &CheckArgs) -> i32 {
     let requery_live = || collect::live::query_with(&live_opts);
     let requery: Option<&dyn Fn() -> gdrdoctor_checks::model::LiveFacts> =
         (!args.static_only).then_some(&requery_live as &dyn Fn() -> _);
-    let rates = match crate::health::state::Rates::start(&src.root, &mut node, &rate_opts, requery)
-    {
+    let rates = match crate::health::state::Rates::start(
+        &src.root, src.origin, &mut node, &rate_opts, requery,
+    ) {
         Ok(r) => r,
         Err(e) => return err(e),
     };

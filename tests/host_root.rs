@@ -350,3 +350,44 @@ fn topo_reads_the_host_root() {
     let (_, svg, _) = run(&["topo", "-f", "svg", "--host-root", host.to_str().unwrap()]);
     assert!(svg.contains(&format!("{HOSTNAME} (host root)")), "{svg}");
 }
+
+/// The host's counters through the mount are live: `--interval` reads them twice (the growth
+/// is judged over the interval), and the state file of periodic runs works as on the host.
+#[test]
+fn interval_and_the_state_file_work_under_a_host_root() {
+    let t = tempfile::tempdir().unwrap();
+    let host = t.path().join("host");
+    let state = t.path().join("state");
+    host_tree(HEALTHY, &host, "unlimited");
+    let base = [
+        "check",
+        "--static",
+        "--no-policy",
+        "--only",
+        "counters",
+        "-f",
+        "json",
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--host-root",
+        host.to_str().unwrap(),
+    ];
+    let growth = |r: &Report| {
+        r.findings
+            .iter()
+            .flat_map(|f| f.evidence.iter())
+            .any(|e| e.source.contains("growth over") || e.observed.contains("growth over"))
+    };
+    let mut a = base.to_vec();
+    a.extend(["--interval", "300ms"]);
+    let (code, r, err) = report(&a);
+    assert_ne!(code, 2, "{err}");
+    assert!(growth(&r), "the counters were judged over the interval: {r:?}");
+    // Two periodic runs: the second judges the growth since the first, from the state file.
+    let (c1, _, e1) = report(&base);
+    assert_ne!(c1, 2, "{e1}");
+    assert!(state.join("counters.json").is_file(), "{e1}");
+    let (c2, r2, e2) = report(&base);
+    assert_ne!(c2, 2, "{e2}");
+    assert!(growth(&r2), "the second run used the first's counters: {r2:?}");
+}

@@ -263,13 +263,18 @@ impl Rates {
     /// Give `node` a baseline: with `--interval`, read the counters again after the interval
     /// (`requery` re-reads the NVML counters too); otherwise the state file of the last run.
     /// A sysroot is one reading: `--interval` is an error there and the state file is not used.
+    /// A host root (`--host-root`) is the live host seen through a mount: its counters are read
+    /// twice like the live node's, and the state file (in the container's state directory,
+    /// keyed by the boot id the container shares with the host) works the same.
     pub fn start(
         root: &Root,
+        origin: crate::source::Origin,
         node: &mut Node,
         opts: &RateOptions,
         requery: Option<&dyn Fn() -> LiveFacts>,
     ) -> Result<Rates, String> {
-        if !root.is_live() {
+        use crate::source::Origin;
+        if !matches!(origin, Origin::Live | Origin::HostRoot) {
             if opts.interval.is_some() {
                 return Err("--interval reads the live counters twice; a snapshot holds one reading (it may carry its own baseline)".into());
             }
