@@ -190,7 +190,12 @@ fn npd_plugin_config_follows_npd_rules_and_the_plugin_protocol() {
                 _ => a.push(x.clone()),
             }
         }
-        let out = Command::new(bin()).args(&a).output().unwrap();
+        // A host root is live: each host keeps its own counter state (never /run/gdrdoctor).
+        let out = Command::new(bin())
+            .args(&a)
+            .env("GDRDOCTOR_STATE_DIR", t.path().join(format!("state-{sc}")))
+            .output()
+            .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(want), "{sc}: {stdout}");
         assert!(
@@ -288,7 +293,7 @@ fn daemonset_script_runs_against_a_host_root() {
         assert_ne!(once, script);
         let out = Command::new("sh")
             .args(["-c", &once])
-            .env("GDRDOCTOR_STATE_DIR", test_state_dir())
+            .env("GDRDOCTOR_STATE_DIR", t.path().join(format!("state-{sc}")))
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
