@@ -388,12 +388,18 @@ fn interval_and_the_state_file_work_under_a_host_root() {
     a.extend(["--interval", "300ms"]);
     let (code, r, err) = report(&a);
     assert_ne!(code, 2, "{err}");
-    assert!(growth(&r), "the counters were judged over the interval: {r:?}");
+    assert!(
+        growth(&r),
+        "the counters were judged over the interval: {r:?}"
+    );
     // Two periodic runs: the second judges the growth since the first, from the state file.
     let (c1, _, e1) = report(&base);
     assert_ne!(c1, 2, "{e1}");
     assert!(state.join("counters.json").is_file(), "{e1}");
     let (c2, r2, e2) = report(&base);
     assert_ne!(c2, 2, "{e2}");
-    assert!(growth(&r2), "the second run used the first's counters: {r2:?}");
+    assert!(
+        growth(&r2),
+        "the second run used the first's counters: {r2:?}"
+    );
 }
