@@ -119,7 +119,7 @@ pub struct Root {
     recorder: Option<Mutex<BTreeMap<String, Recorded>>>,
     /// Resolved directories (kernel path -> components): a device directory is resolved once,
     /// not once per attribute read below it.
-    dir_cache: Mutex<std::collections::HashMap<String, Vec<String>>>,
+    dir_cache: Mutex<std::collections::HashMap<String, std::sync::Arc<ResolvedDir>>>,
     /// Kernel paths already seen to be directories (not links): resolved without an lstat.
     known_dirs: Mutex<std::collections::HashSet<String>>,
     /// `GDRDOCTOR_TRACE=reads`: every file read is a phase in the trace (`crate::trace`).
@@ -128,7 +128,21 @@ pub struct Root {
     partial: bool,
     /// [`Root::config_stats`].
     config_stats: [std::sync::atomic::AtomicU64; 4],
+    /// Directory descriptors opened so far ([`MAX_DIR_FDS`]).
+    dir_fds: std::sync::atomic::AtomicUsize,
 }
+
+/// A directory resolved inside the root: its kernel path's components and, opened on first
+/// use, an `O_PATH` descriptor that the files below it are opened relative to (one path
+/// component for the kernel to walk per file instead of the whole host path).
+struct ResolvedDir {
+    comps: Vec<String>,
+    fd: std::sync::OnceLock<Option<std::os::fd::OwnedFd>>,
+}
+
+/// Directory descriptors kept open per [`Root`] at most (a node with thousands of functions
+/// must not run out of descriptors: past this, files are opened by their whole path).
+const MAX_DIR_FDS: usize = 256;
 
 fn trace_enabled() -> bool {
     crate::trace::reads()
@@ -156,6 +170,7 @@ impl Root {
                 dir_cache: Mutex::default(),
                 known_dirs: Mutex::default(),
                 config_stats: Default::default(),
+                dir_fds: Default::default(),
                 trace: trace_enabled(),
                 // Read as the live node is: only the config-space bytes the decoder uses.
                 partial: true,
@@ -169,6 +184,7 @@ impl Root {
             dir_cache: Mutex::default(),
             known_dirs: Mutex::default(),
             config_stats: Default::default(),
+            dir_fds: Default::default(),
             trace: trace_enabled(),
             partial: true,
         }
@@ -190,6 +206,7 @@ impl Root {
             dir_cache: Mutex::default(),
             known_dirs: Mutex::default(),
             config_stats: Default::default(),
+            dir_fds: Default::default(),
             trace: trace_enabled(),
             partial: false,
         })
@@ -260,8 +277,8 @@ impl Root {
         if let Some((dir, name)) = path.rsplit_once('/') {
             if !dir.is_empty() && !matches!(name, "" | "." | "..") {
                 let cached = match self.dir_cache.lock() {
-                    Ok(c) => c.get(dir).cloned(),
-                    Err(p) => p.into_inner().get(dir).cloned(),
+                    Ok(c) => c.get(dir).map(|d| d.comps.clone()),
+                    Err(p) => p.into_inner().get(dir).map(|d| d.comps.clone()),
                 };
                 let parent = match cached {
                     Some(c) => c,
@@ -270,9 +287,13 @@ impl Root {
                             path: path.to_string(),
                             kind: e.kind,
                         })?;
+                        let d = std::sync::Arc::new(ResolvedDir {
+                            comps: c.clone(),
+                            fd: std::sync::OnceLock::new(),
+                        });
                         match self.dir_cache.lock() {
-                            Ok(mut m) => m.insert(dir.to_string(), c.clone()),
-                            Err(p) => p.into_inner().insert(dir.to_string(), c.clone()),
+                            Ok(mut m) => m.insert(dir.to_string(), d),
+                            Err(p) => p.into_inner().insert(dir.to_string(), d),
                         };
                         c
                     }
@@ -391,8 +412,8 @@ impl Root {
         self.read_inner(path)
     }
 
-    /// The resolved components of `path`'s directory when it is in the cache, and the name.
-    fn cached_parent<'p>(&self, path: &'p str) -> Option<(Vec<String>, &'p str)> {
+    /// `path`'s directory when it is in the cache, and the name.
+    fn cached_parent<'p>(&self, path: &'p str) -> Option<(std::sync::Arc<ResolvedDir>, &'p str)> {
         let (dir, name) = path.rsplit_once('/')?;
         if dir.is_empty() || matches!(name, "" | "." | "..") {
             return None;
@@ -404,14 +425,58 @@ impl Root {
         c.map(|c| (c, name))
     }
 
+    /// Open `name` in a resolved directory, relative to its descriptor when one is (or can
+    /// be) open; `O_NOFOLLOW`, so a link fails with ELOOP.
+    fn open_in(&self, dir: &ResolvedDir, name: &str) -> std::io::Result<std::fs::File> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let fd = dir.fd.get_or_init(|| {
+            use std::sync::atomic::Ordering::Relaxed;
+            if self.dir_fds.fetch_add(1, Relaxed) >= MAX_DIR_FDS {
+                return None;
+            }
+            open_dir_fd(&self.host_path(&dir.comps))
+        });
+        let Some(fd) = fd else {
+            let mut p = self.host_path(&dir.comps);
+            p.push(name);
+            return open_nofollow(&p);
+        };
+        let c = std::ffi::CString::new(name)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: `fd` is an open descriptor owned by `dir` for the duration of the call, `c`
+        // a NUL-terminated name; a non-negative result is a new descriptor that the File owns.
+        let r = unsafe {
+            libc::openat(
+                fd.as_raw_fd(),
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `r` is a descriptor just returned by openat and owned by nobody else.
+        Ok(unsafe { std::fs::File::from_raw_fd(r) })
+    }
+
     fn read_inner(&self, path: &str) -> Result<Vec<u8>, ReadError> {
         // Fast path (most reads: the attributes of a device directory already resolved): open
-        // the name directly. O_NOFOLLOW fails with ELOOP on a link, which takes the slow path
-        // below; anything else is the answer. Four system calls a file: open, read, read, close.
-        if let Some((mut comps, name)) = self.cached_parent(path) {
-            comps.push(name.to_string());
-            match open_nofollow(&self.host_path(&comps)) {
-                Ok(f) => return self.read_open(path, &comps, f),
+        // the name relative to the directory's descriptor. O_NOFOLLOW fails with ELOOP on a
+        // link, which takes the slow path below; anything else is the answer. Three system
+        // calls a file: openat, read, close.
+        if let Some((dir, name)) = self.cached_parent(path) {
+            match self.open_in(&dir, name) {
+                Ok(f) => {
+                    return self.read_open(
+                        path,
+                        || {
+                            let mut c = dir.comps.clone();
+                            c.push(name.to_string());
+                            c
+                        },
+                        f,
+                    )
+                }
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
                 Err(e) => return Err(ReadError::io(path, &e)),
             }
@@ -419,13 +484,13 @@ impl Root {
         let comps = self.resolve_comps(path, true)?;
         let host = self.host_path(&comps);
         let file = open_nofollow(&host).map_err(|e| ReadError::io(path, &e))?;
-        self.read_open(path, &comps, file)
+        self.read_open(path, || comps, file)
     }
 
     fn read_open(
         &self,
         path: &str,
-        comps: &[String],
+        comps: impl FnOnce() -> Vec<String>,
         file: std::fs::File,
     ) -> Result<Vec<u8>, ReadError> {
         // A read shorter than a page is the end of a sysfs attribute (kernfs hands out the
@@ -454,7 +519,7 @@ impl Root {
             }
         }
         if self.recorder.is_some() {
-            self.record(&join(comps), Recorded::File(buf.clone()));
+            self.record(&join(&comps()), Recorded::File(buf.clone()));
         }
         Ok(buf)
     }
@@ -738,6 +803,18 @@ fn join(comps: &[String]) -> String {
     }
 }
 
+/// An `O_PATH` descriptor of a directory (not a link), `None` when it cannot be opened (the
+/// files below it are then opened by their whole path, which reports the error).
+fn open_dir_fd(p: &Path) -> Option<std::os::fd::OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(p)
+        .ok()
+        .map(std::os::fd::OwnedFd::from)
+}
+
 fn open_nofollow(p: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -806,6 +883,58 @@ mod tests {
                 Err(e) => assert!(e.is_not_found(), "{p}: {e}"),
             }
         }
+    }
+
+    #[test]
+    fn files_in_resolved_directories_open_relative_to_them_and_links_stay_inside() {
+        // More directories than descriptors kept open: past MAX_DIR_FDS files are opened by
+        // their whole path, with the same answers.
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        let n = MAX_DIR_FDS + 40;
+        for i in 0..n {
+            let d = r.join(format!("sys/devices/d{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("a"), format!("{i}\n")).unwrap();
+            std::fs::write(d.join("b"), format!("b{i}\n")).unwrap();
+        }
+        // A link where a file is expected, in a directory already resolved: the descriptor's
+        // O_NOFOLLOW refuses it and the reader resolves it inside the root.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "leak").unwrap();
+        symlink(outside.path().join("secret"), r.join("sys/devices/d0/out")).unwrap();
+        symlink("/secret", r.join("sys/devices/d0/abs")).unwrap();
+        std::fs::write(r.join("secret"), "inside").unwrap();
+        symlink("b", r.join("sys/devices/d1/rel")).unwrap();
+        let root = Root::sysroot(r).unwrap().recording();
+        for pass in 0..2 {
+            for i in 0..n {
+                let a = root.read_trimmed(&format!("/sys/devices/d{i}/a")).unwrap();
+                assert_eq!(a, i.to_string(), "pass {pass}");
+                let b = root.read_trimmed(&format!("/sys/devices/d{i}/b")).unwrap();
+                assert_eq!(b, format!("b{i}"), "pass {pass}");
+            }
+        }
+        assert_eq!(root.read_trimmed("/sys/devices/d0/abs").unwrap(), "inside");
+        let e = root.read("/sys/devices/d0/out").unwrap_err();
+        assert!(
+            e.is_not_found(),
+            "an absolute link restarts at the root: {e}"
+        );
+        assert_eq!(root.read_trimmed("/sys/devices/d1/rel").unwrap(), "b1");
+        let e = root.read("/sys/devices/d2/missing").unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        assert_eq!(e.path, "/sys/devices/d2/missing");
+        // The recorder names the kernel paths of the files read through a descriptor.
+        let rec = root.recorded();
+        assert_eq!(
+            rec.get(&format!("/sys/devices/d{}/a", n - 1)),
+            Some(&Recorded::File(format!("{}\n", n - 1).into_bytes()))
+        );
+        assert_eq!(
+            rec.get("/sys/devices/d1/b"),
+            Some(&Recorded::File(b"b1\n".to_vec()))
+        );
     }
 
     #[test]

@@ -172,6 +172,21 @@ pub static RDMA_TRANSPORT: &[Def] = &[
     def("duplicate_request", "requests received twice: the peer retransmitted after a loss", None, Some((1, Warn))),
 ];
 
+/// The RoCE congestion counters of `hw_counters/` shown as evidence of DCQCN at work (not judged).
+pub const CNP: &[&str] = &[
+    "np_cnp_sent",
+    "np_ecn_marked_roce_packets",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
+];
+
+/// Whether a port's counter file is one a check reads: the judged ones ([`IB_PORT`],
+/// [`RDMA_TRANSPORT`]) and [`CNP`]. The collector reads these and lists the rest (a port has
+/// forty-odd counter files: on an 8-NIC node, 320 files read for 150 that are used).
+pub fn port_counter_used(name: &str) -> bool {
+    find(IB_PORT, name).is_some() || find(RDMA_TRANSPORT, name).is_some() || CNP.contains(&name)
+}
+
 /// `aer_dev_*`: errors since boot (the kernel never clears them).
 pub static AER: &[Def] = &[
     def("TOTAL_ERR_FATAL", "fatal uncorrectable PCIe errors: the link was reset, transactions in flight were lost", Some((1, Fail)), Some((1, Fail))),
@@ -367,35 +382,55 @@ pub fn values(node: &Node) -> BTreeMap<String, u64> {
 
 /// AER readings per PCI function (bdf, readings of all three files).
 pub fn aer_readings(node: &Node) -> Vec<(String, Vec<Reading>)> {
+    aer_readings_of(node, |_| true)
+}
+
+/// [`aer_readings`] of the counters `keep` names only (a check builds the readings it judges,
+/// not the forty-odd error types of every function).
+pub fn aer_readings_of(node: &Node, keep: impl Fn(&str) -> bool) -> Vec<(String, Vec<Reading>)> {
     let Some(list) = node.health.aer.get() else {
         return vec![];
     };
     list.iter()
-        .map(|a| {
-            let mut v = Vec::new();
-            for (file, fact) in [
-                ("aer_dev_correctable", &a.correctable),
-                ("aer_dev_nonfatal", &a.nonfatal),
-                ("aer_dev_fatal", &a.fatal),
-            ] {
-                if let Some(map) = fact.get() {
-                    for (name, value) in map {
-                        v.push(Reading {
-                            key: format!("aer/{}/{file}/{name}", a.bdf),
-                            name: name.clone(),
-                            value: *value,
-                            source: fact.source().to_string(),
-                        });
-                    }
-                }
-            }
-            (a.bdf.clone(), v)
-        })
+        .map(|a| (a.bdf.clone(), aer_device_readings(a, &keep)))
         .collect()
+}
+
+/// One function's AER readings of the counters `keep` names.
+pub fn aer_device_readings(
+    a: &crate::model::AerStats,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<Reading> {
+    let mut v = Vec::new();
+    for (file, fact) in [
+        ("aer_dev_correctable", &a.correctable),
+        ("aer_dev_nonfatal", &a.nonfatal),
+        ("aer_dev_fatal", &a.fatal),
+    ] {
+        if let Some(map) = fact.get() {
+            for (name, value) in map.iter().filter(|(n, _)| keep(n)) {
+                v.push(Reading {
+                    key: format!("aer/{}/{file}/{name}", a.bdf),
+                    name: name.clone(),
+                    value: *value,
+                    source: fact.source().to_string(),
+                });
+            }
+        }
+    }
+    v
 }
 
 /// Port counter readings: (`dev/port`, counters/, hw_counters/).
 pub fn port_readings(node: &Node) -> Vec<(String, Vec<Reading>, Vec<Reading>)> {
+    port_readings_of(node, |_| true)
+}
+
+/// [`port_readings`] of the counters `keep` names only.
+pub fn port_readings_of(
+    node: &Node,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<(String, Vec<Reading>, Vec<Reading>)> {
     let Some(list) = node.health.port_counters.get() else {
         return vec![];
     };
@@ -407,6 +442,7 @@ pub fn port_readings(node: &Node) -> Vec<(String, Vec<Reading>, Vec<Reading>)> {
                     fact.get()
                         .map(|m| {
                             m.iter()
+                                .filter(|(name, _)| keep(name))
                                 .map(|(name, value)| Reading {
                                     key: format!("{prefix}/{subject}/{name}"),
                                     name: name.clone(),
@@ -428,6 +464,12 @@ pub fn port_readings(node: &Node) -> Vec<(String, Vec<Reading>, Vec<Reading>)> {
 
 /// NVML readings per GPU: (bdf, NVLink counters with `link<N>` prefixed names, PCIe replay).
 pub fn gpu_readings(node: &Node) -> Vec<(String, Vec<Reading>, Vec<Reading>)> {
+    gpu_readings_of(node, true)
+}
+
+/// [`gpu_readings`], the NVLink counters left empty unless `nvlink` (the PCIe replay check
+/// judges one counter per GPU, not the seventy-two of eighteen links).
+pub fn gpu_readings_of(node: &Node, nvlink: bool) -> Vec<(String, Vec<Reading>, Vec<Reading>)> {
     let Some(nvml) = node.live.nvml.get() else {
         return vec![];
     };
@@ -435,7 +477,7 @@ pub fn gpu_readings(node: &Node) -> Vec<(String, Vec<Reading>, Vec<Reading>)> {
         .iter()
         .map(|g| {
             let mut links = Vec::new();
-            for l in g.nvlinks.iter().filter(|l| l.active) {
+            for l in g.nvlinks.iter().filter(|l| nvlink && l.active) {
                 for (name, v) in [
                     ("recovery", l.recovery_errors),
                     ("replay", l.replay_errors),
@@ -486,6 +528,48 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_collector_reads_the_port_counters_a_check_uses_and_no_other() {
+        for d in IB_PORT.iter().chain(RDMA_TRANSPORT) {
+            assert!(port_counter_used(d.name), "{}", d.name);
+        }
+        for n in CNP {
+            assert!(port_counter_used(n), "{n}");
+        }
+        // Traffic counters: nothing judges them.
+        for n in [
+            "port_xmit_data",
+            "port_rcv_packets",
+            "unicast_xmit_packets",
+            "",
+        ] {
+            assert!(!port_counter_used(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_check_builds_only_the_readings_it_judges() {
+        use crate::model::{AerStats, Fact};
+        let m: BTreeMap<String, u64> =
+            [("TOTAL_ERR_COR".to_string(), 3), ("RxErr".to_string(), 3)].into();
+        let a = AerStats {
+            bdf: "0000:18:00.0".into(),
+            role: "gpu".into(),
+            correctable: Fact::known(m, "/sys/bus/pci/devices/0000:18:00.0/aer_dev_correctable"),
+            nonfatal: Fact::absent("x", "absent"),
+            fatal: Fact::absent("y", "absent"),
+        };
+        let all = aer_device_readings(&a, |_| true);
+        let totals = aer_device_readings(&a, |n| find(AER, n).is_some());
+        assert_eq!(all.len(), 2);
+        assert_eq!(totals.len(), 1);
+        assert_eq!(
+            totals[0].key,
+            "aer/0000:18:00.0/aer_dev_correctable/TOTAL_ERR_COR"
+        );
+        assert_eq!(totals[0].value, 3);
+    }
 
     fn r(name: &str, value: u64) -> Reading {
         Reading {

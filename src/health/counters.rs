@@ -80,13 +80,16 @@ pub fn collect_aer(
     Fact::known(out, "/sys/bus/pci/devices/*/aer_dev_*")
 }
 
-/// Every counter file of a directory that holds a number.
+/// The counter files of a directory that a check reads (`port_counter_used`) and that hold
+/// a number; the others are listed, not read.
 fn counter_dir(root: &Root, dir: &str) -> Fact<BTreeMap<String, u64>> {
     match root.read_dir(dir) {
         Ok(list) => {
             let mut m = BTreeMap::new();
             let mut seen = BTreeSet::new();
-            for e in list.iter().filter(|e| e.kind == EntryKind::File) {
+            for e in list.iter().filter(|e| {
+                e.kind == EntryKind::File && gdrdoctor_checks::counters::port_counter_used(&e.name)
+            }) {
                 if !seen.insert(e.name.clone()) {
                     continue;
                 }

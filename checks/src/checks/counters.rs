@@ -242,7 +242,12 @@ fn aer_findings(node: &Node) -> Vec<Finding> {
             "no nvidia gpu and no rdma nic on the pci bus",
         )];
     }
-    let readings: BTreeMap<String, Vec<c::Reading>> = c::aer_readings(node).into_iter().collect();
+    // Only the totals are judged: the error types behind them are listed from the files when a
+    // total is not clean.
+    let mut readings: BTreeMap<String, Vec<c::Reading>> =
+        c::aer_readings_of(node, |n| c::find(c::AER, n).is_some())
+            .into_iter()
+            .collect();
     let b = node.health.baseline.as_ref();
     let mut out = Vec::new();
     let mut clean: Vec<String> = Vec::new();
@@ -250,8 +255,9 @@ fn aer_findings(node: &Node) -> Vec<Finding> {
     let mut without: Vec<(String, String)> = Vec::new();
     let mut unreadable: Vec<Finding> = Vec::new();
     for a in list {
-        let rs = readings.get(&a.bdf).cloned().unwrap_or_default();
-        if rs.is_empty() {
+        let totals = readings.remove(&a.bdf).unwrap_or_default();
+        let facts = [&a.correctable, &a.nonfatal, &a.fatal];
+        if !facts.iter().any(|f| f.get().is_some_and(|m| !m.is_empty())) {
             let reason = [&a.correctable, &a.nonfatal, &a.fatal]
                 .iter()
                 .find_map(|f| f.reason())
@@ -267,24 +273,24 @@ fn aer_findings(node: &Node) -> Vec<Finding> {
             }
             continue;
         }
-        let totals: Vec<c::Reading> = rs
+        let cor = totals
             .iter()
-            .filter(|r| c::find(c::AER, &r.name).is_some())
-            .cloned()
-            .collect();
+            .find(|r| r.name == "TOTAL_ERR_COR" && r.value > 0)
+            .map(|r| r.value);
         let js = c::judge(totals, c::AER, b);
-        let who = role(node, &a.bdf, &a.role);
         if worst(&js) == Status::Pass {
             clean.push(a.bdf.clone());
-            if let Some(cor) = rs.iter().find(|r| r.name == "TOTAL_ERR_COR" && r.value > 0) {
-                corrected.push(format!("{} ({who}) {}", a.bdf, cor.value));
+            if let Some(cor) = cor {
+                let who = role(node, &a.bdf, &a.role);
+                corrected.push(format!("{} ({who}) {cor}", a.bdf));
             }
             continue;
         }
+        let who = role(node, &a.bdf, &a.role);
         // The error types behind the totals (`BadTLP 3, RxErr 2`).
-        let types: Vec<String> = rs
-            .iter()
-            .filter(|r| !r.name.starts_with("TOTAL_") && r.value > 0)
+        let types: Vec<String> = c::aer_device_readings(a, |n| !n.starts_with("TOTAL_"))
+            .into_iter()
+            .filter(|r| r.value > 0)
             .map(|r| {
                 let g = b
                     .and_then(|b| b.values.get(&r.key))
@@ -409,8 +415,11 @@ fn port_check(
     if list.is_empty() {
         return vec![Finding::new(id, Status::Skip, "node", "no rdma port")];
     }
-    let by: BTreeMap<String, Vec<c::Reading>> =
-        c::port_readings(node).into_iter().map(readings).collect();
+    let mut by: BTreeMap<String, Vec<c::Reading>> =
+        c::port_readings_of(node, |n| c::find(defs, n).is_some())
+            .into_iter()
+            .map(readings)
+            .collect();
     let b = node.health.baseline.as_ref();
     let mut out = Vec::new();
     for p in list {
@@ -428,13 +437,7 @@ fn port_check(
             );
             continue;
         }
-        let rs: Vec<c::Reading> = by
-            .get(&sub)
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|r| c::find(defs, &r.name).is_some())
-            .collect();
+        let rs: Vec<c::Reading> = by.remove(&sub).unwrap_or_default();
         if rs.is_empty() {
             out.push(
                 Finding::new(
@@ -514,13 +517,14 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
     if node.live.nvml.get().is_none() {
         return vec![super::gpu::absent(id, node, &node.live.nvml)];
     }
-    let by: BTreeMap<String, (Vec<c::Reading>, Vec<c::Reading>)> = c::gpu_readings(node)
-        .into_iter()
-        .map(|(g, a, b)| (g, (a, b)))
-        .collect();
+    let mut by: BTreeMap<String, (Vec<c::Reading>, Vec<c::Reading>)> =
+        c::gpu_readings_of(node, nvlink)
+            .into_iter()
+            .map(|(g, a, b)| (g, (a, b)))
+            .collect();
     let mut out = Vec::new();
     for g in gpus {
-        let Some((links, replay)) = by.get(&g.bdf) else {
+        let Some((links, replay)) = by.remove(&g.bdf) else {
             out.push(Finding::new(
                 id,
                 Status::Error,
@@ -539,7 +543,7 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
             out.push(Finding::new(id, Status::Skip, &g.bdf, why));
             continue;
         }
-        let js = c::judge(rs.clone(), defs, node.health.baseline.as_ref());
+        let js = c::judge(rs, defs, node.health.baseline.as_ref());
         let bdf = g.bdf.clone();
         let (what, source, label): (&str, &str, fn(&Judged) -> String) = if nvlink {
             ("nvlink", "nvmlDeviceGetNvLinkErrorCounter", |j: &Judged| {

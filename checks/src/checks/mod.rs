@@ -297,23 +297,47 @@ pub fn run(node: &Node, sel: &Selection) -> Vec<Finding> {
     if threads < 2 || defs.len() < 16 {
         return defs.into_iter().flat_map(one).collect();
     }
-    let chunk = defs.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = defs
-            .chunks(chunk)
-            .map(|part| s.spawn(move || part.iter().flat_map(|d| one(d)).collect::<Vec<_>>()))
-            .collect();
-        let mut out = Vec::new();
-        for (h, part) in handles.into_iter().zip(defs.chunks(chunk)) {
+    // Each thread takes the next check in the table (their costs differ by a hundredfold: the
+    // AER and GDR checks of an 8-GPU node against a version check), the findings are put back
+    // in table order.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, Vec<Finding>)> = std::thread::scope(|s| {
+        let take = || {
+            let mut mine = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(d) = defs.get(i) else { break };
+                mine.push((i, one(d)));
+            }
+            mine
+        };
+        let handles: Vec<_> = (1..threads).map(|_| s.spawn(take)).collect();
+        let mut out = take();
+        for h in handles {
             // A thread cannot fail (every check runs under catch_unwind); should it anyway,
-            // its checks run again here.
-            match h.join() {
-                Ok(f) => out.extend(f),
-                Err(_) => out.extend(part.iter().flat_map(|d| one(d))),
+            // the checks it did not hand back run again below.
+            if let Ok(part) = h.join() {
+                out.extend(part);
             }
         }
         out
-    })
+    });
+    done.sort_by_key(|(i, _)| *i);
+    let mut out = Vec::new();
+    let mut at = 0;
+    for (i, f) in done {
+        while at < i {
+            out.extend(one(defs[at]));
+            at += 1;
+        }
+        out.extend(f);
+        at = i + 1;
+    }
+    while at < defs.len() {
+        out.extend(one(defs[at]));
+        at += 1;
+    }
+    out
 }
 
 /// The invariant every check's `pass` is held to (see [`run`]).

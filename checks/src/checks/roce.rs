@@ -736,15 +736,10 @@ fn cnp_counters(node: &Node, p: &RocePort) -> Option<String> {
         .iter()
         .find(|c| c.device == p.device && c.port == p.port)?;
     let hw = pc.hw_counters.get()?;
-    let v: Vec<String> = [
-        "np_cnp_sent",
-        "np_ecn_marked_roce_packets",
-        "rp_cnp_handled",
-        "rp_cnp_ignored",
-    ]
-    .iter()
-    .filter_map(|k| hw.get(*k).map(|n| format!("{k} {n}")))
-    .collect();
+    let v: Vec<String> = crate::counters::CNP
+        .iter()
+        .filter_map(|k| hw.get(*k).map(|n| format!("{k} {n}")))
+        .collect();
     (!v.is_empty()).then(|| v.join(", "))
 }
 
