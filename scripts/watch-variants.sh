@@ -2,8 +2,9 @@
 # Fast-path variants of kernels/include/gdrdoctor/progress.cuh, measured against each other in one
 # process lease on one GPU (issue 19, docs/performance.md "`watch` and `progress.cuh`").
 #
-# Every progress-<name>.cuh in the variant directory (default scripts/watch-variants/; each a full
-# copy of the header, progress-merged.cuh being the header as merged) is built into its own
+# Each variant progress-<name>.cuh of the variant directory (default scripts/watch-variants/; each a
+# full copy of the header, progress-merged.cuh being the header as merged, progress-old.cuh the one
+# it replaced) is built into its own
 # examples/watch/watch_demo (the header copied into a directory under $OUT as
 # gdrdoctor/progress.cuh, first on the include path). Then, per variant:
 #   1. the SASS counts of the protocol kernels' bodies (instructions, BSSY, YIELD, CALL, BRA),
@@ -17,7 +18,7 @@
 #      variants.
 # Results: $OUT/variants.md (per variant: ring and ping-pong overhead, the median of the per-round
 # overheads of each run, the detection smoke, the SASS counts), $OUT/variants.json, and every raw
-# file under $OUT (build/, sass/, smoke/, bench/). About 3 minutes for 5 variants on one H200
+# file under $OUT (build/, sass/, smoke/, bench/). About 2 minutes for 5 variants on one H200
 # (builds in parallel, ~11 s per bench run); a run that would pass TIME_BUDGET is skipped and
 # marked so.
 #
@@ -27,7 +28,8 @@
 #        OUT        where everything goes (default ./watch-variants-out)
 #        NVCC       (default /usr/local/cuda/bin/nvcc)   ARCH (default -arch=native)
 #        BENCH      rounds per bench run (15)            RUNS (bench runs per variant, 2)
-#        VARIANTS   names to run, in order (default: merged first, then the others by name)
+#        VARIANTS   names to run, in order, e.g. VARIANTS="merged call" (default: old merged ucount spin pace;
+#                   the others in the directory, measured in earlier runs, only when named)
 #        BUILD_ONLY 1: build and count the SASS only (a machine without a GPU: ARCH=-arch=sm_90)
 #        TIME_BUDGET seconds for the whole script (280)
 # Needs: nvcc, python3; a GPU and nvidia-smi unless BUILD_ONLY=1. No cargo.
@@ -60,13 +62,10 @@ if [ -n "$GD" ]; then
   if [ -x "$GD" ]; then GD=$(cd "$(dirname "$GD")" && pwd)/$(basename "$GD"); else say "watch-variants: GDRDOCTOR=$GD is not executable: no smoke"; GD=; fi
 fi
 
-# The variants: VARIANTS in that order, else merged first and the others by name.
-if [ -n "${VARIANTS:-}" ]; then
-  NAMES=$VARIANTS
-else
-  NAMES=$(for f in "$VDIR"/progress-*.cuh; do b=$(basename "$f" .cuh); echo "${b#progress-}"; done \
-    | sort | awk '$0 == "merged" { print; next } { rest = rest " " $0 } END { print rest }' | xargs)
-fi
+# The variants: VARIANTS in that order, else the default list. Run 1 (old = merged then, call,
+# floor, for, selfloop) chose `for` as the header; its files stay for VARIANTS to name.
+DEFAULT_VARIANTS="old merged ucount spin pace"
+NAMES=${VARIANTS:-$DEFAULT_VARIANTS}
 for n in $NAMES; do
   [ -f "$VDIR/progress-$n.cuh" ] || { say "watch-variants: no $VDIR/progress-$n.cuh"; exit 2; }
 done
