@@ -2,9 +2,9 @@
 # Fast-path variants of kernels/include/gdrdoctor/progress.cuh, measured against each other in one
 # process lease on one GPU (issue 19, docs/performance.md "`watch` and `progress.cuh`").
 #
-# Each variant progress-<name>.cuh of the variant directory (default scripts/watch-variants/; each a
-# full copy of the header, progress-merged.cuh being the header as merged, progress-old.cuh the one
-# it replaced) is built into its own
+# Each variant <name>.patch of the variant directory (default scripts/watch-variants/; a unified
+# diff against kernels/include/gdrdoctor/progress.cuh, applied strictly by apply.py there: merged
+# only labels the header as merged, old is the one it replaced) is built into its own
 # examples/watch/watch_demo (the header copied into a directory under $OUT as
 # gdrdoctor/progress.cuh, first on the include path). Then, per variant:
 #   1. the SASS counts of the protocol kernels' bodies (instructions, BSSY, YIELD, CALL, BRA),
@@ -63,11 +63,11 @@ if [ -n "$GD" ]; then
 fi
 
 # The variants: VARIANTS in that order, else the default list. Run 1 (old = merged then, call,
-# floor, for, selfloop) chose `for` as the header; its files stay for VARIANTS to name.
+# floor, for, selfloop) chose `for` as the header; their patches stay for VARIANTS to name.
 DEFAULT_VARIANTS="old merged ucount spin pace"
 NAMES=${VARIANTS:-$DEFAULT_VARIANTS}
 for n in $NAMES; do
-  [ -f "$VDIR/progress-$n.cuh" ] || { say "watch-variants: no $VDIR/progress-$n.cuh"; exit 2; }
+  [ -f "$VDIR/$n.patch" ] || { say "watch-variants: no $VDIR/$n.patch"; exit 2; }
 done
 say "variants: $NAMES"
 say "nvcc: $NVCC $ARCH ($("$NVCC" --version 2>&1 | tail -1)); bench $BENCH rounds x $RUNS runs; gdrdoctor: ${GD:-none}"
@@ -77,7 +77,8 @@ nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader >> "$LOG"
 for n in $NAMES; do
   d="$OUT/build/$n"
   mkdir -p "$d/include/gdrdoctor"
-  cp "$VDIR/progress-$n.cuh" "$d/include/gdrdoctor/progress.cuh"
+  python3 scripts/watch-variants/apply.py kernels/include/gdrdoctor/progress.cuh "$VDIR/$n.patch" \
+    "$d/include/gdrdoctor/progress.cuh" 2>> "$LOG" || { say "watch-variants: $n.patch does not apply"; exit 2; }
   ( "$NVCC" -O3 -std=c++14 -lineinfo $ARCH -I "$d/include" -o "$d/watch_demo" examples/watch/watch_demo.cu \
       > "$d/build.txt" 2>&1; echo $? > "$d/build.rc" ) &
 done
