@@ -565,3 +565,31 @@ fn real_saturated_port_counters_warn() {
         Status::Skip
     );
 }
+
+#[test]
+fn a_counter_file_that_is_not_a_number_is_an_error_and_unused_ones_are_not_read() {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("hgx-h200x8-cx7x8-healthy"), t.path());
+    let dir = t
+        .path()
+        .join("sys/class/infiniband/mlx5_0/ports/1/counters");
+    // Resolve the class link to the device's real directory inside the copy.
+    let dir = std::fs::canonicalize(&dir).unwrap();
+    // A counter no check judges, garbled: never read, so no harm.
+    std::fs::write(dir.join("port_xmit_data"), "garbage\n").unwrap();
+    let r = report_for(t.path());
+    assert_eq!(
+        find(&r, "counters.ib-port", "mlx5_0/1").status,
+        Status::Pass
+    );
+    // A judged one garbled: the port is not judged on the rest.
+    std::fs::write(dir.join("symbol_error"), "12 errors\n").unwrap();
+    let r = report_for(t.path());
+    let f = find(&r, "counters.ib-port", "mlx5_0/1");
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert!(
+        f.message.contains("damaged") && f.message.contains("symbol_error"),
+        "{}",
+        f.message
+    );
+}

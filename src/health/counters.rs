@@ -5,7 +5,7 @@
 use super::reason;
 use crate::reader::{EntryKind, Root};
 use gdrdoctor_checks::counters::parse_aer;
-use gdrdoctor_checks::model::{AerStats, Fact, PciDevice, PortCounters, RdmaDevice};
+use gdrdoctor_checks::model::{AerStats, Fact, PciDevice, PortCounters, RdmaDevice, DAMAGED};
 use std::collections::{BTreeMap, BTreeSet};
 
 const NOT_EXPOSED: &str =
@@ -118,9 +118,21 @@ fn counter_dir(root: &Root, dir: &str) -> Fact<BTreeMap<String, u64>> {
                 if !seen.insert(e.name.clone()) {
                     continue;
                 }
-                if let Ok(v) = root.read_trimmed(&format!("{dir}/{}", e.name)) {
-                    if let Ok(n) = v.parse::<u64>() {
-                        m.insert(e.name.clone(), n);
+                // A file the driver refuses to read is left out (some ports refuse some
+                // counters); one that reads but is not a number is damaged evidence, and the
+                // port's counters are then not judged at all.
+                let p = format!("{dir}/{}", e.name);
+                if let Ok(v) = root.read_trimmed(&p) {
+                    match v.parse::<u64>() {
+                        Ok(n) => {
+                            m.insert(e.name.clone(), n);
+                        }
+                        Err(_) => {
+                            return Fact::absent(
+                                dir,
+                                format!("{DAMAGED}{p} holds {v:?}, not a counter value"),
+                            )
+                        }
                     }
                 }
             }

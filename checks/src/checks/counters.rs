@@ -256,6 +256,27 @@ fn aer_findings(node: &Node) -> Vec<Finding> {
     let mut unreadable: Vec<Finding> = Vec::new();
     for a in list {
         let totals = readings.remove(&a.bdf).unwrap_or_default();
+        // The kernel ends every aer_dev_* file with its total: a file that parsed without one
+        // was cut short or is not the kernel's, and its errors would go uncounted.
+        let cut = [
+            (&a.correctable, "TOTAL_ERR_COR"),
+            (&a.nonfatal, "TOTAL_ERR_NONFATAL"),
+            (&a.fatal, "TOTAL_ERR_FATAL"),
+        ]
+        .into_iter()
+        .find(|(f, total)| {
+            f.get()
+                .is_some_and(|m| !m.is_empty() && !m.contains_key(*total))
+        });
+        if let Some((f, total)) = cut {
+            unreadable.push(
+                Finding::new(ID, Status::Error, &a.bdf, "cannot read the AER statistics").evidence(
+                    f.source(),
+                    format!("no {total} line: the file was cut short or is not the kernel's"),
+                ),
+            );
+            continue;
+        }
         let facts = [&a.correctable, &a.nonfatal, &a.fatal];
         if !facts.iter().any(|f| f.get().is_some_and(|m| !m.is_empty())) {
             let reason = [&a.correctable, &a.nonfatal, &a.fatal]
@@ -426,7 +447,7 @@ fn port_check(
         let sub = format!("{}/{}", p.device, p.port);
         let fact = pick(p);
         if let Some(reason) = fact.reason() {
-            let status = if reason.starts_with("permission") {
+            let status = if reason.starts_with("permission") || crate::model::is_damaged(reason) {
                 Status::Error
             } else {
                 Status::Skip
@@ -759,6 +780,52 @@ mod tests {
             "{}",
             f[0].message
         );
+    }
+
+    #[test]
+    fn an_aer_file_without_its_total_is_an_error_not_a_pass() {
+        use crate::model::AerStats;
+        let g = crate::testing::gpu("/sys/devices/pci0000:15/0000:15:01.0/0000:18:00.0", 0);
+        let mut n = crate::testing::with(empty_node(), vec![g], vec![]);
+        let m = |k: &str, v: u64| -> Fact<BTreeMap<String, u64>> {
+            Fact::known([(k.to_string(), v)].into(), format!("/sys/x/{k}"))
+        };
+        let stats = |fatal| AerStats {
+            bdf: "0000:18:00.0".into(),
+            role: "gpu".into(),
+            correctable: m("TOTAL_ERR_COR", 0),
+            nonfatal: m("TOTAL_ERR_NONFATAL", 0),
+            fatal,
+        };
+        n.health.aer = Fact::known(vec![stats(m("TOTAL_ERR_FATAL", 0))], "test");
+        assert_eq!(aer(&n)[0].status, Status::Pass);
+        // Cut short: the error types are there, the total is not.
+        n.health.aer = Fact::known(vec![stats(m("Undefined", 0))], "test");
+        let f = aer(&n);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(
+            f[0].evidence[0]
+                .observed
+                .contains("no TOTAL_ERR_FATAL line"),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn damaged_port_counters_are_an_error() {
+        let mut n = node_with(0, None);
+        if let Some(l) = match &mut n.health.port_counters {
+            Fact::Known { value, .. } => Some(value),
+            Fact::Absent { .. } => None,
+        } {
+            l[0].counters = Fact::absent(
+                "/sys/class/infiniband/mlx5_0/ports/1/counters",
+                format!("{}link_downed holds \"x\"", crate::model::DAMAGED),
+            );
+        }
+        let f = ib_port(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
     }
 
     #[test]
