@@ -192,6 +192,21 @@ const TOPO_DUMP: &str = r#"<system version="1">
 </system>
 "#;
 
+/// Found by the fuzzer in CI (seed 0x3e5235f0b5bed3d1, input 854): an `sm` that parses to a
+/// compute capability whose major version times ten overflows i32 panicked the read gate.
+#[test]
+fn a_topology_dump_with_an_absurd_sm_is_decided_without_a_panic() {
+    let t = TOPO_DUMP.replace("sm=\"90\"", "sm=\"92147483648\"");
+    assert_ne!(t, TOPO_DUMP);
+    if let Some(d) = nccl::topo_dump::parse(&t) {
+        let cfg = nccl::rule::Config {
+            rules: nccl::choose(None, Some("fuzz")),
+            env: nccl::env::NcclEnv::parse(None, "fuzz", nccl::version::NEWEST),
+        };
+        let _ = nccl::rule::decide(&d.system(), &cfg);
+    }
+}
+
 #[test]
 fn fuzz_nccl_topology_dump_parser() {
     assert!(nccl::topo_dump::parse(TOPO_DUMP).is_some_and(|d| d.gpus.len() == 1));

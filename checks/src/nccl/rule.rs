@@ -327,7 +327,7 @@ impl Ctx<'_> {
                 let applies = if self.v.read_gate_all_gpus() {
                     Some(true)
                 } else {
-                    gpu.cc.map(|(maj, min)| maj * 10 + min < 80)
+                    gpu.cc.map(|cc| cc < (8, 0))
                 };
                 let peer = self.has_nvlink_peer(g);
                 match (applies, peer) {
