@@ -36,9 +36,25 @@ fn repo() -> PathBuf {
 fn standins() -> Option<&'static Path> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("standin-libs");
-        std::fs::create_dir_all(&dir).unwrap();
+        // nextest runs every test in a process of its own: each builds into a directory of its
+        // own and renames it into place, so no test loads a library another is still writing
+        // (a `cc -o` over a library being loaded lost cuInit calls from the log, 2026-12-01).
         let src = repo().join("tests/standin");
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for f in ["cuda.c", "nvml.c", "common.h"] {
+            std::hash::Hash::hash(&std::fs::read(src.join(f)).unwrap(), &mut h);
+        }
+        let top = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("standin-libs");
+        let done = top.join(format!("{:016x}", std::hash::Hasher::finish(&h)));
+        if done.join("complete").exists() {
+            return Some(done);
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let dir = top.join(format!(".build-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
         for (c, lib, links) in [
             ("cuda.c", "libcuda.so.1", &["libcuda.so"][..]),
             ("nvml.c", "libnvidia-ml.so.1", &[][..]),
@@ -55,6 +71,7 @@ fn standins() -> Option<&'static Path> {
                     String::from_utf8_lossy(&o.stderr)
                 ),
                 Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
                     require::skip(
                         "the CUDA cache against stand-in libcuda and libnvidia-ml",
                         &format!("`cc` cannot be run ({e})"),
@@ -64,11 +81,20 @@ fn standins() -> Option<&'static Path> {
                 }
             }
             for l in links {
-                let _ = std::fs::remove_file(dir.join(l));
                 std::os::unix::fs::symlink(lib, dir.join(l)).unwrap();
             }
         }
-        Some(dir)
+        std::fs::write(dir.join("complete"), b"").unwrap();
+        if std::fs::rename(&dir, &done).is_err() {
+            // Another test process finished first: use its build.
+            let _ = std::fs::remove_dir_all(&dir);
+            assert!(
+                done.join("complete").exists(),
+                "{} is incomplete",
+                done.display()
+            );
+        }
+        Some(done)
     })
     .as_deref()
 }
