@@ -209,7 +209,7 @@ fn link(s: &str) -> (Option<String>, Option<u32>, bool) {
 fn ids_by_name(desc: &str) -> (Option<u16>, Option<u16>) {
     let desc = desc.trim();
     let mut hits: Vec<(u16, Option<u16>)> = Vec::new();
-    for v in pci_ids::Vendors::iter() {
+    for v in crate::names::vendors() {
         let Some(rest) = desc.strip_prefix(v.name()) else {
             continue;
         };
@@ -218,11 +218,7 @@ fn ids_by_name(desc: &str) -> (Option<u16>, Option<u16>) {
             hits.push((v.id(), u16::from_str_radix(hex.trim(), 16).ok()));
             continue;
         }
-        let devs: Vec<u16> = v
-            .devices()
-            .filter(|d| d.name() == rest)
-            .map(|d| d.id())
-            .collect();
+        let devs: Vec<u16> = v.devices().filter(|d| d.1 == rest).map(|d| d.0).collect();
         if devs.len() == 1 {
             hits.push((v.id(), Some(devs[0])));
         } else if devs.is_empty() && rest.is_empty() {
