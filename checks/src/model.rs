@@ -514,6 +514,12 @@ impl PciDevice {
     pub fn decoded(&self) -> Option<crate::pci::config::ConfigSpace> {
         self.config.get().map(|b| crate::pci::config::decode(b))
     }
+    /// Where the current link speed and width were read when that was not their sysfs files:
+    /// the config space register (`.../config [LnkSta]`, see `pci::attrs`).
+    pub fn link_from_config(&self) -> Option<&str> {
+        let s = self.cur_link_speed.source();
+        (!s.ends_with("/current_link_speed")).then_some(s)
+    }
     pub fn is_network(&self) -> bool {
         self.class_code().is_some_and(|c| (c >> 16) == 0x02)
     }

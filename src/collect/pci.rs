@@ -7,6 +7,7 @@ use crate::reader::EntryKind;
 use crate::reader::Root;
 use gdrdoctor_checks::model::*;
 use gdrdoctor_checks::parse;
+use gdrdoctor_checks::pci::{attrs, config};
 
 pub(super) fn collect(root: &Root) -> Fact<Vec<PciDevice>> {
     const BUS: &str = "/sys/bus/pci/devices";
@@ -209,31 +210,57 @@ fn pci_device(
             is_virtfn: false,
         };
     }
+    // The identity and link attributes the config space holds are taken from it (read anyway):
+    // nine files fewer per function; the sysfs files when it cannot answer (`pci::attrs`).
+    let config = fact(&attr("config"), root.read_config(&attr("config")));
+    let derived = config
+        .get()
+        .map(|b| attrs::from_config(&config::decode(b), vendor_id.get().copied()))
+        .unwrap_or_default();
+    let reg = |what: &str| format!("{}/config [{what}]", path);
+    let text = |name: &str| fact(&attr(name), root.read_trimmed(&attr(name)));
+    let number = |name: &str| parsed(root, &attr(name), |s| s.trim().parse().ok());
+    let (subsystem_vendor_id, subsystem_device_id) = match derived.subsystem {
+        Some((v, d)) => (
+            Fact::known(v, reg("subsystem vendor")),
+            Fact::known(d, reg("subsystem id")),
+        ),
+        None => (hex16("subsystem_vendor"), hex16("subsystem_device")),
+    };
     PciDevice {
         bdf,
         sysfs_path: path.to_string(),
         parent,
         host_bridge,
         vendor_id,
-        device_id: hex16("device"),
-        subsystem_vendor_id: hex16("subsystem_vendor"),
-        subsystem_device_id: hex16("subsystem_device"),
+        device_id: derived
+            .device
+            .map(|v| Fact::known(v, reg("device id")))
+            .unwrap_or_else(|| hex16("device")),
+        subsystem_vendor_id,
+        subsystem_device_id,
         class,
         numa_node: parsed(root, &attr("numa_node"), |s| s.trim().parse().ok()),
         local_cpulist: fact(
             &attr("local_cpulist"),
             root.read_trimmed(&attr("local_cpulist")),
         ),
-        cur_link_speed: fact(
-            &attr("current_link_speed"),
-            root.read_trimmed(&attr("current_link_speed")),
-        ),
-        cur_link_width: parsed(root, &attr("current_link_width"), |s| s.trim().parse().ok()),
-        max_link_speed: fact(
-            &attr("max_link_speed"),
-            root.read_trimmed(&attr("max_link_speed")),
-        ),
-        max_link_width: parsed(root, &attr("max_link_width"), |s| s.trim().parse().ok()),
+        cur_link_speed: derived
+            .cur_link_speed
+            .map(|v| Fact::known(v, reg("LnkSta")))
+            .unwrap_or_else(|| text("current_link_speed")),
+        cur_link_width: derived
+            .cur_link_width
+            .map(|v| Fact::known(v, reg("LnkSta")))
+            .unwrap_or_else(|| number("current_link_width")),
+        max_link_speed: derived
+            .max_link_speed
+            .map(|v| Fact::known(v, reg("LnkCap2, LnkCap")))
+            .unwrap_or_else(|| text("max_link_speed")),
+        max_link_width: derived
+            .max_link_width
+            .map(|v| Fact::known(v, reg("LnkCap")))
+            .unwrap_or_else(|| number("max_link_width")),
         resources: match root.read_text(&attr("resource")) {
             Ok(t) => match parse::resource_file(&t) {
                 Ok(r) => Fact::known(r, attr("resource")),
@@ -243,7 +270,7 @@ fn pci_device(
         },
         driver: link_name("driver"),
         iommu_group: link_name("iommu_group"),
-        config: fact(&attr("config"), root.read_config(&attr("config"))),
+        config,
         is_virtfn: root.exists(&attr("physfn")).unwrap_or(false),
     }
 }

@@ -337,7 +337,7 @@ pub fn link(node: &Node) -> Vec<Finding> {
                     format!("cannot read the link of this {kind}"),
                 )
                 .evidence(
-                    format!("{}/current_link_speed", d.sysfs_path),
+                    d.cur_link_speed.source(),
                     d.cur_link_speed.describe(|s| s.clone()),
                 ),
             );
@@ -353,7 +353,10 @@ pub fn link(node: &Node) -> Vec<Finding> {
         let (exp_s, exp_w) = (max_s.min(p_s), max_w.min(p_w));
         let observed = format!("{cur_s} GT/s x{cur_w}");
         let expected = format!("{exp_s} GT/s x{exp_w}");
-        let src = format!("{}/current_link_{{speed,width}}", d.sysfs_path);
+        let src = match d.link_from_config() {
+            Some(reg) => reg.to_string(),
+            None => format!("{}/current_link_{{speed,width}}", d.sysfs_path),
+        };
         let name = names::device_name(d);
         let slow = cur_s + 0.01 < exp_s;
         let narrow = cur_w < exp_w;

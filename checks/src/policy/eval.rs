@@ -740,7 +740,10 @@ fn pcie(node: &Node, r: &PcieRule, cx: &Context) -> Vec<Finding> {
         let before = out.len();
         let mut errors = 0;
         for d in &devs {
-            let src = format!("/sys/bus/pci/devices/{}/current_link_speed", d.bdf);
+            let src = match d.link_from_config() {
+                Some(reg) => reg.to_string(),
+                None => format!("/sys/bus/pci/devices/{}/current_link_speed", d.bdf),
+            };
             let speed = d
                 .cur_link_speed
                 .get()
