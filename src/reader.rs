@@ -391,9 +391,14 @@ impl Root {
     /// The fully resolved kernel path (`/sys/bus/pci/devices/X` -> `/sys/devices/pci0000:00/X`).
     pub fn canonical(&self, path: &str) -> Result<String, ReadError> {
         let comps = self.resolve_comps(path, true)?;
+        let key = join(&comps);
+        // Resolved to a directory seen as one on the way: it exists, no second lstat.
+        if self.is_known_dir(&key) {
+            return Ok(key);
+        }
         let host = self.host_path(&comps);
         match std::fs::symlink_metadata(&host) {
-            Ok(_) => Ok(join(&comps)),
+            Ok(_) => Ok(key),
             Err(e) => Err(ReadError::io(path, &e)),
         }
     }
@@ -680,14 +685,16 @@ impl Root {
                 format!("{dir_path}/{name}")
             };
             match kind {
-                EntryKind::Link => {
+                // The target is read only for a snapshot (one readlink per entry otherwise: 48
+                // for the PCI bus of an eight-GPU node, each resolved again when it is used).
+                EntryKind::Link if self.recorder.is_some() => {
                     if let Ok(t) = std::fs::read_link(e.path()) {
                         self.record(&child, Recorded::Link(t.to_string_lossy().into_owned()));
                     }
                 }
                 EntryKind::Dir => self.record(&child, Recorded::Dir),
                 EntryKind::File => self.record(&child, Recorded::Listed),
-                EntryKind::Other => {}
+                EntryKind::Link | EntryKind::Other => {}
             }
             out.push(DirEntry { name, kind });
         }
