@@ -131,7 +131,14 @@ fn statuses(r: &Report) -> BTreeMap<(String, String), Status> {
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
-        .and_then(|v| v.parse().ok())
+        .and_then(|v| {
+            let v = v.trim();
+            // The test prints its seed in hex: take it back as printed.
+            match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+                Some(h) => u64::from_str_radix(&h.replace('_', ""), 16).ok(),
+                None => v.parse().ok(),
+            }
+        })
         .unwrap_or(default)
 }
 

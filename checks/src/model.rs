@@ -113,6 +113,65 @@ pub struct Node {
     pub health: Health,
 }
 
+impl Node {
+    /// The GPUs that the driver's own directory, NVML and CUDA list, by normalised BDF, with who
+    /// lists each.
+    pub fn gpus_listed_elsewhere(&self) -> BTreeMap<String, Vec<&'static str>> {
+        let mut listed: BTreeMap<String, Vec<&'static str>> = BTreeMap::new();
+        if let Some(m) = self.nvidia.gpus.get() {
+            for b in m.keys() {
+                listed
+                    .entry(norm_bdf(b))
+                    .or_default()
+                    .push("/proc/driver/nvidia/gpus");
+            }
+        }
+        if let Some(n) = self.live.nvml.get() {
+            for g in &n.gpus {
+                listed.entry(norm_bdf(&g.bdf)).or_default().push("nvml");
+            }
+        }
+        if let Some(c) = self.live.cuda.get() {
+            for g in &c.devices {
+                listed.entry(norm_bdf(&g.bdf)).or_default().push("cuda");
+            }
+        }
+        listed.remove("");
+        listed
+    }
+
+    /// Functions that may be NVIDIA GPUs the bus scan does not count as such: ids that cannot be
+    /// read (`PciDevice::identity_unreadable`), and GPUs listed elsewhere
+    /// (`gpus_listed_elsewhere`) that the scan does not show as NVIDIA GPUs. A node-wide verdict
+    /// over "all the GPUs" cannot pass while this is not empty.
+    pub fn gpus_unaccounted(&self) -> Vec<String> {
+        let pci = self.pci.get().map(Vec::as_slice).unwrap_or_default();
+        let mut out: Vec<String> = pci
+            .iter()
+            .filter(|d| d.identity_unreadable())
+            .map(|d| d.bdf.clone())
+            .collect();
+        for bdf in self.gpus_listed_elsewhere().into_keys() {
+            if !out.contains(&bdf) && !pci.iter().any(|d| d.bdf == bdf && d.is_nvidia_gpu()) {
+                out.push(bdf);
+            }
+        }
+        out
+    }
+}
+
+/// A PCI address as the bus scan writes it (`0000:18:00.0`), from any spelling the libraries
+/// use (NVML writes `00000000:18:00.0`).
+pub fn norm_bdf(b: &str) -> String {
+    let b = b.trim().to_lowercase();
+    match b.split_once(':') {
+        Some((dom, rest)) if dom.len() > 4 && dom.bytes().all(|c| c == b'0') => {
+            format!("0000:{rest}")
+        }
+        _ => b,
+    }
+}
+
 /// Facts only a live call can see, one per library.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LiveFacts {
@@ -506,6 +565,17 @@ impl PciDevice {
     pub fn is_nvswitch(&self) -> bool {
         self.vendor_id.get() == Some(&0x10de)
             && self.class_code().is_some_and(|c| (c >> 8) == 0x0680)
+    }
+    /// A function that may be an NVIDIA GPU but whose vendor or class cannot be read: a
+    /// display-class function of unknown vendor, or one whose ids are both damaged, or an NVIDIA
+    /// function of damaged class. A capture that lacks the files says nothing (not suspect).
+    pub fn identity_unreadable(&self) -> bool {
+        let damaged = |r: Option<&str>| r.is_some_and(|r| !r.starts_with("not in this capture"));
+        let display = self.class_code().is_some_and(|c| (c >> 16) == 0x03);
+        let nvidia = self.vendor_id.get() == Some(&0x10de);
+        (display && self.vendor_id.get().is_none())
+            || (damaged(self.vendor_id.reason()) && damaged(self.class.reason()))
+            || (nvidia && damaged(self.class.reason()))
     }
     pub fn is_bridge(&self) -> bool {
         self.class_code().is_some_and(|c| (c >> 8) == 0x0604)

@@ -92,43 +92,15 @@ pub fn present(node: &Node) -> Vec<Finding> {
     out
 }
 
-/// `0000:18:00.0` from any PCI address spelling the libraries use (`00000000:18:00.0`).
-fn norm_bdf(b: &str) -> String {
-    let b = b.trim().to_lowercase();
-    match b.split_once(':') {
-        Some((dom, rest)) if dom.len() > 4 && dom.bytes().all(|c| c == b'0') => {
-            format!("0000:{rest}")
-        }
-        _ => b,
-    }
-}
-
 /// Error findings for GPUs that the PCI scan lost: a function that may be an NVIDIA GPU but
 /// whose vendor or class cannot be read (absent or garbage), and a GPU that
 /// `/proc/driver/nvidia/gpus`, NVML or CUDA list but the scan does not show as one. A GPU must
 /// never just disappear: 7 of 8 GPUs passing is not a healthy node.
 fn vanished(node: &Node, pci: &[PciDevice], gpus: &[&PciDevice]) -> Vec<Finding> {
     const ID: &str = "gpu.present";
-    // A foreign capture that lacks the files says nothing about the device.
-    let damaged = |f: &Fact<u32>| {
-        f.reason()
-            .is_some_and(|r| !r.starts_with("not in this capture"))
-    };
-    let damaged16 = |f: &Fact<u16>| {
-        f.reason()
-            .is_some_and(|r| !r.starts_with("not in this capture"))
-    };
     let mut out = Vec::new();
     let mut named: Vec<String> = Vec::new();
-    for d in pci {
-        let display = d.class_code().is_some_and(|c| (c >> 16) == 0x03);
-        let nvidia = d.vendor_id.get() == Some(&0x10de);
-        let suspect = (display && d.vendor_id.get().is_none())
-            || (damaged16(&d.vendor_id) && damaged(&d.class))
-            || (nvidia && damaged(&d.class));
-        if !suspect {
-            continue;
-        }
+    for d in pci.iter().filter(|d| d.identity_unreadable()) {
         named.push(d.bdf.clone());
         out.push(
             Finding::new(
@@ -149,27 +121,9 @@ fn vanished(node: &Node, pci: &[PciDevice], gpus: &[&PciDevice]) -> Vec<Finding>
         );
     }
     // What else lists GPUs: the driver's own directory, NVML and CUDA.
-    let mut listed: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
-    if let Some(m) = node.nvidia.gpus.get() {
-        for b in m.keys() {
-            listed
-                .entry(norm_bdf(b))
-                .or_default()
-                .push("/proc/driver/nvidia/gpus");
-        }
-    }
-    if let Some(n) = node.live.nvml.get() {
-        for g in &n.gpus {
-            listed.entry(norm_bdf(&g.bdf)).or_default().push("nvml");
-        }
-    }
-    if let Some(c) = node.live.cuda.get() {
-        for g in &c.devices {
-            listed.entry(norm_bdf(&g.bdf)).or_default().push("cuda");
-        }
-    }
+    let listed = node.gpus_listed_elsewhere();
     for (bdf, by) in listed {
-        if bdf.is_empty() || gpus.iter().any(|g| g.bdf == bdf) || named.contains(&bdf) {
+        if gpus.iter().any(|g| g.bdf == bdf) || named.contains(&bdf) {
             continue;
         }
         let on_bus = pci.iter().find(|d| d.bdf == bdf);

@@ -282,6 +282,22 @@ pub fn rails(node: &Node) -> Vec<Finding> {
         .expected(src, listing, "the same number of close nics for every gpu")
         .fix("rebalance NICs across the PCIe switches")];
     }
+    // Balanced over the GPUs the scan identified: a function that may be a GPU and could not be
+    // identified (gpu.present names it) might have no NIC of its own.
+    let unaccounted = node.gpus_unaccounted();
+    if !unaccounted.is_empty() {
+        return vec![Finding::new(
+            ID,
+            Status::Error,
+            "node",
+            format!(
+                "the rails cannot be judged: {} pci function(s) may be gpus the scan could not identify (see gpu.present)",
+                unaccounted.len()
+            ),
+        )
+        .evidence(src, listing)
+        .evidence("/sys/bus/pci/devices/*/{vendor,class}", unaccounted.join(" "))];
+    }
     let shared = per_nic.values().copied().max().unwrap_or(1);
     let msg = if shared > 1 {
         format!("every gpu has {min} close nic(s); each nic serves up to {shared} gpus (they share its bandwidth)")
@@ -335,6 +351,56 @@ mod tests {
             .all(|f| f.status == Status::Pass));
         let f = nic_numa(&far_nic());
         assert!(f.iter().any(|f| f.status == Status::Warn), "{f:?}");
+    }
+
+    /// Two switches, each with a GPU and a NIC: balanced rails.
+    fn two_rails() -> crate::model::Node {
+        let mut n = switch_pair();
+        let usp = "/sys/devices/pci0000:25/0000:25:01.0/0000:26:00.0";
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            pci.push(bridge("/sys/devices/pci0000:25/0000:25:01.0", 0));
+            pci.push(bridge(usp, 0));
+            pci.push(bridge(&format!("{usp}/0000:27:00.0"), 0));
+            pci.push(gpu(&format!("{usp}/0000:27:00.0/0000:28:00.0"), 0));
+            pci.push(bridge(&format!("{usp}/0000:27:01.0"), 0));
+            pci.push(nic(&format!("{usp}/0000:27:01.0/0000:29:00.0"), 0));
+        }
+        if let Fact::Known { value: r, .. } = &mut n.rdma {
+            r.push(rdma("mlx5_1", "0000:29:00.0", "4: ACTIVE"));
+        }
+        n
+    }
+
+    #[test]
+    fn a_function_that_may_be_a_gpu_keeps_balanced_rails_from_passing() {
+        let f = rails(&two_rails());
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
+        // A third display-class function whose vendor file is damaged: it may be a GPU with no
+        // NIC of its own, so "every gpu has a close nic" is not known.
+        let mut n = two_rails();
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            let mut g = gpu("/sys/devices/pci0000:35/0000:35:01.0/0000:36:00.0", 0);
+            g.vendor_id = Fact::absent(
+                "/sys/devices/pci0000:35/0000:35:01.0/0000:36:00.0/vendor",
+                "empty file",
+            );
+            pci.push(g);
+        }
+        let f = rails(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(f[0].message.contains("1 pci function"), "{}", f[0].message);
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.observed.contains("0000:36:00.0")),
+            "{f:?}"
+        );
+        // A GPU the driver lists that the scan does not show at all: the same.
+        let mut n = two_rails();
+        let mut info = std::collections::BTreeMap::new();
+        info.insert("0000:45:00.0".to_string(), Default::default());
+        n.nvidia.gpus = known(info);
+        assert_eq!(rails(&n)[0].status, Status::Error);
     }
 
     #[test]
