@@ -45,56 +45,42 @@ fn standins() -> Option<&'static Path> {
             std::hash::Hash::hash(&std::fs::read(src.join(f)).unwrap(), &mut h);
         }
         let top = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("standin-libs");
-        let done = top.join(format!("{:016x}", std::hash::Hasher::finish(&h)));
-        if done.join("complete").exists() {
-            return Some(done);
-        }
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let dir = top.join(format!(".build-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for (c, lib, links) in [
-            ("cuda.c", "libcuda.so.1", &["libcuda.so"][..]),
-            ("nvml.c", "libnvidia-ml.so.1", &[][..]),
-        ] {
-            let out = Command::new("cc")
-                .args(["-shared", "-fPIC", "-Wall", "-O1", "-o"])
-                .arg(dir.join(lib))
-                .arg(src.join(c))
-                .output();
-            match out {
-                Ok(o) if o.status.success() => {}
-                Ok(o) => panic!(
-                    "building the stand-in {lib}: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                ),
-                Err(e) => {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    require::skip(
-                        "the CUDA cache against stand-in libcuda and libnvidia-ml",
-                        &format!("`cc` cannot be run ({e})"),
-                        "apt-get install gcc",
-                    );
-                    return None;
+        let key = format!("{:016x}", std::hash::Hasher::finish(&h));
+        let built = common::build_once(&top, &key, |dir| {
+            for (c, lib, links) in [
+                ("cuda.c", "libcuda.so.1", &["libcuda.so"][..]),
+                ("nvml.c", "libnvidia-ml.so.1", &[][..]),
+            ] {
+                let out = Command::new("cc")
+                    .args(["-shared", "-fPIC", "-Wall", "-O1", "-o"])
+                    .arg(dir.join(lib))
+                    .arg(src.join(c))
+                    .output();
+                match out {
+                    Ok(o) if o.status.success() => {}
+                    Ok(o) => panic!(
+                        "building the stand-in {lib}: {}",
+                        String::from_utf8_lossy(&o.stderr)
+                    ),
+                    Err(e) => return Err(format!("`cc` cannot be run ({e})")),
+                }
+                for l in links {
+                    std::os::unix::fs::symlink(lib, dir.join(l)).unwrap();
                 }
             }
-            for l in links {
-                std::os::unix::fs::symlink(lib, dir.join(l)).unwrap();
+            Ok(())
+        });
+        match built {
+            Ok(done) => Some(done),
+            Err(why) => {
+                require::skip(
+                    "the CUDA cache against stand-in libcuda and libnvidia-ml",
+                    &why,
+                    "apt-get install gcc",
+                );
+                None
             }
         }
-        std::fs::write(dir.join("complete"), b"").unwrap();
-        if std::fs::rename(&dir, &done).is_err() {
-            // Another test process finished first: use its build.
-            let _ = std::fs::remove_dir_all(&dir);
-            assert!(
-                done.join("complete").exists(),
-                "{} is incomplete",
-                done.display()
-            );
-        }
-        Some(done)
     })
     .as_deref()
 }

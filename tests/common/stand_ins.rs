@@ -71,36 +71,11 @@ fn source_hash() -> String {
 fn build_uncached() -> Result<StandIns, String> {
     require::runs("cc", &["--version"])?;
     let top = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stand-ins");
-    let done = top.join(source_hash());
-    let result = |d: &Path| StandIns {
-        current: d.join("current"),
-        rdma_core_33: d.join("rdma-core-33"),
-    };
-    if done.join("complete").exists() {
-        return Ok(result(&done));
-    }
-    std::fs::create_dir_all(&top).expect("create target/tmp/stand-ins");
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let tmp = top.join(format!(".build-{}-{nanos}", std::process::id()));
-    let built = compile_all(&tmp);
-    if let Err(e) = built {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
-    std::fs::write(tmp.join("complete"), b"").expect("mark the build complete");
-    if std::fs::rename(&tmp, &done).is_err() {
-        // Another test binary finished first: use its build.
-        let _ = std::fs::remove_dir_all(&tmp);
-        assert!(
-            done.join("complete").exists(),
-            "{} exists but is not a complete build",
-            done.display()
-        );
-    }
-    Ok(result(&done))
+    let done = super::build_once(&top, &source_hash(), compile_all)?;
+    Ok(StandIns {
+        current: done.join("current"),
+        rdma_core_33: done.join("rdma-core-33"),
+    })
 }
 
 /// One shared library: `cc -shared` with the soname and, when given, the version script.
