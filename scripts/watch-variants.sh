@@ -62,7 +62,8 @@ if [ -n "$GD" ]; then
   if [ -x "$GD" ]; then GD=$(cd "$(dirname "$GD")" && pwd)/$(basename "$GD"); else say "watch-variants: GDRDOCTOR=$GD is not executable: no smoke"; GD=; fi
 fi
 
-# The variants: VARIANTS in that order, else the default list. Run 1 (old = merged then, call,
+# The variants: VARIANTS in that order, else the default list (run 5 added unroll2, inline4,
+# inline16: no better on the ring). Run 1 (old = merged then, call,
 # floor, for, selfloop) chose `for` as the header; their patches stay for VARIANTS to name.
 DEFAULT_VARIANTS="old merged ucount spin pace"
 NAMES=${VARIANTS:-$DEFAULT_VARIANTS}
