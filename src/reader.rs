@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -502,20 +501,37 @@ impl Root {
         // rest of the file, or a page, per read) and of a regular file: no second read to see
         // the end. procfs (seq_file) and devices can return less before the end: read to EOF.
         let one_shot = !(path.starts_with("/proc/") || path.starts_with("/dev/"));
-        let mut file = file;
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 8192];
+        // Read into an uninitialised stack buffer and keep what was read: a zeroed 8 KiB
+        // buffer per file was 14% of the 8x8 sysroot's instructions (777 files), and a vector
+        // of a page per file holds 4 KiB for every 10-byte attribute.
+        let mut buf: Vec<u8> = Vec::new();
+        let mut chunk = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
         loop {
-            let n = match file.read(&mut chunk) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                // A directory opens fine; reading it fails.
-                Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
-                    return Err(ReadError::new(path, ErrorKind::Io("is a directory".into())))
-                }
-                Err(e) => return Err(ReadError::io(path, &e)),
+            // SAFETY: `chunk` is writable memory of `chunk.len()` bytes; read(2) writes at most
+            // that many and returns how many it wrote.
+            let r = unsafe {
+                libc::read(
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    chunk.as_mut_ptr().cast(),
+                    chunk.len(),
+                )
             };
-            buf.extend_from_slice(&chunk[..n]);
+            let n = if r < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    // A directory opens fine; reading it fails.
+                    Some(libc::EISDIR) => {
+                        return Err(ReadError::new(path, ErrorKind::Io("is a directory".into())))
+                    }
+                    _ => return Err(ReadError::io(path, &e)),
+                }
+            } else {
+                (r as usize).min(chunk.len())
+            };
+            // SAFETY: read(2) initialised the first `n` bytes of `chunk`.
+            let got = unsafe { std::slice::from_raw_parts(chunk.as_ptr().cast::<u8>(), n) };
+            buf.extend_from_slice(got);
             if buf.len() as u64 > MAX_FILE {
                 return Err(ReadError::new(path, ErrorKind::TooLarge));
             }
@@ -802,12 +818,26 @@ fn split(path: &str) -> Vec<String> {
         .collect()
 }
 
+/// `dir/name`: the path of a file in a directory (what `format!("{dir}/{name}")` makes, without
+/// the formatting machinery: thousands of them per node).
+pub fn child(dir: &str, name: &str) -> String {
+    let mut s = String::with_capacity(dir.len() + 1 + name.len());
+    s.push_str(dir);
+    s.push('/');
+    s.push_str(name);
+    s
+}
+
 fn join(comps: &[String]) -> String {
     if comps.is_empty() {
-        "/".to_string()
-    } else {
-        format!("/{}", comps.join("/"))
+        return "/".to_string();
     }
+    let mut s = String::with_capacity(comps.iter().map(|c| c.len() + 1).sum());
+    for c in comps {
+        s.push('/');
+        s.push_str(c);
+    }
+    s
 }
 
 /// An `O_PATH` descriptor of a directory (not a link), `None` when it cannot be opened (the
@@ -942,6 +972,44 @@ mod tests {
             rec.get("/sys/devices/d1/b"),
             Some(&Recorded::File(b"b1\n".to_vec()))
         );
+    }
+
+    #[test]
+    fn files_of_every_size_read_whole_and_exactly() {
+        let t = tree();
+        let root = Root::sysroot(t.path()).unwrap();
+        let dir = t.path().join("sys/devices/pci0000:00/0000:00:06.0");
+        std::fs::create_dir_all(t.path().join("proc/driver")).unwrap();
+        for len in [
+            0usize, 1, 4095, 4096, 4097, 8191, 8192, 8193, 20_000, 100_003,
+        ] {
+            let body: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            for (host, kernel) in [
+                (
+                    dir.join("blob"),
+                    "/sys/bus/pci/devices/0000:00:06.0/blob".to_string(),
+                ),
+                (
+                    t.path().join("proc/driver/blob"),
+                    "/proc/driver/blob".to_string(),
+                ),
+            ] {
+                std::fs::write(&host, &body).unwrap();
+                let got = root.read(&kernel).unwrap();
+                assert_eq!(got.len(), len, "{kernel}");
+                assert!(got == body, "{kernel}: {len} bytes read differ");
+            }
+        }
+        // The limit holds across reads.
+        let big = vec![b'x'; MAX_FILE as usize + 1];
+        std::fs::write(dir.join("big"), &big).unwrap();
+        let e = root
+            .read("/sys/bus/pci/devices/0000:00:06.0/big")
+            .unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::TooLarge), "{e}");
+        // A directory opens and does not read.
+        let e = root.read("/sys/bus/pci/devices/0000:00:06.0").unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
     }
 
     #[test]

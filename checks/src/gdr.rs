@@ -501,6 +501,87 @@ pub fn decision(node: &Node) -> (Context<'_>, System, Decision) {
     (cx, sys, d)
 }
 
+/// NCCL's decision for a node and the report's pairs, as [`decision`] and [`verdicts`] compute
+/// them: computed once for all the checks of one report while a [`MemoScope`] for the node is
+/// open ([`shared`]), else each time.
+#[derive(Debug)]
+pub struct Shared {
+    pub system: System,
+    pub decision: Decision,
+    pub pairs: Vec<GdrPair>,
+}
+
+impl Shared {
+    fn compute(node: &Node) -> Shared {
+        let (_, system, decision) = self::decision(node);
+        let pairs = decision
+            .verdicts
+            .iter()
+            .map(|v| to_pair(&system, &decision, v))
+            .collect();
+        Shared {
+            system,
+            decision,
+            pairs,
+        }
+    }
+}
+
+type Slot = std::sync::Arc<std::sync::OnceLock<std::sync::Arc<Shared>>>;
+
+/// The open scopes: (node address, scopes open for it, its slot). A node's address names it
+/// only while it is borrowed, which each [`MemoScope`] is for as long as it lives; the entry
+/// goes with the last one.
+static MEMO: std::sync::Mutex<Vec<(usize, usize, Slot)>> = std::sync::Mutex::new(Vec::new());
+
+fn memo() -> std::sync::MutexGuard<'static, Vec<(usize, usize, Slot)>> {
+    MEMO.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// While alive, [`shared`] computes the node's decision once (the checks of one report ask
+/// for it four times). It borrows the node, so the node cannot change or move under it.
+pub struct MemoScope<'a> {
+    key: usize,
+    _node: std::marker::PhantomData<&'a Node>,
+}
+
+pub fn memo_scope(node: &Node) -> MemoScope<'_> {
+    let key = node as *const Node as usize;
+    let mut m = memo();
+    match m.iter_mut().find(|e| e.0 == key) {
+        Some(e) => e.1 += 1,
+        None => m.push((key, 1, Slot::default())),
+    }
+    MemoScope {
+        key,
+        _node: std::marker::PhantomData,
+    }
+}
+
+impl Drop for MemoScope<'_> {
+    fn drop(&mut self) {
+        let mut m = memo();
+        if let Some(i) = m.iter().position(|e| e.0 == self.key) {
+            m[i].1 -= 1;
+            if m[i].1 == 0 {
+                m.swap_remove(i);
+            }
+        }
+    }
+}
+
+/// The node's decision and pairs: the one of its open [`MemoScope`], else computed now.
+pub fn shared(node: &Node) -> std::sync::Arc<Shared> {
+    let key = node as *const Node as usize;
+    let slot = memo().iter().find(|e| e.0 == key).map(|e| e.2.clone());
+    match slot {
+        Some(s) => s
+            .get_or_init(|| std::sync::Arc::new(Shared::compute(node)))
+            .clone(),
+        None => std::sync::Arc::new(Shared::compute(node)),
+    }
+}
+
 /// A verdict as the report's pair.
 pub fn to_pair(sys: &System, d: &Decision, v: &Verdict) -> GdrPair {
     let mut reasons: Vec<String> = Vec::new();
@@ -543,8 +624,7 @@ pub fn to_pair(sys: &System, d: &Decision, v: &Verdict) -> GdrPair {
 
 /// The verdict for every GPU x RDMA device pair.
 pub fn verdicts(node: &Node) -> Vec<GdrPair> {
-    let (_, sys, d) = decision(node);
-    d.verdicts.iter().map(|v| to_pair(&sys, &d, v)).collect()
+    shared(node).pairs.clone()
 }
 
 /// The NUMA node of a fact, for messages.
@@ -556,6 +636,42 @@ pub fn numa_text(n: &Fact<i32>) -> String {
 mod tests {
     #![allow(clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn one_decision_per_scope_for_that_node_only_and_none_after_it() {
+        use crate::testing::*;
+        use std::sync::Arc;
+        let n = switch_pair();
+        let fresh = verdicts(&n);
+        assert!(!fresh.is_empty());
+        // No scope: computed each time.
+        assert!(!Arc::ptr_eq(&shared(&n), &shared(&n)));
+        {
+            let _outer = memo_scope(&n);
+            let a = shared(&n);
+            assert!(Arc::ptr_eq(&a, &shared(&n)));
+            assert_eq!(a.pairs, fresh);
+            assert_eq!(verdicts(&n), fresh);
+            {
+                let _inner = memo_scope(&n);
+                assert!(Arc::ptr_eq(&a, &shared(&n)));
+            }
+            // The inner scope's end leaves the outer one's answer.
+            assert!(Arc::ptr_eq(&a, &shared(&n)));
+            // A changed copy of the node is another node: not answered from the memo.
+            let mut m = n.clone();
+            m.rdma = Fact::known(Vec::new(), "/sys/class/infiniband");
+            let c = shared(&m);
+            assert!(!Arc::ptr_eq(&a, &c));
+            assert!(c.pairs.is_empty());
+        }
+        let key = &n as *const Node as usize;
+        assert!(
+            memo().iter().all(|e| e.0 != key),
+            "the scope's entry outlived it"
+        );
+        assert!(!Arc::ptr_eq(&shared(&n), &shared(&n)));
+    }
 
     #[test]
     fn compute_capability_from_the_model_name() {

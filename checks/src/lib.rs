@@ -39,6 +39,8 @@ pub struct RunOptions {
 
 /// Run the selected checks on a node and assemble the report (with its exit code).
 pub fn build_report(node: &model::Node, opts: &RunOptions) -> Report {
+    // The checks and the report's `gdr` share one NCCL decision.
+    let _memo = gdr::memo_scope(node);
     let findings = checks::run(node, &opts.selection);
     report_with(node, findings, opts)
 }

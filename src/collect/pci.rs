@@ -135,7 +135,7 @@ fn walk_pci(root: &Root, dir: &str, out: &mut Vec<String>, depth: usize) {
         .into_iter()
         .filter(|e| e.kind == EntryKind::Dir && parse::is_bdf(&e.name))
     {
-        let p = format!("{dir}/{}", e.name);
+        let p = crate::reader::child(dir, &e.name);
         out.push(p.clone());
         walk_pci(root, &p, out, depth + 1);
     }
@@ -171,7 +171,7 @@ fn pci_device(
         .find(|c| c.starts_with("pci"))
         .map(|c| c.to_string())
         .unwrap_or_default();
-    let attr = |name: &str| format!("{path}/{name}");
+    let attr = |name: &str| crate::reader::child(path, name);
     let hex16 = |name: &str| parsed(root, &attr(name), parse::hex_u16);
     let link_name = |name: &str| -> Fact<Option<String>> {
         let p = attr(name);

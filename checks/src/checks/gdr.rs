@@ -29,7 +29,9 @@ pub fn state(p: &GdrPair) -> &'static str {
 
 pub fn per_gpu(node: &Node) -> Vec<Finding> {
     const ID: &str = "gdr.gpu";
-    let (cx, sys, d) = gdr::decision(node);
+    let cx = gdr::Context::new(node);
+    let shared = gdr::shared(node);
+    let (sys, d) = (&shared.system, &shared.decision);
     if cx.gpus.is_empty() {
         return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
     }
@@ -47,7 +49,7 @@ pub fn per_gpu(node: &Node) -> Vec<Finding> {
             .verdicts
             .iter()
             .filter(|v| v.gpu == gi)
-            .map(|v| gdr::to_pair(&sys, &d, v))
+            .map(|v| gdr::to_pair(sys, d, v))
             .collect();
         let full = |p: &GdrPair| p.send == Some(true) && p.receive == Some(true);
         pairs.sort_by_key(|p| {

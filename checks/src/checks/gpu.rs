@@ -360,7 +360,9 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
     // NCCL's own P2P decision per pair (the rule's, src/graph/paths.cc ncclTopoCheckP2p()),
     // judged only where the job's environment sets NCCL_P2P_DISABLE or NCCL_P2P_LEVEL: then
     // NCCL may stay off a path whose peer access works.
-    let (cx, sys, decision) = crate::gdr::decision(node);
+    let cx = crate::gdr::Context::new(node);
+    let shared = crate::gdr::shared(node);
+    let (sys, decision) = (&shared.system, &shared.decision);
     let user_level = cx.config.env.p2p_level.clone().filter(|l| l.user);
     let mut out = Vec::new();
     for p in crate::p2p::pairs(node) {

@@ -275,6 +275,7 @@ impl Selection {
 /// the whole report down, and a `pass` without evidence (no item with both a source and an
 /// observed value) becomes an `error` naming the check: a pass on nothing is no pass.
 pub fn run(node: &Node, sel: &Selection) -> Vec<Finding> {
+    let _memo = crate::gdr::memo_scope(node);
     let defs: Vec<&CheckDef> = CHECKS.iter().filter(|d| sel.wants(d)).collect();
     let one = |def: &CheckDef| match std::panic::catch_unwind(|| (def.run)(node)) {
         Ok(f) => f
