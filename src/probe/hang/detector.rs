@@ -222,10 +222,23 @@ pub(super) fn classify(
     for r in &plan.ranges[..ri] {
         k0 += r.2;
     }
+    // The heartbeat's age: since the host saw it change, or since the device stamped it (its
+    // %globaltimer mapped to host time), whichever is older, as the wait's own age is taken.
+    // The host clock alone starts at the detector's first poll, so a heartbeat that stopped
+    // before that looked younger than the wait it belongs to.
     let beat_age = stalled
         .iter()
         .find(|(r, _, _)| *r == ri)
-        .map(|(_, k, _)| now - w.t_beat[*k])
+        .map(|(_, k, s)| {
+            let host = now - w.t_beat[*k];
+            if s.beat_gt > 0 {
+                host.max(Duration::from_nanos(
+                    at.saturating_sub(g.gt_to_host(s.beat_gt)),
+                ))
+            } else {
+                host
+            }
+        })
         .unwrap_or_default();
     let _ = k0;
     let mem = memory(&primary);
@@ -491,6 +504,29 @@ mod tests {
             1,
         );
         assert_eq!(class(run(&v, &p, false)).0, Class::Silent);
+    }
+
+    #[test]
+    fn silent_when_heartbeats_stopped_before_the_detector_started() {
+        // The wait and its last heartbeat are 30 ms old when the detector starts (a busy host,
+        // or `watch` attaching late): with the host clock alone the heartbeat looked 10 ms old
+        // at the 40 ms stall, and the waiter was taken for a spinning one.
+        let mut f = Fake::new();
+        let v = f.view(40);
+        let ws = realtime_ns() - 30_000_000;
+        set_rec(&v, 0, PH_WAITING, 1, 0, 1, 0, ws);
+        let p = plan(
+            vec![Site {
+                id: 1,
+                what: "flag".into(),
+                flag: Some(1),
+                writer: None,
+            }],
+            vec![(0, 0, 1)],
+            1,
+        );
+        let (c, verdict) = class(run(&v, &p, false));
+        assert_eq!(c, Class::Silent, "{verdict:?}");
     }
 
     #[test]
