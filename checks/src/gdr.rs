@@ -539,13 +539,15 @@ fn memo() -> std::sync::MutexGuard<'static, Vec<(usize, usize, Slot)>> {
 }
 
 /// While alive, [`shared`] computes the node's decision once (the checks of one report ask
-/// for it four times). It borrows the node, so the node cannot change or move under it.
-pub struct MemoScope<'a> {
+/// for it four times). It borrows the node, so the node cannot change or move under it. Only
+/// this crate opens one (`build_report`, `checks::run`), and never forgets it: a scope that
+/// is not dropped would leave its entry behind for another node at the same address.
+pub(crate) struct MemoScope<'a> {
     key: usize,
     _node: std::marker::PhantomData<&'a Node>,
 }
 
-pub fn memo_scope(node: &Node) -> MemoScope<'_> {
+pub(crate) fn memo_scope(node: &Node) -> MemoScope<'_> {
     let key = node as *const Node as usize;
     let mut m = memo();
     match m.iter_mut().find(|e| e.0 == key) {

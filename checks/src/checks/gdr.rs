@@ -31,7 +31,7 @@ pub fn per_gpu(node: &Node) -> Vec<Finding> {
     const ID: &str = "gdr.gpu";
     let cx = gdr::Context::new(node);
     let shared = gdr::shared(node);
-    let (sys, d) = (&shared.system, &shared.decision);
+    let d = &shared.decision;
     if cx.gpus.is_empty() {
         return vec![Finding::new(ID, Status::Skip, "node", "no nvidia gpu")];
     }
@@ -45,11 +45,13 @@ pub fn per_gpu(node: &Node) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for (gi, g) in cx.gpus.iter().enumerate() {
+        // `shared.pairs` is `d.verdicts` as the report's pairs, in the same order.
         let mut pairs: Vec<GdrPair> = d
             .verdicts
             .iter()
-            .filter(|v| v.gpu == gi)
-            .map(|v| gdr::to_pair(sys, d, v))
+            .zip(&shared.pairs)
+            .filter(|(v, _)| v.gpu == gi)
+            .map(|(_, p)| p.clone())
             .collect();
         let full = |p: &GdrPair| p.send == Some(true) && p.receive == Some(true);
         pairs.sort_by_key(|p| {

@@ -107,6 +107,8 @@ pub(super) struct Watch {
     last: Vec<(u32, u64)>,
     t_beat: Vec<Instant>,
     last_beat: Vec<u64>,
+    /// Whether the host has seen this record's heartbeat change since its first poll.
+    beat_moved: Vec<bool>,
 }
 
 pub(super) enum Outcome {
@@ -123,6 +125,7 @@ pub(super) fn detect(g: &View, plan: &LaunchPlan, warnings: &mut Vec<String>) ->
         last: vec![(u32::MAX, 0); total],
         t_beat: vec![start; total],
         last_beat: vec![0; total],
+        beat_moved: vec![false; total],
     };
     let threshold = g.opts.threshold;
     let mut warned = false;
@@ -142,6 +145,7 @@ pub(super) fn detect(g: &View, plan: &LaunchPlan, warnings: &mut Vec<String>) ->
                     w.t_change[k] = now;
                 }
                 if s.beat_gt != w.last_beat[k] {
+                    w.beat_moved[k] |= w.last_beat[k] != 0;
                     w.last_beat[k] = s.beat_gt;
                     w.t_beat[k] = now;
                 }
@@ -188,6 +192,21 @@ pub(super) fn detect(g: &View, plan: &LaunchPlan, warnings: &mut Vec<String>) ->
     }
 }
 
+/// A record's heartbeat age: since the host saw it change. A heartbeat the host has not seen
+/// move since its first poll may have stopped before that (a busy host, a late start): then
+/// its age is taken from the device's stamp (%globaltimer mapped to host time) when that is
+/// older, as the wait's own age is. Once the host has seen it move, the host clock alone: a
+/// stepped wall clock or a resynced GPU timer must not make a live heartbeat look stale.
+fn heartbeat_age(g: &View, w: &Watch, k: usize, s: &Snap, now: Instant, at: u64) -> Duration {
+    let host = now - w.t_beat[k];
+    if w.beat_moved[k] || s.beat_gt == 0 {
+        return host;
+    }
+    host.max(Duration::from_nanos(
+        at.saturating_sub(g.gt_to_host(s.beat_gt)),
+    ))
+}
+
 pub(super) fn classify(
     g: &View,
     plan: &LaunchPlan,
@@ -222,23 +241,10 @@ pub(super) fn classify(
     for r in &plan.ranges[..ri] {
         k0 += r.2;
     }
-    // The heartbeat's age: since the host saw it change, or since the device stamped it (its
-    // %globaltimer mapped to host time), whichever is older, as the wait's own age is taken.
-    // The host clock alone starts at the detector's first poll, so a heartbeat that stopped
-    // before that looked younger than the wait it belongs to.
     let beat_age = stalled
         .iter()
         .find(|(r, _, _)| *r == ri)
-        .map(|(_, k, s)| {
-            let host = now - w.t_beat[*k];
-            if s.beat_gt > 0 {
-                host.max(Duration::from_nanos(
-                    at.saturating_sub(g.gt_to_host(s.beat_gt)),
-                ))
-            } else {
-                host
-            }
-        })
+        .map(|(_, k, s)| heartbeat_age(g, w, *k, s, now, at))
         .unwrap_or_default();
     let _ = k0;
     let mem = memory(&primary);
@@ -289,7 +295,7 @@ pub(super) fn classify(
             observed: s.observed,
             memory: memory(s),
             waited_ms: waited,
-            heartbeat_age_ms: (now - w.t_beat[*k]).as_secs_f64() * 1e3,
+            heartbeat_age_ms: heartbeat_age(g, w, *k, s, now, at).as_secs_f64() * 1e3,
             phase: phase_name(s.phase).into(),
             cmp: if s.cmp == 1 { ">=" } else { "==" }.into(),
         }
@@ -527,6 +533,8 @@ mod tests {
         );
         let (c, verdict) = class(run(&v, &p, false));
         assert_eq!(c, Class::Silent, "{verdict:?}");
+        // The age shown is the one the class was decided on.
+        assert!(verdict.stalled[0].heartbeat_age_ms >= 40.0, "{verdict:?}");
     }
 
     #[test]
