@@ -359,10 +359,7 @@ impl Root {
                 }
                 _ => {}
             }
-            if key.len() > 1 {
-                key.push('/');
-            } else {
-                key.clear();
+            if key != "/" {
                 key.push('/');
             }
             key.push_str(&c);

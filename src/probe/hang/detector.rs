@@ -494,12 +494,9 @@ mod tests {
         assert_eq!(class(run(&v, &p, true)).0, Class::StaleRead);
     }
 
-    #[test]
-    fn silent_when_heartbeats_stop() {
-        let mut f = Fake::new();
-        let v = f.view(40);
-        set_rec(&v, 0, PH_WAITING, 1, 0, 1, 0, realtime_ns());
-        let p = plan(
+    /// One launch of one block waiting on flag 1, which no launch writes.
+    fn one_waiter_nobody_writes() -> LaunchPlan {
+        plan(
             vec![Site {
                 id: 1,
                 what: "flag".into(),
@@ -508,7 +505,15 @@ mod tests {
             }],
             vec![(0, 0, 1)],
             1,
-        );
+        )
+    }
+
+    #[test]
+    fn silent_when_heartbeats_stop() {
+        let mut f = Fake::new();
+        let v = f.view(40);
+        set_rec(&v, 0, PH_WAITING, 1, 0, 1, 0, realtime_ns());
+        let p = one_waiter_nobody_writes();
         assert_eq!(class(run(&v, &p, false)).0, Class::Silent);
     }
 
@@ -521,16 +526,7 @@ mod tests {
         let v = f.view(40);
         let ws = realtime_ns() - 30_000_000;
         set_rec(&v, 0, PH_WAITING, 1, 0, 1, 0, ws);
-        let p = plan(
-            vec![Site {
-                id: 1,
-                what: "flag".into(),
-                flag: Some(1),
-                writer: None,
-            }],
-            vec![(0, 0, 1)],
-            1,
-        );
+        let p = one_waiter_nobody_writes();
         let (c, verdict) = class(run(&v, &p, false));
         assert_eq!(c, Class::Silent, "{verdict:?}");
         // The age shown is the one the class was decided on.
