@@ -410,6 +410,16 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
         },
         Fact::Absent { reason, source } => unknowns.push(format!("{source}: {reason}")),
     }
+    // A recorded answer that cannot be read is no answer: the path cannot be judged from the
+    // files alone then (a snapshot's live.json damaged, say), rather than assumed possible.
+    for (what, reason) in [
+        ("CUDA's dma-buf attribute", node.live.cuda.reason()),
+        ("the NICs' dma-buf probe", node.live.verbs.reason()),
+    ] {
+        if let Some(r) = reason.filter(|r| crate::model::is_damaged(r)) {
+            unknowns.push(format!("{what}: {r}"));
+        }
+    }
     // Live facts, when a worker could ask the libraries (D01, D03).
     if let Some(c) = node.live.cuda.get() {
         if c.driver_version > 0 && c.driver_version < 11070 {
@@ -502,5 +512,37 @@ pub fn flavor_name(f: Flavor) -> &'static str {
     match f {
         Flavor::Open => "open kernel module",
         Flavor::Proprietary => "proprietary kernel module",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::LiveFacts;
+
+    /// A snapshot whose live.json cannot be read: the dma-buf path is not judged possible from
+    /// the driver and kernel alone (the NICs' refusal may be in the part that was lost).
+    #[test]
+    fn damaged_live_facts_leave_the_dmabuf_path_undecided() {
+        let mut n = crate::testing::switch_pair();
+        n.nvidia.version_file = Fact::known(
+            Some("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04".into()),
+            "/proc/driver/nvidia/version",
+        );
+        n.kernel_release = Fact::known("6.8.0-49-generic".into(), "/proc/sys/kernel/osrelease");
+        n.live = LiveFacts::absent("not queried (--static)");
+        assert_eq!(
+            dmabuf_path(&n).available,
+            Some(true),
+            "{:?}",
+            dmabuf_path(&n)
+        );
+        n.live = LiveFacts::damaged("/gdrdoctor/live.json: EOF while parsing");
+        let a = dmabuf_path(&n);
+        assert_eq!(a.available, None, "{a:?}");
+        assert!(
+            a.reasons.iter().any(|r| r.contains("EOF while parsing")),
+            "{a:?}"
+        );
     }
 }
