@@ -262,3 +262,49 @@ fn damaged_evidence_is_never_good_news() {
         problems.join("\n")
     );
 }
+
+/// Found by the mutation test (seed 0x1720eb8): garbage in an Ethernet port's `link_layer` of
+/// the RoCE-v1-only node took the port out of the RoCE checks, its `roce.gid` failure vanished
+/// and the node exited 0. A port whose link layer cannot be read or is not one the kernel
+/// writes is now undecided: `rdma.ports` and every `roce.*` check say `error` for it.
+#[test]
+fn a_damaged_link_layer_leaves_the_port_undecided() {
+    let rel = "sys/devices/pci0000:25/0000:25:01.0/0000:26:00.0/0000:27:01.0/0000:29:00.0/infiniband/mlx5_1/ports/1/link_layer";
+    let damages: [(&str, Option<&[u8]>); 4] = [
+        ("garbage", Some(b"T\xd5\x91F\xad\x1f+:\n")),
+        ("Unknown", Some(b"Unknown\n")),
+        ("empty", Some(b"")),
+        ("removed", None),
+    ];
+    for (what, bytes) in damages {
+        let t = tempfile::tempdir().unwrap();
+        copy_tree(&fixture("hgx-h200x8-cx7x8-roce-v1-only"), t.path());
+        let base = report(t.path()).unwrap();
+        assert_eq!(base.summary.exit_code, 1, "the fixture fails roce.gid");
+        let file = t.path().join(rel);
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "Ethernet");
+        match bytes {
+            Some(b) => std::fs::write(&file, b).unwrap(),
+            None => std::fs::remove_file(&file).unwrap(),
+        }
+        let r = report(t.path()).unwrap();
+        let s = statuses(&r);
+        let of = |id: &str| s.get(&(id.to_string(), "mlx5_1/1".to_string())).copied();
+        for id in [
+            "rdma.ports",
+            "roce.gid",
+            "roce.netdev",
+            "roce.mtu",
+            "roce.qos",
+        ] {
+            assert_eq!(of(id), Some(Status::Error), "{what}: {id}");
+        }
+        assert_eq!(r.summary.exit_code, 3, "{what}");
+        // The other ports are still judged.
+        assert_eq!(
+            s.get(&("roce.gid".to_string(), "mlx5_0/1".to_string())),
+            Some(&Status::Pass),
+            "{what}"
+        );
+    }
+}

@@ -744,6 +744,15 @@ impl RdmaPort {
     pub fn phys_state_name(&self) -> Option<&str> {
         self.phys_state.get().map(|s| crate::parse::after_colon(s))
     }
+    /// The link layer when it is one NCCL can use and the kernel writes (`InfiniBand`,
+    /// `Ethernet`: `link_layer_show()` in drivers/infiniband/core/sysfs.c). `None` when the file
+    /// is unreadable, damaged or says `Unknown`: whether the port is RoCE is then undecided.
+    pub fn link_layer_name(&self) -> Option<&str> {
+        self.link_layer
+            .get()
+            .map(|s| s.trim())
+            .filter(|s| matches!(*s, "InfiniBand" | "Ethernet"))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

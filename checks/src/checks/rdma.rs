@@ -152,7 +152,25 @@ pub fn ports(node: &Node) -> Vec<Finding> {
                 phys.unwrap_or("?"),
                 ll.unwrap_or("?")
             );
-            if state == "ACTIVE" && matches!(phys, Some("LinkUp")) {
+            if state == "ACTIVE" && matches!(phys, Some("LinkUp")) && p.link_layer_name().is_none()
+            {
+                // Up, but InfiniBand or RoCE cannot be told: the RoCE checks cannot decide
+                // whether they apply, so this is not a pass.
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Error,
+                        &subject,
+                        "port is active but its link layer is unreadable or not one the kernel writes (InfiniBand, Ethernet): cannot tell InfiniBand from RoCE",
+                    )
+                    .evidence(
+                        format!("{src}/link_layer"),
+                        p.link_layer.describe(|s| s.clone()),
+                    )
+                    .evidence(src, observed)
+                    .fix("read the port's `link_layer` again (`cat /sys/class/infiniband/<dev>/ports/<n>/link_layer`, `ibv_devinfo -d <dev>`); a snapshot with a damaged file needs a new capture"),
+                );
+            } else if state == "ACTIVE" && matches!(phys, Some("LinkUp")) {
                 out.push(
                     Finding::new(
                         ID,

@@ -16,8 +16,11 @@ pub fn nccl_version(node: &Node) -> Option<NcclVersion> {
     (!chosen.assumed).then_some(chosen.version)
 }
 
-/// The Ethernet ports to judge, or the node-level finding that replaces them.
-fn ports<'a>(id: &str, node: &'a Node) -> Result<Vec<&'a RocePort>, Vec<Finding>> {
+/// The Ethernet ports to judge and an `error` for each port of unknown link layer (RoCE or
+/// not cannot be told, see [`undecided`]), or the node-level finding that replaces them.
+#[allow(clippy::type_complexity)]
+fn ports<'a>(id: &str, node: &'a Node) -> Result<(Vec<&'a RocePort>, Vec<Finding>), Vec<Finding>> {
+    let undecided = undecided(id, node);
     let list = match &node.health.roce {
         Fact::Known { value, .. } => value,
         Fact::Absent { source, reason } => {
@@ -30,6 +33,9 @@ fn ports<'a>(id: &str, node: &'a Node) -> Result<Vec<&'a RocePort>, Vec<Finding>
             .evidence(source.clone(), format!("unknown ({reason})"))])
         }
     };
+    if list.is_empty() && !undecided.is_empty() {
+        return Err(undecided);
+    }
     if list.is_empty() {
         let msg = match node.rdma.get() {
             Some(d) if d.is_empty() => "no rdma device".to_string(),
@@ -39,7 +45,50 @@ fn ports<'a>(id: &str, node: &'a Node) -> Result<Vec<&'a RocePort>, Vec<Finding>
         };
         return Err(vec![Finding::new(id, Status::Skip, "node", msg)]);
     }
-    Ok(list.iter().collect())
+    Ok((list.iter().collect(), undecided))
+}
+
+/// Ports NCCL may use whose link layer is unreadable or damaged: whether they are RoCE, and
+/// so whether this check applies, is unknown. An `error` each (never a silent skip: a damaged
+/// `link_layer` must not hide a RoCE port's bad GID table); a port known to be down is
+/// skipped, as the Ethernet ones are.
+fn undecided(id: &str, node: &Node) -> Vec<Finding> {
+    let Some(devs) = node.rdma.get() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for d in devs {
+        let Some(ports) = d.ports.get() else { continue };
+        for p in ports.iter().filter(|p| p.link_layer_name().is_none()) {
+            let sub = format!("{}/{}", d.name, p.port);
+            let src = format!(
+                "/sys/class/infiniband/{}/ports/{}/link_layer",
+                d.name, p.port
+            );
+            let seen = p.link_layer.describe(|s| s.clone());
+            match p.state_name() {
+                Some(s) if s != "ACTIVE" => out.push(
+                    Finding::new(
+                        id,
+                        Status::Skip,
+                        &sub,
+                        format!("port is {s}: NCCL does not use it (see rdma.ports)"),
+                    )
+                    .evidence(src, seen),
+                ),
+                _ => out.push(
+                    Finding::new(
+                        id,
+                        Status::Error,
+                        &sub,
+                        "cannot tell whether this port is RoCE: its link layer is unreadable or not one the kernel writes (InfiniBand, Ethernet)",
+                    )
+                    .expected(src, seen, "InfiniBand or Ethernet"),
+                ),
+            }
+        }
+    }
+    out
 }
 
 /// The port's state name (`ACTIVE`), from `rdma.*`'s facts.
@@ -203,13 +252,12 @@ fn wanted(env: &GidEnv) -> String {
 
 pub fn gid(node: &Node) -> Vec<Finding> {
     const ID: &str = "roce.gid";
-    let ports = match ports(ID, node) {
+    let (ports, mut out) = match ports(ID, node) {
         Ok(p) => p,
         Err(v) => return v,
     };
     let (env, env_note) = env(node);
     let version = nccl_version(node);
-    let mut out = Vec::new();
     for p in ports {
         if let Some(f) = inactive(ID, node, p).or_else(|| uncaptured(ID, p)) {
             out.push(f);
@@ -393,12 +441,11 @@ fn judge_gid(
 
 pub fn netdev(node: &Node) -> Vec<Finding> {
     const ID: &str = "roce.netdev";
-    let ports = match ports(ID, node) {
+    let (ports, mut out) = match ports(ID, node) {
         Ok(p) => p,
         Err(v) => return v,
     };
     let (env, _) = env(node);
-    let mut out = Vec::new();
     for p in ports {
         if let Some(f) = inactive(ID, node, p) {
             out.push(f);
@@ -538,11 +585,10 @@ fn netdev_finding(
 
 pub fn mtu(node: &Node) -> Vec<Finding> {
     const ID: &str = "roce.mtu";
-    let ports = match ports(ID, node) {
+    let (ports, mut out) = match ports(ID, node) {
         Ok(p) => p,
         Err(v) => return v,
     };
-    let mut out = Vec::new();
     for p in ports {
         if let Some(f) = inactive(ID, node, p).or_else(|| uncaptured(ID, p)) {
             out.push(f);
@@ -611,11 +657,10 @@ pub fn mtu(node: &Node) -> Vec<Finding> {
 
 pub fn qos(node: &Node) -> Vec<Finding> {
     const ID: &str = "roce.qos";
-    let ports = match ports(ID, node) {
+    let (ports, mut out) = match ports(ID, node) {
         Ok(p) => p,
         Err(v) => return v,
     };
-    let mut out = Vec::new();
     for p in ports {
         if let Some(f) = inactive(ID, node, p).or_else(|| uncaptured(ID, p)) {
             out.push(f);
