@@ -301,11 +301,11 @@ impl Root {
         if let Some((dir, name)) = path.rsplit_once('/') {
             if !dir.is_empty() && !matches!(name, "" | "." | "..") {
                 let cached = match self.dir_cache.lock() {
-                    Ok(c) => c.get(dir).map(|d| d.comps.clone()),
-                    Err(p) => p.into_inner().get(dir).map(|d| d.comps.clone()),
+                    Ok(c) => c.get(dir).cloned(),
+                    Err(p) => p.into_inner().get(dir).cloned(),
                 };
-                let parent = match cached {
-                    Some(c) => c,
+                let (parent, base) = match cached {
+                    Some(d) => (d.comps.clone(), Some(d)),
                     None => {
                         let c = self.resolve_comps(dir, true).map_err(|e| ReadError {
                             path: path.to_string(),
@@ -316,10 +316,10 @@ impl Root {
                             fd: std::sync::OnceLock::new(),
                         });
                         match self.dir_cache.lock() {
-                            Ok(mut m) => m.insert(dir.to_string(), d),
-                            Err(p) => p.into_inner().insert(dir.to_string(), d),
+                            Ok(mut m) => m.insert(dir.to_string(), d.clone()),
+                            Err(p) => p.into_inner().insert(dir.to_string(), d.clone()),
                         };
-                        c
+                        (c, Some(d))
                     }
                 };
                 return self.resolve_from(
@@ -327,21 +327,27 @@ impl Root {
                     std::iter::once(name.to_string()).collect(),
                     path,
                     follow_last,
+                    base.as_deref(),
                 );
             }
         }
         let pending: std::collections::VecDeque<String> =
             path.split('/').map(str::to_string).collect();
-        self.resolve_from(Vec::new(), pending, path, follow_last)
+        self.resolve_from(Vec::new(), pending, path, follow_last, None)
     }
 
+    /// Resolve `pending` on top of `stack`. `base`: the resolved directory `stack` is, while
+    /// the walk has not left it its direct entries are looked at relative to its descriptor
+    /// (one component for the kernel to walk, not the whole host path).
     fn resolve_from(
         &self,
         mut stack: Vec<String>,
         mut pending: std::collections::VecDeque<String>,
         path: &str,
         follow_last: bool,
+        base: Option<&ResolvedDir>,
     ) -> Result<Vec<String>, ReadError> {
+        let mut base = base.map(|d| (d, stack.len()));
         let mut links = 0usize;
         // The kernel path of `stack`, kept beside it (no join per component).
         let mut key = join(&stack);
@@ -349,6 +355,7 @@ impl Root {
             match c.as_str() {
                 "" | "." => continue,
                 ".." => {
+                    base = None;
                     if let Some(last) = stack.pop() {
                         key.truncate(key.len() - last.len() - 1);
                         if key.is_empty() {
@@ -373,9 +380,18 @@ impl Root {
             if self.is_known_dir(&key) {
                 continue;
             }
-            let host = self.host_path(&stack);
-            let md = match std::fs::symlink_metadata(&host) {
-                Ok(md) => md,
+            // The entry relative to the base directory's descriptor when it is one of its
+            // direct entries, else by its whole host path.
+            let rel = match base {
+                Some((d, n)) if stack.len() == n + 1 => self.dir_fd(d).zip(stack.last()),
+                _ => None,
+            };
+            let kind = match rel {
+                Some((fd, name)) => lstat_at(fd, name),
+                None => std::fs::symlink_metadata(self.host_path(&stack)).map(|md| Entry::of(&md)),
+            };
+            let kind = match kind {
+                Ok(k) => k,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     if is_last {
                         return Ok(stack);
@@ -384,14 +400,19 @@ impl Root {
                 }
                 Err(e) => return Err(ReadError::io(path, &e)),
             };
-            if md.file_type().is_symlink() {
+            if kind == Entry::Link {
                 links += 1;
                 if links > MAX_LINKS {
                     return Err(ReadError::new(path, ErrorKind::Loop));
                 }
-                let target = std::fs::read_link(&host).map_err(|e| ReadError::io(path, &e))?;
-                let target = target.to_string_lossy().into_owned();
+                let target = match rel {
+                    Some((fd, name)) => read_link_at(fd, name),
+                    None => std::fs::read_link(self.host_path(&stack))
+                        .map(|t| t.to_string_lossy().into_owned()),
+                }
+                .map_err(|e| ReadError::io(path, &e))?;
                 self.record(&key, Recorded::Link(target.clone()));
+                base = None;
                 stack.pop();
                 if target.starts_with('/') {
                     stack.clear();
@@ -400,7 +421,7 @@ impl Root {
                 for (i, t) in target.split('/').enumerate() {
                     pending.insert(i, t.to_string());
                 }
-            } else if md.is_dir() {
+            } else if kind == Entry::Dir {
                 self.known_dir(key.clone());
             } else if !is_last {
                 return Err(ReadError::new(path, ErrorKind::NotADirectory));
@@ -469,20 +490,12 @@ impl Root {
     /// be) open; `O_NOFOLLOW`, so a link fails with ELOOP.
     fn open_in(&self, dir: &ResolvedDir, name: &str) -> std::io::Result<std::fs::File> {
         use std::os::fd::{AsRawFd, FromRawFd};
-        let fd = dir.fd.get_or_init(|| {
-            use std::sync::atomic::Ordering::Relaxed;
-            if self.dir_fds.fetch_add(1, Relaxed) >= MAX_DIR_FDS {
-                return None;
-            }
-            open_dir_fd(&self.host_path(&dir.comps))
-        });
-        let Some(fd) = fd else {
+        let Some(fd) = self.dir_fd(dir) else {
             let mut p = self.host_path(&dir.comps);
             p.push(name);
             return open_nofollow(&p);
         };
-        let c = std::ffi::CString::new(name)
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        let c = c_name(name)?;
         // SAFETY: `fd` is an open descriptor owned by `dir` for the duration of the call, `c`
         // a NUL-terminated name; a non-negative result is a new descriptor that the File owns.
         let r = unsafe {
@@ -497,6 +510,20 @@ impl Root {
         }
         // SAFETY: `r` is a descriptor just returned by openat and owned by nobody else.
         Ok(unsafe { std::fs::File::from_raw_fd(r) })
+    }
+
+    /// The directory's `O_PATH` descriptor, opened on first use (none past [`MAX_DIR_FDS`] or
+    /// when it cannot be opened).
+    fn dir_fd<'d>(&self, dir: &'d ResolvedDir) -> Option<&'d std::os::fd::OwnedFd> {
+        dir.fd
+            .get_or_init(|| {
+                use std::sync::atomic::Ordering::Relaxed;
+                if self.dir_fds.fetch_add(1, Relaxed) >= MAX_DIR_FDS {
+                    return None;
+                }
+                open_dir_fd(&self.host_path(&dir.comps))
+            })
+            .as_ref()
     }
 
     fn read_inner(&self, path: &str) -> Result<Vec<u8>, ReadError> {
@@ -756,6 +783,17 @@ impl Root {
 
     /// The raw target of a symlink (not resolved).
     pub fn read_link(&self, path: &str) -> Result<String, ReadError> {
+        // A link in a resolved directory (`<device>/driver`, `<device>/iommu_group`): read
+        // relative to its descriptor.
+        if let Some((dir, name)) = self.cached_parent(path) {
+            if let Some(fd) = self.dir_fd(&dir) {
+                let t = read_link_at(fd, name).map_err(|e| ReadError::io(path, &e))?;
+                let mut comps = dir.comps.clone();
+                comps.push(name.to_string());
+                self.record(&join(&comps), Recorded::Link(t.clone()));
+                return Ok(t);
+            }
+        }
         let comps = self.resolve_comps(path, false)?;
         let host = self.host_path(&comps);
         let t = std::fs::read_link(&host).map_err(|e| ReadError::io(path, &e))?;
@@ -878,6 +916,85 @@ fn join(comps: &[String]) -> String {
 
 /// An `O_PATH` descriptor of a directory (not a link), `None` when it cannot be opened (the
 /// files below it are then opened by their whole path, which reports the error).
+/// What an entry is, as the resolver needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    Link,
+    Dir,
+    Other,
+}
+
+impl Entry {
+    fn of(md: &std::fs::Metadata) -> Entry {
+        if md.file_type().is_symlink() {
+            Entry::Link
+        } else if md.is_dir() {
+            Entry::Dir
+        } else {
+            Entry::Other
+        }
+    }
+}
+
+fn c_name(name: &str) -> std::io::Result<std::ffi::CString> {
+    std::ffi::CString::new(name).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+}
+
+/// `lstat` of `name` in the directory `dir` (`fstatat(.., AT_SYMLINK_NOFOLLOW)`).
+fn lstat_at(dir: &std::os::fd::OwnedFd, name: &str) -> std::io::Result<Entry> {
+    use std::os::fd::AsRawFd;
+    let c = c_name(name)?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `dir` is an open descriptor, `c` a NUL-terminated name and `st` writable memory
+    // of a `struct stat`, which fstatat fills when it returns 0.
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstatat returned 0, so it wrote the whole struct.
+    let mode = unsafe { st.assume_init() }.st_mode & libc::S_IFMT;
+    Ok(match mode {
+        libc::S_IFLNK => Entry::Link,
+        libc::S_IFDIR => Entry::Dir,
+        _ => Entry::Other,
+    })
+}
+
+/// The target of the link `name` in the directory `dir` (`readlinkat`), lossily as text.
+fn read_link_at(dir: &std::os::fd::OwnedFd, name: &str) -> std::io::Result<String> {
+    use std::os::fd::AsRawFd;
+    let c = c_name(name)?;
+    let mut cap = 256usize;
+    loop {
+        let mut buf: Vec<u8> = Vec::with_capacity(cap);
+        // SAFETY: `buf` has `cap` bytes of spare capacity that readlinkat may write; it
+        // returns how many it wrote (no NUL), or -1.
+        let r =
+            unsafe { libc::readlinkat(dir.as_raw_fd(), c.as_ptr(), buf.as_mut_ptr().cast(), cap) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = r as usize;
+        if n < cap {
+            // SAFETY: readlinkat wrote `n` bytes, `n < cap`.
+            unsafe { buf.set_len(n) };
+            return Ok(String::from_utf8_lossy(&buf).into_owned());
+        }
+        // Possibly truncated: a larger buffer (a link target is at most PATH_MAX).
+        if cap >= 1 << 16 {
+            return Err(std::io::Error::other("link target longer than 64 KiB"));
+        }
+        cap *= 4;
+    }
+}
+
 fn open_dir_fd(p: &Path) -> Option<std::os::fd::OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -1008,6 +1125,59 @@ mod tests {
             rec.get("/sys/devices/d1/b"),
             Some(&Recorded::File(b"b1\n".to_vec()))
         );
+    }
+
+    #[test]
+    fn entries_of_a_resolved_directory_are_looked_at_relative_to_it() {
+        // Once a directory is resolved, the lstat and readlink of its entries go through its
+        // descriptor: links to directories, a link target longer than the first readlinkat
+        // buffer, escapes, missing entries and `..` must resolve as by whole paths.
+        let t = tree();
+        let r = t.path();
+        let dev = r.join("sys/devices/pci0000:00/0000:00:06.0");
+        std::fs::create_dir_all(r.join("sys/bus/pci/drivers/nvidia")).unwrap();
+        std::fs::write(r.join("sys/bus/pci/drivers/nvidia/new_id"), "x\n").unwrap();
+        symlink("../../../bus/pci/drivers/nvidia", dev.join("driver")).unwrap();
+        std::fs::create_dir_all(dev.join("sub")).unwrap();
+        std::fs::write(dev.join("sub/f"), "deep\n").unwrap();
+        let long = format!("{}sub", "./".repeat(200));
+        symlink(&long, dev.join("long")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(outside.path().join("d")).unwrap();
+        std::fs::write(outside.path().join("d/secret"), "leak").unwrap();
+        symlink(outside.path().join("d"), dev.join("esc")).unwrap();
+        let root = Root::sysroot(r).unwrap();
+        let d = "/sys/bus/pci/devices/0000:00:06.0";
+        assert_eq!(root.read_trimmed(&format!("{d}/vendor")).unwrap(), "0x10de");
+        for pass in 0..2 {
+            assert_eq!(
+                root.canonical(&format!("{d}/driver")).unwrap(),
+                "/sys/bus/pci/drivers/nvidia",
+                "pass {pass}"
+            );
+            assert_eq!(
+                root.read_link(&format!("{d}/driver")).unwrap(),
+                "../../../bus/pci/drivers/nvidia"
+            );
+            assert_eq!(root.read_link(&format!("{d}/long")).unwrap(), long);
+            assert_eq!(
+                root.read_trimmed(&format!("{d}/long/f")).unwrap(),
+                "deep",
+                "pass {pass}"
+            );
+            assert_eq!(root.read_trimmed(&format!("{d}/sub/f")).unwrap(), "deep");
+            assert_eq!(
+                root.read_trimmed(&format!("{d}/driver/new_id")).unwrap(),
+                "x"
+            );
+            assert!(root.exists(&format!("{d}/sub")).unwrap());
+            assert!(!root.exists(&format!("{d}/nothing")).unwrap());
+            assert!(root.read(&format!("{d}/esc/secret")).is_err(), "escaped");
+            assert_eq!(
+                root.canonical(&format!("{d}/sub/..")).unwrap(),
+                "/sys/devices/pci0000:00/0000:00:06.0"
+            );
+        }
     }
 
     #[test]

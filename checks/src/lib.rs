@@ -37,6 +37,14 @@ pub struct RunOptions {
     pub allow_incomplete: bool,
 }
 
+/// The CPUs this process may use (`std::thread::available_parallelism`, at least 1), asked
+/// once per process: each ask reads the cgroup's CPU quota (six system calls), and a `check`
+/// sizes three thread pools with it.
+pub fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Run the selected checks on a node and assemble the report (with its exit code).
 pub fn build_report(node: &model::Node, opts: &RunOptions) -> Report {
     // The checks and the report's `gdr` share one NCCL decision.

@@ -79,10 +79,7 @@ pub(super) fn collect(root: &Root) -> Fact<Vec<PciDevice>> {
     // The relevant functions read some twenty files each (config space among them, where every
     // dword traps to the hypervisor in a VM): spread them over a few threads.
     let work: Vec<_> = paths.iter().zip(ids).collect();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 4);
+    let threads = gdrdoctor_checks::cpus().clamp(1, 4);
     let mut devs: Vec<PciDevice> = if threads > 1 && relevant.len() >= 8 {
         let chunk = work.len().div_ceil(threads);
         let mut parts: Vec<Vec<_>> = Vec::new();

@@ -94,9 +94,7 @@ pub fn run(args: &FleetArgs) -> i32 {
             return crate::app::EXIT_USAGE;
         }
     };
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let threads = gdrdoctor_checks::cpus();
     let t0 = std::time::Instant::now();
     let html = args.format == FleetFormat::Html;
     let parts = digest_all(&inputs, &args.ignore, html, threads);

@@ -77,10 +77,7 @@ pub fn collect_aer(
     // Three files per function, after the PCI list: on an 8-GPU node 150 files on the
     // critical path, spread over a few threads (kept in address order).
     let roles: Vec<(String, &'static str)> = roles.into_iter().collect();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 4);
+    let threads = gdrdoctor_checks::cpus().clamp(1, 4);
     let out: Vec<AerStats> = if threads < 2 || roles.len() < 16 {
         roles.iter().filter_map(one).collect()
     } else {

@@ -291,10 +291,7 @@ pub fn run(node: &Node, sel: &Selection) -> Vec<Finding> {
     };
     // The checks are pure functions of the node: a few threads, the findings kept in table
     // order (a live `check` waits for them).
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 4);
+    let threads = crate::cpus().clamp(1, 4);
     if threads < 2 || defs.len() < 16 {
         return defs.into_iter().flat_map(one).collect();
     }
