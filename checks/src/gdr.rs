@@ -412,6 +412,20 @@ fn support(
         .get()
         .and_then(|v| v.dmabuf_probe.get(&nic.name).copied().flatten());
     s.dmabuf = cx.dmabuf.available;
+    // Live facts recorded but unreadable (a snapshot's live.json damaged): what they would
+    // have said is not assumed (a GPU_DIRECT_RDMA_SUPPORTED=0 or an unlisted NIC may be in
+    // the part that was lost).
+    for (what, reason) in [
+        (
+            "CUDA's GPU_DIRECT_RDMA_SUPPORTED for the gpu",
+            node.live.cuda.reason(),
+        ),
+        ("whether libibverbs lists the NIC", node.live.verbs.reason()),
+    ] {
+        if let Some(r) = reason.filter(|r| crate::model::is_damaged(r)) {
+            s.damaged.push(format!("cannot tell {what}: {r}"));
+        }
+    }
     // NCCL opens NICs through libibverbs: a NIC it cannot list is not used at all, whatever
     // sysfs shows (live verbs facts; ncclIbInit lists devices with ibv_get_device_list).
     if let Some(v) = node.live.verbs.get() {
@@ -486,9 +500,10 @@ fn support(
     match cuda_dev.and_then(|d| d.gpu_direct_rdma_supported) {
         Some(0) => s.gpu = Some(false),
         Some(_) => s.gpu = Some(true),
-        None => s
+        None if s.damaged.is_empty() => s
             .assumptions
             .push("gpu: CUDA GPU_DIRECT_RDMA_SUPPORTED=1 (live fact, not known here)".into()),
+        None => {}
     }
     s
 }

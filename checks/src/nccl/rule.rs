@@ -62,6 +62,9 @@ pub struct Support {
     pub unknown: Vec<String>,
     /// Live facts assumed.
     pub assumptions: Vec<String>,
+    /// Facts that were recorded but cannot be read (a snapshot's damaged `live.json`): what
+    /// they held is not assumed, so a pair that would use GDR is undecided instead.
+    pub damaged: Vec<String>,
 }
 
 impl Support {
@@ -258,7 +261,7 @@ impl Ctx<'_> {
         } else {
             Some(false)
         };
-        match (dmabuf, s.peermem) {
+        let m = match (dmabuf, s.peermem) {
             (Some(true), _) => Ok("dmabuf"),
             (_, Some(true)) => Ok("peermem"),
             _ if s.nic_logged == Some(true) => Ok(MECHANISM_LOGGED),
@@ -271,6 +274,11 @@ impl Ctx<'_> {
                 )
             })),
             _ => Err(Check::Unknown(s.unknown.clone())),
+        };
+        match m {
+            // On, as far as the readable facts go; a damaged one could still say no.
+            Ok(_) if !s.damaged.is_empty() => Err(Check::Unknown(s.damaged.clone())),
+            m => m,
         }
     }
 
@@ -1099,6 +1107,27 @@ mod tests {
                 && u.contains("peer memory: not shown")),
             "{v:?}"
         );
+    }
+
+    #[test]
+    fn damaged_facts_make_an_on_pair_undecided_and_leave_an_off_one_off() {
+        // Peer memory present, the GPU's attribute recorded but unreadable: not assumed on.
+        let mut s = sys(&[&[Pix]], false);
+        s.support[0][0].damaged = vec!["cannot tell CUDA's attribute: damaged: x".into()];
+        let v = run(&s, "2.30.7", &[]).pair(0, 0).unwrap().clone();
+        assert!(!v.enabled(), "{v:?}");
+        assert!(
+            v.undecided.iter().any(|u| u.contains("damaged: x")),
+            "{v:?}"
+        );
+        // The same damage where the path is beyond the threshold: off, not undecided.
+        let mut s = sys(&[&[Sys]], false);
+        s.support[0][0].damaged = vec!["cannot tell CUDA's attribute: damaged: x".into()];
+        let v = run(&s, "2.30.7", &[]).pair(0, 0).unwrap().clone();
+        assert!(!v.enabled() && v.undecided.is_empty(), "{v:?}");
+        // Without damage the same pair is on.
+        let s = sys(&[&[Pix]], false);
+        assert!(run(&s, "2.30.7", &[]).pair(0, 0).unwrap().enabled());
     }
 
     #[test]

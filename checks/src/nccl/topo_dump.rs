@@ -383,6 +383,7 @@ impl Dump {
                         ),
                         unknown: vec![format!("no gdr attribute for {} in the dump", n.name)],
                         assumptions: Vec::new(),
+                        damaged: Vec::new(),
                     })
                     .collect()
             })

@@ -305,6 +305,7 @@ impl Context {
             assumptions: vec![
                 "gpu: CUDA GPU_DIRECT_RDMA_SUPPORTED=1 (a live fact no paste shows)".into(),
             ],
+            damaged: Vec::new(),
         }
     }
 
