@@ -235,13 +235,14 @@ fn dead(pid: u32) -> bool {
 /// The caller signals and waits for the parent.
 #[allow(clippy::zombie_processes)]
 fn parent_with_a_running_worker() -> (std::process::Child, u32) {
-    let mut child = Command::new(bin())
-        .args(["check", "--format", "json"])
+    let mut cmd = Command::new(bin());
+    cmd.args(["check", "--format", "json"])
         .env("GDRDOCTOR_TEST_WORKER_DELAY_MS", "60000")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(std::process::Stdio::null());
+    // The termination signals at their defaults, whatever this test inherited (CI once ran
+    // it in the background, SIGINT ignored: the parent kept running and exited 1).
+    let mut child = with_default_termination_signals(&mut cmd).spawn().unwrap();
     let t0 = Instant::now();
     loop {
         if let Some(&w) = workers_of(child.id()).first() {
@@ -853,4 +854,47 @@ fn live_facts_workers_are_left_to_exit_after_their_output() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["findings"].as_array().is_some_and(|f| !f.is_empty()));
+}
+
+/// A termination signal the parent was started ignoring (`nohup` ignores SIGHUP, a background
+/// job SIGINT) stays ignored: the run goes on; one it was not told to ignore still ends it,
+/// and its worker with it.
+#[test]
+fn an_inherited_ignored_signal_stays_ignored() {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(bin());
+    cmd.args(["check", "--format", "json"])
+        .env("GDRDOCTOR_TEST_WORKER_DELAY_MS", "60000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut parent = cmd.spawn().unwrap();
+    let t0 = Instant::now();
+    let w = loop {
+        if let Some(&w) = workers_of(parent.id()).first() {
+            break w;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no worker appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // SAFETY: kill(2) on the pid of a child we started and have not reaped.
+    unsafe { libc::kill(parent.id() as i32, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        parent.try_wait().unwrap().is_none(),
+        "an ignored SIGHUP ended the run"
+    );
+    assert!(!dead(w), "an ignored SIGHUP killed the worker");
+    // SAFETY: as above.
+    unsafe { libc::kill(parent.id() as i32, libc::SIGTERM) };
+    let st = parent.wait().unwrap();
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{st}");
+    assert!(wait_dead(w), "worker {w} outlived its parent");
 }

@@ -153,3 +153,23 @@ pub fn copy_tree(src: &Path, dst: &Path) {
         }
     }
 }
+
+/// Start `cmd` with SIGINT, SIGTERM and SIGHUP at their default dispositions, whatever the test
+/// inherited: a harness started in the background by a shell without job control ignores
+/// SIGINT (and `nohup` SIGHUP), and gdrdoctor keeps an ignored signal ignored, as it should;
+/// a test of its signal handling must not depend on how the harness was started.
+#[allow(dead_code)]
+pub fn with_default_termination_signals(
+    cmd: &mut std::process::Command,
+) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}
