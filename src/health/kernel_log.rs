@@ -247,10 +247,15 @@ fn sysroot(root: &Root) -> Fact<KernelLog> {
     Fact::absent(SNAPSHOT_PATH, why)
 }
 
-/// `gdrdoctor/kernel-log.txt`: `# origin: ...`, `# scope: ...`, `# scanned: N`, then the lines.
+/// `gdrdoctor/kernel-log.txt`: the title, `# lines: N` (the lines kept), `# origin: ...`,
+/// `# scope: ...`, `# scanned: N`, the lines, then `# end`. The count comes right after the
+/// title and the end marker last, so that a truncated file is known as one: its lines are
+/// fewer than declared, or its end is missing (a lost Xid 79 line must not read as a healthy
+/// log). Files without `# lines:` (older gdrdoctor) are read as they are.
 pub fn render(log: &KernelLog) -> String {
     let mut s = format!(
-        "# gdrdoctor kernel log lines (only those about Xids, IOMMU faults and mlx5 health)\n# origin: {}\n# scope: {}\n# scanned: {}\n",
+        "# gdrdoctor kernel log lines (only those about Xids, IOMMU faults and mlx5 health)\n# lines: {}\n# origin: {}\n# scope: {}\n# scanned: {}\n",
+        log.lines.len(),
         log.origin,
         log.scope.as_str(),
         log.scanned
@@ -259,6 +264,7 @@ pub fn render(log: &KernelLog) -> String {
         s.push_str(l);
         s.push('\n');
     }
+    s.push_str("# end\n");
     s
 }
 
@@ -266,10 +272,20 @@ pub fn parse_snapshot(text: &str) -> Fact<KernelLog> {
     let mut origin = None;
     let mut scope = None;
     let mut scanned = None;
+    let mut declared: Option<Option<usize>> = None;
+    let mut ended = false;
+    let mut after_end = false;
     let mut lines = Vec::new();
     for l in text.lines() {
+        if ended && !l.trim().is_empty() {
+            after_end = true;
+        }
         if let Some(h) = l.strip_prefix("# ") {
-            if let Some(v) = h.strip_prefix("origin: ") {
+            if h == "end" {
+                ended = true;
+            } else if let Some(v) = h.strip_prefix("lines: ") {
+                declared = Some(v.trim().parse().ok());
+            } else if let Some(v) = h.strip_prefix("origin: ") {
                 origin = Some(v.to_string());
             } else if let Some(v) = h.strip_prefix("scope: ") {
                 scope = LogScope::parse(v);
@@ -292,6 +308,22 @@ pub fn parse_snapshot(text: &str) -> Fact<KernelLog> {
             format!("{DAMAGED}no `# scope:` header: not a gdrdoctor kernel log"),
         );
     };
+    // A log that declares its length (this gdrdoctor's) must hold all of it, then its end.
+    if let Some(d) = declared {
+        let problem = match d {
+            None => Some("its `# lines:` count is not a number".to_string()),
+            Some(n) if lines.len() != n => Some(format!(
+                "it declares {n} line(s) and holds {}: truncated or altered",
+                lines.len()
+            )),
+            Some(_) if !ended => Some("its `# end` marker is missing: truncated".to_string()),
+            Some(_) if after_end => Some("it has lines after its `# end` marker".to_string()),
+            Some(_) => None,
+        };
+        if let Some(p) = problem {
+            return Fact::absent(SNAPSHOT_PATH, format!("{DAMAGED}{p}"));
+        }
+    }
     Fact::known(
         KernelLog {
             origin: origin.unwrap_or_else(|| "unknown".into()),
@@ -307,6 +339,49 @@ pub fn parse_snapshot(text: &str) -> Fact<KernelLog> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn a_truncated_snapshot_log_is_damaged_and_an_old_one_is_read() {
+        let log = KernelLog {
+            origin: "/dev/kmsg".into(),
+            scope: LogScope::ThisBoot,
+            scanned: 2113,
+            lines: vec![
+                "[    0.000000] Linux version 6.8.0".into(),
+                "[ 8613.402263] NVRM: Xid (PCI:0000:48:00): 79, GPU has fallen off the bus.".into(),
+            ],
+        };
+        let text = render(&log);
+        assert_eq!(parse_snapshot(&text).get(), Some(&log));
+        // Cut anywhere before the final newline: never read as a whole log.
+        for cut in 1..text.len() - 1 {
+            let Some(part) = text.get(..cut) else {
+                continue;
+            };
+            match parse_snapshot(part) {
+                Fact::Known { value, .. } => {
+                    panic!("cut at {cut} read as known: {value:?}")
+                }
+                Fact::Absent { reason, .. } => {
+                    assert!(
+                        gdrdoctor_checks::model::is_damaged(&reason),
+                        "{cut}: {reason}"
+                    )
+                }
+            }
+        }
+        // A line added after the end, or a count that lies.
+        assert!(parse_snapshot(&format!("{text}[ 1.0] NVRM: Xid 13\n"))
+            .get()
+            .is_none());
+        let lying = text.replace("# lines: 2", "# lines: 1");
+        assert!(parse_snapshot(&lying).get().is_none());
+        let nan = text.replace("# lines: 2", "# lines: two");
+        assert!(parse_snapshot(&nan).get().is_none());
+        // An older gdrdoctor's log (no count, no end) is read as it is.
+        let old = "# gdrdoctor kernel log lines\n# origin: /dev/kmsg\n# scope: this-boot\n# scanned: 9\n[ 1.0] a\n";
+        assert_eq!(parse_snapshot(old).get().map(|l| l.lines.len()), Some(1));
+    }
 
     #[test]
     fn kmsg_records_become_dmesg_lines() {
