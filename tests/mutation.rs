@@ -491,3 +491,32 @@ fn damaged_live_facts_do_not_hide_a_gpu_without_gdr() {
         .iter()
         .all(|p| !p.enabled || !p.assumptions.iter().any(|a| a.contains("not known here"))));
 }
+
+/// Found by the mutation test (seed 771758768): removing `link_downed` of the flapping port of
+/// `port-flapping` left only `link_error_recovery` to judge (a warn) and the node exited 0. A
+/// judged counter the snapshot's baseline holds for a port and that cannot be read now makes
+/// the port's finding an error (a known failure stays a failure), naming the counter.
+#[test]
+fn a_counter_lost_since_the_baseline_is_not_good_news() {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("hgx-h200x8-cx7x8-port-flapping"), t.path());
+    let key = ("counters.ib-port".to_string(), "mlx5_2/1".to_string());
+    let base = report(t.path()).unwrap();
+    assert_eq!(statuses(&base).get(&key), Some(&Status::Fail));
+    let rel = "sys/devices/pci0000:35/0000:35:01.0/0000:36:00.0/0000:37:01.0/0000:39:00.0/infiniband/mlx5_2/ports/1/counters/link_downed";
+    std::fs::remove_file(t.path().join(rel)).unwrap();
+    let r = report(t.path()).unwrap();
+    assert_eq!(statuses(&r).get(&key), Some(&Status::Error));
+    assert_ne!(r.summary.exit_code, 0);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == key.0 && f.subject == key.1)
+        .unwrap();
+    assert!(f.message.contains("link_downed"), "{}", f.message);
+    // Another port whose counters are all there is judged as before.
+    assert_eq!(
+        statuses(&r).get(&("counters.ib-port".to_string(), "mlx5_0/1".to_string())),
+        statuses(&base).get(&("counters.ib-port".to_string(), "mlx5_0/1".to_string()))
+    );
+}

@@ -471,9 +471,25 @@ fn port_check(
             );
             continue;
         }
+        // Judged counters the baseline holds for this port that cannot be read now: a counter
+        // file does not vanish between two readings of a healthy node, and the one lost may be
+        // the one that grew (a removed `link_downed` must not hide a flapping link).
+        let missing: Vec<String> = match (b, rs.first()) {
+            (Some(b), Some(r)) => {
+                let prefix = r.key.strip_suffix(r.name.as_str()).unwrap_or("");
+                b.values
+                    .keys()
+                    .filter_map(|k| k.strip_prefix(prefix).filter(|_| !prefix.is_empty()))
+                    .filter(|n| c::find(defs, n).is_some())
+                    .filter(|n| !rs.iter().any(|r| r.name == *n))
+                    .map(str::to_string)
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
         let js = c::judge(rs, defs, b);
         let dev = p.device.clone();
-        out.push(finding(
+        let mut f = finding(
             id,
             &sub,
             what,
@@ -482,7 +498,27 @@ fn port_check(
             fact.source(),
             |bad| fix(&dev, bad),
             plain,
-        ));
+        );
+        if !missing.is_empty() {
+            let list = missing.join(", ");
+            if f.status != Status::Fail {
+                f.status = Status::Error;
+                f.remediation = Some(format!(
+                    "read the port's counters again (`ls {}`); a snapshot with a lost counter file needs a new capture",
+                    fact.source()
+                ));
+            }
+            f.message = format!(
+                "{}; {list} (in the counter baseline) cannot be read now: whether it grew is unknown",
+                f.message
+            );
+            f = f.expected(
+                fact.source(),
+                format!("{list}: missing"),
+                "every counter the baseline holds",
+            );
+        }
+        out.push(f);
     }
     out
 }
