@@ -128,6 +128,44 @@ fn statuses(r: &Report) -> BTreeMap<(String, String), Status> {
         .collect()
 }
 
+/// The invariants of a damaged report `r` against the intact one (`base`: its statuses and
+/// exit code): 1. no pass without evidence; 2. (`exit`) the exit code never becomes 0; 3.
+/// (`flips`) nothing that was not a pass becomes one. Each breach goes to `problems`.
+fn check_invariants(
+    what: &str,
+    r: &Report,
+    base: (&BTreeMap<(String, String), Status>, i32),
+    exit: bool,
+    flips: bool,
+    problems: &mut Vec<String>,
+) {
+    let (base_status, base_exit) = base;
+    for f in &r.findings {
+        if f.status == Status::Pass && !f.has_evidence() {
+            problems.push(format!(
+                "{what}: {} {} passes without evidence",
+                f.id, f.subject
+            ));
+        }
+    }
+    if exit && base_exit != 0 && r.summary.exit_code == 0 {
+        problems.push(format!("{what}: exit code {base_exit} became 0"));
+    }
+    if flips {
+        for (key, st) in statuses(r) {
+            let was = base_status.get(&key).copied();
+            if st == Status::Pass && was.is_some_and(|w| w != Status::Pass) {
+                problems.push(format!(
+                    "{what}: {} {} was {} and now passes",
+                    key.0,
+                    key.1,
+                    was.map(|w| w.as_str()).unwrap_or("?")
+                ));
+            }
+        }
+    }
+}
+
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -213,35 +251,18 @@ fn damaged_evidence_is_never_good_news() {
                     .unwrap_or_default()
             );
             if let Some(r) = report(root) {
-                for f in &r.findings {
-                    if f.status == Status::Pass && !f.has_evidence() {
-                        problems.push(format!(
-                            "{what}: {} {} passes without evidence",
-                            f.id, f.subject
-                        ));
-                    }
-                }
-                let exit = r.summary.exit_code;
                 let optional = damage == Damage::Remove
                     && file
                         .file_name()
                         .is_some_and(|n| OPTIONAL.contains(&n.to_string_lossy().as_ref()));
-                if base_exit != 0 && exit == 0 && !optional {
-                    problems.push(format!("{what}: exit code {base_exit} became 0"));
-                }
-                if damage != Damage::Swap && !optional {
-                    for (key, st) in statuses(&r) {
-                        let was = base_status.get(&key).copied();
-                        if st == Status::Pass && was.is_some_and(|w| w != Status::Pass) {
-                            problems.push(format!(
-                                "{what}: {} {} was {} and now passes",
-                                key.0,
-                                key.1,
-                                was.map(|w| w.as_str()).unwrap_or("?")
-                            ));
-                        }
-                    }
-                }
+                check_invariants(
+                    &what,
+                    &r,
+                    (&base_status, base_exit),
+                    !optional,
+                    damage != Damage::Swap && !optional,
+                    &mut problems,
+                );
             }
             std::fs::write(&file, &original).unwrap();
             if let Some((p, b)) = partner {
@@ -407,28 +428,14 @@ fn live_facts_of_the_wrong_type_are_never_good_news() {
                 .join(".");
             let what = format!("{s}: live.json {where_}: {old} -> {new}");
             if let Some(r) = report(t.path()) {
-                for f in &r.findings {
-                    if f.status == Status::Pass && !f.has_evidence() {
-                        problems.push(format!(
-                            "{what}: {} {} passes without evidence",
-                            f.id, f.subject
-                        ));
-                    }
-                }
-                if base_exit != 0 && r.summary.exit_code == 0 {
-                    problems.push(format!("{what}: exit code {base_exit} became 0"));
-                }
-                for (key, st) in statuses(&r) {
-                    let was = base_status.get(&key).copied();
-                    if st == Status::Pass && was.is_some_and(|w| w != Status::Pass) {
-                        problems.push(format!(
-                            "{what}: {} {} was {} and now passes",
-                            key.0,
-                            key.1,
-                            was.map(|w| w.as_str()).unwrap_or("?")
-                        ));
-                    }
-                }
+                check_invariants(
+                    &what,
+                    &r,
+                    (&base_status, base_exit),
+                    true,
+                    true,
+                    &mut problems,
+                );
             }
             done += 1;
         }
