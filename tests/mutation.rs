@@ -527,3 +527,35 @@ fn a_counter_lost_since_the_baseline_is_not_good_news() {
         statuses(&base).get(&("counters.ib-port".to_string(), "mlx5_0/1".to_string()))
     );
 }
+
+/// The same rule for PCIe AER (`aer-rising`): removing `aer_dev_nonfatal` of GPU 2, whose
+/// TOTAL_ERR_NONFATAL rose, folded the GPU into the node's AER pass and the node exited 0. The
+/// kernel creates the three files together, so one missing beside the others is damage; a
+/// function the baseline read and that is no longer listed is an error too.
+#[test]
+fn a_lost_aer_file_or_function_is_not_good_news() {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("hgx-h200x8-cx7x8-aer-rising"), t.path());
+    let key = ("counters.aer".to_string(), "0000:38:00.0".to_string());
+    let base = report(t.path()).unwrap();
+    assert_eq!(statuses(&base).get(&key), Some(&Status::Fail));
+    assert_ne!(base.summary.exit_code, 0);
+    let dir = "sys/devices/pci0000:35/0000:35:01.0/0000:36:00.0/0000:37:00.0/0000:38:00.0";
+    std::fs::remove_file(t.path().join(dir).join("aer_dev_nonfatal")).unwrap();
+    let r = report(t.path()).unwrap();
+    assert_eq!(statuses(&r).get(&key), Some(&Status::Error));
+    assert_ne!(r.summary.exit_code, 0);
+    // All three gone: the baseline read them, so still an error, not "no AER statistics".
+    for f in ["aer_dev_correctable", "aer_dev_fatal"] {
+        std::fs::remove_file(t.path().join(dir).join(f)).unwrap();
+    }
+    let r = report(t.path()).unwrap();
+    assert_eq!(statuses(&r).get(&key), Some(&Status::Error));
+    // The GPU gone from the bus listing: its AER finding says so (and other checks notice).
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("hgx-h200x8-cx7x8-aer-rising"), t.path());
+    std::fs::remove_file(t.path().join("sys/bus/pci/devices/0000:38:00.0")).unwrap();
+    let r = report(t.path()).unwrap();
+    assert_eq!(statuses(&r).get(&key), Some(&Status::Error));
+    assert_ne!(r.summary.exit_code, 0);
+}

@@ -61,6 +61,57 @@ fn unless_baseline_damaged(node: &Node, findings: Vec<Finding>) -> Vec<Finding> 
         .collect()
 }
 
+/// Judged counters the baseline holds under `under` (the key itself, or keys below
+/// `under/`) that no reading has now, as the part of the key below `under` (the whole key's
+/// last part when it is `under` itself). A counter does not vanish between two readings of a
+/// healthy node within a boot, and the one lost may be the one that grew: a removed
+/// `link_downed` must not hide a flapping link, a removed `aer_dev_nonfatal` a failing GPU.
+fn lost(
+    node: &Node,
+    under: &str,
+    now: &[c::Reading],
+    judged: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let Some(b) = node.health.baseline.as_ref() else {
+        return Vec::new();
+    };
+    b.values
+        .keys()
+        .filter_map(|k| {
+            let rest = if k == under {
+                k.rsplit('/').next().unwrap_or(k.as_str())
+            } else {
+                k.strip_prefix(under)?.strip_prefix('/')?
+            };
+            Some((k, rest))
+        })
+        .filter(|(_, rest)| judged(rest))
+        .filter(|(k, _)| !now.iter().any(|r| r.key == **k))
+        .map(|(_, rest)| rest.to_string())
+        .collect()
+}
+
+/// `f` with the counters [`lost`] found: an `error` (a known failure stays `fail`) naming them.
+fn with_lost(mut f: Finding, missing: &[String], source: &str, again: String) -> Finding {
+    if missing.is_empty() {
+        return f;
+    }
+    let list = missing.join(", ");
+    if f.status != Status::Fail {
+        f.status = Status::Error;
+        f.remediation = Some(again);
+    }
+    f.message = format!(
+        "{}; {list} (in the counter baseline) cannot be read now: whether it grew is unknown",
+        f.message
+    );
+    f.expected(
+        source,
+        format!("{list}: missing"),
+        "every counter the baseline holds",
+    )
+}
+
 fn worst(js: &[Judged]) -> Status {
     js.iter().map(|j| j.status).max().unwrap_or(Status::Pass)
 }
@@ -278,17 +329,47 @@ fn aer_findings(node: &Node) -> Vec<Finding> {
             continue;
         }
         let facts = [&a.correctable, &a.nonfatal, &a.fatal];
+        let missing = lost(node, &format!("aer/{}", a.bdf), &totals, |rest| {
+            c::find(c::AER, rest.rsplit('/').next().unwrap_or(rest)).is_some()
+        });
+        let again = format!(
+            "read the function's AER statistics again (`cat {}`); a snapshot that lost one needs a new capture",
+            a.correctable
+                .source()
+                .replace("aer_dev_correctable", "aer_dev_*")
+        );
+        // The kernel creates the three files together (one attribute group, shown when the
+        // function has AER statistics): one that is there beside one that is not was lost, and
+        // the lost one may hold the errors.
+        let partial = facts
+            .iter()
+            .any(|f| f.get().is_some())
+            .then(|| facts.iter().find(|f| f.get().is_none()))
+            .flatten();
+        if let Some(gone) = partial {
+            let f = Finding::new(ID, Status::Error, &a.bdf, "cannot read the AER statistics")
+                .evidence(
+                    gone.source(),
+                    format!(
+                        "unknown ({}), while the other aer_dev_* files of the function are there: the kernel creates the three together",
+                        gone.reason().unwrap_or("no statistics")
+                    ),
+                )
+                .fix(again.clone());
+            unreadable.push(with_lost(f, &missing, gone.source(), again));
+            continue;
+        }
         if !facts.iter().any(|f| f.get().is_some_and(|m| !m.is_empty())) {
             let reason = [&a.correctable, &a.nonfatal, &a.fatal]
                 .iter()
                 .find_map(|f| f.reason())
                 .unwrap_or("no statistics")
                 .to_string();
-            if reason.starts_with("permission") {
-                unreadable.push(
-                    Finding::new(ID, Status::Error, &a.bdf, "cannot read the AER statistics")
-                        .evidence(a.correctable.source(), format!("unknown ({reason})")),
-                );
+            if reason.starts_with("permission") || !missing.is_empty() {
+                let f = Finding::new(ID, Status::Error, &a.bdf, "cannot read the AER statistics")
+                    .evidence(a.correctable.source(), format!("unknown ({reason})"));
+                let src = a.correctable.source().to_string();
+                unreadable.push(with_lost(f, &missing, &src, again));
             } else {
                 without.push((a.bdf.clone(), reason));
             }
@@ -299,7 +380,7 @@ fn aer_findings(node: &Node) -> Vec<Finding> {
             .find(|r| r.name == "TOTAL_ERR_COR" && r.value > 0)
             .map(|r| r.value);
         let js = c::judge(totals, c::AER, b);
-        if worst(&js) == Status::Pass {
+        if worst(&js) == Status::Pass && missing.is_empty() {
             clean.push(a.bdf.clone());
             if let Some(cor) = cor {
                 let who = role(node, &a.bdf, &a.role);
@@ -334,6 +415,8 @@ fn aer_findings(node: &Node) -> Vec<Finding> {
             plain,
         );
         f.message = format!("{who}: {}", f.message);
+        let src = a.correctable.source().to_string();
+        f = with_lost(f, &missing, &src, again);
         if !types.is_empty() {
             f = f.evidence(
                 a.correctable
@@ -343,6 +426,29 @@ fn aer_findings(node: &Node) -> Vec<Finding> {
             );
         }
         out.push(f);
+    }
+    // A function the baseline read and that is not listed now: it fell off the bus, or its
+    // sysfs entry is gone from a damaged snapshot; either way its errors are unknown.
+    if let Some(b) = b {
+        let gone: std::collections::BTreeSet<&str> = b
+            .values
+            .keys()
+            .filter_map(|k| k.strip_prefix("aer/")?.split('/').next())
+            .filter(|bdf| !list.iter().any(|a| a.bdf == *bdf))
+            .collect();
+        for bdf in gone {
+            let path = format!("/sys/bus/pci/devices/{bdf}");
+            unreadable.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    bdf,
+                    "in the counter baseline but not among the gpus, nics and the bridges between them now: it (or the device below it) fell off the bus, or its sysfs entry cannot be read; its errors are unknown",
+                )
+                .expected(&path, "not listed", "listed, as in the counter baseline")
+                .fix(format!("`dmesg` says whether {bdf} was lost (Xid 79 \"fallen off the bus\", a surprise link down, a hot unplug); a device that is gone needs the node drained and reset; a snapshot that lost {path} needs a new capture")),
+            );
+        }
     }
     out.extend(unreadable);
     if !clean.is_empty() {
@@ -410,15 +516,14 @@ fn aer_fix(bdf: &str, who: &str) -> String {
 // ------------------------------------------------------------------------------------------
 // counters.ib-port and counters.rdma-transport
 
-/// `(dev/port, counters/ readings, hw_counters/ readings)`.
-type PortReadings = (String, Vec<c::Reading>, Vec<c::Reading>);
-
+/// One port check: `hw` judges `hw_counters/` (driver counters, keys `hw/...`), else
+/// `counters/` (the IB PMA counters, keys `ib/...`).
 fn port_check(
     id: &str,
     node: &Node,
     defs: &'static [Def],
     pick: fn(&crate::model::PortCounters) -> &crate::model::Fact<BTreeMap<String, u64>>,
-    readings: fn(PortReadings) -> (String, Vec<c::Reading>),
+    hw: bool,
     what: &str,
     fix: fn(&str, &[&Judged]) -> String,
 ) -> Vec<Finding> {
@@ -439,57 +544,49 @@ fn port_check(
     let mut by: BTreeMap<String, Vec<c::Reading>> =
         c::port_readings_of(node, |n| c::find(defs, n).is_some())
             .into_iter()
-            .map(readings)
+            .map(|(s, a, b)| (s, if hw { b } else { a }))
             .collect();
     let b = node.health.baseline.as_ref();
     let mut out = Vec::new();
     for p in list {
         let sub = format!("{}/{}", p.device, p.port);
         let fact = pick(p);
+        let rs: Vec<c::Reading> = by.remove(&sub).unwrap_or_default();
+        let missing = lost(
+            node,
+            &format!("{}/{sub}", if hw { "hw" } else { "ib" }),
+            &rs,
+            |n| c::find(defs, n).is_some(),
+        );
+        let again = format!(
+            "read the port's counters again (`ls {}`); a snapshot with a lost counter file needs a new capture",
+            fact.source()
+        );
         if let Some(reason) = fact.reason() {
             let status = if reason.starts_with("permission") || crate::model::is_damaged(reason) {
                 Status::Error
             } else {
                 Status::Skip
             };
-            out.push(
-                Finding::new(id, status, &sub, format!("no {what} counters: {reason}"))
-                    .evidence(fact.source(), format!("unknown ({reason})")),
-            );
+            let f = Finding::new(id, status, &sub, format!("no {what} counters: {reason}"))
+                .evidence(fact.source(), format!("unknown ({reason})"));
+            out.push(with_lost(f, &missing, fact.source(), again));
             continue;
         }
-        let rs: Vec<c::Reading> = by.remove(&sub).unwrap_or_default();
         if rs.is_empty() {
-            out.push(
-                Finding::new(
-                    id,
-                    Status::Skip,
-                    &sub,
-                    format!("none of the {what} counters gdrdoctor judges is exposed here"),
-                )
-                .evidence(fact.source(), "no known counter file"),
-            );
+            let f = Finding::new(
+                id,
+                Status::Skip,
+                &sub,
+                format!("none of the {what} counters gdrdoctor judges is exposed here"),
+            )
+            .evidence(fact.source(), "no known counter file");
+            out.push(with_lost(f, &missing, fact.source(), again));
             continue;
         }
-        // Judged counters the baseline holds for this port that cannot be read now: a counter
-        // file does not vanish between two readings of a healthy node, and the one lost may be
-        // the one that grew (a removed `link_downed` must not hide a flapping link).
-        let missing: Vec<String> = match (b, rs.first()) {
-            (Some(b), Some(r)) => {
-                let prefix = r.key.strip_suffix(r.name.as_str()).unwrap_or("");
-                b.values
-                    .keys()
-                    .filter_map(|k| k.strip_prefix(prefix).filter(|_| !prefix.is_empty()))
-                    .filter(|n| c::find(defs, n).is_some())
-                    .filter(|n| !rs.iter().any(|r| r.name == *n))
-                    .map(str::to_string)
-                    .collect()
-            }
-            _ => Vec::new(),
-        };
         let js = c::judge(rs, defs, b);
         let dev = p.device.clone();
-        let mut f = finding(
+        let f = finding(
             id,
             &sub,
             what,
@@ -499,26 +596,7 @@ fn port_check(
             |bad| fix(&dev, bad),
             plain,
         );
-        if !missing.is_empty() {
-            let list = missing.join(", ");
-            if f.status != Status::Fail {
-                f.status = Status::Error;
-                f.remediation = Some(format!(
-                    "read the port's counters again (`ls {}`); a snapshot with a lost counter file needs a new capture",
-                    fact.source()
-                ));
-            }
-            f.message = format!(
-                "{}; {list} (in the counter baseline) cannot be read now: whether it grew is unknown",
-                f.message
-            );
-            f = f.expected(
-                fact.source(),
-                format!("{list}: missing"),
-                "every counter the baseline holds",
-            );
-        }
-        out.push(f);
+        out.push(with_lost(f, &missing, fact.source(), again));
     }
     out
 }
@@ -543,7 +621,7 @@ pub fn ib_port(node: &Node) -> Vec<Finding> {
         node,
         c::IB_PORT,
         |p| &p.counters,
-        |(s, a, _)| (s, a),
+        false,
         "link",
         link_fix,
     );
@@ -556,7 +634,7 @@ pub fn rdma_transport(node: &Node) -> Vec<Finding> {
         node,
         c::RDMA_TRANSPORT,
         |p| &p.hw_counters,
-        |(s, _, b)| (s, b),
+        true,
         "transport",
         transport_fix,
     );
@@ -591,30 +669,69 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
             continue;
         };
         let rs = if nvlink { links } else { replay };
+        // Counters the baseline holds that NVML does not give now; a link NVML reports as
+        // down is gpu.nvlink's finding, not a lost counter.
+        let down: Vec<String> = node
+            .live
+            .nvml
+            .get()
+            .and_then(|n| n.gpus.iter().find(|x| x.bdf == g.bdf))
+            .map(|x| {
+                x.nvlinks
+                    .iter()
+                    .filter(|l| !l.active)
+                    .map(|l| l.link.to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (under, source) = if nvlink {
+            (
+                format!("nvlink/{}", g.bdf),
+                "nvmlDeviceGetNvLinkErrorCounter",
+            )
+        } else {
+            (
+                format!("pcie-replay/{}", g.bdf),
+                "nvmlDeviceGetPcieReplayCounter",
+            )
+        };
+        let missing: Vec<String> = lost(node, &under, &rs, |rest| match rest.split_once('/') {
+            Some((link, name)) => c::find(defs, name).is_some() && !down.iter().any(|d| d == link),
+            None => !nvlink,
+        })
+        .into_iter()
+        .map(|m| match m.split_once('/') {
+            Some((link, name)) => format!("link {link} {name}"),
+            None => "replay".into(),
+        })
+        .collect();
+        let again = format!(
+            "read the counters again (`nvidia-smi -q -i {}`); NVML that stops answering a counter it gave within the same boot points at the driver (`dmesg` for Xid errors); a snapshot that lost it needs a new capture",
+            g.bdf
+        );
         if rs.is_empty() {
             let why = if nvlink {
                 "nvml reports no nvlink error counters for this gpu (no active nvlink, or nvmlDeviceGetNvLinkErrorCounter is not supported here)"
             } else {
                 "nvml reports no pcie replay counter for this gpu"
             };
-            out.push(Finding::new(id, Status::Skip, &g.bdf, why));
+            let f = Finding::new(id, Status::Skip, &g.bdf, why);
+            out.push(with_lost(f, &missing, source, again));
             continue;
         }
         let js = c::judge(rs, defs, node.health.baseline.as_ref());
         let bdf = g.bdf.clone();
-        let (what, source, label): (&str, &str, fn(&Judged) -> String) = if nvlink {
-            ("nvlink", "nvmlDeviceGetNvLinkErrorCounter", |j: &Judged| {
+        let (what, label): (&str, fn(&Judged) -> String) = if nvlink {
+            ("nvlink", |j: &Judged| {
                 let link = j.reading.key.rsplit('/').nth(1).unwrap_or("?");
                 format!("link {link} {}", j.reading.name)
             })
         } else {
-            (
-                "pcie replay",
-                "nvmlDeviceGetPcieReplayCounter",
-                |j: &Judged| format!("pcie {}", j.reading.name),
-            )
+            ("pcie replay", |j: &Judged| {
+                format!("pcie {}", j.reading.name)
+            })
         };
-        out.push(finding(
+        let f = finding(
             id,
             &g.bdf,
             what,
@@ -629,7 +746,8 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
                 }
             },
             label,
-        ));
+        );
+        out.push(with_lost(f, &missing, source, again));
     }
     out
 }
@@ -862,6 +980,170 @@ mod tests {
         }
         let f = ib_port(&n);
         assert_eq!(f[0].status, Status::Error, "{f:?}");
+    }
+
+    #[test]
+    fn a_counter_the_baseline_holds_and_nvml_lost_is_an_error() {
+        // Both counters there: judged as before.
+        assert_eq!(pcie_replay(&gpu_node(0, 100))[0].status, Status::Pass);
+        let lose = |f: &dyn Fn(&mut crate::model::NvmlGpu)| {
+            let mut n = gpu_node(0, 100);
+            if let Fact::Known { value, .. } = &mut n.live.nvml {
+                f(&mut value.gpus[0]);
+            }
+            n
+        };
+        let n = lose(&|g| g.pcie_replay_counter = None);
+        let f = pcie_replay(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(
+            f[0].message.contains("replay (in the counter baseline)"),
+            "{}",
+            f[0].message
+        );
+        // Without a baseline the same NVML answer is a skip, as before.
+        let mut plain = n.clone();
+        plain.health.baseline = None;
+        assert_eq!(pcie_replay(&plain)[0].status, Status::Skip);
+        // An active link whose recovery counter NVML stopped giving.
+        let f = nvlink(&lose(&|g| g.nvlinks[0].recovery_errors = None));
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(f[0].message.contains("link 3 recovery"), "{}", f[0].message);
+        // A link gone from NVML's list.
+        let f = nvlink(&lose(&|g| g.nvlinks.clear()));
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        // A link NVML reports as down is gpu.nvlink's finding, not a lost counter.
+        let f = nvlink(&lose(&|g| g.nvlinks[0].active = false));
+        assert_eq!(f[0].status, Status::Skip, "{f:?}");
+        // A known failure stays a failure, and still names what was lost.
+        let mut n = gpu_node(2, 100);
+        if let Fact::Known { value, .. } = &mut n.live.nvml {
+            value.gpus[0].nvlinks.push(crate::model::NvLink {
+                link: 4,
+                active: true,
+                ..Default::default()
+            });
+        }
+        if let Some(b) = n.health.baseline.as_mut() {
+            b.values.insert("nvlink/0000:18:00.0/4/replay".into(), 0);
+        }
+        let f = nvlink(&n);
+        assert_eq!(f[0].status, Status::Fail, "{f:?}");
+        assert!(f[0].message.contains("link 4 replay"), "{}", f[0].message);
+    }
+
+    fn aer_node(stats: Vec<crate::model::AerStats>, baseline: &[(&str, u64)]) -> Node {
+        let g = crate::testing::gpu("/sys/devices/pci0000:15/0000:15:01.0/0000:18:00.0", 0);
+        let mut n = crate::testing::with(empty_node(), vec![g], vec![]);
+        n.health.aer = Fact::known(stats, "test");
+        n.health.baseline = Some(CounterBaseline {
+            values: baseline.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            elapsed_ms: 10_000,
+            origin: "--interval 10.0 s".into(),
+        });
+        n
+    }
+
+    fn aer_stats(files: [bool; 3]) -> crate::model::AerStats {
+        let m = |on: bool, k: &str| -> Fact<BTreeMap<String, u64>> {
+            let path = format!("/sys/bus/pci/devices/0000:18:00.0/{k}");
+            if on {
+                Fact::known([(format!("TOTAL_ERR_{k}"), 0)].into(), path)
+            } else {
+                Fact::absent(path, "not exposed")
+            }
+        };
+        let mut a = crate::model::AerStats {
+            bdf: "0000:18:00.0".into(),
+            role: "gpu".into(),
+            correctable: m(files[0], "aer_dev_correctable"),
+            nonfatal: m(files[1], "aer_dev_nonfatal"),
+            fatal: m(files[2], "aer_dev_fatal"),
+        };
+        // The totals under their real names.
+        for (f, t) in [
+            (&mut a.correctable, "TOTAL_ERR_COR"),
+            (&mut a.nonfatal, "TOTAL_ERR_NONFATAL"),
+            (&mut a.fatal, "TOTAL_ERR_FATAL"),
+        ] {
+            if let Fact::Known { value, .. } = f {
+                *value = [(t.to_string(), 0)].into();
+            }
+        }
+        a
+    }
+
+    const AER_BASE: [(&str, u64); 3] = [
+        ("aer/0000:18:00.0/aer_dev_correctable/TOTAL_ERR_COR", 0),
+        ("aer/0000:18:00.0/aer_dev_nonfatal/TOTAL_ERR_NONFATAL", 0),
+        ("aer/0000:18:00.0/aer_dev_fatal/TOTAL_ERR_FATAL", 0),
+    ];
+
+    #[test]
+    fn a_lost_aer_file_is_an_error_not_a_pass() {
+        let f = aer(&aer_node(vec![aer_stats([true; 3])], &AER_BASE));
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
+        // One of the three gone (the kernel creates them together), with or without a baseline.
+        for base in [&AER_BASE[..], &[]] {
+            let f = aer(&aer_node(vec![aer_stats([true, false, true])], base));
+            assert_eq!(f.len(), 1, "{f:?}");
+            assert_eq!(f[0].status, Status::Error, "{f:?}");
+            assert_eq!(f[0].subject, "0000:18:00.0");
+            assert!(
+                f[0].evidence[0].source.ends_with("aer_dev_nonfatal"),
+                "{f:?}"
+            );
+        }
+        // All three gone: a skip (no AER statistics here) unless the baseline read them.
+        let f = aer(&aer_node(vec![aer_stats([false; 3])], &[]));
+        assert_eq!(f[0].status, Status::Skip, "{f:?}");
+        let f = aer(&aer_node(vec![aer_stats([false; 3])], &AER_BASE));
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(
+            f[0].message.contains("aer_dev_fatal/TOTAL_ERR_FATAL"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn a_function_the_baseline_read_and_that_is_gone_is_an_error() {
+        let f = aer(&aer_node(vec![], &AER_BASE));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].status, Status::Skip, "no device listed at all: {f:?}");
+        let mut other = aer_stats([true; 3]);
+        other.bdf = "0000:19:00.0".into();
+        let f = aer(&aer_node(vec![other], &AER_BASE));
+        let gone = f.iter().find(|f| f.subject == "0000:18:00.0").unwrap();
+        assert_eq!(gone.status, Status::Error, "{f:?}");
+        assert!(
+            gone.message.contains("fell off the bus"),
+            "{}",
+            gone.message
+        );
+    }
+
+    #[test]
+    fn port_counters_all_lost_since_the_baseline_are_an_error() {
+        let mut n = node_with(0, Some(0));
+        if let Fact::Known { value, .. } = &mut n.health.port_counters {
+            value[0].counters = Fact::known(
+                [("symbol_error".to_string(), 0)].into(),
+                "/sys/class/infiniband/mlx5_0/ports/1/counters",
+            );
+        }
+        let f = ib_port(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        // The counters directory gone as a whole.
+        if let Fact::Known { value, .. } = &mut n.health.port_counters {
+            value[0].counters =
+                Fact::absent("/sys/class/infiniband/mlx5_0/ports/1/counters", "not found");
+        }
+        let f = ib_port(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(f[0].message.contains("link_downed"), "{}", f[0].message);
+        n.health.baseline = None;
+        assert_eq!(ib_port(&n)[0].status, Status::Skip);
     }
 
     #[test]
