@@ -284,6 +284,118 @@ fn damaged_evidence_is_never_good_news() {
     );
 }
 
+/// The sweep: not a sample but every file (and every symbolic link) of a fixture, one at a
+/// time, removed, then emptied; the same invariants. The random test above picks a few hundred
+/// of some 30,000 files per run, so a hole behind one particular file (the `aer_dev_nonfatal`
+/// of one GPU) can stay unfound for many runs; the sweep finds it in one.
+/// `GDRDOCTOR_SWEEP=all` sweeps every fixture (60,000 damaged sysroots: about 20 minutes of a
+/// release build, a local campaign), `GDRDOCTOR_SWEEP=a,b` the named ones (`.ci/run` sweeps
+/// the fixtures whose defects live in files the checks read least: AER, port counters, the
+/// kernel log); by default the two small real-shaped nodes (600 sysroots, seconds).
+#[test]
+fn every_file_removed_or_emptied_is_never_good_news() {
+    let want = std::env::var("GDRDOCTOR_SWEEP")
+        .unwrap_or_else(|_| "h200-vm-live,gh200x2-cx7x2-c2c".into());
+    let all_fixtures = scenarios();
+    let chosen: Vec<String> = if want == "all" {
+        all_fixtures
+    } else {
+        let v: Vec<String> = want.split(',').map(|s| s.trim().to_string()).collect();
+        for f in &v {
+            assert!(
+                all_fixtures.contains(f),
+                "GDRDOCTOR_SWEEP names {f}: no such fixture"
+            );
+        }
+        v
+    };
+    let t0 = std::time::Instant::now();
+    let mut problems: Vec<String> = Vec::new();
+    let mut done = 0usize;
+    for s in &chosen {
+        let t = tempfile::tempdir().unwrap();
+        copy_tree(&fixture(s), t.path());
+        let root = t.path();
+        let base = report(root).expect("every fixture is readable");
+        let base_status = statuses(&base);
+        let base_exit = base.summary.exit_code;
+        let mut all = Vec::new();
+        files(root, &mut all);
+        all.sort();
+        let mut links = Vec::new();
+        symlinks(root, &mut links);
+        links.sort();
+        for file in &all {
+            let original = std::fs::read(file).unwrap();
+            let optional = file
+                .file_name()
+                .is_some_and(|n| OPTIONAL.contains(&n.to_string_lossy().as_ref()));
+            let rel = file.strip_prefix(root).unwrap().display().to_string();
+            for damage in [Damage::Remove, Damage::Empty] {
+                match damage {
+                    Damage::Remove => std::fs::remove_file(file).unwrap(),
+                    _ => std::fs::write(file, b"").unwrap(),
+                }
+                if let Some(r) = report(root) {
+                    let legit = optional && damage == Damage::Remove;
+                    check_invariants(
+                        &format!("{s}: {damage:?} {rel}"),
+                        &r,
+                        (&base_status, base_exit),
+                        !legit,
+                        !legit,
+                        &mut problems,
+                    );
+                }
+                std::fs::write(file, &original).unwrap();
+                done += 1;
+            }
+        }
+        for link in &links {
+            let target = std::fs::read_link(link).unwrap();
+            std::fs::remove_file(link).unwrap();
+            if let Some(r) = report(root) {
+                let rel = link.strip_prefix(root).unwrap().display();
+                check_invariants(
+                    &format!("{s}: Remove link {rel}"),
+                    &r,
+                    (&base_status, base_exit),
+                    true,
+                    true,
+                    &mut problems,
+                );
+            }
+            std::os::unix::fs::symlink(&target, link).unwrap();
+            done += 1;
+        }
+    }
+    eprintln!(
+        "sweep: {done} damaged sysroots over {} fixtures in {:.1} s",
+        chosen.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+fn symlinks(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_symlink() {
+            out.push(e.path());
+        } else if t.is_dir() {
+            symlinks(&e.path(), out);
+        }
+    }
+}
+
 /// Found by the mutation test (seed 0x1720eb8): garbage in an Ethernet port's `link_layer` of
 /// the RoCE-v1-only node took the port out of the RoCE checks, its `roce.gid` failure vanished
 /// and the node exited 0. A port whose link layer cannot be read or is not one the kernel
@@ -558,4 +670,87 @@ fn a_lost_aer_file_or_function_is_not_good_news() {
     let r = report(t.path()).unwrap();
     assert_eq!(statuses(&r).get(&key), Some(&Status::Error));
     assert_ne!(r.summary.exit_code, 0);
+}
+
+/// Found by the first full sweep (`GDRDOCTOR_SWEEP=all`, 58,977 damaged sysroots): nine single
+/// removals or emptyings that made a failing node exit 0. A NIC whose RDMA device is gone from
+/// `/sys/class/infiniband` (or whose `device` link is) dropped out of every NIC check, with its
+/// failures; an RDMA device whose PCI function is gone from `/sys/bus/pci/devices` too; a
+/// selected GID whose `gid_attrs/types/<n>` was lost only warned.
+#[test]
+fn the_sweeps_first_holes_stay_closed() {
+    let roce = "sys/devices/pci0000:25/0000:25:01.0/0000:26:00.0/0000:27:01.0/0000:29:00.0/infiniband/mlx5_1/ports/1/gid_attrs/types/1";
+    let acs_dev = "sys/devices/pci0000:35/0000:35:01.0/0000:36:00.0/0000:37:01.0/0000:39:00.0/infiniband/mlx5_2/device";
+    // (fixture, file, emptied (else removed), the finding, its status now)
+    type Case<'a> = (&'a str, &'a str, bool, (&'a str, &'a str), Status);
+    let cases: [Case; 7] = [
+        (
+            "hgx-h200x8-cx7x8-roce-v1-only",
+            "sys/class/infiniband/mlx5_1",
+            false,
+            ("rdma.devices", "0000:29:00.0"),
+            Status::Fail,
+        ),
+        (
+            "hgx-h200x8-cx7x8-roce-v1-only",
+            roce,
+            false,
+            ("roce.gid", "mlx5_1/1"),
+            Status::Error,
+        ),
+        (
+            "hgx-h200x8-cx7x8-roce-v1-only",
+            roce,
+            true,
+            ("roce.gid", "mlx5_1/1"),
+            Status::Error,
+        ),
+        (
+            "hgx-h200x8-cx7x8-acs-redirect",
+            "sys/bus/pci/devices/0000:39:00.0",
+            false,
+            ("rdma.devices", "0000:39:00.0"),
+            Status::Error,
+        ),
+        (
+            "hgx-h200x8-cx7x8-acs-redirect",
+            "sys/class/infiniband/mlx5_2",
+            false,
+            ("rdma.devices", "0000:39:00.0"),
+            Status::Fail,
+        ),
+        (
+            "hgx-h200x8-cx7x8-acs-redirect",
+            acs_dev,
+            false,
+            ("rdma.devices", "0000:39:00.0"),
+            Status::Fail,
+        ),
+        (
+            "hgx-h200x8-cx7x8-port-down",
+            "sys/class/infiniband/mlx5_3",
+            false,
+            ("rdma.devices", "0000:49:00.0"),
+            Status::Fail,
+        ),
+    ];
+    for (fx, rel, empty, (id, subject), want) in cases {
+        let t = tempfile::tempdir().unwrap();
+        copy_tree(&fixture(fx), t.path());
+        assert_ne!(report(t.path()).unwrap().summary.exit_code, 0, "{fx}");
+        let p = t.path().join(rel);
+        if empty {
+            std::fs::write(&p, b"").unwrap();
+        } else {
+            std::fs::remove_file(&p).unwrap();
+        }
+        let r = report(t.path()).unwrap();
+        let what = format!("{fx}: {} {rel}", if empty { "empty" } else { "remove" });
+        assert_ne!(r.summary.exit_code, 0, "{what}");
+        assert_eq!(
+            statuses(&r).get(&(id.to_string(), subject.to_string())),
+            Some(&want),
+            "{what}"
+        );
+    }
 }

@@ -46,13 +46,15 @@ pub fn devices(node: &Node) -> Vec<Finding> {
                 })
                 .collect();
             let short: Vec<&str> = value.iter().map(|d| d.name.as_str()).collect();
-            vec![Finding::new(
+            let mut out = vec![Finding::new(
                 ID,
                 Status::Pass,
                 "node",
                 format!("{} rdma device(s): {}", value.len(), short.join(" ")),
             )
-            .evidence("/sys/class/infiniband", names.join(" "))]
+            .evidence("/sys/class/infiniband", names.join(" "))];
+            out.extend(unserved(node, value));
+            out
         }
         Fact::Absent { source, reason } => {
             vec![
@@ -61,6 +63,85 @@ pub fn devices(node: &Node) -> Vec<Finding> {
             ]
         }
     }
+}
+
+/// The RDMA devices and the PCI bus disagree: a device whose PCI function is not on the bus
+/// listing, and an RDMA-capable function bound to the same driver as functions that have an
+/// RDMA device but without one itself. A NIC of a GPU node that lost its RDMA device is a lost
+/// rail (mlx5_ib did not probe it: a firmware error, a failed reset), and a snapshot that lost
+/// `/sys/class/infiniband/<dev>` or a `/sys/bus/pci/devices` entry would otherwise drop the NIC
+/// and every finding about it, silently.
+fn unserved(node: &Node, devs: &[crate::model::RdmaDevice]) -> Vec<Finding> {
+    const ID: &str = "rdma.devices";
+    let Some(pci) = node.pci.get() else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    let served: Vec<(&str, &str)> = devs
+        .iter()
+        .filter_map(|d| match d.pci_bdf.get() {
+            Some(Some(b)) => Some((b.as_str(), d.name.as_str())),
+            _ => None,
+        })
+        .collect();
+    for (bdf, dev) in &served {
+        if !pci.iter().any(|p| p.bdf == *bdf) {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    *bdf,
+                    format!("{dev}'s pci function {bdf} is not in the pci bus listing: its path to the gpus cannot be judged"),
+                )
+                .expected(
+                    format!("/sys/bus/pci/devices/{bdf}"),
+                    "not listed",
+                    format!("listed (it is /sys/class/infiniband/{dev}/device)"),
+                )
+                .fix("read the node again; a snapshot that lost the /sys/bus/pci/devices entry needs a new capture; on a live node `lspci -s <bdf>` and `dmesg` say whether the function is being removed"),
+            );
+        }
+    }
+    // Drivers (bound to a function that has an RDMA device) that serve RDMA on this node.
+    let bound = |p: &crate::model::PciDevice| p.driver.get().and_then(|d| d.clone());
+    let serving: Vec<String> = pci
+        .iter()
+        .filter(|p| served.iter().any(|(b, _)| *b == p.bdf))
+        .filter_map(bound)
+        .collect();
+    for (bdf, name, rdma_drv) in rdma_capable_nics(node) {
+        if served.iter().any(|(b, _)| *b == bdf) {
+            continue;
+        }
+        let Some(p) = pci.iter().find(|p| p.bdf == bdf) else {
+            continue;
+        };
+        // Only a function bound to a driver that gives its siblings RDMA devices: a virtual
+        // function passed to a VM (vfio-pci) or a function left unbound is not this case.
+        let Some(drv) = bound(p).filter(|d| serving.contains(d)) else {
+            continue;
+        };
+        let with: Vec<&str> = served.iter().map(|(_, d)| *d).collect();
+        out.push(
+            Finding::new(
+                ID,
+                Status::Fail,
+                &bdf,
+                format!(
+                    "{name} ({bdf}, driver {drv}) has no rdma device while {} other function(s) of the same driver have one: {rdma_drv} did not create it, so gpudirect rdma cannot use this nic",
+                    with.len()
+                ),
+            )
+            .expected(
+                "/sys/class/infiniband/*/device",
+                format!("none resolves to {bdf}"),
+                "one rdma device per rdma-capable function",
+            )
+            .evidence("/sys/class/infiniband", with.join(" "))
+            .fix(format!("`dmesg | grep -i {bdf}` for the probe error ({rdma_drv}, firmware health: kernel.mlx5-health); `devlink dev info pci/{bdf}`; rebind the function (`echo {bdf} > /sys/bus/pci/drivers/{drv}/unbind; echo {bdf} > /sys/bus/pci/drivers/{drv}/bind`) or reset it (`mlxfwreset -d {bdf} reset`); a snapshot that lost /sys/class/infiniband/<dev> needs a new capture")),
+        );
+    }
+    out
 }
 
 /// PCI network functions of vendors with RDMA drivers, and the driver that provides it.
@@ -393,6 +474,65 @@ mod tests {
             f[0].message.contains("rdma-capable nic"),
             "{}",
             f[0].message
+        );
+    }
+
+    /// [`switch_pair`] with a second ConnectX-7 (0000:1a:00.0) below the same switch, bound to
+    /// `driver`, without an RDMA device.
+    fn second_nic(driver: Option<&str>) -> Node {
+        let mut n = switch_pair();
+        if let Fact::Known { value, .. } = &mut n.pci {
+            let mut d = nic(
+                &format!("{ROOT_PORT}/0000:16:00.0/0000:17:01.0/0000:1a:00.0"),
+                0,
+            );
+            d.driver = known(driver.map(str::to_string));
+            value.push(d);
+        }
+        n
+    }
+
+    #[test]
+    fn a_nic_without_its_rdma_device_fails_and_a_vm_nic_does_not() {
+        let f = devices(&second_nic(Some("mlx5_core")));
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert_eq!(f[1].status, Status::Fail);
+        assert_eq!(f[1].subject, "0000:1a:00.0");
+        assert!(
+            f[1].message.contains("mlx5_ib did not create it"),
+            "{}",
+            f[1].message
+        );
+        assert!(f[1].remediation.as_deref().unwrap().contains("unbind"));
+        // Passed to a VM, or unbound: not an RDMA function of this host.
+        for d in [Some("vfio-pci"), None] {
+            let f = devices(&second_nic(d));
+            assert_eq!(f.len(), 1, "{d:?}: {f:?}");
+            assert_eq!(f[0].status, Status::Pass);
+        }
+        // Its device there: all pass.
+        let mut n = second_nic(Some("mlx5_core"));
+        if let Fact::Known { value, .. } = &mut n.rdma {
+            value.push(rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE"));
+        }
+        let f = devices(&n);
+        assert!(f.iter().all(|f| f.status == Status::Pass), "{f:?}");
+    }
+
+    #[test]
+    fn an_rdma_device_whose_pci_function_is_not_listed_is_an_error() {
+        let mut n = switch_pair();
+        if let Fact::Known { value, .. } = &mut n.pci {
+            value.retain(|d| d.bdf != "0000:19:00.0");
+        }
+        let f = devices(&n);
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert_eq!(f[1].status, Status::Error);
+        assert_eq!(f[1].subject, "0000:19:00.0");
+        assert!(
+            f[1].message.starts_with("mlx5_0's pci function"),
+            "{}",
+            f[1].message
         );
     }
 

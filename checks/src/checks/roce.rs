@@ -405,9 +405,11 @@ fn judge_gid(
             sub,
             format!("NCCL uses {shown}"),
         ),
+        // Unknown is not good news: a lost or emptied gid_attrs/types/<n> of a RoCE v1 GID
+        // made a failing port a warning and the node exit 0 (the mutation sweep).
         None => Finding::new(
             id,
-            Status::Warn,
+            Status::Error,
             sub,
             format!("NCCL uses {shown}, whose RoCE type cannot be read: it may not be RoCE v{}", env.roce_version),
         )
@@ -887,6 +889,23 @@ mod tests {
             "{}",
             f.message
         );
+    }
+
+    #[test]
+    fn a_selected_gid_whose_type_cannot_be_read_is_an_error() {
+        assert_eq!(
+            gid_check(&node(healthy_gids(), nd("up", 9000, Some(true)))).status,
+            Status::Pass
+        );
+        // Only v1 entries around the one whose type is lost: NCCL may pick it, and it may be v1.
+        let mut g: Vec<GidEntry> = healthy_gids().into_iter().step_by(2).collect();
+        g[1].kind = Fact::absent(
+            "/sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/2",
+            "not found",
+        );
+        let f = gid_check(&node(g, nd("up", 9000, Some(true))));
+        assert_eq!(f.status, Status::Error, "{f:?}");
+        assert!(f.message.contains("cannot be read"), "{}", f.message);
     }
 
     #[test]
