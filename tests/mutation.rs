@@ -754,3 +754,30 @@ fn the_sweeps_first_holes_stay_closed() {
         );
     }
 }
+
+/// Found by the random mutation test (seed 692234378): the `config` files of a switch's
+/// upstream port (0000:46:00.0) and of a downstream port with ACS redirect set (0000:37:00.0)
+/// swapped. Same vendor and device ids, so the identity check passed both; the redirect moved
+/// off the GPU-NIC path and the node exited 0. A port type that the tree rules out is an error.
+#[test]
+fn swapped_switch_port_config_spaces_are_not_good_news() {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("hgx-h200x8-cx7x8-acs-redirect"), t.path());
+    let a = t
+        .path()
+        .join("sys/devices/pci0000:45/0000:45:01.0/0000:46:00.0/config");
+    let b = t
+        .path()
+        .join("sys/devices/pci0000:35/0000:35:01.0/0000:36:00.0/0000:37:00.0/config");
+    let key = ("pcie.acs-redirect".to_string(), "0000:37:00.0".to_string());
+    assert_eq!(
+        statuses(&report(t.path()).unwrap()).get(&key),
+        Some(&Status::Fail)
+    );
+    let (ca, cb) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    std::fs::write(&a, cb).unwrap();
+    std::fs::write(&b, ca).unwrap();
+    let r = report(t.path()).unwrap();
+    assert_eq!(statuses(&r).get(&key), Some(&Status::Error));
+    assert_ne!(r.summary.exit_code, 0);
+}

@@ -75,6 +75,60 @@ pub(crate) fn untrusted(d: &PciDevice, cs: &ConfigSpace) -> Option<String> {
     None
 }
 
+/// A bridge whose config space names a PCIe port type that its place in the tree rules out:
+/// a downstream port sits below an upstream port, an upstream port below a root or downstream
+/// port, a root port below no bridge at all; and only bridges below an upstream port. Two switch ports of the same model have the same
+/// vendor and device ids, so [`untrusted`] cannot tell their config spaces apart: a snapshot
+/// whose `config` files of an upstream and a downstream port were swapped moved a set ACS
+/// redirect off the GPU-NIC path and the node exited 0 (the mutation test, seed 692234378).
+/// `None` where the parent's type cannot be read (no claim is made then).
+fn misplaced(node: &Node, cx: &Context, d: &PciDevice, cs: &ConfigSpace) -> Option<String> {
+    use config::{PCIE_TYPE_DOWNSTREAM, PCIE_TYPE_ROOT_PORT, PCIE_TYPE_UPSTREAM};
+    let kind = |t: u8| match t {
+        PCIE_TYPE_ROOT_PORT => "a root port",
+        PCIE_TYPE_UPSTREAM => "an upstream port",
+        PCIE_TYPE_DOWNSTREAM => "a downstream port",
+        _ => "another type",
+    };
+    let t = cs.pcie.as_ref()?.device_type;
+    // An upstream port's functions below are the switch's downstream ports: bridges all.
+    if t == PCIE_TYPE_UPSTREAM {
+        let below = node.pci.get().into_iter().flatten();
+        if let Some(e) = below
+            .filter(|e| e.parent.as_deref() == Some(d.bdf.as_str()))
+            .find(|e| e.class_code().is_some_and(|c| c >> 8 != 0x0604))
+        {
+            return Some(format!(
+                "config space says an upstream port (PCIe capability type {t}), but {} below {} is not a bridge (class 0x{:06x}): the config space is not this device's",
+                e.bdf,
+                d.bdf,
+                e.class_code().unwrap_or(0)
+            ));
+        }
+    }
+    let parent = d.parent.as_deref().and_then(|p| cx.index.get(p))?;
+    let pcs = parent.decoded()?;
+    if untrusted(parent, &pcs).is_some() {
+        return None;
+    }
+    let pt = pcs.pcie.as_ref()?.device_type;
+    let fits = match t {
+        PCIE_TYPE_DOWNSTREAM => pt == PCIE_TYPE_UPSTREAM,
+        PCIE_TYPE_UPSTREAM => matches!(pt, PCIE_TYPE_ROOT_PORT | PCIE_TYPE_DOWNSTREAM),
+        PCIE_TYPE_ROOT_PORT => false,
+        _ => true,
+    };
+    (!fits).then(|| {
+        format!(
+            "config space says {} (PCIe capability type {t}), but {} sits below {}, {} (type {pt}): the config space is not this device's",
+            kind(t),
+            d.bdf,
+            parent.bdf,
+            kind(pt)
+        )
+    })
+}
+
 /// The decoded config space of `d` when `need` bytes of it are readable and it is this
 /// device's; otherwise the reason (for the evidence of an `error`).
 fn readable(d: &PciDevice, need: usize) -> Result<ConfigSpace, String> {
@@ -194,6 +248,20 @@ pub fn acs_redirect(node: &Node) -> Vec<Finding> {
                 continue;
             }
         };
+        if let Some(why) = misplaced(node, &cx, d, &cs) {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    &bdf,
+                    "cannot read the acs control register: the config space does not fit this bridge's place in the tree",
+                )
+                .evidence(src, why)
+                .evidence("affected gpu|nic pairs", pairs_txt)
+                .fix(format!("`lspci -vvv -s {bdf}` (Express capability: Downstream Port / Upstream Port / Root Port) against `lspci -tv`; a live node that shows this has a broken switch firmware, a snapshot was damaged: take it again")),
+            );
+            continue;
+        }
         let Some(acs) = cs.acs else {
             if let Some(why) = absence_unknown(&cs, true) {
                 out.push(
@@ -917,6 +985,37 @@ mod tests {
     const DSP: u8 = config::PCIE_TYPE_DOWNSTREAM;
     const ACS: u16 = config::EXT_CAP_ID_ACS;
     const AER: u16 = config::EXT_CAP_ID_AER;
+
+    #[test]
+    fn a_config_space_that_does_not_fit_the_tree_is_not_judged() {
+        let usp = config::PCIE_TYPE_UPSTREAM;
+        let cfg = |t: u8, ctl: u32| config(0x10b5, 0x8796, t, 0, &[(0x100, ext(ACS, 0), ctl)]);
+        // The switch's upstream port read as one: the downstream ports are judged.
+        let mut n = with_dsps(|| cfg(DSP, 0x001d << 16));
+        set_config(&mut n, "0000:16:00.0", cfg(usp, 0));
+        let f = acs_redirect(&n);
+        assert!(f.iter().all(|f| f.status == Status::Fail), "{f:?}");
+        // The upstream port's and one downstream port's config swapped (same vendor and device
+        // ids): the redirect is no longer on a downstream port, and nothing may pass for it.
+        let mut n = with_dsps(|| cfg(DSP, 0x001d << 16));
+        set_config(&mut n, "0000:16:00.0", cfg(DSP, 0x001d << 16));
+        set_config(&mut n, "0000:17:00.0", cfg(usp, 0));
+        let f = acs_redirect(&n);
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f.iter().all(|f| f.status == Status::Error), "{f:?}");
+        assert!(
+            f[0].evidence[0]
+                .observed
+                .contains("0000:18:00.0 below 0000:17:00.0 is not a bridge"),
+            "{f:?}"
+        );
+        assert!(
+            f[1].evidence[0]
+                .observed
+                .contains("sits below 0000:16:00.0, a downstream port"),
+            "{f:?}"
+        );
+    }
 
     #[test]
     fn acs_is_judged_when_the_chain_is_sound() {
