@@ -77,11 +77,11 @@ pub(crate) fn untrusted(d: &PciDevice, cs: &ConfigSpace) -> Option<String> {
 
 /// A bridge whose config space names a PCIe port type that its place in the tree rules out:
 /// a downstream port sits below an upstream port, an upstream port below a root or downstream
-/// port, a root port below no bridge at all; and only bridges below an upstream port. Two switch ports of the same model have the same
-/// vendor and device ids, so [`untrusted`] cannot tell their config spaces apart: a snapshot
-/// whose `config` files of an upstream and a downstream port were swapped moved a set ACS
-/// redirect off the GPU-NIC path and the node exited 0 (the mutation test, seed 692234378).
-/// `None` where the parent's type cannot be read (no claim is made then).
+/// port and has only bridges below it, a root port below no other port. Two switch ports of the
+/// same model have the same vendor and device ids, so [`untrusted`] cannot tell their config
+/// spaces apart: a snapshot whose `config` files of an upstream and a downstream port were
+/// swapped moved a set ACS redirect off the GPU-NIC path and the node exited 0 (the mutation
+/// test, seed 692234378). `None` where the parent's type cannot be read (no claim then).
 fn misplaced(node: &Node, cx: &Context, d: &PciDevice, cs: &ConfigSpace) -> Option<String> {
     use config::{PCIE_TYPE_DOWNSTREAM, PCIE_TYPE_ROOT_PORT, PCIE_TYPE_UPSTREAM};
     let kind = |t: u8| match t {
@@ -115,7 +115,12 @@ fn misplaced(node: &Node, cx: &Context, d: &PciDevice, cs: &ConfigSpace) -> Opti
     let fits = match t {
         PCIE_TYPE_DOWNSTREAM => pt == PCIE_TYPE_UPSTREAM,
         PCIE_TYPE_UPSTREAM => matches!(pt, PCIE_TYPE_ROOT_PORT | PCIE_TYPE_DOWNSTREAM),
-        PCIE_TYPE_ROOT_PORT => false,
+        // Below a PCIe port; a root port behind an Intel VMD endpoint (domain 10000:) is
+        // real and has an endpoint for parent.
+        PCIE_TYPE_ROOT_PORT => !matches!(
+            pt,
+            PCIE_TYPE_ROOT_PORT | PCIE_TYPE_UPSTREAM | PCIE_TYPE_DOWNSTREAM
+        ),
         _ => true,
     };
     (!fits).then(|| {
@@ -1015,6 +1020,56 @@ mod tests {
                 .contains("sits below 0000:16:00.0, a downstream port"),
             "{f:?}"
         );
+    }
+
+    #[test]
+    fn a_root_port_behind_a_vmd_endpoint_fits_and_one_below_a_port_does_not() {
+        let rp = config::PCIE_TYPE_ROOT_PORT;
+        let cfg = |v: u16, d: u16, t: u8| config(v, d, t, 0, &[]);
+        let mut n = switch_pair();
+        // The VMD endpoint (an Intel RAID-class function) above a root port of its own domain.
+        if let Fact::Known { value, .. } = &mut n.pci {
+            let mut vmd = pci(
+                "/sys/devices/pci0000:00/0000:00:0e.0",
+                0x010400,
+                0x8086,
+                0x467f,
+                0,
+            );
+            vmd.config = known(cfg(
+                0x8086,
+                0x467f,
+                config::PCIE_TYPE_RC_INTEGRATED_ENDPOINT,
+            ));
+            value.push(vmd);
+            let mut port = bridge(
+                "/sys/devices/pci0000:00/0000:00:0e.0/pci10000:e0/0000:e0:06.0",
+                0,
+            );
+            port.parent = Some("0000:00:0e.0".into());
+            port.vendor_id = known(0x8086);
+            port.device_id = known(0xa74d);
+            value.push(port);
+        }
+        let cx = Context::new(&n);
+        let Some(port) = cx.index.get("0000:e0:06.0") else {
+            panic!("the root port is listed")
+        };
+        let cs = crate::pci::config::decode(&cfg(0x8086, 0xa74d, rp));
+        assert_eq!(misplaced(&n, &cx, port, &cs), None);
+        // The same root port config below the switch's upstream port does not fit.
+        let mut n = switch_pair();
+        set_config(
+            &mut n,
+            "0000:16:00.0",
+            cfg(0x10b5, 0x8796, config::PCIE_TYPE_UPSTREAM),
+        );
+        let cx = Context::new(&n);
+        let Some(dsp) = cx.index.get("0000:17:00.0") else {
+            panic!("the downstream port is listed")
+        };
+        let cs = crate::pci::config::decode(&cfg(0x10b5, 0x8796, rp));
+        assert!(misplaced(&n, &cx, dsp, &cs).is_some());
     }
 
     #[test]
