@@ -430,11 +430,19 @@ fn aer_findings(node: &Node) -> Vec<Finding> {
     // A function the baseline read and that is not listed now: it fell off the bus, or its
     // sysfs entry is gone from a damaged snapshot; either way its errors are unknown.
     if let Some(b) = b {
+        // Gone from the PCI bus listing, not only from the devices judged here: which NICs
+        // are judged follows the RDMA listing (a LAG, a driver reload), and a function still
+        // on the bus is not "fallen off".
+        let on_bus = |bdf: &str| {
+            node.pci
+                .get()
+                .is_some_and(|pci| pci.iter().any(|p| p.bdf == bdf))
+        };
         let gone: std::collections::BTreeSet<&str> = b
             .values
             .keys()
             .filter_map(|k| k.strip_prefix("aer/")?.split('/').next())
-            .filter(|bdf| !list.iter().any(|a| a.bdf == *bdf))
+            .filter(|bdf| !list.iter().any(|a| a.bdf == *bdf) && !on_bus(bdf))
             .collect();
         for bdf in gone {
             let path = format!("/sys/bus/pci/devices/{bdf}");
@@ -1113,7 +1121,15 @@ mod tests {
         assert_eq!(f[0].status, Status::Skip, "no device listed at all: {f:?}");
         let mut other = aer_stats([true; 3]);
         other.bdf = "0000:19:00.0".into();
-        let f = aer(&aer_node(vec![other], &AER_BASE));
+        // Still on the PCI bus, only not judged here now (the judged NICs follow the RDMA
+        // listing): no claim.
+        let n = aer_node(vec![other.clone()], &AER_BASE);
+        let f = aer(&n);
+        assert!(f.iter().all(|f| f.subject != "0000:18:00.0"), "{f:?}");
+        // Gone from the bus listing too.
+        let mut n = aer_node(vec![other], &AER_BASE);
+        n.pci = Fact::known(Vec::new(), "test");
+        let f = aer(&n);
         let gone = f.iter().find(|f| f.subject == "0000:18:00.0").unwrap();
         assert_eq!(gone.status, Status::Error, "{f:?}");
         assert!(

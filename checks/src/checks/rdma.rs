@@ -109,15 +109,36 @@ fn unserved(node: &Node, devs: &[crate::model::RdmaDevice]) -> Vec<Finding> {
         .filter(|p| served.iter().any(|(b, _)| *b == p.bdf))
         .filter_map(bound)
         .collect();
+    // The card of a function: domain:bus:device. Another function of the same card with an
+    // RDMA device covers it: a RoCE LAG's mlx5_bond_0 sits on PF0 only, a multi-port (MPV)
+    // card's second port is a port of the first function's device.
+    let card = |bdf: &str| bdf.rsplit_once('.').map(|(c, _)| c.to_string());
     for (bdf, name, rdma_drv) in rdma_capable_nics(node) {
-        if served.iter().any(|(b, _)| *b == bdf) {
+        if served.iter().any(|(b, _)| card(b) == card(&bdf)) {
             continue;
         }
         let Some(p) = pci.iter().find(|p| p.bdf == bdf) else {
             continue;
         };
-        // Only a function bound to a driver that gives its siblings RDMA devices: a virtual
-        // function passed to a VM (vfio-pci) or a function left unbound is not this case.
+        // A virtual function: in the RDMA "exclusive" netns mode its device lives in the pod
+        // that uses it, not in the host's listing.
+        if p.is_virtfn {
+            continue;
+        }
+        if let Some(reason) = p.driver.reason() {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    &bdf,
+                    format!("{name} ({bdf}) has no rdma device and its driver cannot be read: whether it should have one is unknown"),
+                )
+                .evidence(p.driver.source(), format!("unknown ({reason})")),
+            );
+            continue;
+        }
+        // Only a function bound to a driver that gives its siblings RDMA devices: a function
+        // passed to a VM (vfio-pci) or left unbound is not this case.
         let Some(drv) = bound(p).filter(|d| serving.contains(d)) else {
             continue;
         };
@@ -510,6 +531,31 @@ mod tests {
             assert_eq!(f.len(), 1, "{d:?}: {f:?}");
             assert_eq!(f[0].status, Status::Pass);
         }
+        // A virtual function (its device may live in a pod's namespace): not counted.
+        let mut n = second_nic(Some("mlx5_core"));
+        if let Fact::Known { value, .. } = &mut n.pci {
+            value[6].is_virtfn = true;
+        }
+        assert_eq!(devices(&n).len(), 1);
+        // The driver link unreadable: unknown, not skipped.
+        let mut n = second_nic(Some("mlx5_core"));
+        if let Fact::Known { value, .. } = &mut n.pci {
+            value[6].driver = Fact::absent("/sys/x/driver", "permission denied");
+        }
+        let f = devices(&n);
+        assert_eq!(f[1].status, Status::Error, "{f:?}");
+        // The second function of mlx5_0's card (a LAG's PF1, an MPV card's second port): the
+        // card has its device.
+        let mut n = switch_pair();
+        if let Fact::Known { value, .. } = &mut n.pci {
+            let mut d = nic(
+                &format!("{ROOT_PORT}/0000:16:00.0/0000:17:01.0/0000:19:00.1"),
+                0,
+            );
+            d.driver = known(Some("mlx5_core".into()));
+            value.push(d);
+        }
+        assert_eq!(devices(&n).len(), 1);
         // Its device there: all pass.
         let mut n = second_nic(Some("mlx5_core"));
         if let Fact::Known { value, .. } = &mut n.rdma {
