@@ -717,13 +717,51 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
             "read the counters again (`nvidia-smi -q -i {}`); NVML that stops answering a counter it gave within the same boot points at the driver (`dmesg` for Xid errors); a snapshot that lost it needs a new capture",
             g.bdf
         );
+        // Links NVML reports down now whose counters the baseline read: they went down since.
+        // gpu.nvlink compares GPUs with each other, so the same link lost on every GPU (one
+        // failed NVSwitch) would be seen by nobody.
+        let went_down: Vec<&String> = if nvlink {
+            down.iter()
+                .filter(|l| {
+                    node.health.baseline.as_ref().is_some_and(|b| {
+                        let p = format!("{under}/{l}/");
+                        b.values.keys().any(|k| k.starts_with(&p))
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let down_since = |mut f: Finding| -> Finding {
+            if went_down.is_empty() {
+                return f;
+            }
+            let list = went_down
+                .iter()
+                .map(|l| l.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            if matches!(f.status, Status::Pass | Status::Skip) {
+                f.status = Status::Warn;
+                f.remediation = Some(format!("`nvidia-smi nvlink -s -i {}` shows the link states; a link that went down needs the GPU (and on NVSwitch systems the fabric manager's view, `nvidia-smi -q | grep -i fabric`) checked: `dmesg` for Xid 74/79, then a GPU reset and `dcgmi diag -r 2`", g.bdf));
+            }
+            f.message = format!(
+                "{}; link(s) {list} went down since the counter baseline (active and counted then)",
+                f.message
+            );
+            f.expected(
+                source,
+                format!("link(s) {list}: down"),
+                "active, as in the counter baseline",
+            )
+        };
         if rs.is_empty() {
             let why = if nvlink {
                 "nvml reports no nvlink error counters for this gpu (no active nvlink, or nvmlDeviceGetNvLinkErrorCounter is not supported here)"
             } else {
                 "nvml reports no pcie replay counter for this gpu"
             };
-            let f = Finding::new(id, Status::Skip, &g.bdf, why);
+            let f = down_since(Finding::new(id, Status::Skip, &g.bdf, why));
             out.push(with_lost(f, &missing, source, again));
             continue;
         }
@@ -755,7 +793,7 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
             },
             label,
         );
-        out.push(with_lost(f, &missing, source, again));
+        out.push(with_lost(down_since(f), &missing, source, again));
     }
     out
 }
@@ -1020,9 +1058,15 @@ mod tests {
         // A link gone from NVML's list.
         let f = nvlink(&lose(&|g| g.nvlinks.clear()));
         assert_eq!(f[0].status, Status::Error, "{f:?}");
-        // A link NVML reports as down is gpu.nvlink's finding, not a lost counter.
+        // A link NVML reports as down is not a lost counter, but it went down since the
+        // baseline: a warning (gpu.nvlink cannot see it when every GPU lost the same link).
         let f = nvlink(&lose(&|g| g.nvlinks[0].active = false));
-        assert_eq!(f[0].status, Status::Skip, "{f:?}");
+        assert_eq!(f[0].status, Status::Warn, "{f:?}");
+        assert!(
+            f[0].message.contains("link(s) 3 went down"),
+            "{}",
+            f[0].message
+        );
         // A known failure stays a failure, and still names what was lost.
         let mut n = gpu_node(2, 100);
         if let Fact::Known { value, .. } = &mut n.live.nvml {
