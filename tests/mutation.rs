@@ -93,18 +93,67 @@ impl Rng {
     }
 }
 
+/// The regular files under `dir` (not the `.gdrdoctor-keep` markers of empty directories).
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    walk(dir, &mut |p, t| {
+        if t.is_file() && p.file_name().is_some_and(|n| n != ".gdrdoctor-keep") {
+            out.push(p.to_path_buf());
+        }
+    });
+}
+
+/// The symbolic links under `dir`.
+fn symlinks(dir: &Path, out: &mut Vec<PathBuf>) {
+    walk(dir, &mut |p, t| {
+        if t.is_symlink() {
+            out.push(p.to_path_buf());
+        }
+    });
+}
+
+/// Every entry under `dir` but directories, depth first, links not followed.
+fn walk(dir: &Path, each: &mut dyn FnMut(&Path, std::fs::FileType)) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
     for e in rd.flatten() {
         let Ok(t) = e.file_type() else { continue };
         if t.is_dir() {
-            files(&e.path(), out);
-        } else if t.is_file() && e.file_name() != ".gdrdoctor-keep" {
-            out.push(e.path());
+            walk(&e.path(), each);
+        } else {
+            each(&e.path(), t);
         }
     }
+}
+
+/// A fixture copied into a scratch directory, with its intact report's statuses and exit
+/// code (what the damaged copies are compared against).
+struct Base {
+    dir: tempfile::TempDir,
+    status: BTreeMap<(String, String), Status>,
+    exit: i32,
+}
+
+fn base(fixture_name: &str) -> Base {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture(fixture_name), dir.path());
+    let r = report(dir.path()).expect("every fixture is readable");
+    Base {
+        status: statuses(&r),
+        exit: r.summary.exit_code,
+        dir,
+    }
+}
+
+/// The campaign's closing line and verdict.
+fn conclude(line: String, problems: &[String]) {
+    eprintln!("{line}");
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// `check --sysroot DIR` in-process; `None` where the CLI exits 2 (the sysroot cannot be
@@ -191,12 +240,8 @@ fn damaged_evidence_is_never_good_news() {
     let mut done = 0usize;
     let t0 = std::time::Instant::now();
     for s in &scenarios {
-        let t = tempfile::tempdir().unwrap();
-        copy_tree(&fixture(s), t.path());
-        let root = t.path();
-        let base = report(root).expect("every fixture is readable");
-        let base_status = statuses(&base);
-        let base_exit = base.summary.exit_code;
+        let b = base(s);
+        let root = b.dir.path();
         let mut all = Vec::new();
         files(root, &mut all);
         all.sort();
@@ -258,7 +303,7 @@ fn damaged_evidence_is_never_good_news() {
                 check_invariants(
                     &what,
                     &r,
-                    (&base_status, base_exit),
+                    (&b.status, b.exit),
                     !optional,
                     damage != Damage::Swap && !optional,
                     &mut problems,
@@ -271,16 +316,13 @@ fn damaged_evidence_is_never_good_news() {
             done += 1;
         }
     }
-    eprintln!(
-        "mutation: {done} damaged sysroots over {} fixtures in {:.1} s (seed {seed:#x})",
-        scenarios.len(),
-        t0.elapsed().as_secs_f64()
-    );
-    assert!(
-        problems.is_empty(),
-        "{} problems:\n{}",
-        problems.len(),
-        problems.join("\n")
+    conclude(
+        format!(
+            "mutation: {done} damaged sysroots over {} fixtures in {:.1} s (seed {seed:#x})",
+            scenarios.len(),
+            t0.elapsed().as_secs_f64()
+        ),
+        &problems,
     );
 }
 
@@ -292,6 +334,10 @@ fn damaged_evidence_is_never_good_news() {
 /// release build, a local campaign), `GDRDOCTOR_SWEEP=a,b` the named ones (`.ci/run` sweeps
 /// the fixtures whose defects live in files the checks read least: AER, port counters, the
 /// kernel log); by default the two small real-shaped nodes (600 sysroots, seconds).
+/// `GDRDOCTOR_SWEEP_DAMAGE` picks the damages (`remove,empty` by default; also `truncate`,
+/// the first half of the file; `garbage`, bytes of the file's length drawn from its path; and
+/// `swap`, the file exchanged with the next one of the same name that differs from it, judged
+/// on the exit code only). Links are swept when `remove` is among them.
 #[test]
 fn every_file_removed_or_emptied_is_never_good_news() {
     let want = std::env::var("GDRDOCTOR_SWEEP")
@@ -309,45 +355,97 @@ fn every_file_removed_or_emptied_is_never_good_news() {
         }
         v
     };
+    let damages: Vec<Damage> = std::env::var("GDRDOCTOR_SWEEP_DAMAGE")
+        .unwrap_or_else(|_| "remove,empty".into())
+        .split(',')
+        .map(|d| match d.trim() {
+            "remove" => Damage::Remove,
+            "empty" => Damage::Empty,
+            "truncate" => Damage::Truncate,
+            "garbage" => Damage::Garbage,
+            "swap" => Damage::Swap,
+            other => panic!(
+                "GDRDOCTOR_SWEEP_DAMAGE names {other:?}: remove, empty, truncate, garbage or swap"
+            ),
+        })
+        .collect();
     let t0 = std::time::Instant::now();
     let mut problems: Vec<String> = Vec::new();
     let mut done = 0usize;
     for s in &chosen {
-        let t = tempfile::tempdir().unwrap();
-        copy_tree(&fixture(s), t.path());
-        let root = t.path();
-        let base = report(root).expect("every fixture is readable");
-        let base_status = statuses(&base);
-        let base_exit = base.summary.exit_code;
+        let b = base(s);
+        let root = b.dir.path();
         let mut all = Vec::new();
         files(root, &mut all);
         all.sort();
         let mut links = Vec::new();
-        symlinks(root, &mut links);
-        links.sort();
-        for file in &all {
+        if damages.contains(&Damage::Remove) {
+            symlinks(root, &mut links);
+            links.sort();
+        }
+        for (i, file) in all.iter().enumerate() {
             let original = std::fs::read(file).unwrap();
             let optional = file
                 .file_name()
                 .is_some_and(|n| OPTIONAL.contains(&n.to_string_lossy().as_ref()));
             let rel = file.strip_prefix(root).unwrap().display().to_string();
-            for damage in [Damage::Remove, Damage::Empty] {
+            // The swap's partner: the next file of the same name (another GPU's, port's or
+            // bridge's) whose bytes differ, round the list.
+            let partner = if damages.contains(&Damage::Swap) {
+                all[i + 1..]
+                    .iter()
+                    .chain(&all[..i])
+                    .filter(|p| p.file_name() == file.file_name())
+                    .find(|p| std::fs::read(p).ok().as_ref() != Some(&original))
+            } else {
+                None
+            };
+            for &damage in &damages {
+                let mut swapped: Option<(&PathBuf, Vec<u8>)> = None;
                 match damage {
+                    Damage::Swap => {
+                        // Two readings exchanged: a failure may move to another subject
+                        // (no flips judged), but the node must not come out healthier.
+                        let Some(other) = partner else { continue };
+                        let theirs = std::fs::read(other).unwrap();
+                        std::fs::write(file, &theirs).unwrap();
+                        std::fs::write(other, &original).unwrap();
+                        swapped = Some((other, theirs));
+                    }
                     Damage::Remove => std::fs::remove_file(file).unwrap(),
+                    Damage::Truncate => {
+                        std::fs::write(file, &original[..original.len() / 2]).unwrap()
+                    }
+                    Damage::Garbage => {
+                        // Drawn from the path: the same junk in every run.
+                        let mut rng = Rng(rel.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
+                            (h ^ c as u64).wrapping_mul(0x100_0000_01b3)
+                        }) | 1);
+                        let n = original.len().clamp(1, 8192);
+                        let junk: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                        std::fs::write(file, junk).unwrap()
+                    }
                     _ => std::fs::write(file, b"").unwrap(),
                 }
                 if let Some(r) = report(root) {
                     let legit = optional && damage == Damage::Remove;
+                    let with = swapped
+                        .as_ref()
+                        .map(|(p, _)| format!(" with {}", p.strip_prefix(root).unwrap().display()))
+                        .unwrap_or_default();
                     check_invariants(
-                        &format!("{s}: {damage:?} {rel}"),
+                        &format!("{s}: {damage:?} {rel}{with}"),
                         &r,
-                        (&base_status, base_exit),
+                        (&b.status, b.exit),
                         !legit,
-                        !legit,
+                        !legit && damage != Damage::Swap,
                         &mut problems,
                     );
                 }
                 std::fs::write(file, &original).unwrap();
+                if let Some((p, theirs)) = swapped {
+                    std::fs::write(p, theirs).unwrap();
+                }
                 done += 1;
             }
         }
@@ -359,7 +457,7 @@ fn every_file_removed_or_emptied_is_never_good_news() {
                 check_invariants(
                     &format!("{s}: Remove link {rel}"),
                     &r,
-                    (&base_status, base_exit),
+                    (&b.status, b.exit),
                     true,
                     true,
                     &mut problems,
@@ -369,31 +467,14 @@ fn every_file_removed_or_emptied_is_never_good_news() {
             done += 1;
         }
     }
-    eprintln!(
-        "sweep: {done} damaged sysroots over {} fixtures in {:.1} s",
-        chosen.len(),
-        t0.elapsed().as_secs_f64()
+    conclude(
+        format!(
+            "sweep: {done} damaged sysroots over {} fixtures in {:.1} s",
+            chosen.len(),
+            t0.elapsed().as_secs_f64()
+        ),
+        &problems,
     );
-    assert!(
-        problems.is_empty(),
-        "{} problems:\n{}",
-        problems.len(),
-        problems.join("\n")
-    );
-}
-
-fn symlinks(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let Ok(t) = e.file_type() else { continue };
-        if t.is_symlink() {
-            out.push(e.path());
-        } else if t.is_dir() {
-            symlinks(&e.path(), out);
-        }
-    }
 }
 
 /// Found by the mutation test (seed 0x1720eb8): garbage in an Ethernet port's `link_layer` of
