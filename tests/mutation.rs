@@ -863,3 +863,72 @@ fn swapped_switch_port_config_spaces_are_not_good_news() {
     assert_eq!(statuses(&r).get(&key), Some(&Status::Error));
     assert_ne!(r.summary.exit_code, 0);
 }
+
+/// A NIC gone since the counter baseline on a node that exposes no AER (a cloud VM, where a VF
+/// hot-removed by the hypervisor takes its PCI function with it): no other check remembers
+/// it (rdma.devices sees seven healthy NICs, topo only warns), and the node exited 0.
+#[test]
+fn a_nic_gone_since_the_baseline_is_not_good_news() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path();
+    copy_tree(&fixture("hgx-h200x8-cx7x8-healthy"), root);
+    // The baseline a run before the loss would have written: this node's port counters (the
+    // AER counters left out, as in a VM).
+    let intact = report(root).unwrap();
+    assert_eq!(intact.summary.exit_code, 0);
+    let mut node = {
+        let mut r = Root::sysroot(root).unwrap();
+        let m = meta::read(&r).unwrap();
+        r.set_complete(m.is_some());
+        collect::collect(&r, m.as_ref())
+    };
+    node.live = gdrdoctor_checks::model::LiveFacts::absent("not queried");
+    let values: BTreeMap<String, u64> = gdrdoctor_checks::counters::values(&node)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("ib/") || k.starts_with("hw/"))
+        .collect();
+    assert!(values.keys().any(|k| k.starts_with("ib/mlx5_3/1/")));
+    let baseline = serde_json::json!({
+        "elapsed_ms": 300_000, "origin": "the last run (test, 5 min ago)", "values": values,
+    });
+    std::fs::create_dir_all(root.join("gdrdoctor")).unwrap();
+    std::fs::write(
+        root.join("gdrdoctor/counters-baseline.json"),
+        serde_json::to_vec(&baseline).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        report(root).unwrap().summary.exit_code,
+        0,
+        "the baseline alone"
+    );
+    // mlx5_3's function (0000:49:00.0) gone from the bus, with every link to it.
+    let dev =
+        root.join("sys/devices/pci0000:45/0000:45:01.0/0000:46:00.0/0000:47:01.0/0000:49:00.0");
+    assert!(dev.is_dir());
+    std::fs::remove_dir_all(&dev).unwrap();
+    let mut links = Vec::new();
+    symlinks(root, &mut links);
+    for l in links {
+        let to = std::fs::read_link(&l).unwrap();
+        if to.to_string_lossy().contains("0000:49:00.0") {
+            std::fs::remove_file(&l).unwrap();
+        }
+    }
+    let r = report(root).unwrap();
+    assert_ne!(r.summary.exit_code, 0);
+    for id in ["counters.ib-port", "counters.rdma-transport"] {
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.id == id && f.subject == "mlx5_3/1")
+            .unwrap_or_else(|| panic!("{id} says nothing of mlx5_3/1"));
+        assert_eq!(f.status, Status::Error, "{f:?}");
+        assert!(f.message.contains("gone now"), "{}", f.message);
+        assert!(f
+            .remediation
+            .as_deref()
+            .unwrap_or("")
+            .contains("state file"));
+    }
+}

@@ -112,6 +112,77 @@ fn with_lost(mut f: Finding, missing: &[String], source: &str, again: String) ->
     )
 }
 
+/// Subjects the baseline holds judged counters for and that are gone now: the first `parts`
+/// components of the keys below `prefix/` (`mlx5_3/1` for a port, a GPU's address) whose
+/// counter (the key's last component) `judged` names and that `present` does not list. A port
+/// or a GPU read by the last run does not vanish from a healthy node within a boot: a NIC fell
+/// off the bus, a VF was hot-removed, a driver was unloaded. `lost` sees only what is missing
+/// from a subject that is still there.
+fn gone(
+    node: &Node,
+    prefix: &str,
+    parts: usize,
+    judged: impl Fn(&str) -> bool,
+    present: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let Some(b) = node.health.baseline.as_ref() else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = Vec::new();
+    for k in b.values.keys() {
+        let Some(rest) = k.strip_prefix(prefix).and_then(|r| r.strip_prefix('/')) else {
+            continue;
+        };
+        let comps: Vec<&str> = rest.split('/').collect();
+        if comps.len() < parts || comps[..parts].iter().any(|c| c.is_empty()) {
+            continue;
+        }
+        if !judged(comps.last().copied().unwrap_or_default()) {
+            continue;
+        }
+        let sub = comps[..parts].join("/");
+        if !present(&sub) && !out.contains(&sub) {
+            out.push(sub);
+        }
+    }
+    out
+}
+
+/// The finding for a subject [`gone`] found.
+fn gone_finding(
+    node: &Node,
+    id: &str,
+    sub: &str,
+    what: &str,
+    source: String,
+    fix: &str,
+) -> Finding {
+    let origin = node
+        .health
+        .baseline
+        .as_ref()
+        .map(|b| b.origin.as_str())
+        .unwrap_or("?");
+    Finding::new(
+        id,
+        Status::Error,
+        sub,
+        format!("{sub} is in the counter baseline ({origin}) and gone now: its {what} errors are unknown"),
+    )
+    .expected(
+        source,
+        format!("{sub}: missing"),
+        "every subject the counter baseline holds",
+    )
+    .fix(if origin.starts_with("the last run") {
+        // Periodic runs carry a lost subject forward (`gdrdoctor check` keeps it in the
+        // state file), so a planned removal needs the file gone.
+        format!("{fix}; if it was removed on purpose, forget the old reading: delete the state file the baseline names (it also goes at reboot)")
+    } else {
+        fix.to_string()
+    })
+}
+
 fn worst(js: &[Judged]) -> Status {
     js.iter().map(|j| j.status).max().unwrap_or(Status::Pass)
 }
@@ -606,6 +677,53 @@ fn port_check(
         );
         out.push(with_lost(f, &missing, fact.source(), again));
     }
+    let here = |sub: &str| {
+        list.iter()
+            .any(|p| sub.split_once('/') == Some((p.device.as_str(), &p.port.to_string())))
+    };
+    let lost_ports = gone(
+        node,
+        if hw { "hw" } else { "ib" },
+        2,
+        |n| c::find(defs, n).is_some(),
+        here,
+    );
+    // As many devices gone as virtual functions without a device here: they may be VFs whose
+    // devices moved into pods (RDMA exclusive netns mode), not lost; not judged.
+    let mut lost_devs: Vec<&str> = lost_ports
+        .iter()
+        .filter_map(|s| s.split_once('/').map(|(d, _)| d))
+        .collect();
+    lost_devs.dedup();
+    let hidden = super::rdma::hidden_vfs(node);
+    if !lost_devs.is_empty() && lost_devs.len() <= hidden {
+        out.push(
+            Finding::new(
+                id,
+                Status::Skip,
+                lost_devs.join(" "),
+                format!(
+                    "{} in the counter baseline and not listed now, while {hidden} rdma-capable virtual function(s) have no rdma device in this namespace (RDMA exclusive netns mode moves a VF's device into its pod): not judged here",
+                    lost_ports.join(", ")
+                ),
+            )
+            .evidence(
+                "/sys/class/infiniband",
+                format!("{}: not listed", lost_ports.join(", ")),
+            ),
+        );
+        return out;
+    }
+    for sub in lost_ports {
+        out.push(gone_finding(
+            node,
+            id,
+            &sub,
+            what,
+            format!("/sys/class/infiniband/{}", sub.replace('/', "/ports/")),
+            "the RDMA port was read by the run the baseline comes from and its device or port is not listed now: a NIC that fell off the bus (`dmesg | grep -i mlx5`, `lspci -d 15b3:`), a VF hot-removed by the hypervisor, mlx5_ib unloaded, or the device renamed (RoCE LAG makes mlx5_bond_N); `ibv_devinfo -l` lists what is there",
+        ));
+    }
     out
 }
 
@@ -666,7 +784,7 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
             .map(|(g, a, b)| (g, (a, b)))
             .collect();
     let mut out = Vec::new();
-    for g in gpus {
+    for g in gpus.iter().copied() {
         let Some((links, replay)) = by.remove(&g.bdf) else {
             out.push(Finding::new(
                 id,
@@ -794,6 +912,27 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
             label,
         );
         out.push(with_lost(down_since(f), &missing, source, again));
+    }
+    let (prefix, source) = if nvlink {
+        ("nvlink", "nvmlDeviceGetNvLinkErrorCounter")
+    } else {
+        ("pcie-replay", "nvmlDeviceGetPcieReplayCounter")
+    };
+    for sub in gone(
+        node,
+        prefix,
+        1,
+        |n| !nvlink || c::find(defs, n).is_some(),
+        |b| gpus.iter().any(|g| g.bdf == b),
+    ) {
+        out.push(gone_finding(
+            node,
+            id,
+            &sub,
+            if nvlink { "nvlink" } else { "pcie replay" },
+            format!("/sys/bus/pci/devices/{sub} ({source})"),
+            "the GPU was read by the run the baseline comes from and is not among the GPUs on the PCI bus now: it fell off the bus (`dmesg` for Xid 79, `nvidia-smi`), was hot-removed, or was taken by another driver (vfio-pci); drain the node and reset or re-seat the GPU",
+        ));
     }
     out
 }
@@ -1082,6 +1221,113 @@ mod tests {
         let f = nvlink(&n);
         assert_eq!(f[0].status, Status::Fail, "{f:?}");
         assert!(f[0].message.contains("link 4 replay"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn a_port_the_baseline_read_and_that_is_gone_is_an_error() {
+        let mut n = node_with(0, Some(0));
+        assert!(ib_port(&n).iter().all(|f| f.status == Status::Pass));
+        // mlx5_1 port 1 was read by the last run; it is not listed now (a VF hot-removed, a
+        // NIC fallen off the bus): every other port passes, the lost one is an error.
+        if let Some(b) = n.health.baseline.as_mut() {
+            b.values.insert("ib/mlx5_1/1/link_downed".into(), 0);
+            // A counter no check judges says nothing about the port.
+            b.values.insert("ib/mlx5_2/1/port_rcv_data".into(), 7);
+        }
+        let f = ib_port(&n);
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert_eq!(f[0].status, Status::Pass);
+        assert_eq!(
+            (f[1].status, f[1].subject.as_str()),
+            (Status::Error, "mlx5_1/1")
+        );
+        assert!(f[1].message.contains("gone now"), "{}", f[1].message);
+        assert!(f[1].has_evidence());
+        assert!(
+            f[1].evidence[0].source.ends_with("mlx5_1/ports/1"),
+            "{:?}",
+            f[1].evidence
+        );
+        // Without a baseline nothing remembers it.
+        n.health.baseline = None;
+        assert_eq!(ib_port(&n).len(), 1);
+        // Another port of the same device is not this one.
+        let mut n = node_with(0, Some(0));
+        if let Some(b) = n.health.baseline.as_mut() {
+            b.values.insert("ib/mlx5_0/2/symbol_error".into(), 0);
+        }
+        let f = ib_port(&n);
+        assert_eq!(
+            f.last().map(|f| (f.status, f.subject.as_str())),
+            Some((Status::Error, "mlx5_0/2"))
+        );
+    }
+
+    /// RDMA exclusive netns mode: a VF's device moves into the pod that uses it and out of
+    /// the host's listing. As many devices gone as VFs without a device is not judged; one
+    /// more is.
+    #[test]
+    fn a_device_gone_while_a_vf_has_none_here_is_not_judged() {
+        use crate::testing::{nic, rdma, with};
+        let pf = nic("/sys/devices/pci0000:45/0000:45:01.0/0000:49:00.0", 0);
+        let mut vf = nic("/sys/devices/pci0000:45/0000:45:01.0/0000:49:00.2", 0);
+        vf.is_virtfn = true;
+        let base = node_with(0, Some(0));
+        let mut n = with(
+            base.clone(),
+            vec![pf.clone(), vf.clone()],
+            vec![rdma("mlx5_0", "0000:49:00.0", "4: ACTIVE")],
+        );
+        n.health = base.health.clone();
+        if let Some(b) = n.health.baseline.as_mut() {
+            b.values.insert("ib/mlx5_9/1/link_downed".into(), 0);
+        }
+        let f = ib_port(&n);
+        let last = f.last().expect("findings");
+        assert_eq!(
+            (last.status, last.subject.as_str()),
+            (Status::Skip, "mlx5_9"),
+            "{f:?}"
+        );
+        assert!(last.message.contains("exclusive netns"), "{}", last.message);
+        // Two devices gone and one VF without a device: not all of them can be in pods.
+        if let Some(b) = n.health.baseline.as_mut() {
+            b.values.insert("ib/mlx5_8/1/link_downed".into(), 0);
+        }
+        let f = ib_port(&n);
+        let errors: Vec<&str> = f
+            .iter()
+            .filter(|f| f.status == Status::Error)
+            .map(|f| f.subject.as_str())
+            .collect();
+        assert_eq!(errors, ["mlx5_8/1", "mlx5_9/1"], "{f:?}");
+        // The VF's own device listed: nothing hides in a pod.
+        let mut m = n.clone();
+        m.rdma = crate::testing::known(vec![
+            rdma("mlx5_0", "0000:49:00.0", "4: ACTIVE"),
+            rdma("mlx5_2", "0000:49:00.2", "4: ACTIVE"),
+        ]);
+        if let Some(b) = m.health.baseline.as_mut() {
+            b.values.remove("ib/mlx5_8/1/link_downed");
+        }
+        let f = ib_port(&m);
+        assert_eq!(f.last().map(|f| f.status), Some(Status::Error), "{f:?}");
+    }
+
+    #[test]
+    fn a_gpu_the_baseline_read_and_that_is_gone_is_an_error() {
+        let mut n = gpu_node(0, 100);
+        assert!(pcie_replay(&n).iter().all(|f| f.status == Status::Pass));
+        if let Some(b) = n.health.baseline.as_mut() {
+            b.values.insert("pcie-replay/0000:28:00.0".into(), 0);
+            b.values.insert("nvlink/0000:28:00.0/0/recovery".into(), 0);
+        }
+        for f in [pcie_replay(&n), nvlink(&n)] {
+            let gone: Vec<_> = f.iter().filter(|f| f.subject == "0000:28:00.0").collect();
+            assert_eq!(gone.len(), 1, "{f:?}");
+            assert_eq!(gone[0].status, Status::Error);
+            assert!(gone[0].message.contains("gone now"), "{}", gone[0].message);
+        }
     }
 
     fn aer_node(stats: Vec<crate::model::AerStats>, baseline: &[(&str, u64)]) -> Node {

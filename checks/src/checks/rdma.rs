@@ -166,6 +166,25 @@ fn unserved(node: &Node, devs: &[crate::model::RdmaDevice]) -> Vec<Finding> {
 }
 
 /// PCI network functions of vendors with RDMA drivers, and the driver that provides it.
+/// RDMA-capable SR-IOV virtual functions on the PCI bus without an RDMA device in this
+/// listing: in the RDMA "exclusive" netns mode a VF's device moves into the pod that uses it
+/// and out of the host's `/sys/class/infiniband`, so an RDMA device that vanished may be one
+/// of them (`counters.*` counts them before calling a port lost).
+pub(crate) fn hidden_vfs(node: &Node) -> usize {
+    let (Some(pci), Some(devs)) = (node.pci.get(), node.rdma.get()) else {
+        return 0;
+    };
+    rdma_capable_nics(node)
+        .into_iter()
+        .filter(|(bdf, _, _)| pci.iter().any(|p| &p.bdf == bdf && p.is_virtfn))
+        .filter(|(bdf, _, _)| {
+            !devs
+                .iter()
+                .any(|d| matches!(d.pci_bdf.get(), Some(Some(b)) if b == bdf))
+        })
+        .count()
+}
+
 fn rdma_capable_nics(node: &Node) -> Vec<(String, String, &'static str)> {
     let Some(pci) = node.pci.get() else {
         return vec![];
