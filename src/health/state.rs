@@ -244,22 +244,6 @@ pub fn snapshot_baseline_checked(root: &Root) -> Result<Option<CounterBaseline>,
         .map_err(|e| format!("{DAMAGED}{SNAPSHOT_BASELINE}: {e}"))
 }
 
-/// This run's counters, and those of the baseline that could not be read now kept at their
-/// old values: a counter, port or GPU lost since an earlier run stays lost for every later run
-/// of the boot (each says so: `counters.*`) instead of for the first one only, until it can be
-/// read again or the state file goes (reboot, or deleted by hand after a planned removal).
-pub fn carried(
-    mut now: BTreeMap<String, u64>,
-    base: Option<&CounterBaseline>,
-) -> BTreeMap<String, u64> {
-    if let Some(b) = base {
-        for (k, v) in &b.values {
-            now.entry(k.clone()).or_insert(*v);
-        }
-    }
-    now
-}
-
 /// How `check` gets its baseline.
 #[derive(Debug, Clone, Default)]
 pub struct RateOptions {
@@ -348,10 +332,7 @@ impl Rates {
         let (Some(dir), Some(boot)) = (&self.state_dir, &self.boot) else {
             return;
         };
-        let values = carried(
-            gdrdoctor_checks::counters::values(node),
-            node.health.baseline.as_ref(),
-        );
+        let values = gdrdoctor_checks::counters::values(node);
         if let Err(e) = save(dir, boot, now_ms(), &values) {
             eprintln!("gdrdoctor: note: cannot record the counters for the next run: {e}");
         }
@@ -365,62 +346,6 @@ mod tests {
 
     fn vals() -> BTreeMap<String, u64> {
         [("ib/mlx5_0/1/link_downed".to_string(), 3u64)].into()
-    }
-
-    /// A port lost since the last run is an error in every later run of the boot, not only
-    /// the first one after the loss (whose state file would no longer hold it), and is
-    /// judged again as soon as it is back.
-    #[test]
-    fn a_lost_port_stays_lost_for_every_later_run() {
-        use gdrdoctor_checks::model::{Fact, PortCounters};
-        use gdrdoctor_checks::report::Status;
-        let t = tempfile::tempdir().unwrap();
-        let dir = t.path().join("state");
-        let port = |dev: &str, downed: u64| PortCounters {
-            device: dev.into(),
-            port: 1,
-            counters: Fact::known(
-                [("link_downed".to_string(), downed)].into(),
-                format!("/sys/class/infiniband/{dev}/ports/1/counters"),
-            ),
-            hw_counters: Fact::absent("hw_counters", "not exposed by this driver"),
-        };
-        let node = |ports: Vec<PortCounters>, base: Option<CounterBaseline>| {
-            let mut n = gdrdoctor_checks::testing::empty_node();
-            n.health.port_counters = Fact::known(ports, "/sys/class/infiniband");
-            n.health.baseline = base;
-            n
-        };
-        let rates = Rates {
-            state_dir: Some(dir.clone()),
-            boot: Some("boot-a".into()),
-        };
-        let ib = |n: &Node| -> Vec<(Status, String)> {
-            gdrdoctor_checks::checks::counters::ib_port(n)
-                .into_iter()
-                .map(|f| (f.status, f.subject))
-                .collect()
-        };
-        // Run 1: two ports.
-        rates.finish(&node(vec![port("mlx5_0", 0), port("mlx5_1", 0)], None));
-        let next = |ports: Vec<PortCounters>| -> Vec<(Status, String)> {
-            let b = load(&dir, Some("boot-a"), now_ms()).unwrap().unwrap();
-            let n = node(ports, Some(b));
-            let out = ib(&n);
-            rates.finish(&n);
-            out
-        };
-        let lost = vec![
-            (Status::Pass, "mlx5_0/1".to_string()),
-            (Status::Error, "mlx5_1/1".to_string()),
-        ];
-        // Runs 2 and 3: mlx5_1 gone; both say so.
-        assert_eq!(next(vec![port("mlx5_0", 0)]), lost);
-        assert_eq!(next(vec![port("mlx5_0", 0)]), lost);
-        // Run 4: back (its counter grew meanwhile: judged, not forgotten).
-        let back = next(vec![port("mlx5_0", 0), port("mlx5_1", 3)]);
-        assert_eq!(back[1].1, "mlx5_1/1");
-        assert_ne!(back[1].0, Status::Pass, "{back:?}");
     }
 
     #[test]

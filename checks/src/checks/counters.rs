@@ -175,9 +175,10 @@ fn gone_finding(
         "every subject the counter baseline holds",
     )
     .fix(if origin.starts_with("the last run") {
-        // Periodic runs carry a lost subject forward (`gdrdoctor check` keeps it in the
-        // state file), so a planned removal needs the file gone.
-        format!("{fix}; if it was removed on purpose, forget the old reading: delete the state file the baseline names (it also goes at reboot)")
+        // This run's reading replaces the state file: the next periodic run no longer holds
+        // the subject, and says nothing of it (a site that needs "eight NICs, always" writes
+        // it in its policy).
+        format!("{fix}; this is said once, by the first periodic run after the loss (its reading becomes the next run's baseline): a planned removal needs nothing more; a site policy keeps saying it on every run (`gdrdoctor policy init` on a healthy node writes `[gpu] count` and `[rdma] count`, and live runs read /etc/gdrdoctor/policy.toml)")
     } else {
         fix.to_string()
     })
@@ -617,7 +618,16 @@ fn port_check(
             ]
         }
     };
-    if list.is_empty() {
+    if list.is_empty()
+        && gone(
+            node,
+            if hw { "hw" } else { "ib" },
+            2,
+            |n| c::find(defs, n).is_some(),
+            |_| false,
+        )
+        .is_empty()
+    {
         return vec![Finding::new(id, Status::Skip, "node", "no rdma port")];
     }
     let mut by: BTreeMap<String, Vec<c::Reading>> =
@@ -688,23 +698,41 @@ fn port_check(
         |n| c::find(defs, n).is_some(),
         here,
     );
-    // As many devices gone as virtual functions without a device here: they may be VFs whose
-    // devices moved into pods (RDMA exclusive netns mode), not lost; not judged.
     let mut lost_devs: Vec<&str> = lost_ports
         .iter()
         .filter_map(|s| s.split_once('/').map(|(d, _)| d))
         .collect();
+    lost_devs.sort_unstable();
     lost_devs.dedup();
-    let hidden = super::rdma::hidden_vfs(node);
-    if !lost_devs.is_empty() && lost_devs.len() <= hidden {
+    // What can stand in for a vanished device without anything lost: a device the baseline
+    // does not know (a rename, RoCE LAG's mlx5_bond_0) and an RDMA function without a device
+    // here (LAG's second PF, a VF or PF whose device moved into a pod). As many of them as
+    // devices gone: not judged.
+    let prefix = format!("{}/", if hw { "hw" } else { "ib" });
+    let mut new_devs: Vec<&str> = list
+        .iter()
+        .map(|p| p.device.as_str())
+        .filter(|d| {
+            node.health.baseline.as_ref().is_some_and(|b| {
+                let under = format!("{prefix}{d}/");
+                !b.values.keys().any(|k| k.starts_with(&under))
+            })
+        })
+        .collect();
+    new_devs.sort_unstable();
+    new_devs.dedup();
+    let stand_ins = new_devs.len() + super::rdma::deviceless_functions(node);
+    if !lost_devs.is_empty() && lost_devs.len() <= stand_ins {
         out.push(
             Finding::new(
                 id,
                 Status::Skip,
                 lost_devs.join(" "),
                 format!(
-                    "{} in the counter baseline and not listed now, while {hidden} rdma-capable virtual function(s) have no rdma device in this namespace (RDMA exclusive netns mode moves a VF's device into its pod): not judged here",
-                    lost_ports.join(", ")
+                    "{} in the counter baseline and not listed now, beside {} device(s) the baseline does not know and {} rdma function(s) without a device here (a rename, RoCE LAG's mlx5_bond_N, a device moved into a pod's netns): not judged as lost",
+                    lost_ports.join(", "),
+                    new_devs.len(),
+                    stand_ins - new_devs.len()
                 ),
             )
             .evidence(
@@ -721,7 +749,7 @@ fn port_check(
             &sub,
             what,
             format!("/sys/class/infiniband/{}", sub.replace('/', "/ports/")),
-            "the RDMA port was read by the run the baseline comes from and its device or port is not listed now: a NIC that fell off the bus (`dmesg | grep -i mlx5`, `lspci -d 15b3:`), a VF hot-removed by the hypervisor, mlx5_ib unloaded, or the device renamed (RoCE LAG makes mlx5_bond_N); `ibv_devinfo -l` lists what is there",
+            "the RDMA port was read by the run the baseline comes from and is not among the ports listed now: a NIC that fell off the bus (`dmesg | grep -i mlx5`, `lspci -d 15b3:`), a VF hot-removed by the hypervisor, mlx5_ib unloaded, or the device renamed (RoCE LAG makes mlx5_bond_N); `ibv_devinfo -l` lists what is there",
         ));
     }
     out
@@ -931,7 +959,7 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
             &sub,
             if nvlink { "nvlink" } else { "pcie replay" },
             format!("/sys/bus/pci/devices/{sub} ({source})"),
-            "the GPU was read by the run the baseline comes from and is not among the GPUs on the PCI bus now: it fell off the bus (`dmesg` for Xid 79, `nvidia-smi`), was hot-removed, or was taken by another driver (vfio-pci); drain the node and reset or re-seat the GPU",
+            "the GPU was read by the run the baseline comes from and is not among the GPUs on the PCI bus now: it fell off the bus (`dmesg` for Xid 79, `nvidia-smi`) or was hot-removed (a VM's GPU detached by the hypervisor); drain the node and reset or re-seat the GPU",
         ));
     }
     out
@@ -1263,55 +1291,124 @@ mod tests {
         );
     }
 
-    /// RDMA exclusive netns mode: a VF's device moves into the pod that uses it and out of
-    /// the host's listing. As many devices gone as VFs without a device is not judged; one
-    /// more is.
-    #[test]
-    fn a_device_gone_while_a_vf_has_none_here_is_not_judged() {
+    /// A port counter reading of `dev` port 1.
+    fn port_of(dev: &str) -> PortCounters {
+        PortCounters {
+            device: dev.into(),
+            port: 1,
+            counters: Fact::known(
+                [("link_downed".to_string(), 0)].into(),
+                format!("/sys/class/infiniband/{dev}/ports/1/counters"),
+            ),
+            hw_counters: Fact::absent("hw_counters", "not exposed by this driver"),
+        }
+    }
+
+    /// A node of mlx5 functions (`(address, is a VF, bound to mlx5_core)`), RDMA devices
+    /// (`(name, address)`) with their port counters, and a baseline of `link_downed` for
+    /// each of `before`'s devices.
+    fn stand_in_node(fns: &[(&str, bool, bool)], devs: &[(&str, &str)], before: &[&str]) -> Node {
         use crate::testing::{nic, rdma, with};
-        let pf = nic("/sys/devices/pci0000:45/0000:45:01.0/0000:49:00.0", 0);
-        let mut vf = nic("/sys/devices/pci0000:45/0000:45:01.0/0000:49:00.2", 0);
-        vf.is_virtfn = true;
-        let base = node_with(0, Some(0));
-        let mut n = with(
-            base.clone(),
-            vec![pf.clone(), vf.clone()],
-            vec![rdma("mlx5_0", "0000:49:00.0", "4: ACTIVE")],
-        );
-        n.health = base.health.clone();
-        if let Some(b) = n.health.baseline.as_mut() {
-            b.values.insert("ib/mlx5_9/1/link_downed".into(), 0);
-        }
-        let f = ib_port(&n);
-        let last = f.last().expect("findings");
-        assert_eq!(
-            (last.status, last.subject.as_str()),
-            (Status::Skip, "mlx5_9"),
-            "{f:?}"
-        );
-        assert!(last.message.contains("exclusive netns"), "{}", last.message);
-        // Two devices gone and one VF without a device: not all of them can be in pods.
-        if let Some(b) = n.health.baseline.as_mut() {
-            b.values.insert("ib/mlx5_8/1/link_downed".into(), 0);
-        }
-        let f = ib_port(&n);
-        let errors: Vec<&str> = f
+        let pci = fns
             .iter()
-            .filter(|f| f.status == Status::Error)
-            .map(|f| f.subject.as_str())
+            .map(|(bdf, vf, bound)| {
+                let mut p = nic(&format!("/sys/devices/pci0000:45/0000:45:01.0/{bdf}"), 0);
+                p.is_virtfn = *vf;
+                p.driver = Fact::known(bound.then(|| "mlx5_core".to_string()), "test");
+                p
+            })
             .collect();
-        assert_eq!(errors, ["mlx5_8/1", "mlx5_9/1"], "{f:?}");
-        // The VF's own device listed: nothing hides in a pod.
-        let mut m = n.clone();
-        m.rdma = crate::testing::known(vec![
-            rdma("mlx5_0", "0000:49:00.0", "4: ACTIVE"),
-            rdma("mlx5_2", "0000:49:00.2", "4: ACTIVE"),
-        ]);
-        if let Some(b) = m.health.baseline.as_mut() {
-            b.values.remove("ib/mlx5_8/1/link_downed");
-        }
-        let f = ib_port(&m);
-        assert_eq!(f.last().map(|f| f.status), Some(Status::Error), "{f:?}");
+        let rd = devs.iter().map(|(n, b)| rdma(n, b, "4: ACTIVE")).collect();
+        let mut n = with(empty_node(), pci, rd);
+        n.health.port_counters = Fact::known(
+            devs.iter().map(|(d, _)| port_of(d)).collect(),
+            "/sys/class/infiniband",
+        );
+        n.health.baseline = Some(CounterBaseline {
+            values: before
+                .iter()
+                .map(|d| (format!("ib/{d}/1/link_downed"), 0))
+                .collect(),
+            elapsed_ms: 300_000,
+            origin: "the last run (test, 5 min ago)".into(),
+        });
+        n
+    }
+
+    fn verdicts_of(n: &Node) -> Vec<(Status, String)> {
+        ib_port(n)
+            .into_iter()
+            .map(|f| (f.status, f.subject))
+            .collect()
+    }
+
+    /// What stands in for a vanished device without anything lost: a device the baseline does
+    /// not know (a rename, RoCE LAG's bond) and an RDMA function without a device here (LAG's
+    /// second PF, a VF or PF whose device moved into a pod). As many devices gone as stand-ins
+    /// is a skip; one more is an error for each.
+    #[test]
+    fn a_device_gone_beside_as_many_stand_ins_is_not_judged() {
+        let (pf0, pf1, vf) = ("0000:49:00.0", "0000:49:00.1", "0000:49:00.2");
+        let skip = |n: &Node, what: &str| {
+            let v = verdicts_of(n);
+            assert!(
+                v.iter().all(|(s, _)| *s != Status::Error)
+                    && v.iter().any(|(s, _)| *s == Status::Skip),
+                "{what}: {v:?}"
+            );
+        };
+        // RoCE LAG formed since: mlx5_0 and mlx5_1 became mlx5_bond_0 on PF0; PF1 has none.
+        let lag = stand_in_node(
+            &[(pf0, false, true), (pf1, false, true)],
+            &[("mlx5_bond_0", pf0)],
+            &["mlx5_0", "mlx5_1"],
+        );
+        skip(&lag, "LAG");
+        // A VF's device moved into a pod.
+        let pod = stand_in_node(
+            &[(pf0, false, true), (vf, true, true)],
+            &[("mlx5_0", pf0)],
+            &["mlx5_0", "mlx5_9"],
+        );
+        skip(&pod, "pod");
+        // A rename.
+        let renamed = stand_in_node(&[(pf0, false, true)], &[("ib0", pf0)], &["mlx5_0"]);
+        skip(&renamed, "rename");
+        // The same VF handed to vfio-pci (unbound here: not serving RDMA) stands in for
+        // nothing: the device the baseline read is lost.
+        let vfio = stand_in_node(
+            &[(pf0, false, true), (vf, true, false)],
+            &[("mlx5_0", pf0)],
+            &["mlx5_0", "mlx5_9"],
+        );
+        assert_eq!(
+            verdicts_of(&vfio),
+            [
+                (Status::Pass, "mlx5_0/1".to_string()),
+                (Status::Error, "mlx5_9/1".to_string())
+            ]
+        );
+        // Two gone, one VF without a device: both errors.
+        let two = stand_in_node(
+            &[(pf0, false, true), (vf, true, true)],
+            &[("mlx5_0", pf0)],
+            &["mlx5_0", "mlx5_8", "mlx5_9"],
+        );
+        let errors: Vec<String> = verdicts_of(&two)
+            .into_iter()
+            .filter(|(s, _)| *s == Status::Error)
+            .map(|(_, d)| d)
+            .collect();
+        assert_eq!(errors, ["mlx5_8/1", "mlx5_9/1"]);
+        // Every port gone (the only VF of a VM hot-removed): an error, not "no rdma port".
+        let none = stand_in_node(&[], &[], &["mlx5_0"]);
+        assert_eq!(
+            verdicts_of(&none),
+            [(Status::Error, "mlx5_0/1".to_string())]
+        );
+        let mut never = none.clone();
+        never.health.baseline = None;
+        assert_eq!(verdicts_of(&never), [(Status::Skip, "node".to_string())]);
     }
 
     #[test]

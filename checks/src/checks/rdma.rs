@@ -166,22 +166,36 @@ fn unserved(node: &Node, devs: &[crate::model::RdmaDevice]) -> Vec<Finding> {
 }
 
 /// PCI network functions of vendors with RDMA drivers, and the driver that provides it.
-/// RDMA-capable SR-IOV virtual functions on the PCI bus without an RDMA device in this
-/// listing: in the RDMA "exclusive" netns mode a VF's device moves into the pod that uses it
-/// and out of the host's `/sys/class/infiniband`, so an RDMA device that vanished may be one
-/// of them (`counters.*` counts them before calling a port lost).
-pub(crate) fn hidden_vfs(node: &Node) -> usize {
+/// RDMA-capable PCI functions (physical or virtual) bound to a driver that serves RDMA devices
+/// on this node, without an RDMA device of their own in this listing: RoCE LAG's second PF
+/// (its port is `mlx5_bond_0`'s), a VF or PF whose device moved into a pod (RDMA exclusive
+/// netns mode). An RDMA device that vanished since an earlier reading may be one of them
+/// (`counters.*` counts them before calling a port lost); a function gone from the bus, or
+/// handed to vfio-pci or left unbound, is not counted.
+pub(crate) fn deviceless_functions(node: &Node) -> usize {
     let (Some(pci), Some(devs)) = (node.pci.get(), node.rdma.get()) else {
         return 0;
     };
+    let own = |bdf: &str| {
+        devs.iter()
+            .any(|d| matches!(d.pci_bdf.get(), Some(Some(b)) if b == bdf))
+    };
+    let bound = |bdf: &str| -> Option<String> {
+        pci.iter()
+            .find(|p| p.bdf == bdf)
+            .and_then(|p| p.driver.get().cloned().flatten())
+    };
+    let serving: Vec<String> = devs
+        .iter()
+        .filter_map(|d| match d.pci_bdf.get() {
+            Some(Some(b)) => bound(b),
+            _ => None,
+        })
+        .collect();
     rdma_capable_nics(node)
         .into_iter()
-        .filter(|(bdf, _, _)| pci.iter().any(|p| &p.bdf == bdf && p.is_virtfn))
-        .filter(|(bdf, _, _)| {
-            !devs
-                .iter()
-                .any(|d| matches!(d.pci_bdf.get(), Some(Some(b)) if b == bdf))
-        })
+        .filter(|(bdf, _, _)| !own(bdf))
+        .filter(|(bdf, _, _)| bound(bdf).is_some_and(|d| serving.contains(&d)))
         .count()
 }
 
