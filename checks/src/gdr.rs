@@ -631,27 +631,28 @@ impl Drop for MemoScope<'_> {
 
 /// The node's decision and pairs: the one of its open [`MemoScope`], else computed now.
 pub fn shared(node: &Node) -> std::sync::Arc<Shared> {
-    let key = node as *const Node as usize;
-    let slot = memo().iter().find(|e| e.0 == key).map(|e| e.2.clone());
-    match slot {
-        Some(s) => s
-            .shared
-            .get_or_init(|| std::sync::Arc::new(Shared::compute(node)))
-            .clone(),
-        None => std::sync::Arc::new(Shared::compute(node)),
-    }
+    memoized(node, |m| &m.shared, Shared::compute)
 }
 
 /// The node's placed endpoints: the ones of its open [`MemoScope`], else computed now.
 fn placed(node: &Node) -> std::sync::Arc<Placed> {
+    memoized(node, |m| &m.placed, Placed::compute)
+}
+
+/// `compute(node)` kept in `cell` of the node's memo while a scope for it is open, else
+/// computed each time.
+fn memoized<T>(
+    node: &Node,
+    cell: fn(&Memo) -> &std::sync::OnceLock<std::sync::Arc<T>>,
+    compute: fn(&Node) -> T,
+) -> std::sync::Arc<T> {
     let key = node as *const Node as usize;
     let slot = memo().iter().find(|e| e.0 == key).map(|e| e.2.clone());
     match slot {
-        Some(s) => s
-            .placed
-            .get_or_init(|| std::sync::Arc::new(Placed::compute(node)))
+        Some(s) => cell(&s)
+            .get_or_init(|| std::sync::Arc::new(compute(node)))
             .clone(),
-        None => std::sync::Arc::new(Placed::compute(node)),
+        None => std::sync::Arc::new(compute(node)),
     }
 }
 
