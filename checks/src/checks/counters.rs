@@ -618,16 +618,19 @@ fn port_check(
             ]
         }
     };
-    if list.is_empty()
-        && gone(
-            node,
-            if hw { "hw" } else { "ib" },
-            2,
-            |n| c::find(defs, n).is_some(),
-            |_| false,
-        )
-        .is_empty()
-    {
+    let kind = if hw { "hw" } else { "ib" };
+    // Ports the baseline read and that are not listed now (after the ports' own findings).
+    let lost_ports = gone(
+        node,
+        kind,
+        2,
+        |n| c::find(defs, n).is_some(),
+        |sub| {
+            list.iter()
+                .any(|p| sub.split_once('/') == Some((p.device.as_str(), &p.port.to_string())))
+        },
+    );
+    if list.is_empty() && lost_ports.is_empty() {
         return vec![Finding::new(id, Status::Skip, "node", "no rdma port")];
     }
     let mut by: BTreeMap<String, Vec<c::Reading>> =
@@ -641,12 +644,9 @@ fn port_check(
         let sub = format!("{}/{}", p.device, p.port);
         let fact = pick(p);
         let rs: Vec<c::Reading> = by.remove(&sub).unwrap_or_default();
-        let missing = lost(
-            node,
-            &format!("{}/{sub}", if hw { "hw" } else { "ib" }),
-            &rs,
-            |n| c::find(defs, n).is_some(),
-        );
+        let missing = lost(node, &format!("{kind}/{sub}"), &rs, |n| {
+            c::find(defs, n).is_some()
+        });
         let again = format!(
             "read the port's counters again (`ls {}`); a snapshot with a lost counter file needs a new capture",
             fact.source()
@@ -687,17 +687,6 @@ fn port_check(
         );
         out.push(with_lost(f, &missing, fact.source(), again));
     }
-    let here = |sub: &str| {
-        list.iter()
-            .any(|p| sub.split_once('/') == Some((p.device.as_str(), &p.port.to_string())))
-    };
-    let lost_ports = gone(
-        node,
-        if hw { "hw" } else { "ib" },
-        2,
-        |n| c::find(defs, n).is_some(),
-        here,
-    );
     let mut lost_devs: Vec<&str> = lost_ports
         .iter()
         .filter_map(|s| s.split_once('/').map(|(d, _)| d))
@@ -708,13 +697,12 @@ fn port_check(
     // does not know (a rename, RoCE LAG's mlx5_bond_0) and an RDMA function without a device
     // here (LAG's second PF, a VF or PF whose device moved into a pod). As many of them as
     // devices gone: not judged.
-    let prefix = format!("{}/", if hw { "hw" } else { "ib" });
     let mut new_devs: Vec<&str> = list
         .iter()
         .map(|p| p.device.as_str())
         .filter(|d| {
             node.health.baseline.as_ref().is_some_and(|b| {
-                let under = format!("{prefix}{d}/");
+                let under = format!("{kind}/{d}/");
                 !b.values.keys().any(|k| k.starts_with(&under))
             })
         })

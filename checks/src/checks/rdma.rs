@@ -102,13 +102,8 @@ fn unserved(node: &Node, devs: &[crate::model::RdmaDevice]) -> Vec<Finding> {
             );
         }
     }
-    // Drivers (bound to a function that has an RDMA device) that serve RDMA on this node.
     let bound = |p: &crate::model::PciDevice| p.driver.get().and_then(|d| d.clone());
-    let serving: Vec<String> = pci
-        .iter()
-        .filter(|p| served.iter().any(|(b, _)| *b == p.bdf))
-        .filter_map(bound)
-        .collect();
+    let serving = serving_drivers(pci, devs);
     // The card of a function: domain:bus:device. Another function of the same card with an
     // RDMA device covers it: a RoCE LAG's mlx5_bond_0 sits on PF0 only, a multi-port (MPV)
     // card's second port is a port of the first function's device.
@@ -165,7 +160,6 @@ fn unserved(node: &Node, devs: &[crate::model::RdmaDevice]) -> Vec<Finding> {
     out
 }
 
-/// PCI network functions of vendors with RDMA drivers, and the driver that provides it.
 /// RDMA-capable PCI functions (physical or virtual) bound to a driver that serves RDMA devices
 /// on this node, without an RDMA device of their own in this listing: RoCE LAG's second PF
 /// (its port is `mlx5_bond_0`'s), a VF or PF whose device moved into a pod (RDMA exclusive
@@ -185,13 +179,7 @@ pub(crate) fn deviceless_functions(node: &Node) -> usize {
             .find(|p| p.bdf == bdf)
             .and_then(|p| p.driver.get().cloned().flatten())
     };
-    let serving: Vec<String> = devs
-        .iter()
-        .filter_map(|d| match d.pci_bdf.get() {
-            Some(Some(b)) => bound(b),
-            _ => None,
-        })
-        .collect();
+    let serving = serving_drivers(pci, devs);
     rdma_capable_nics(node)
         .into_iter()
         .filter(|(bdf, _, _)| !own(bdf))
@@ -199,6 +187,21 @@ pub(crate) fn deviceless_functions(node: &Node) -> usize {
         .count()
 }
 
+/// The drivers bound to a function that has an RDMA device: those that serve RDMA here.
+fn serving_drivers(
+    pci: &[crate::model::PciDevice],
+    devs: &[crate::model::RdmaDevice],
+) -> Vec<String> {
+    pci.iter()
+        .filter(|p| {
+            devs.iter()
+                .any(|d| matches!(d.pci_bdf.get(), Some(Some(b)) if *b == p.bdf))
+        })
+        .filter_map(|p| p.driver.get().cloned().flatten())
+        .collect()
+}
+
+/// PCI network functions of vendors with RDMA drivers, and the driver that provides it.
 fn rdma_capable_nics(node: &Node) -> Vec<(String, String, &'static str)> {
     let Some(pci) = node.pci.get() else {
         return vec![];
