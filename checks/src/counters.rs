@@ -377,7 +377,37 @@ pub fn values(node: &Node) -> BTreeMap<String, u64> {
     {
         m.insert(r.key, r.value);
     }
+    // Where each RDMA device sits (`rdma-at/<dev>/<bdf>`, value 1): not a counter, but what
+    // tells a device renamed or moved into a pod since (its function still serves RDMA) from
+    // one lost (its function gone from the bus) when the next run judges this reading.
+    if let Some(devs) = node.rdma.get() {
+        for d in devs {
+            if let Some(Some(bdf)) = d.pci_bdf.get() {
+                m.insert(format!("{RDMA_AT}/{}/{bdf}", d.name), 1);
+            }
+        }
+    }
     m
+}
+
+/// The key family of [`values`] that records each RDMA device's PCI function.
+pub const RDMA_AT: &str = "rdma-at";
+
+/// The PCI function `baseline` saw RDMA device `dev` on, when it recorded one (a state file or
+/// snapshot written before the key existed holds none).
+pub fn baseline_function<'a>(
+    baseline: &'a crate::model::CounterBaseline,
+    dev: &str,
+) -> Option<&'a str> {
+    let under = format!("{RDMA_AT}/{dev}/");
+    baseline
+        .values
+        .range(under.clone()..)
+        .take_while(|(k, _)| k.starts_with(&under))
+        .find_map(|(k, _)| {
+            k.strip_prefix(&under)
+                .filter(|b| !b.is_empty() && !b.contains('/'))
+        })
 }
 
 /// AER readings per PCI function (bdf, readings of all three files).

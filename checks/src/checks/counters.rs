@@ -693,52 +693,132 @@ fn port_check(
         .collect();
     lost_devs.sort_unstable();
     lost_devs.dedup();
-    // What can stand in for a vanished device without anything lost: a device the baseline
-    // does not know (a rename, RoCE LAG's mlx5_bond_0) and an RDMA function without a device
-    // here (LAG's second PF, a VF or PF whose device moved into a pod). As many of them as
-    // devices gone: not judged.
-    let mut new_devs: Vec<&str> = list
-        .iter()
-        .map(|p| p.device.as_str())
-        .filter(|d| {
-            node.health.baseline.as_ref().is_some_and(|b| {
-                let under = format!("{kind}/{d}/");
-                !b.values.keys().any(|k| k.starts_with(&under))
-            })
-        })
-        .collect();
-    new_devs.sort_unstable();
-    new_devs.dedup();
-    let stand_ins = new_devs.len() + super::rdma::deviceless_functions(node);
-    if !lost_devs.is_empty() && lost_devs.len() <= stand_ins {
+    let ports_of = |d: &str| -> Vec<&String> {
+        lost_ports
+            .iter()
+            .filter(|s| s.split_once('/').is_some_and(|(x, _)| x == d))
+            .collect()
+    };
+    // A device whose PCI function the baseline recorded is judged by what is at that function
+    // now: still serving RDMA (renamed, bonded, moved into a pod) is not a loss; gone from the
+    // bus, handed to vfio-pci, unbound, or the same device without the port, is.
+    use super::rdma::FunctionNow;
+    let mut excused: Vec<(&str, String)> = Vec::new();
+    let mut lost_at: Vec<(&str, String)> = Vec::new();
+    let mut unplaced: Vec<&str> = Vec::new();
+    for d in &lost_devs {
+        let Some(bdf) = b.and_then(|b| c::baseline_function(b, d)) else {
+            unplaced.push(d);
+            continue;
+        };
+        match super::rdma::function_now(node, bdf) {
+            FunctionNow::Device(now) if now != *d => excused.push((
+                d,
+                format!("its PCI function {bdf} (in the counter baseline) is {now} now: renamed (RoCE LAG makes mlx5_bond_N)"),
+            )),
+            FunctionNow::Device(_) => lost_at.push((
+                d,
+                format!("{d} is still on its PCI function {bdf}, without this port"),
+            )),
+            FunctionNow::Deviceless(drv) => excused.push((
+                d,
+                format!("its PCI function {bdf} (in the counter baseline) is bound to {drv} without an RDMA device here: RoCE LAG's second port, or its device moved into a pod's network namespace"),
+            )),
+            FunctionNow::Unserving(Some(drv)) => lost_at.push((
+                d,
+                format!("its PCI function {bdf} is bound to {drv} now, which serves no RDMA here"),
+            )),
+            FunctionNow::Unserving(None) => lost_at.push((
+                d,
+                format!("its PCI function {bdf} has no driver bound now (or its driver link cannot be read)"),
+            )),
+            FunctionNow::Absent => lost_at.push((
+                d,
+                format!("its PCI function {bdf} is no longer on the PCI bus"),
+            )),
+            FunctionNow::Unknown => lost_at.push((
+                d,
+                format!("the PCI functions cannot be listed now, so whether {bdf} still serves RDMA is unknown"),
+            )),
+        }
+    }
+    for (d, why) in &excused {
+        let ports: Vec<&str> = ports_of(d).into_iter().map(String::as_str).collect();
         out.push(
             Finding::new(
                 id,
                 Status::Skip,
-                lost_devs.join(" "),
+                ports.join(" "),
                 format!(
-                    "{} in the counter baseline and not listed now, beside {} device(s) the baseline does not know and {} rdma function(s) without a device here (a rename, RoCE LAG's mlx5_bond_N, a device moved into a pod's netns): not judged as lost",
-                    lost_ports.join(", "),
-                    new_devs.len(),
-                    stand_ins - new_devs.len()
+                    "{} in the counter baseline and not listed now; {why}: not judged as lost",
+                    ports.join(", ")
                 ),
             )
             .evidence(
                 "/sys/class/infiniband",
-                format!("{}: not listed", lost_ports.join(", ")),
+                format!("{}: not listed; {why}", ports.join(", ")),
             ),
         );
-        return out;
     }
-    for sub in lost_ports {
-        out.push(gone_finding(
+    // A baseline without the devices' functions: what can stand in for a vanished device
+    // without anything lost is counted, a device the baseline does not know (a rename, RoCE
+    // LAG's mlx5_bond_0) and an RDMA function without a device here (LAG's second PF, a VF or
+    // PF whose device moved into a pod), less those the placed devices above took. As many of
+    // them as devices gone: not judged.
+    let mut unjudged: Vec<&str> = Vec::new();
+    if !unplaced.is_empty() {
+        let mut new_devs: Vec<&str> = list
+            .iter()
+            .map(|p| p.device.as_str())
+            .filter(|d| {
+                b.is_some_and(|b| {
+                    let under = format!("{kind}/{d}/");
+                    !b.values.keys().any(|k| k.starts_with(&under))
+                })
+            })
+            .collect();
+        new_devs.sort_unstable();
+        new_devs.dedup();
+        let stand_ins = (new_devs.len() + super::rdma::deviceless_functions(node))
+            .saturating_sub(excused.len());
+        if unplaced.len() <= stand_ins {
+            let ports: Vec<&str> = unplaced
+                .iter()
+                .flat_map(|d| ports_of(d))
+                .map(String::as_str)
+                .collect();
+            out.push(
+                Finding::new(
+                    id,
+                    Status::Skip,
+                    unplaced.join(" "),
+                    format!(
+                        "{} in the counter baseline and not listed now, beside {stand_ins} device(s) the baseline does not know or rdma function(s) without a device here (a rename, RoCE LAG's mlx5_bond_N, a device moved into a pod's netns): not judged as lost (the baseline does not say which PCI function they were on)",
+                        ports.join(", "),
+                    ),
+                )
+                .evidence("/sys/class/infiniband", format!("{}: not listed", ports.join(", "))),
+            );
+            unjudged = std::mem::take(&mut unplaced);
+        }
+    }
+    for sub in &lost_ports {
+        let dev = sub.split_once('/').map(|(d, _)| d).unwrap_or(sub.as_str());
+        if excused.iter().any(|(d, _)| *d == dev) || unjudged.contains(&dev) {
+            continue;
+        }
+        let mut f = gone_finding(
             node,
             id,
-            &sub,
+            sub,
             what,
             format!("/sys/class/infiniband/{}", sub.replace('/', "/ports/")),
             "the RDMA port was read by the run the baseline comes from and is not among the ports listed now: a NIC that fell off the bus (`dmesg | grep -i mlx5`, `lspci -d 15b3:`), a VF hot-removed by the hypervisor, mlx5_ib unloaded, or the device renamed (RoCE LAG makes mlx5_bond_N); `ibv_devinfo -l` lists what is there",
-        ));
+        );
+        if let Some((_, why)) = lost_at.iter().find(|(d, _)| *d == dev) {
+            f.message = format!("{}: {why}", f.message);
+        }
+        out.push(f);
     }
     out
 }
@@ -1321,6 +1401,157 @@ mod tests {
             origin: "the last run (test, 5 min ago)".into(),
         });
         n
+    }
+
+    /// `n`'s baseline with the PCI function of each `(device, address)` (as every reading
+    /// since the `rdma-at` keys records).
+    fn placed(mut n: Node, at: &[(&str, &str)]) -> Node {
+        if let Some(b) = n.health.baseline.as_mut() {
+            for (d, bdf) in at {
+                b.values.insert(format!("{}/{d}/{bdf}", c::RDMA_AT), 1);
+            }
+        }
+        n
+    }
+
+    /// With the devices' PCI functions in the baseline, a device gone is judged by what is at
+    /// its function now, not by counting stand-ins: SR-IOV enabled (new VF devices) or VFs
+    /// moved into pods no longer excuse a PF that fell off the bus in the same interval.
+    #[test]
+    fn a_device_gone_is_judged_by_its_pci_function_when_the_baseline_placed_it() {
+        let (pf0, pf1, vf) = ("0000:49:00.0", "0000:49:00.1", "0000:49:00.2");
+        let error_of = |n: &Node, dev: &str| -> String {
+            let f = ib_port(n);
+            let e: Vec<&Finding> = f.iter().filter(|f| f.status == Status::Error).collect();
+            assert_eq!(e.len(), 1, "{f:?}");
+            assert_eq!(e[0].subject, format!("{dev}/1"));
+            assert!(e[0].has_evidence());
+            e[0].message.clone()
+        };
+        let skips = |n: &Node| -> Vec<String> {
+            let f = ib_port(n);
+            assert!(f.iter().all(|f| f.status != Status::Error), "{f:?}");
+            f.iter()
+                .filter(|f| f.status == Status::Skip)
+                .map(|f| f.message.clone())
+                .collect()
+        };
+        // A VF created since (SR-IOV enabled: its device mlx5_2 is new) while PF1 fell off
+        // the bus. Counted, one stand-in for one device gone: not judged (the gap this closes).
+        let sriov = stand_in_node(
+            &[(pf0, false, true), (vf, true, true)],
+            &[("mlx5_0", pf0), ("mlx5_2", vf)],
+            &["mlx5_0", "mlx5_1"],
+        );
+        assert_eq!(skips(&sriov).len(), 1);
+        let sriov = placed(sriov, &[("mlx5_0", pf0), ("mlx5_1", pf1)]);
+        let m = error_of(&sriov, "mlx5_1");
+        assert!(
+            m.contains("0000:49:00.1 is no longer on the PCI bus"),
+            "{m}"
+        );
+        // A VF whose device is in a pod (bound to mlx5_core, no device here) beside the same
+        // loss: the VF stood in when counted; placed, the PF is lost.
+        let pod = stand_in_node(
+            &[(pf0, false, true), (vf, true, true)],
+            &[("mlx5_0", pf0)],
+            &["mlx5_0", "mlx5_1"],
+        );
+        assert_eq!(skips(&pod).len(), 1);
+        let pod = placed(pod, &[("mlx5_0", pf0), ("mlx5_1", pf1)]);
+        assert!(error_of(&pod, "mlx5_1").contains("no longer on the PCI bus"));
+        // The device the pod took is itself placed: its function still serves RDMA.
+        let pod_only = placed(
+            stand_in_node(
+                &[(pf0, false, true), (vf, true, true)],
+                &[("mlx5_0", pf0)],
+                &["mlx5_0", "mlx5_9"],
+            ),
+            &[("mlx5_0", pf0), ("mlx5_9", vf)],
+        );
+        let s = skips(&pod_only);
+        assert!(
+            s.iter()
+                .any(|m| m.contains("0000:49:00.2") && m.contains("pod")),
+            "{s:?}"
+        );
+        // RoCE LAG formed since: both placed devices are excused, each with its reason.
+        let lag = placed(
+            stand_in_node(
+                &[(pf0, false, true), (pf1, false, true)],
+                &[("mlx5_bond_0", pf0)],
+                &["mlx5_0", "mlx5_1"],
+            ),
+            &[("mlx5_0", pf0), ("mlx5_1", pf1)],
+        );
+        let s = skips(&lag);
+        assert!(s.iter().any(|m| m.contains("is mlx5_bond_0 now")), "{s:?}");
+        assert!(s.iter().any(|m| m.contains("0000:49:00.1")), "{s:?}");
+        // A rename, placed.
+        let renamed = placed(
+            stand_in_node(&[(pf0, false, true)], &[("ib0", pf0)], &["mlx5_0"]),
+            &[("mlx5_0", pf0)],
+        );
+        assert!(skips(&renamed).iter().any(|m| m.contains("is ib0 now")));
+        // Its VF handed to vfio-pci (unbound from mlx5_core).
+        let vfio = placed(
+            stand_in_node(
+                &[(pf0, false, true), (vf, true, false)],
+                &[("mlx5_0", pf0)],
+                &["mlx5_0", "mlx5_9"],
+            ),
+            &[("mlx5_0", pf0), ("mlx5_9", vf)],
+        );
+        assert!(error_of(&vfio, "mlx5_9").contains("0000:49:00.2 has no driver bound"));
+        // The same device on the same function without the port the baseline read: lost,
+        // whatever stands in elsewhere.
+        let mut port2 = placed(
+            stand_in_node(
+                &[(pf0, false, true), (vf, true, true)],
+                &[("mlx5_0", pf0)],
+                &["mlx5_0"],
+            ),
+            &[("mlx5_0", pf0)],
+        );
+        if let Some(b) = port2.health.baseline.as_mut() {
+            b.values.insert("ib/mlx5_0/2/link_downed".into(), 0);
+        }
+        let f = ib_port(&port2);
+        let e: Vec<&Finding> = f.iter().filter(|f| f.status == Status::Error).collect();
+        assert_eq!(e.len(), 1, "{f:?}");
+        assert_eq!(e[0].subject, "mlx5_0/2");
+        assert!(
+            e[0].message.contains("without this port"),
+            "{}",
+            e[0].message
+        );
+        // The PCI functions unreadable now: a placed device gone is an error, not excused.
+        let mut blind = placed(
+            stand_in_node(&[(pf0, false, true)], &[("ib0", pf0)], &["mlx5_0"]),
+            &[("mlx5_0", pf0)],
+        );
+        blind.pci = Fact::absent("/sys/bus/pci/devices", "permission denied");
+        assert!(error_of(&blind, "mlx5_0").contains("cannot be listed"));
+    }
+
+    /// The reading a run records places every RDMA device on its function.
+    #[test]
+    fn the_recorded_reading_places_each_rdma_device() {
+        let n = stand_in_node(
+            &[("0000:49:00.0", false, true)],
+            &[("mlx5_0", "0000:49:00.0")],
+            &[],
+        );
+        let v = c::values(&n);
+        assert_eq!(v.get("rdma-at/mlx5_0/0000:49:00.0"), Some(&1));
+        let b = CounterBaseline {
+            values: v,
+            elapsed_ms: 1,
+            origin: "test".into(),
+        };
+        assert_eq!(c::baseline_function(&b, "mlx5_0"), Some("0000:49:00.0"));
+        assert_eq!(c::baseline_function(&b, "mlx5_"), None);
+        assert_eq!(c::baseline_function(&b, "mlx5_1"), None);
     }
 
     fn verdicts_of(n: &Node) -> Vec<(Status, String)> {

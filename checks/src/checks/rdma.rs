@@ -187,6 +187,48 @@ pub(crate) fn deviceless_functions(node: &Node) -> usize {
         .count()
 }
 
+/// What is at a PCI function now, for an RDMA device an earlier reading saw on it and that is
+/// not listed now ([`function_now`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FunctionNow {
+    /// An RDMA device of this name sits on it (a rename, RoCE LAG's `mlx5_bond_N`, or the
+    /// same name whose port is what vanished).
+    Device(String),
+    /// Bound to a driver that serves RDMA here, without a device in this listing: RoCE LAG's
+    /// second PF, a VF or PF whose device moved into a pod (RDMA exclusive netns mode).
+    Deviceless(String),
+    /// Still on the bus, but bound to a driver that serves no RDMA here (vfio-pci), or to none.
+    Unserving(Option<String>),
+    /// Not on the PCI bus.
+    Absent,
+    /// The PCI functions or RDMA devices cannot be listed now.
+    Unknown,
+}
+
+/// What is at `bdf` now (see [`FunctionNow`]).
+pub(crate) fn function_now(node: &Node, bdf: &str) -> FunctionNow {
+    let (Some(pci), Some(devs)) = (node.pci.get(), node.rdma.get()) else {
+        return FunctionNow::Unknown;
+    };
+    if let Some(d) = devs
+        .iter()
+        .find(|d| matches!(d.pci_bdf.get(), Some(Some(b)) if b == bdf))
+    {
+        return FunctionNow::Device(d.name.clone());
+    }
+    let Some(f) = pci.iter().find(|p| p.bdf == bdf) else {
+        return FunctionNow::Absent;
+    };
+    let Some(driver) = f.driver.get() else {
+        // The driver link cannot be read: nothing proves it serves RDMA.
+        return FunctionNow::Unserving(None);
+    };
+    match driver {
+        Some(d) if serving_drivers(pci, devs).contains(d) => FunctionNow::Deviceless(d.clone()),
+        other => FunctionNow::Unserving(other.clone()),
+    }
+}
+
 /// The drivers bound to a function that has an RDMA device: those that serve RDMA here.
 fn serving_drivers(
     pci: &[crate::model::PciDevice],
