@@ -45,11 +45,51 @@ pub const LIVE_PATH: &str = "/gdrdoctor/live.json";
 pub fn read_live(root: &Root) -> gdrdoctor_checks::model::LiveFacts {
     use gdrdoctor_checks::model::LiveFacts;
     match root.read(LIVE_PATH) {
-        Ok(b) => serde_json::from_slice(&b)
-            .unwrap_or_else(|e| LiveFacts::damaged(&format!("{LIVE_PATH}: {e}"))),
+        Ok(b) => parse_live(&b),
         Err(e) if e.is_not_found() => {
             LiveFacts::absent("live-only fact; not in this snapshot (gdrdoctor/live.json)")
         }
         Err(e) => LiveFacts::damaged(&e.to_string()),
+    }
+}
+
+/// `live.json`'s bytes, one library at a time: a file that is not a JSON object damages every
+/// fact; a member that is missing or does not read as its library's facts (a value retyped by
+/// hand, a half-migrated file) damages that library's fact alone, and the others are judged
+/// (a retyped NVML memory size no longer hides what CUDA said of GPUDirect RDMA). A snapshot
+/// without `nccl` predates it: not recorded, as before.
+pub fn parse_live(bytes: &[u8]) -> gdrdoctor_checks::model::LiveFacts {
+    use gdrdoctor_checks::model::{Fact, LiveFacts, DAMAGED};
+    use serde::de::DeserializeOwned;
+    let v: serde_json::Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) => return LiveFacts::damaged(&format!("{LIVE_PATH}: {e}")),
+    };
+    let Some(obj) = v.as_object() else {
+        return LiveFacts::damaged(&format!("{LIVE_PATH}: not a JSON object"));
+    };
+    fn part<T: DeserializeOwned>(
+        obj: &serde_json::Map<String, serde_json::Value>,
+        key: &str,
+        library: &str,
+    ) -> Option<Fact<T>> {
+        let x = obj.get(key)?;
+        Some(
+            Fact::<T>::deserialize(x).unwrap_or_else(|e| {
+                Fact::absent(library, format!("{DAMAGED}{LIVE_PATH}: {key}: {e}"))
+            }),
+        )
+    }
+    fn missing<T>(library: &str, key: &str) -> Fact<T> {
+        Fact::absent(library, format!("{DAMAGED}{LIVE_PATH}: no `{key}` member"))
+    }
+    LiveFacts {
+        nvml: part(obj, "nvml", "libnvidia-ml.so.1")
+            .unwrap_or_else(|| missing("libnvidia-ml.so.1", "nvml")),
+        cuda: part(obj, "cuda", "libcuda.so.1").unwrap_or_else(|| missing("libcuda.so.1", "cuda")),
+        verbs: part(obj, "verbs", "libibverbs.so.1")
+            .unwrap_or_else(|| missing("libibverbs.so.1", "verbs")),
+        nccl: part(obj, "nccl", "libnccl.so.2")
+            .unwrap_or_else(|| Fact::absent("libnccl.so.2", "not recorded in this snapshot")),
     }
 }
