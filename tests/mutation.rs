@@ -651,7 +651,9 @@ fn live_facts_of_the_wrong_type_are_never_good_news() {
 /// Found by the retyping test: on the node whose GPUs say GPU_DIRECT_RDMA_SUPPORTED=0, any
 /// value of the wrong type anywhere in live.json made the whole file unreadable, and the
 /// pair verdicts then assumed the attribute was 1: `gdr.gpu` went fail -> pass. A recorded
-/// fact that cannot be read is not assumed: the pairs that would use GDR are undecided.
+/// fact that cannot be read is not assumed: the pairs that would use GDR are undecided. Since
+/// live.json is read one library at a time, damage in NVML's part leaves CUDA's answer (the
+/// GPUs still fail), and damage in CUDA's own part makes them errors.
 #[test]
 fn damaged_live_facts_do_not_hide_a_gpu_without_gdr() {
     let t = tempfile::tempdir().unwrap();
@@ -669,17 +671,37 @@ fn damaged_live_facts_do_not_hide_a_gpu_without_gdr() {
         "the fixture fails gdr.gpu"
     );
     let file = t.path().join("gdrdoctor/live.json");
-    let mut live: serde_json::Value =
+    let original: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    // A value unrelated to GDR: NVML's memory size of one GPU.
+    // A value unrelated to GDR in NVML's part: NVML's memory size of one GPU.
+    let mut live = original.clone();
     live["nvml"]["value"]["gpus"][0]["memory_total"] = serde_json::json!("garbage");
+    std::fs::write(&file, serde_json::to_string(&live).unwrap()).unwrap();
+    let r = report(t.path()).unwrap();
+    assert_eq!(
+        gdr_gpu(&r),
+        gdr_gpu(&base),
+        "NVML damaged, CUDA's answer kept"
+    );
+    assert!(r.summary.exit_code != 0);
+    // NVML's facts are damaged: what needs them is an error, naming the file and member.
+    let nvml_errors: Vec<&str> = r
+        .findings
+        .iter()
+        .filter(|f| f.status == Status::Error && f.message.contains("live.json: nvml"))
+        .map(|f| f.id.as_str())
+        .collect();
+    assert!(!nvml_errors.is_empty(), "{:?}", statuses(&r));
+    // The same kind of damage in CUDA's part: gdr.gpu cannot be decided, an error each.
+    let mut live = original.clone();
+    live["cuda"]["value"]["devices"][0]["name"] = serde_json::json!(7);
     std::fs::write(&file, serde_json::to_string(&live).unwrap()).unwrap();
     let r = report(t.path()).unwrap();
     let after = gdr_gpu(&r);
     assert!(!after.is_empty());
     assert!(
         after.iter().all(|s| *s == Status::Error),
-        "gdr.gpu with live.json unreadable: {after:?}"
+        "gdr.gpu with live.json's cuda part unreadable: {after:?}"
     );
     let f = r.findings.iter().find(|f| f.id == "gdr.gpu").unwrap();
     assert!(
@@ -691,6 +713,17 @@ fn damaged_live_facts_do_not_hide_a_gpu_without_gdr() {
         .gdr
         .iter()
         .all(|p| !p.enabled || !p.assumptions.iter().any(|a| a.contains("not known here"))));
+    // A member missing altogether is damage too, not "not recorded".
+    let mut live = original.clone();
+    live.as_object_mut().unwrap().remove("cuda");
+    std::fs::write(&file, serde_json::to_string(&live).unwrap()).unwrap();
+    let r = report(t.path()).unwrap();
+    assert!(gdr_gpu(&r).iter().all(|s| *s == Status::Error));
+    // Not an object at all: everything live is damaged.
+    std::fs::write(&file, "[1, 2]").unwrap();
+    let r = report(t.path()).unwrap();
+    assert!(gdr_gpu(&r).iter().all(|s| *s == Status::Error));
+    assert!(r.summary.exit_code != 0);
 }
 
 /// Found by the mutation test (seed 771758768): removing `link_downed` of the flapping port of
@@ -958,6 +991,8 @@ fn walk_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
 /// remembers the function; without (a cloud VM, where a VF hot-removed by the hypervisor
 /// takes its PCI function with it) the port and GPU counters do. The first version of this
 /// test found the VM case: mlx5_3 gone left seven healthy NICs, topo only warned, exit 0.
+/// Each NIC is also unplugged with the last device renamed into its free name (mlx5 names
+/// are handed out again): judged by name, that looked like a rename.
 #[test]
 fn every_device_unplugged_since_the_baseline_is_not_good_news() {
     let mut problems = Vec::new();
@@ -1000,6 +1035,31 @@ fn every_device_unplugged_since_the_baseline_is_not_good_news() {
             if r.summary.exit_code == 0 {
                 problems.push(format!("{variant}: {bdf} unplugged, exit 0"));
             }
+            replug(saved);
+            done += 1;
+        }
+        // The freed name taken again: after a NIC is gone, the last mlx5 device registers
+        // anew (a driver reload, a health recovery) and gets the lowest free name, so by
+        // name only the last one is missing, and its function carries a known name.
+        let names: Vec<(String, String)> = node
+            .rdma
+            .get()
+            .unwrap()
+            .iter()
+            .filter_map(|d| Some((d.name.clone(), d.pci_bdf.get().cloned().flatten()?)))
+            .collect();
+        let class = root.join("sys/class/infiniband");
+        let (last, _) = names.iter().max().unwrap().clone();
+        for (name, bdf) in names.iter().filter(|(n, _)| *n != last) {
+            let saved = unplug(root, bdf);
+            std::fs::rename(class.join(&last), class.join(name)).unwrap();
+            let r = report(root).unwrap();
+            if r.summary.exit_code == 0 {
+                problems.push(format!(
+                    "{variant}: {bdf} ({name}) unplugged and {last} renamed {name}, exit 0"
+                ));
+            }
+            std::fs::rename(class.join(name), class.join(&last)).unwrap();
             replug(saved);
             done += 1;
         }

@@ -359,7 +359,9 @@ pub fn observed(j: &Judged, baseline: Option<&CounterBaseline>) -> String {
 
 /// Every counter gdrdoctor reads on this node, by key: `aer/<bdf>/<file>/<name>`,
 /// `ib/<dev>/<port>/<name>`, `hw/<dev>/<port>/<name>`, `nvlink/<bdf>/<link>/<name>`,
-/// `pcie-replay/<bdf>`. The state file and `--interval` compare these.
+/// `pcie-replay/<bdf>`; and `rdma-at/<dev>/<bdf>` = 1, the PCI function of each RDMA device
+/// (not a counter: the next run follows devices by function). The state file and
+/// `--interval` compare these.
 pub fn values(node: &Node) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
     for r in aer_readings(node).into_iter().flat_map(|(_, v)| v) {

@@ -596,6 +596,232 @@ fn aer_fix(bdf: &str, who: &str) -> String {
 // ------------------------------------------------------------------------------------------
 // counters.ib-port and counters.rdma-transport
 
+/// What became of an RDMA device that the counter baseline placed on a PCI function
+/// (`rdma-at/<dev>/<bdf>`), judged by what is at that function now, not by its name (mlx5
+/// names are handed out again: after one device goes, the next to register takes the lowest
+/// free `mlx5_N`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fate {
+    /// On its function now under this name: itself, or renumbered, renamed, bonded (RoCE
+    /// LAG's `mlx5_bond_N`), or unbonded.
+    Now(String),
+    /// Its function still serves RDMA without a device here: RoCE LAG's second PF beside the
+    /// bond, a VF whose device moved into a pod.
+    Excused(String),
+    /// Lost: why, the path that shows it, what is there, and the fix.
+    Lost {
+        why: String,
+        path: String,
+        seen: String,
+        fix: String,
+    },
+}
+
+/// The fate of every RDMA device the baseline placed: device -> (its function then, fate).
+fn placed_fates(node: &Node) -> BTreeMap<String, (String, Fate)> {
+    let mut out = BTreeMap::new();
+    let Some(b) = node.health.baseline.as_ref() else {
+        return out;
+    };
+    let under = format!("{}/", c::RDMA_AT);
+    let mut was_at: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (k, _) in b
+        .values
+        .range(under.clone()..)
+        .take_while(|(k, _)| k.starts_with(&under))
+    {
+        let Some((dev, bdf)) = k[under.len()..].split_once('/') else {
+            continue;
+        };
+        if !dev.is_empty() && !bdf.is_empty() && !bdf.contains('/') {
+            was_at.entry(bdf).or_default().push(dev);
+        }
+    }
+    if was_at.is_empty() {
+        return out;
+    }
+    let mut now_at: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for d in node.rdma.get().map(Vec::as_slice).unwrap_or_default() {
+        if let Some(Some(bdf)) = d.pci_bdf.get() {
+            now_at
+                .entry(bdf.as_str())
+                .or_default()
+                .push(d.name.as_str());
+        }
+    }
+    // Names on a function now that the baseline did not place there.
+    let fresh = |bdf: &str| -> Vec<String> {
+        let was = was_at.get(bdf);
+        let mut v: Vec<String> = now_at
+            .get(bdf)
+            .map(|v| {
+                v.iter()
+                    .filter(|n| !was.is_some_and(|w| w.contains(*n)))
+                    .map(|n| n.to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort_unstable();
+        v
+    };
+    for (bdf, was) in &was_at {
+        let now: Vec<&str> = now_at.get(bdf).cloned().unwrap_or_default();
+        let mut new_names = fresh(bdf).into_iter();
+        let mut was = was.clone();
+        was.sort_unstable();
+        for d in was {
+            let fate = if now.contains(&d) {
+                Fate::Now(d.to_string())
+            } else if let Some(e) = new_names.next() {
+                Fate::Now(e)
+            } else if !now.is_empty() {
+                Fate::Lost {
+                    why: format!(
+                        "its PCI function {bdf} still carries {} but no longer {d}",
+                        now.join(", ")
+                    ),
+                    path: "/sys/class/infiniband".into(),
+                    seen: format!("{} on {bdf}, {d} not listed", now.join(", ")),
+                    fix: format!("a second RDMA device of {bdf} (a sub-function, a port of a multi-port function) was removed: `rdma dev`, `devlink port show`, `dmesg | grep -i {bdf}`; if it was removed on purpose nothing more is needed (this is said once)"),
+                }
+            } else {
+                function_fate(node, bdf, d, &fresh)
+            };
+            out.insert(d.to_string(), (bdf.to_string(), fate));
+        }
+    }
+    out
+}
+
+/// The fate of device `d`, placed on `bdf` by the baseline, when no RDMA device sits on
+/// `bdf` now (see [`Fate`]). `fresh` lists the names new on a function since the baseline.
+fn function_fate(node: &Node, bdf: &str, d: &str, fresh: &dyn Fn(&str) -> Vec<String>) -> Fate {
+    use super::rdma::FunctionNow as F;
+    let path = format!("/sys/bus/pci/devices/{bdf}");
+    let lost = |why: String, seen: String, fix: String| Fate::Lost {
+        why,
+        path: path.clone(),
+        seen,
+        fix,
+    };
+    match super::rdma::function_now(node, bdf) {
+        F::Deviceless {
+            driver,
+            virtfn: true,
+        } => Fate::Excused(format!(
+            "its PCI function {bdf} (a VF) is bound to {driver} without an RDMA device here: its device moved into a pod's network namespace (RDMA exclusive netns mode)"
+        )),
+        F::Deviceless {
+            driver,
+            virtfn: false,
+        } => {
+            // RoCE LAG: the bond sits on a sibling PF of the same card, under a new name.
+            let card = bdf.rsplit_once('.').map(|(c, _)| c).unwrap_or(bdf);
+            let bond = super::rdma::pfs_of_card(node, card)
+                .into_iter()
+                .filter(|s| s != bdf)
+                .find_map(|s| fresh(&s).into_iter().next().map(|n| (s, n)));
+            match bond {
+                Some((sib, n)) => Fate::Excused(format!(
+                    "its PCI function {bdf} is bound to {driver} without an RDMA device here, beside {n}, new on {sib} of the same card: RoCE LAG's second port"
+                )),
+                None => lost(
+                    format!("its PCI function {bdf} (a PF) is bound to {driver} without an RDMA device here, and no bond formed on its card: the RDMA driver failed on it, or its device was moved into a pod's network namespace"),
+                    format!("driver {driver}, no RDMA device"),
+                    format!("`dmesg | grep -i {bdf}` for the RDMA driver's error; `devlink dev info pci/{bdf}`; rebind the function (`echo {bdf} > /sys/bus/pci/drivers/{driver}/unbind; echo {bdf} > /sys/bus/pci/drivers/{driver}/bind`); if {d}'s PF was assigned to a pod on purpose (RDMA exclusive netns mode), nothing is wrong (this is said once)"),
+                ),
+            }
+        }
+        F::Bound(driver) => lost(
+            format!("its PCI function {bdf} is bound to {driver} now, which serves no RDMA here"),
+            format!("driver {driver}"),
+            format!("if {bdf} was handed to {driver} on purpose (a VM, DPDK), nothing is wrong (this is said once); otherwise give it back (`echo {bdf} > /sys/bus/pci/drivers/{driver}/unbind`, then bind it to the NIC's driver) and read `dmesg | grep -i {bdf}`"),
+        ),
+        F::Unbound => lost(
+            format!("its PCI function {bdf} has no driver bound now"),
+            "no driver".into(),
+            format!("bind it to the NIC's driver (`echo {bdf} > /sys/bus/pci/drivers_probe`) and read `dmesg | grep -i {bdf}` for why it is unbound (a failed probe, firmware in recovery: kernel.mlx5-health)"),
+        ),
+        F::DriverUnreadable(reason) => lost(
+            format!("the driver of its PCI function {bdf} cannot be read ({reason}), so whether it still serves RDMA is unknown"),
+            format!("driver: unknown ({reason})"),
+            "run as root; a snapshot that lost the function's `driver` link needs a new capture".into(),
+        ),
+        F::Absent => lost(
+            format!("its PCI function {bdf} is no longer on the PCI bus"),
+            "not on the bus".into(),
+            format!("the NIC fell off the bus or was hot-removed (a VF detached by the hypervisor): `dmesg | grep -i {bdf}` (AER, surprise down, mlx5 health), `lspci -s {bdf}`; drain the node, then reset or re-seat the NIC (in a VM, re-attach the VF)"),
+        ),
+        F::Unknown(reason) => lost(
+            format!("the PCI functions or RDMA devices cannot be listed now ({reason}), so whether {bdf} still serves RDMA is unknown"),
+            format!("unknown ({reason})"),
+            "run as root; a snapshot that lost /sys/bus/pci/devices or /sys/class/infiniband needs a new capture".into(),
+        ),
+    }
+}
+
+/// The baseline with each placed device's port keys (`ib/`, `hw/`) under the name its
+/// function carries now, and without those of devices lost or excused (their own findings say
+/// so): growth is judged per function, so renumbered devices are not compared with each
+/// other's counters, and a name handed to another function does not hide a loss. `None`
+/// when nothing moved.
+fn by_function(
+    b: &crate::model::CounterBaseline,
+    fates: &BTreeMap<String, (String, Fate)>,
+) -> Option<crate::model::CounterBaseline> {
+    if fates
+        .iter()
+        .all(|(d, (_, f))| matches!(f, Fate::Now(n) if n == d))
+    {
+        return None;
+    }
+    let mut values = BTreeMap::new();
+    let mut unplaced = Vec::new();
+    for (k, v) in &b.values {
+        let port_key = k
+            .split_once('/')
+            .filter(|(fam, _)| matches!(*fam, "ib" | "hw"))
+            .and_then(|(fam, rest)| rest.split_once('/').map(|(d, tail)| (fam, d, tail)));
+        match port_key.map(|(fam, d, tail)| (fam, fates.get(d), tail)) {
+            Some((fam, Some((_, Fate::Now(n))), tail)) => {
+                values.insert(format!("{fam}/{n}/{tail}"), *v);
+            }
+            Some((_, Some(_), _)) => {}
+            _ => unplaced.push((k, *v)),
+        }
+    }
+    // Keys of devices the baseline could not place never displace a placed device's.
+    for (k, v) in unplaced {
+        values.entry(k.clone()).or_insert(v);
+    }
+    Some(crate::model::CounterBaseline {
+        values,
+        elapsed_ms: b.elapsed_ms,
+        origin: b.origin.clone(),
+    })
+}
+
+/// The ports (`dev/port`) the baseline holds judged `kind` counters for.
+fn baseline_ports(
+    b: &crate::model::CounterBaseline,
+    kind: &str,
+    d: &str,
+    judged: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
+    let under = format!("{kind}/{d}/");
+    let mut v: Vec<String> = b
+        .values
+        .range(under.clone()..)
+        .take_while(|(k, _)| k.starts_with(&under))
+        .filter_map(|(k, _)| {
+            let (port, counter) = k[under.len()..].split_once('/')?;
+            judged(counter.rsplit('/').next()?).then(|| format!("{d}/{port}"))
+        })
+        .collect();
+    v.dedup();
+    v
+}
+
 /// One port check: `hw` judges `hw_counters/` (driver counters, keys `hw/...`), else
 /// `counters/` (the IB PMA counters, keys `ib/...`).
 fn port_check(
@@ -619,34 +845,90 @@ fn port_check(
         }
     };
     let kind = if hw { "hw" } else { "ib" };
+    let judged = |n: &str| c::find(defs, n).is_some();
+    let port_source = |sub: &str| format!("/sys/class/infiniband/{}", sub.replace('/', "/ports/"));
+    // Devices the baseline placed on a PCI function are followed by function, and the
+    // baseline's port keys re-keyed to the names their functions carry now; what a placed
+    // device lost, or what excuses it, is said per device.
+    let fates = placed_fates(node);
+    let mut placed_out = Vec::new();
+    if let Some(b) = node.health.baseline.as_ref() {
+        for (d, (_, fate)) in &fates {
+            let ports = baseline_ports(b, kind, d, &judged);
+            if ports.is_empty() {
+                continue;
+            }
+            match fate {
+                Fate::Now(_) => {}
+                Fate::Excused(why) => placed_out.push(
+                    Finding::new(
+                        id,
+                        Status::Skip,
+                        ports.join(" "),
+                        format!(
+                            "{} in the counter baseline and not listed now; {why}: not judged as lost",
+                            ports.join(", ")
+                        ),
+                    )
+                    .evidence(
+                        "/sys/class/infiniband",
+                        format!("{}: not listed; {why}", ports.join(", ")),
+                    ),
+                ),
+                Fate::Lost {
+                    why,
+                    path,
+                    seen,
+                    fix,
+                } => {
+                    for sub in &ports {
+                        let mut f = gone_finding(node, id, sub, what, port_source(sub), fix)
+                            .expected(
+                                path.as_str(),
+                                seen.as_str(),
+                                "an RDMA device on the function, as in the counter baseline",
+                            );
+                        f.message = format!("{}: {why}", f.message);
+                        placed_out.push(f);
+                    }
+                }
+            }
+        }
+    }
+    let remapped;
+    let node = match node
+        .health
+        .baseline
+        .as_ref()
+        .and_then(|b| by_function(b, &fates))
+    {
+        Some(b) => {
+            let mut n = node.clone();
+            n.health.baseline = Some(b);
+            remapped = n;
+            &remapped
+        }
+        None => node,
+    };
     // Ports the baseline read and that are not listed now (after the ports' own findings).
-    let lost_ports = gone(
-        node,
-        kind,
-        2,
-        |n| c::find(defs, n).is_some(),
-        |sub| {
-            list.iter()
-                .any(|p| sub.split_once('/') == Some((p.device.as_str(), &p.port.to_string())))
-        },
-    );
-    if list.is_empty() && lost_ports.is_empty() {
+    let lost_ports = gone(node, kind, 2, judged, |sub| {
+        list.iter()
+            .any(|p| sub.split_once('/') == Some((p.device.as_str(), &p.port.to_string())))
+    });
+    if list.is_empty() && lost_ports.is_empty() && placed_out.is_empty() {
         return vec![Finding::new(id, Status::Skip, "node", "no rdma port")];
     }
-    let mut by: BTreeMap<String, Vec<c::Reading>> =
-        c::port_readings_of(node, |n| c::find(defs, n).is_some())
-            .into_iter()
-            .map(|(s, a, b)| (s, if hw { b } else { a }))
-            .collect();
+    let mut by: BTreeMap<String, Vec<c::Reading>> = c::port_readings_of(node, judged)
+        .into_iter()
+        .map(|(s, a, b)| (s, if hw { b } else { a }))
+        .collect();
     let b = node.health.baseline.as_ref();
     let mut out = Vec::new();
     for p in list {
         let sub = format!("{}/{}", p.device, p.port);
         let fact = pick(p);
         let rs: Vec<c::Reading> = by.remove(&sub).unwrap_or_default();
-        let missing = lost(node, &format!("{kind}/{sub}"), &rs, |n| {
-            c::find(defs, n).is_some()
-        });
+        let missing = lost(node, &format!("{kind}/{sub}"), &rs, judged);
         let again = format!(
             "read the port's counters again (`ls {}`); a snapshot with a lost counter file needs a new capture",
             fact.source()
@@ -687,139 +969,94 @@ fn port_check(
         );
         out.push(with_lost(f, &missing, fact.source(), again));
     }
-    let mut lost_devs: Vec<&str> = lost_ports
+    // A port gone from a device that is still on its function: lost, whatever stands in.
+    let followed = |dev: &str| {
+        fates
+            .values()
+            .find(|(_, f)| matches!(f, Fate::Now(n) if n == dev))
+            .map(|(bdf, _)| bdf.as_str())
+    };
+    let mut unplaced_ports: Vec<&String> = Vec::new();
+    for sub in &lost_ports {
+        let dev = sub.split_once('/').map(|(d, _)| d).unwrap_or(sub.as_str());
+        match followed(dev) {
+            Some(bdf) => {
+                let mut f = gone_finding(
+                    node,
+                    id,
+                    sub,
+                    what,
+                    port_source(sub),
+                    &format!("the port is gone from a device that is still there: `rdma link show {dev}`, `dmesg | grep -i {bdf}`; a port removed on purpose needs nothing more (this is said once)"),
+                );
+                f.message = format!(
+                    "{}: {dev} is still on its PCI function {bdf}, without this port",
+                    f.message
+                );
+                out.push(f);
+            }
+            None => unplaced_ports.push(sub),
+        }
+    }
+    // A baseline that does not place its devices (written before the rdma-at keys): what can
+    // stand in for a vanished device without anything lost is counted, a device the baseline
+    // does not know (a rename, RoCE LAG's mlx5_bond_0) and an RDMA function without a device
+    // here (LAG's second PF, a VF or PF whose device moved into a pod), less those the placed
+    // devices above took. As many of them as devices gone: not judged.
+    let mut unplaced: Vec<&str> = unplaced_ports
         .iter()
         .filter_map(|s| s.split_once('/').map(|(d, _)| d))
         .collect();
-    lost_devs.sort_unstable();
-    lost_devs.dedup();
-    let ports_of = |d: &str| -> Vec<&String> {
-        lost_ports
-            .iter()
-            .filter(|s| s.split_once('/').is_some_and(|(x, _)| x == d))
-            .collect()
-    };
-    // A device whose PCI function the baseline recorded is judged by what is at that function
-    // now: still serving RDMA (renamed, bonded, moved into a pod) is not a loss; gone from the
-    // bus, handed to vfio-pci, unbound, or the same device without the port, is.
-    use super::rdma::FunctionNow;
-    let mut excused: Vec<(&str, String)> = Vec::new();
-    let mut lost_at: Vec<(&str, String)> = Vec::new();
-    let mut unplaced: Vec<&str> = Vec::new();
-    for d in &lost_devs {
-        let Some(bdf) = b.and_then(|b| c::baseline_function(b, d)) else {
-            unplaced.push(d);
-            continue;
-        };
-        match super::rdma::function_now(node, bdf) {
-            FunctionNow::Device(now) if now != *d => excused.push((
-                d,
-                format!("its PCI function {bdf} (in the counter baseline) is {now} now: renamed (RoCE LAG makes mlx5_bond_N)"),
-            )),
-            FunctionNow::Device(_) => lost_at.push((
-                d,
-                format!("{d} is still on its PCI function {bdf}, without this port"),
-            )),
-            FunctionNow::Deviceless(drv) => excused.push((
-                d,
-                format!("its PCI function {bdf} (in the counter baseline) is bound to {drv} without an RDMA device here: RoCE LAG's second port, or its device moved into a pod's network namespace"),
-            )),
-            FunctionNow::Unserving(Some(drv)) => lost_at.push((
-                d,
-                format!("its PCI function {bdf} is bound to {drv} now, which serves no RDMA here"),
-            )),
-            FunctionNow::Unserving(None) => lost_at.push((
-                d,
-                format!("its PCI function {bdf} has no driver bound now (or its driver link cannot be read)"),
-            )),
-            FunctionNow::Absent => lost_at.push((
-                d,
-                format!("its PCI function {bdf} is no longer on the PCI bus"),
-            )),
-            FunctionNow::Unknown => lost_at.push((
-                d,
-                format!("the PCI functions cannot be listed now, so whether {bdf} still serves RDMA is unknown"),
-            )),
-        }
-    }
-    for (d, why) in &excused {
-        let ports: Vec<&str> = ports_of(d).into_iter().map(String::as_str).collect();
+    unplaced.sort_unstable();
+    unplaced.dedup();
+    let excused = fates
+        .values()
+        .filter(|(_, f)| matches!(f, Fate::Excused(_)))
+        .count();
+    let mut new_devs: Vec<&str> = list
+        .iter()
+        .map(|p| p.device.as_str())
+        .filter(|d| {
+            b.is_some_and(|b| {
+                let under = format!("{kind}/{d}/");
+                !b.values.keys().any(|k| k.starts_with(&under))
+            })
+        })
+        .collect();
+    new_devs.sort_unstable();
+    new_devs.dedup();
+    let stand_ins =
+        (new_devs.len() + super::rdma::deviceless_functions(node)).saturating_sub(excused);
+    if !unplaced.is_empty() && unplaced.len() <= stand_ins {
+        let ports: Vec<&str> = unplaced_ports.iter().map(|s| s.as_str()).collect();
         out.push(
             Finding::new(
                 id,
                 Status::Skip,
                 ports.join(" "),
                 format!(
-                    "{} in the counter baseline and not listed now; {why}: not judged as lost",
-                    ports.join(", ")
+                    "{} in the counter baseline and not listed now, beside {stand_ins} device(s) the baseline does not know or rdma function(s) without a device here (a rename, RoCE LAG's mlx5_bond_N, a device moved into a pod's netns): not judged as lost (this baseline does not say which PCI function they were on)",
+                    ports.join(", "),
                 ),
             )
             .evidence(
                 "/sys/class/infiniband",
-                format!("{}: not listed; {why}", ports.join(", ")),
+                format!("{}: not listed", ports.join(", ")),
             ),
         );
-    }
-    // A baseline without the devices' functions: what can stand in for a vanished device
-    // without anything lost is counted, a device the baseline does not know (a rename, RoCE
-    // LAG's mlx5_bond_0) and an RDMA function without a device here (LAG's second PF, a VF or
-    // PF whose device moved into a pod), less those the placed devices above took. As many of
-    // them as devices gone: not judged.
-    let mut unjudged: Vec<&str> = Vec::new();
-    if !unplaced.is_empty() {
-        let mut new_devs: Vec<&str> = list
-            .iter()
-            .map(|p| p.device.as_str())
-            .filter(|d| {
-                b.is_some_and(|b| {
-                    let under = format!("{kind}/{d}/");
-                    !b.values.keys().any(|k| k.starts_with(&under))
-                })
-            })
-            .collect();
-        new_devs.sort_unstable();
-        new_devs.dedup();
-        let stand_ins = (new_devs.len() + super::rdma::deviceless_functions(node))
-            .saturating_sub(excused.len());
-        if unplaced.len() <= stand_ins {
-            let ports: Vec<&str> = unplaced
-                .iter()
-                .flat_map(|d| ports_of(d))
-                .map(String::as_str)
-                .collect();
-            out.push(
-                Finding::new(
-                    id,
-                    Status::Skip,
-                    unplaced.join(" "),
-                    format!(
-                        "{} in the counter baseline and not listed now, beside {stand_ins} device(s) the baseline does not know or rdma function(s) without a device here (a rename, RoCE LAG's mlx5_bond_N, a device moved into a pod's netns): not judged as lost (the baseline does not say which PCI function they were on)",
-                        ports.join(", "),
-                    ),
-                )
-                .evidence("/sys/class/infiniband", format!("{}: not listed", ports.join(", "))),
-            );
-            unjudged = std::mem::take(&mut unplaced);
+    } else {
+        for sub in unplaced_ports {
+            out.push(gone_finding(
+                node,
+                id,
+                sub,
+                what,
+                port_source(sub),
+                "the RDMA port was read by the run the baseline comes from and is not among the ports listed now: a NIC that fell off the bus (`dmesg | grep -i mlx5`, `lspci -d 15b3:`), a VF hot-removed by the hypervisor, mlx5_ib unloaded, or the device renamed (RoCE LAG makes mlx5_bond_N); `ibv_devinfo -l` lists what is there",
+            ));
         }
     }
-    for sub in &lost_ports {
-        let dev = sub.split_once('/').map(|(d, _)| d).unwrap_or(sub.as_str());
-        if excused.iter().any(|(d, _)| *d == dev) || unjudged.contains(&dev) {
-            continue;
-        }
-        let mut f = gone_finding(
-            node,
-            id,
-            sub,
-            what,
-            format!("/sys/class/infiniband/{}", sub.replace('/', "/ports/")),
-            "the RDMA port was read by the run the baseline comes from and is not among the ports listed now: a NIC that fell off the bus (`dmesg | grep -i mlx5`, `lspci -d 15b3:`), a VF hot-removed by the hypervisor, mlx5_ib unloaded, or the device renamed (RoCE LAG makes mlx5_bond_N); `ibv_devinfo -l` lists what is there",
-        );
-        if let Some((_, why)) = lost_at.iter().find(|(d, _)| *d == dev) {
-            f.message = format!("{}: {why}", f.message);
-        }
-        out.push(f);
-    }
+    out.extend(placed_out);
     out
 }
 
@@ -1414,68 +1651,152 @@ mod tests {
         n
     }
 
+    /// `n` with `bdf`'s driver set to `driver`.
+    fn bound_to(mut n: Node, bdf: &str, driver: Option<&str>) -> Node {
+        let mut pci = n.pci.get().cloned().unwrap_or_default();
+        for p in pci.iter_mut().filter(|p| p.bdf == bdf) {
+            p.driver = Fact::known(driver.map(str::to_string), "test");
+        }
+        n.pci = Fact::known(pci, "test");
+        n
+    }
+
+    /// The errors of `counters.ib-port` on `n`, (subject, message); every one with evidence.
+    fn errors_of(n: &Node) -> Vec<(String, String)> {
+        ib_port(n)
+            .into_iter()
+            .filter(|f| f.status == Status::Error)
+            .inspect(|f| assert!(f.has_evidence() && f.remediation.is_some(), "{f:?}"))
+            .map(|f| (f.subject, f.message))
+            .collect()
+    }
+
+    /// Its skips' messages; none of its findings an error.
+    fn skips_of(n: &Node) -> Vec<String> {
+        let f = ib_port(n);
+        assert!(f.iter().all(|f| f.status != Status::Error), "{f:?}");
+        f.iter()
+            .filter(|f| f.status == Status::Skip)
+            .map(|f| f.message.clone())
+            .collect()
+    }
+
     /// With the devices' PCI functions in the baseline, a device gone is judged by what is at
-    /// its function now, not by counting stand-ins: SR-IOV enabled (new VF devices) or VFs
-    /// moved into pods no longer excuse a PF that fell off the bus in the same interval.
+    /// its function now, not by its name or by counting stand-ins.
     #[test]
     fn a_device_gone_is_judged_by_its_pci_function_when_the_baseline_placed_it() {
         let (pf0, pf1, vf) = ("0000:49:00.0", "0000:49:00.1", "0000:49:00.2");
-        let error_of = |n: &Node, dev: &str| -> String {
-            let f = ib_port(n);
-            let e: Vec<&Finding> = f.iter().filter(|f| f.status == Status::Error).collect();
-            assert_eq!(e.len(), 1, "{f:?}");
-            assert_eq!(e[0].subject, format!("{dev}/1"));
-            assert!(e[0].has_evidence());
-            e[0].message.clone()
+        let other = "0000:4a:00.0";
+        let one = |e: Vec<(String, String)>, sub: &str, says: &str| {
+            assert_eq!(e.len(), 1, "{e:?}");
+            assert_eq!(e[0].0, sub, "{e:?}");
+            assert!(e[0].1.contains(says), "{e:?}");
         };
-        let skips = |n: &Node| -> Vec<String> {
-            let f = ib_port(n);
-            assert!(f.iter().all(|f| f.status != Status::Error), "{f:?}");
-            f.iter()
-                .filter(|f| f.status == Status::Skip)
-                .map(|f| f.message.clone())
-                .collect()
-        };
-        // A VF created since (SR-IOV enabled: its device mlx5_2 is new) while PF1 fell off
-        // the bus. Counted, one stand-in for one device gone: not judged (the gap this closes).
+        // SR-IOV enabled since (a VF device, mlx5_2) while PF1 fell off the bus. Counted, one
+        // stand-in for one device gone: not judged (the gap placing closes).
         let sriov = stand_in_node(
             &[(pf0, false, true), (vf, true, true)],
             &[("mlx5_0", pf0), ("mlx5_2", vf)],
             &["mlx5_0", "mlx5_1"],
         );
-        assert_eq!(skips(&sriov).len(), 1);
+        assert_eq!(skips_of(&sriov).len(), 1);
         let sriov = placed(sriov, &[("mlx5_0", pf0), ("mlx5_1", pf1)]);
-        let m = error_of(&sriov, "mlx5_1");
-        assert!(
-            m.contains("0000:49:00.1 is no longer on the PCI bus"),
-            "{m}"
+        one(
+            errors_of(&sriov),
+            "mlx5_1/1",
+            "0000:49:00.1 is no longer on the PCI bus",
         );
-        // A VF whose device is in a pod (bound to mlx5_core, no device here) beside the same
-        // loss: the VF stood in when counted; placed, the PF is lost.
-        let pod = stand_in_node(
-            &[(pf0, false, true), (vf, true, true)],
-            &[("mlx5_0", pf0)],
-            &["mlx5_0", "mlx5_1"],
-        );
-        assert_eq!(skips(&pod).len(), 1);
-        let pod = placed(pod, &[("mlx5_0", pf0), ("mlx5_1", pf1)]);
-        assert!(error_of(&pod, "mlx5_1").contains("no longer on the PCI bus"));
-        // The device the pod took is itself placed: its function still serves RDMA.
-        let pod_only = placed(
+        // The other order: PF1 lost first, then the VF's device took the free name mlx5_1.
+        // By name nothing is missing; by function PF1 is.
+        let reused = placed(
             stand_in_node(
                 &[(pf0, false, true), (vf, true, true)],
-                &[("mlx5_0", pf0)],
-                &["mlx5_0", "mlx5_9"],
+                &[("mlx5_0", pf0), ("mlx5_1", vf)],
+                &["mlx5_0", "mlx5_1"],
             ),
-            &[("mlx5_0", pf0), ("mlx5_9", vf)],
+            &[("mlx5_0", pf0), ("mlx5_1", pf1)],
         );
-        let s = skips(&pod_only);
-        assert!(
-            s.iter()
-                .any(|m| m.contains("0000:49:00.2") && m.contains("pod")),
-            "{s:?}"
+        one(
+            errors_of(&reused),
+            "mlx5_1/1",
+            "0000:49:00.1 is no longer on the PCI bus",
         );
-        // RoCE LAG formed since: both placed devices are excused, each with its reason.
+        // Renumbered: A (mlx5_0) fell off the bus, B and C registered again as mlx5_0 and
+        // mlx5_1. The loss is A's, named by its baseline name and function; B and C are
+        // followed to their new names and judged against their own readings.
+        let (a, b2, c2) = ("0000:17:00.0", "0000:27:00.0", "0000:37:00.0");
+        let mut renumbered = placed(
+            stand_in_node(
+                &[(b2, false, true), (c2, false, true)],
+                &[("mlx5_0", b2), ("mlx5_1", c2)],
+                &["mlx5_0", "mlx5_1", "mlx5_2"],
+            ),
+            &[("mlx5_0", a), ("mlx5_1", b2), ("mlx5_2", c2)],
+        );
+        one(
+            errors_of(&renumbered),
+            "mlx5_0/1",
+            "0000:17:00.0 is no longer on the PCI bus",
+        );
+        // B's link flapped before: its reading, now under mlx5_0, is B's, not A's.
+        if let Some(b) = renumbered.health.baseline.as_mut() {
+            b.values.insert("ib/mlx5_1/1/link_downed".into(), 5);
+        }
+        let mut hc = renumbered
+            .health
+            .port_counters
+            .get()
+            .cloned()
+            .unwrap_or_default();
+        hc[0].counters = Fact::known(
+            [("link_downed".to_string(), 5)].into(),
+            "/sys/class/infiniband/mlx5_0/ports/1/counters",
+        );
+        renumbered.health.port_counters = Fact::known(hc, "/sys/class/infiniband");
+        let f = ib_port(&renumbered);
+        let b_now = f.iter().find(|f| f.subject == "mlx5_0/1").unwrap();
+        assert_eq!(b_now.status, Status::Pass, "{b_now:?}");
+        // Two devices on one function (a PF and its sub-function): the PF's device gone, the
+        // sub-function's left. Not a rename.
+        let sf = placed(
+            stand_in_node(
+                &[(pf0, false, true)],
+                &[("mlx5_5", pf0)],
+                &["mlx5_0", "mlx5_5"],
+            ),
+            &[("mlx5_0", pf0), ("mlx5_5", pf0)],
+        );
+        one(
+            errors_of(&sf),
+            "mlx5_0/1",
+            "still carries mlx5_5 but no longer mlx5_0",
+        );
+        // A PF bound to mlx5_core without a device, no bond on its card, its VF still
+        // serving: the RDMA driver failed on it. An error, not "a pod".
+        let pf_failed = placed(
+            stand_in_node(
+                &[(pf0, false, true), (vf, true, true)],
+                &[("mlx5_2", vf)],
+                &["mlx5_0", "mlx5_2"],
+            ),
+            &[("mlx5_0", pf0), ("mlx5_2", vf)],
+        );
+        one(
+            errors_of(&pf_failed),
+            "mlx5_0/1",
+            "no bond formed on its card",
+        );
+        // The dual-port card's PF1 without a device and no LAG: the same.
+        let no_lag = placed(
+            stand_in_node(
+                &[(pf0, false, true), (pf1, false, true)],
+                &[("mlx5_0", pf0)],
+                &["mlx5_0", "mlx5_1"],
+            ),
+            &[("mlx5_0", pf0), ("mlx5_1", pf1)],
+        );
+        one(errors_of(&no_lag), "mlx5_1/1", "no bond formed");
+        // RoCE LAG formed since: mlx5_0 is followed to the bond, PF1 is LAG's second port.
         let lag = placed(
             stand_in_node(
                 &[(pf0, false, true), (pf1, false, true)],
@@ -1484,27 +1805,61 @@ mod tests {
             ),
             &[("mlx5_0", pf0), ("mlx5_1", pf1)],
         );
-        let s = skips(&lag);
-        assert!(s.iter().any(|m| m.contains("is mlx5_bond_0 now")), "{s:?}");
-        assert!(s.iter().any(|m| m.contains("0000:49:00.1")), "{s:?}");
-        // A rename, placed.
+        let s = skips_of(&lag);
+        assert!(
+            s.len() == 1 && s[0].contains("beside mlx5_bond_0") && s[0].contains("LAG"),
+            "{s:?}"
+        );
+        // ... and undone: the bond's function carries mlx5_0 again, PF1 was not placed.
+        let unbond = placed(
+            stand_in_node(
+                &[(pf0, false, true), (pf1, false, true)],
+                &[("mlx5_0", pf0), ("mlx5_1", pf1)],
+                &["mlx5_bond_0"],
+            ),
+            &[("mlx5_bond_0", pf0)],
+        );
+        assert!(skips_of(&unbond).is_empty());
+        // A rename, and a VF's device moved into a pod.
         let renamed = placed(
             stand_in_node(&[(pf0, false, true)], &[("ib0", pf0)], &["mlx5_0"]),
             &[("mlx5_0", pf0)],
         );
-        assert!(skips(&renamed).iter().any(|m| m.contains("is ib0 now")));
-        // Its VF handed to vfio-pci (unbound from mlx5_core).
-        let vfio = placed(
+        assert!(skips_of(&renamed).is_empty());
+        assert!(ib_port(&renamed).iter().all(|f| f.status == Status::Pass));
+        let pod = placed(
             stand_in_node(
-                &[(pf0, false, true), (vf, true, false)],
+                &[(pf0, false, true), (vf, true, true)],
                 &[("mlx5_0", pf0)],
                 &["mlx5_0", "mlx5_9"],
             ),
             &[("mlx5_0", pf0), ("mlx5_9", vf)],
         );
-        assert!(error_of(&vfio, "mlx5_9").contains("0000:49:00.2 has no driver bound"));
+        let s = skips_of(&pod);
+        assert!(
+            s.iter().any(|m| m.contains(vf) && m.contains("pod")),
+            "{s:?}"
+        );
+        // That VF handed to vfio-pci, or left without a driver.
+        let vfio = bound_to(pod.clone(), vf, Some("vfio-pci"));
+        one(errors_of(&vfio), "mlx5_9/1", "bound to vfio-pci now");
+        let unbound = bound_to(pod.clone(), vf, None);
+        one(errors_of(&unbound), "mlx5_9/1", "has no driver bound now");
+        // Its driver link unreadable: unknown, an error that says so.
+        let mut unreadable = pod.clone();
+        let mut pci = unreadable.pci.get().cloned().unwrap_or_default();
+        pci[1].driver = Fact::absent(
+            "/sys/bus/pci/devices/0000:49:00.2/driver",
+            "permission denied",
+        );
+        unreadable.pci = Fact::known(pci, "test");
+        one(
+            errors_of(&unreadable),
+            "mlx5_9/1",
+            "cannot be read (permission denied)",
+        );
         // The same device on the same function without the port the baseline read: lost,
-        // whatever stands in elsewhere.
+        // whatever stands in elsewhere (a VF without a device here).
         let mut port2 = placed(
             stand_in_node(
                 &[(pf0, false, true), (vf, true, true)],
@@ -1516,22 +1871,51 @@ mod tests {
         if let Some(b) = port2.health.baseline.as_mut() {
             b.values.insert("ib/mlx5_0/2/link_downed".into(), 0);
         }
-        let f = ib_port(&port2);
-        let e: Vec<&Finding> = f.iter().filter(|f| f.status == Status::Error).collect();
-        assert_eq!(e.len(), 1, "{f:?}");
-        assert_eq!(e[0].subject, "mlx5_0/2");
-        assert!(
-            e[0].message.contains("without this port"),
-            "{}",
-            e[0].message
-        );
+        one(errors_of(&port2), "mlx5_0/2", "without this port");
         // The PCI functions unreadable now: a placed device gone is an error, not excused.
         let mut blind = placed(
-            stand_in_node(&[(pf0, false, true)], &[("ib0", pf0)], &["mlx5_0"]),
+            stand_in_node(&[(other, false, true)], &[("ib0", other)], &["mlx5_0"]),
             &[("mlx5_0", pf0)],
         );
         blind.pci = Fact::absent("/sys/bus/pci/devices", "permission denied");
-        assert!(error_of(&blind, "mlx5_0").contains("cannot be listed"));
+        one(errors_of(&blind), "mlx5_0/1", "cannot be listed");
+        // A baseline that places one device and not another (its address was unreadable
+        // then): the placed one by function, the other by the count.
+        let mixed = placed(
+            stand_in_node(
+                &[(pf0, false, true), (vf, true, true)],
+                &[("mlx5_2", vf)],
+                &["mlx5_0", "mlx5_1"],
+            ),
+            &[("mlx5_0", pf0)],
+        );
+        let e = errors_of(&mixed);
+        assert!(
+            e.iter()
+                .any(|(s, m)| s == "mlx5_0/1" && m.contains("no bond formed")),
+            "{e:?}"
+        );
+        // The transport counters (hw_counters/) follow the same rule.
+        let mut hw = sriov.clone();
+        let mut ports = hw.health.port_counters.get().cloned().unwrap_or_default();
+        for p in ports.iter_mut() {
+            p.hw_counters = Fact::known(
+                [("out_of_sequence".to_string(), 0)].into(),
+                format!("/sys/class/infiniband/{}/ports/1/hw_counters", p.device),
+            );
+        }
+        hw.health.port_counters = Fact::known(ports, "/sys/class/infiniband");
+        if let Some(b) = hw.health.baseline.as_mut() {
+            for d in ["mlx5_0", "mlx5_1"] {
+                b.values.insert(format!("hw/{d}/1/out_of_sequence"), 0);
+            }
+        }
+        let e: Vec<(Status, String)> = rdma_transport(&hw)
+            .into_iter()
+            .filter(|f| f.status == Status::Error)
+            .map(|f| (f.status, f.subject))
+            .collect();
+        assert_eq!(e, [(Status::Error, "mlx5_1/1".to_string())]);
     }
 
     /// The reading a run records places every RDMA device on its function.

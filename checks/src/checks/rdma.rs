@@ -187,46 +187,71 @@ pub(crate) fn deviceless_functions(node: &Node) -> usize {
         .count()
 }
 
-/// What is at a PCI function now, for an RDMA device an earlier reading saw on it and that is
-/// not listed now ([`function_now`]).
+/// What is at a PCI function that carries no RDMA device now, for a device an earlier reading
+/// saw on it ([`function_now`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum FunctionNow {
-    /// An RDMA device of this name sits on it (a rename, RoCE LAG's `mlx5_bond_N`, or the
-    /// same name whose port is what vanished).
-    Device(String),
-    /// Bound to a driver that serves RDMA here, without a device in this listing: RoCE LAG's
-    /// second PF, a VF or PF whose device moved into a pod (RDMA exclusive netns mode).
-    Deviceless(String),
-    /// Still on the bus, but bound to a driver that serves no RDMA here (vfio-pci), or to none.
-    Unserving(Option<String>),
+    /// Bound to a driver that serves RDMA here (the driver of a function that has an RDMA
+    /// device), without a device in this listing.
+    Deviceless { driver: String, virtfn: bool },
+    /// Bound to a driver that serves no RDMA here (vfio-pci).
+    Bound(String),
+    /// On the bus with no driver bound.
+    Unbound,
+    /// On the bus, its `driver` link unreadable (why).
+    DriverUnreadable(String),
     /// Not on the PCI bus.
     Absent,
-    /// The PCI functions or RDMA devices cannot be listed now.
-    Unknown,
+    /// The PCI functions or RDMA devices cannot be listed now (why).
+    Unknown(String),
 }
 
-/// What is at `bdf` now (see [`FunctionNow`]).
+/// What is at `bdf`, which carries no RDMA device now (see [`FunctionNow`]).
 pub(crate) fn function_now(node: &Node, bdf: &str) -> FunctionNow {
-    let (Some(pci), Some(devs)) = (node.pci.get(), node.rdma.get()) else {
-        return FunctionNow::Unknown;
+    let (pci, devs) = match (node.pci.get(), node.rdma.get()) {
+        (Some(p), Some(d)) => (p, d),
+        (None, _) => {
+            return FunctionNow::Unknown(format!(
+                "{}: {}",
+                node.pci.source(),
+                node.pci.reason().unwrap_or("unknown")
+            ))
+        }
+        (_, None) => {
+            return FunctionNow::Unknown(format!(
+                "{}: {}",
+                node.rdma.source(),
+                node.rdma.reason().unwrap_or("unknown")
+            ))
+        }
     };
-    if let Some(d) = devs
-        .iter()
-        .find(|d| matches!(d.pci_bdf.get(), Some(Some(b)) if b == bdf))
-    {
-        return FunctionNow::Device(d.name.clone());
-    }
     let Some(f) = pci.iter().find(|p| p.bdf == bdf) else {
         return FunctionNow::Absent;
     };
-    let Some(driver) = f.driver.get() else {
-        // The driver link cannot be read: nothing proves it serves RDMA.
-        return FunctionNow::Unserving(None);
-    };
-    match driver {
-        Some(d) if serving_drivers(pci, devs).contains(d) => FunctionNow::Deviceless(d.clone()),
-        other => FunctionNow::Unserving(other.clone()),
+    match f.driver.get() {
+        None => FunctionNow::DriverUnreadable(f.driver.reason().unwrap_or("unknown").to_string()),
+        Some(None) => FunctionNow::Unbound,
+        Some(Some(d)) if serving_drivers(pci, devs).contains(d) => FunctionNow::Deviceless {
+            driver: d.clone(),
+            virtfn: f.is_virtfn,
+        },
+        Some(Some(d)) => FunctionNow::Bound(d.clone()),
     }
+}
+
+/// The physical functions of one card (`card` is `domain:bus:device`, the address without
+/// its function number; VFs, which may share it under ARI, are left out).
+pub(crate) fn pfs_of_card(node: &Node, card: &str) -> Vec<String> {
+    node.pci
+        .get()
+        .map(|pci| {
+            pci.iter()
+                .filter(|p| !p.is_virtfn)
+                .filter(|p| p.bdf.rsplit_once('.').is_some_and(|(c, _)| c == card))
+                .map(|p| p.bdf.clone())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The drivers bound to a function that has an RDMA device: those that serve RDMA here.
