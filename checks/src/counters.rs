@@ -359,7 +359,7 @@ pub fn observed(j: &Judged, baseline: Option<&CounterBaseline>) -> String {
 
 /// Every counter gdrdoctor reads on this node, by key: `aer/<bdf>/<file>/<name>`,
 /// `ib/<dev>/<port>/<name>`, `hw/<dev>/<port>/<name>`, `nvlink/<bdf>/<link>/<name>`,
-/// `pcie-replay/<bdf>`; and `rdma-at/<dev>/<bdf>` = 1, the PCI function of each RDMA device
+/// `pcie-replay/<bdf>`; and `rdma-at/<dev>/<bdf>` = its node GUID (or 1), the PCI function of each RDMA device
 /// (not a counter: the next run follows devices by function). The state file and
 /// `--interval` compare these.
 pub fn values(node: &Node) -> BTreeMap<String, u64> {
@@ -379,17 +379,29 @@ pub fn values(node: &Node) -> BTreeMap<String, u64> {
     {
         m.insert(r.key, r.value);
     }
-    // Where each RDMA device sits (`rdma-at/<dev>/<bdf>`, value 1): not a counter, but what
+    // Where each RDMA device sits (`rdma-at/<dev>/<bdf>`, value its node GUID or 1): not a counter, but what
     // tells a device renamed or moved into a pod since (its function still serves RDMA) from
     // one lost (its function gone from the bus) when the next run judges this reading.
     if let Some(devs) = node.rdma.get() {
         for d in devs {
             if let Some(Some(bdf)) = d.pci_bdf.get() {
-                m.insert(format!("{RDMA_AT}/{}/{bdf}", d.name), 1);
+                let guid = d.node_guid.get().and_then(|g| guid_value(g)).unwrap_or(1);
+                m.insert(format!("{RDMA_AT}/{}/{bdf}", d.name), guid);
             }
         }
     }
     m
+}
+
+/// A node GUID (`b8ce:f603:00a1:2b3c`) as a number, the value of an `rdma-at` key: what tells
+/// two devices on one function apart (a PF's and its sub-function's) when both are renamed.
+/// `None` for an unreadable or zero GUID (the key then holds 1).
+pub fn guid_value(text: &str) -> Option<u64> {
+    let hex: String = text.trim().chars().filter(|c| *c != ':').collect();
+    if hex.is_empty() || hex.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(&hex, 16).ok().filter(|v| *v > 1)
 }
 
 /// The key family of [`values`] that records each RDMA device's PCI function.

@@ -624,8 +624,9 @@ fn placed_fates(node: &Node) -> BTreeMap<String, (String, Fate)> {
         return out;
     };
     let under = format!("{}/", c::RDMA_AT);
-    let mut was_at: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (k, _) in b
+    // bdf -> (device, node GUID or 1) as the baseline placed them.
+    let mut was_at: BTreeMap<&str, Vec<(&str, u64)>> = BTreeMap::new();
+    for (k, v) in b
         .values
         .range(under.clone()..)
         .take_while(|(k, _)| k.starts_with(&under))
@@ -634,46 +635,93 @@ fn placed_fates(node: &Node) -> BTreeMap<String, (String, Fate)> {
             continue;
         };
         if !dev.is_empty() && !bdf.is_empty() && !bdf.contains('/') {
-            was_at.entry(bdf).or_default().push(dev);
+            was_at.entry(bdf).or_default().push((dev, *v));
         }
     }
     if was_at.is_empty() {
         return out;
     }
-    let mut now_at: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for d in node.rdma.get().map(Vec::as_slice).unwrap_or_default() {
-        if let Some(Some(bdf)) = d.pci_bdf.get() {
-            now_at
-                .entry(bdf.as_str())
-                .or_default()
-                .push(d.name.as_str());
+    let devs = node.rdma.get().map(Vec::as_slice).unwrap_or_default();
+    let mut now_at: BTreeMap<&str, Vec<&crate::model::RdmaDevice>> = BTreeMap::new();
+    // Listed now without a readable function: not placeable, not lost either.
+    let mut unplaceable: Vec<&str> = Vec::new();
+    for d in devs {
+        match d.pci_bdf.get() {
+            Some(Some(bdf)) => now_at.entry(bdf.as_str()).or_default().push(d),
+            _ => unplaceable.push(d.name.as_str()),
         }
     }
-    // Names on a function now that the baseline did not place there.
-    let fresh = |bdf: &str| -> Vec<String> {
+    let guid_of = |d: &crate::model::RdmaDevice| d.node_guid.get().and_then(|g| c::guid_value(g));
+    // Devices on a function now that the baseline did not place there, by name.
+    let fresh = |bdf: &str| -> Vec<&crate::model::RdmaDevice> {
         let was = was_at.get(bdf);
-        let mut v: Vec<String> = now_at
+        let mut v: Vec<&crate::model::RdmaDevice> = now_at
             .get(bdf)
             .map(|v| {
                 v.iter()
-                    .filter(|n| !was.is_some_and(|w| w.contains(*n)))
-                    .map(|n| n.to_string())
+                    .copied()
+                    .filter(|n| !was.is_some_and(|w| w.iter().any(|(x, _)| *x == n.name)))
                     .collect()
             })
             .unwrap_or_default();
-        v.sort_unstable();
+        v.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         v
     };
+    // A RoCE LAG bond formed on `sib` since: every device the baseline placed there is gone
+    // from it, and a new bond device (its name says so) with an Ethernet port took their place.
+    let bond_on = |sib: &str| -> Option<String> {
+        let was = was_at.get(sib)?;
+        let now = now_at.get(sib)?;
+        if was.iter().any(|(d, _)| now.iter().any(|n| n.name == *d)) {
+            return None;
+        }
+        fresh(sib)
+            .into_iter()
+            .find(|n| {
+                // mlx5_bond_N, bnxt_re_bondN: a renumbered device is not a bond.
+                n.name.contains("bond")
+                    && n.ports.get().is_some_and(|ps| {
+                        ps.iter()
+                            .any(|p| p.link_layer.get().is_some_and(|l| l.trim() == "Ethernet"))
+                    })
+            })
+            .map(|n| n.name.clone())
+    };
     for (bdf, was) in &was_at {
-        let now: Vec<&str> = now_at.get(bdf).cloned().unwrap_or_default();
-        let mut new_names = fresh(bdf).into_iter();
+        let now: Vec<&str> = now_at
+            .get(bdf)
+            .map(|v| v.iter().map(|d| d.name.as_str()).collect())
+            .unwrap_or_default();
+        let mut new_devs = fresh(bdf);
         let mut was = was.clone();
         was.sort_unstable();
-        for d in was {
-            let fate = if now.contains(&d) {
-                Fate::Now(d.to_string())
-            } else if let Some(e) = new_names.next() {
-                Fate::Now(e)
+        let mut missing: Vec<(&str, u64)> = Vec::new();
+        for (d, guid) in was {
+            if now.contains(&d) || unplaceable.contains(&d) {
+                out.insert(d.to_string(), (bdf.to_string(), Fate::Now(d.to_string())));
+            } else if let Some(i) = new_devs
+                .iter()
+                .position(|n| guid > 1 && guid_of(n) == Some(guid))
+            {
+                // Renamed (the same node GUID): renumbered, a new name, a bond on its PF.
+                let n = new_devs.remove(i);
+                out.insert(d.to_string(), (bdf.to_string(), Fate::Now(n.name.clone())));
+            } else {
+                missing.push((d, guid));
+            }
+        }
+        if let ([(d, _)], [n]) = (missing.as_slice(), new_devs.as_slice()) {
+            // One device gone, one new on its function: the same, renamed.
+            out.insert(d.to_string(), (bdf.to_string(), Fate::Now(n.name.clone())));
+            continue;
+        }
+        for (d, _) in missing {
+            let fate = if !new_devs.is_empty() {
+                let names: Vec<&str> = new_devs.iter().map(|n| n.name.as_str()).collect();
+                Fate::Excused(format!(
+                    "its PCI function {bdf} carries {} now, new since the baseline and not told apart from {d} (their node GUIDs differ or were not recorded)",
+                    names.join(", ")
+                ))
             } else if !now.is_empty() {
                 Fate::Lost {
                     why: format!(
@@ -682,10 +730,10 @@ fn placed_fates(node: &Node) -> BTreeMap<String, (String, Fate)> {
                     ),
                     path: "/sys/class/infiniband".into(),
                     seen: format!("{} on {bdf}, {d} not listed", now.join(", ")),
-                    fix: format!("a second RDMA device of {bdf} (a sub-function, a port of a multi-port function) was removed: `rdma dev`, `devlink port show`, `dmesg | grep -i {bdf}`; if it was removed on purpose nothing more is needed (this is said once)"),
+                    fix: format!("one of the RDMA devices of {bdf} is gone while another stays (a PF's own device and its sub-function's): if a sub-function was deleted on purpose (a pod torn down) nothing is wrong (this is said once); otherwise `rdma dev`, `devlink port show`, `dmesg | grep -i {bdf}`"),
                 }
             } else {
-                function_fate(node, bdf, d, &fresh)
+                function_fate(node, bdf, d, &bond_on)
             };
             out.insert(d.to_string(), (bdf.to_string(), fate));
         }
@@ -694,8 +742,13 @@ fn placed_fates(node: &Node) -> BTreeMap<String, (String, Fate)> {
 }
 
 /// The fate of device `d`, placed on `bdf` by the baseline, when no RDMA device sits on
-/// `bdf` now (see [`Fate`]). `fresh` lists the names new on a function since the baseline.
-fn function_fate(node: &Node, bdf: &str, d: &str, fresh: &dyn Fn(&str) -> Vec<String>) -> Fate {
+/// `bdf` now (see [`Fate`]). `bond_on` names a RoCE LAG bond formed on a sibling function.
+fn function_fate(
+    node: &Node,
+    bdf: &str,
+    d: &str,
+    bond_on: &dyn Fn(&str) -> Option<String>,
+) -> Fate {
     use super::rdma::FunctionNow as F;
     let path = format!("/sys/bus/pci/devices/{bdf}");
     let lost = |why: String, seen: String, fix: String| Fate::Lost {
@@ -715,18 +768,17 @@ fn function_fate(node: &Node, bdf: &str, d: &str, fresh: &dyn Fn(&str) -> Vec<St
             driver,
             virtfn: false,
         } => {
-            // RoCE LAG: the bond sits on a sibling PF of the same card, under a new name.
             let card = bdf.rsplit_once('.').map(|(c, _)| c).unwrap_or(bdf);
             let bond = super::rdma::pfs_of_card(node, card)
                 .into_iter()
                 .filter(|s| s != bdf)
-                .find_map(|s| fresh(&s).into_iter().next().map(|n| (s, n)));
+                .find_map(|s| bond_on(&s).map(|n| (s, n)));
             match bond {
                 Some((sib, n)) => Fate::Excused(format!(
-                    "its PCI function {bdf} is bound to {driver} without an RDMA device here, beside {n}, new on {sib} of the same card: RoCE LAG's second port"
+                    "its PCI function {bdf} is bound to {driver} without an RDMA device here, beside {n}, the RoCE device that replaced the one on {sib} of the same card: RoCE LAG's second port"
                 )),
                 None => lost(
-                    format!("its PCI function {bdf} (a PF) is bound to {driver} without an RDMA device here, and no bond formed on its card: the RDMA driver failed on it, or its device was moved into a pod's network namespace"),
+                    format!("its PCI function {bdf} (a PF) is bound to {driver} without an RDMA device here, and no RoCE bond formed on its card: the RDMA driver failed on it, or its device was moved into a pod's network namespace"),
                     format!("driver {driver}, no RDMA device"),
                     format!("`dmesg | grep -i {bdf}` for the RDMA driver's error; `devlink dev info pci/{bdf}`; rebind the function (`echo {bdf} > /sys/bus/pci/drivers/{driver}/unbind; echo {bdf} > /sys/bus/pci/drivers/{driver}/bind`); if {d}'s PF was assigned to a pod on purpose (RDMA exclusive netns mode), nothing is wrong (this is said once)"),
                 ),
@@ -768,13 +820,22 @@ fn function_fate(node: &Node, bdf: &str, d: &str, fresh: &dyn Fn(&str) -> Vec<St
 fn by_function(
     b: &crate::model::CounterBaseline,
     fates: &BTreeMap<String, (String, Fate)>,
-) -> Option<crate::model::CounterBaseline> {
+) -> Option<(crate::model::CounterBaseline, Vec<String>)> {
     if fates
         .iter()
         .all(|(d, (_, f))| matches!(f, Fate::Now(n) if n == d))
     {
         return None;
     }
+    // Names a placed device carries now that it did not carry then.
+    let taken: Vec<&str> = fates
+        .iter()
+        .filter_map(|(d, (_, f))| match f {
+            Fate::Now(n) if n != d => Some(n.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut displaced: Vec<String> = Vec::new();
     let mut values = BTreeMap::new();
     let mut unplaced = Vec::new();
     for (k, v) in &b.values {
@@ -790,15 +851,34 @@ fn by_function(
             _ => unplaced.push((k, *v)),
         }
     }
-    // Keys of devices the baseline could not place never displace a placed device's.
+    // A device the baseline could not place whose name a placed device carries now: which
+    // function it was on is unknown, and its readings are not the placed device's. Said as
+    // gone (`displaced`), its keys left out.
     for (k, v) in unplaced {
-        values.entry(k.clone()).or_insert(v);
+        let dev = k
+            .split_once('/')
+            .filter(|(fam, _)| matches!(*fam, "ib" | "hw"))
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .map(|(d, _)| d);
+        match dev {
+            Some(d) if taken.contains(&d) => {
+                if !displaced.iter().any(|x| x == d) {
+                    displaced.push(d.to_string());
+                }
+            }
+            _ => {
+                values.insert(k.clone(), v);
+            }
+        }
     }
-    Some(crate::model::CounterBaseline {
-        values,
-        elapsed_ms: b.elapsed_ms,
-        origin: b.origin.clone(),
-    })
+    Some((
+        crate::model::CounterBaseline {
+            values,
+            elapsed_ms: b.elapsed_ms,
+            origin: b.origin.clone(),
+        },
+        displaced,
+    ))
 }
 
 /// The ports (`dev/port`) the baseline holds judged `kind` counters for.
@@ -900,9 +980,21 @@ fn port_check(
         .health
         .baseline
         .as_ref()
-        .and_then(|b| by_function(b, &fates))
+        .and_then(|b| by_function(b, &fates).map(|r| (b, r)))
     {
-        Some(b) => {
+        Some((orig, (b, displaced))) => {
+            for u in displaced {
+                let now_on = fates
+                    .iter()
+                    .find(|(_, (_, f))| matches!(f, Fate::Now(n) if *n == u))
+                    .map(|(d, (bdf, _))| format!("{d}'s function {bdf}"))
+                    .unwrap_or_default();
+                for sub in baseline_ports(orig, kind, &u, &judged) {
+                    let mut f = gone_finding(node, id, &sub, what, port_source(&sub), "the baseline does not say which PCI function this device was on (its address was unreadable then), and another device carries its name now: `ibv_devinfo -l`, `rdma dev`, `dmesg | grep -i mlx5` for a NIC that fell off the bus or failed");
+                    f.message = format!("{}: its name is carried now by {now_on}", f.message);
+                    placed_out.push(f);
+                }
+            }
             let mut n = node.clone();
             n.health.baseline = Some(b);
             remapped = n;
@@ -1025,8 +1117,12 @@ fn port_check(
         .collect();
     new_devs.sort_unstable();
     new_devs.dedup();
-    let stand_ins =
-        (new_devs.len() + super::rdma::deviceless_functions(node)).saturating_sub(excused);
+    // Functions a placed device was on are judged above: never a stand-in here.
+    let deviceless = super::rdma::deviceless_functions(node)
+        .into_iter()
+        .filter(|f| !fates.values().any(|(bdf, _)| bdf == f))
+        .count();
+    let stand_ins = (new_devs.len() + deviceless).saturating_sub(excused);
     if !unplaced.is_empty() && unplaced.len() <= stand_ins {
         let ports: Vec<&str> = unplaced_ports.iter().map(|s| s.as_str()).collect();
         out.push(
@@ -1651,6 +1747,20 @@ mod tests {
         n
     }
 
+    /// `n` with every RDMA port on Ethernet (RoCE).
+    fn roce(mut n: Node) -> Node {
+        let mut devs = n.rdma.get().cloned().unwrap_or_default();
+        for d in devs.iter_mut() {
+            let mut ports = d.ports.get().cloned().unwrap_or_default();
+            for p in ports.iter_mut() {
+                p.link_layer = Fact::known("Ethernet".to_string(), "test");
+            }
+            d.ports = Fact::known(ports, "test");
+        }
+        n.rdma = Fact::known(devs, "test");
+        n
+    }
+
     /// `n` with `bdf`'s driver set to `driver`.
     fn bound_to(mut n: Node, bdf: &str, driver: Option<&str>) -> Node {
         let mut pci = n.pci.get().cloned().unwrap_or_default();
@@ -1784,7 +1894,7 @@ mod tests {
         one(
             errors_of(&pf_failed),
             "mlx5_0/1",
-            "no bond formed on its card",
+            "no RoCE bond formed on its card",
         );
         // The dual-port card's PF1 without a device and no LAG: the same.
         let no_lag = placed(
@@ -1795,20 +1905,61 @@ mod tests {
             ),
             &[("mlx5_0", pf0), ("mlx5_1", pf1)],
         );
-        one(errors_of(&no_lag), "mlx5_1/1", "no bond formed");
+        one(errors_of(&no_lag), "mlx5_1/1", "no RoCE bond formed");
         // RoCE LAG formed since: mlx5_0 is followed to the bond, PF1 is LAG's second port.
-        let lag = placed(
+        let lag = roce(placed(
             stand_in_node(
                 &[(pf0, false, true), (pf1, false, true)],
                 &[("mlx5_bond_0", pf0)],
                 &["mlx5_0", "mlx5_1"],
             ),
             &[("mlx5_0", pf0), ("mlx5_1", pf1)],
-        );
+        ));
         let s = skips_of(&lag);
         assert!(
             s.len() == 1 && s[0].contains("beside mlx5_bond_0") && s[0].contains("LAG"),
             "{s:?}"
+        );
+        // Not a bond: InfiniBand (no RoCE LAG there), a sub-function new beside PF0's own
+        // device, or PF0 only renumbered. PF1 without a device is an error in each.
+        let ib = roce(lag.clone());
+        let mut ib_only = ib.clone();
+        let mut devs = ib_only.rdma.get().cloned().unwrap_or_default();
+        for d in devs.iter_mut() {
+            d.ports = Fact::known(
+                vec![crate::testing::rdma("x", pf0, "4: ACTIVE")
+                    .ports
+                    .get()
+                    .cloned()
+                    .unwrap_or_default()[0]
+                    .clone()],
+                "test",
+            );
+        }
+        ib_only.rdma = Fact::known(devs, "test");
+        one(errors_of(&ib_only), "mlx5_1/1", "no RoCE bond formed");
+        let sf_beside = roce(placed(
+            stand_in_node(
+                &[(pf0, false, true), (pf1, false, true)],
+                &[("mlx5_0", pf0), ("mlx5_2", pf0)],
+                &["mlx5_0", "mlx5_1"],
+            ),
+            &[("mlx5_0", pf0), ("mlx5_1", pf1)],
+        ));
+        one(errors_of(&sf_beside), "mlx5_1/1", "no RoCE bond formed");
+        let renumbered_pf0 = roce(placed(
+            stand_in_node(
+                &[(pf0, false, true), (pf1, false, true)],
+                &[("mlx5_0", pf0)],
+                &["mlx5_1", "mlx5_2"],
+            ),
+            &[("mlx5_1", pf0), ("mlx5_2", pf1)],
+        ));
+        let e = errors_of(&renumbered_pf0);
+        assert!(
+            e.iter()
+                .any(|(s, m)| s == "mlx5_2/1" && m.contains("no RoCE bond formed")),
+            "{e:?}"
         );
         // ... and undone: the bond's function carries mlx5_0 again, PF1 was not placed.
         let unbond = placed(
@@ -1892,7 +2043,7 @@ mod tests {
         let e = errors_of(&mixed);
         assert!(
             e.iter()
-                .any(|(s, m)| s == "mlx5_0/1" && m.contains("no bond formed")),
+                .any(|(s, m)| s == "mlx5_0/1" && m.contains("no RoCE bond formed")),
             "{e:?}"
         );
         // The transport counters (hw_counters/) follow the same rule.
@@ -1916,6 +2067,118 @@ mod tests {
             .map(|f| (f.status, f.subject))
             .collect();
         assert_eq!(e, [(Status::Error, "mlx5_1/1".to_string())]);
+    }
+
+    /// `n` with `dev`'s `link_downed` reading `v` now.
+    fn link_downed_now(n: &mut Node, dev: &str, v: u64) {
+        let mut hc = n.health.port_counters.get().cloned().unwrap_or_default();
+        for p in hc.iter_mut().filter(|p| p.device == dev) {
+            p.counters = Fact::known(
+                [("link_downed".to_string(), v)].into(),
+                format!("/sys/class/infiniband/{dev}/ports/1/counters"),
+            );
+        }
+        n.health.port_counters = Fact::known(hc, "/sys/class/infiniband");
+    }
+
+    /// Holes the review of the function-following rule found, closed: devices paired by node
+    /// GUID on a shared function, a device whose function is unreadable now still judged, a
+    /// name taken from a device the baseline could not place, placed functions never counted
+    /// as stand-ins for unplaced devices.
+    #[test]
+    fn following_devices_by_function_neither_hides_nor_invents() {
+        let (pf0, pf1, b) = ("0000:49:00.0", "0000:49:00.1", "0000:4a:00.0");
+        let fails = |n: &Node| -> Vec<String> {
+            ib_port(n)
+                .into_iter()
+                .filter(|f| matches!(f.status, Status::Fail | Status::Error))
+                .map(|f| format!("{:?} {} {}", f.status, f.subject, f.message))
+                .collect()
+        };
+        // A PF's device (5 link downs) and its sub-function's (0) on one function, both
+        // renamed (mlx5_0 -> mlx5_2, mlx5_10 -> mlx5_11). By name order the readings would
+        // swap (a false "rose by 5"); by node GUID each keeps its own.
+        let mut two = placed(
+            stand_in_node(
+                &[(pf0, false, true)],
+                &[("mlx5_2", pf0), ("mlx5_11", pf0)],
+                &["mlx5_0", "mlx5_10"],
+            ),
+            &[],
+        );
+        if let Some(bl) = two.health.baseline.as_mut() {
+            bl.values.insert("ib/mlx5_0/1/link_downed".into(), 5);
+            bl.values
+                .insert(format!("{}/mlx5_0/{pf0}", c::RDMA_AT), 0x1111);
+            bl.values
+                .insert(format!("{}/mlx5_10/{pf0}", c::RDMA_AT), 0x2222);
+        }
+        let mut devs = two.rdma.get().cloned().unwrap_or_default();
+        for d in devs.iter_mut() {
+            let g = if d.name == "mlx5_2" {
+                "0000:0000:0000:1111"
+            } else {
+                "0000:0000:0000:2222"
+            };
+            d.node_guid = Fact::known(g.to_string(), "test");
+        }
+        two.rdma = Fact::known(devs, "test");
+        link_downed_now(&mut two, "mlx5_2", 5);
+        assert!(fails(&two).is_empty(), "{:?}", fails(&two));
+        // The same growth on the PF is still seen.
+        let mut grew = two.clone();
+        link_downed_now(&mut grew, "mlx5_2", 9);
+        let f = fails(&grew);
+        assert!(f.len() == 1 && f[0].starts_with("Fail mlx5_2/1"), "{f:?}");
+        // Without GUIDs the two cannot be told apart: not judged, never a false fail.
+        let mut blind = two.clone();
+        if let Some(bl) = blind.health.baseline.as_mut() {
+            bl.values.insert(format!("{}/mlx5_0/{pf0}", c::RDMA_AT), 1);
+            bl.values.insert(format!("{}/mlx5_10/{pf0}", c::RDMA_AT), 1);
+        }
+        assert!(fails(&blind).is_empty(), "{:?}", fails(&blind));
+        assert!(skips_of(&blind)
+            .iter()
+            .any(|m| m.contains("not told apart")));
+        // Listed under its own name, its function unreadable now: still judged on its growth.
+        let mut unreadable = placed(
+            stand_in_node(&[(pf0, false, true)], &[("mlx5_0", pf0)], &["mlx5_0"]),
+            &[("mlx5_0", pf0)],
+        );
+        let mut devs = unreadable.rdma.get().cloned().unwrap_or_default();
+        devs[0].pci_bdf = Fact::absent("/sys/class/infiniband/mlx5_0/device", "permission denied");
+        unreadable.rdma = Fact::known(devs, "test");
+        link_downed_now(&mut unreadable, "mlx5_0", 4);
+        let f = fails(&unreadable);
+        assert!(f.len() == 1 && f[0].starts_with("Fail mlx5_0/1"), "{f:?}");
+        // A placed device renamed into the name of one the baseline could not place (its
+        // address unreadable then), which is gone: the unplaced one is an error.
+        let mixed = placed(
+            stand_in_node(
+                &[(pf0, false, true)],
+                &[("mlx5_1", pf0)],
+                &["mlx5_0", "mlx5_1"],
+            ),
+            &[("mlx5_0", pf0)],
+        );
+        let e = errors_of(&mixed);
+        assert!(
+            e.iter()
+                .any(|(s, m)| s == "mlx5_1/1" && m.contains("carried now by mlx5_0's function")),
+            "{e:?}"
+        );
+        // PF1 judged lost (no device, no bond) does not also stand in for an unplaced mlx5_7.
+        let double = placed(
+            stand_in_node(
+                &[(pf0, false, true), (pf1, false, true), (b, false, false)],
+                &[("mlx5_0", pf0)],
+                &["mlx5_0", "mlx5_1", "mlx5_7"],
+            ),
+            &[("mlx5_0", pf0), ("mlx5_1", pf1)],
+        );
+        let e = errors_of(&double);
+        assert!(e.iter().any(|(s, _)| s == "mlx5_7/1"), "{e:?}");
+        assert!(e.iter().any(|(s, _)| s == "mlx5_1/1"), "{e:?}");
     }
 
     /// The reading a run records places every RDMA device on its function.

@@ -166,9 +166,9 @@ fn unserved(node: &Node, devs: &[crate::model::RdmaDevice]) -> Vec<Finding> {
 /// netns mode). An RDMA device that vanished since an earlier reading may be one of them
 /// (`counters.*` counts them before calling a port lost); a function gone from the bus, or
 /// handed to vfio-pci or left unbound, is not counted.
-pub(crate) fn deviceless_functions(node: &Node) -> usize {
+pub(crate) fn deviceless_functions(node: &Node) -> Vec<String> {
     let (Some(pci), Some(devs)) = (node.pci.get(), node.rdma.get()) else {
-        return 0;
+        return Vec::new();
     };
     let own = |bdf: &str| {
         devs.iter()
@@ -184,7 +184,8 @@ pub(crate) fn deviceless_functions(node: &Node) -> usize {
         .into_iter()
         .filter(|(bdf, _, _)| !own(bdf))
         .filter(|(bdf, _, _)| bound(bdf).is_some_and(|d| serving.contains(&d)))
-        .count()
+        .map(|(bdf, _, _)| bdf)
+        .collect()
 }
 
 /// What is at a PCI function that carries no RDMA device now, for a device an earlier reading
