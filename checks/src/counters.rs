@@ -407,23 +407,6 @@ pub fn guid_value(text: &str) -> Option<u64> {
 /// The key family of [`values`] that records each RDMA device's PCI function.
 pub const RDMA_AT: &str = "rdma-at";
 
-/// The PCI function `baseline` saw RDMA device `dev` on, when it recorded one (a state file or
-/// snapshot written before the key existed holds none).
-pub fn baseline_function<'a>(
-    baseline: &'a crate::model::CounterBaseline,
-    dev: &str,
-) -> Option<&'a str> {
-    let under = format!("{RDMA_AT}/{dev}/");
-    baseline
-        .values
-        .range(under.clone()..)
-        .take_while(|(k, _)| k.starts_with(&under))
-        .find_map(|(k, _)| {
-            k.strip_prefix(&under)
-                .filter(|b| !b.is_empty() && !b.contains('/'))
-        })
-}
-
 /// AER readings per PCI function (bdf, readings of all three files).
 pub fn aer_readings(node: &Node) -> Vec<(String, Vec<Reading>)> {
     aer_readings_of(node, |_| true)

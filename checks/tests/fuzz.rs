@@ -132,6 +132,7 @@ fn fuzz_sysfs_and_procfs_text_parsers() {
         "osrelease",
         "cpuinfo",
         "meminfo",
+        "node_guid",
         "0",
     ] {
         corpus.extend(files(&fixture("hgx-h200x8-cx7x8-healthy"), Some(name), 6));
@@ -168,6 +169,10 @@ fn fuzz_sysfs_and_procfs_text_parsers() {
         let _ = parse::is_bdf(&s);
         let _ = parse::cpu_vendor(&s);
         let _ = parse::gid_is_set(&s);
+        // A node GUID as the counter baseline records it: never 0 or 1 (1 means "none").
+        if let Some(g) = gdrdoctor_checks::counters::guid_value(&s) {
+            assert!(g > 1, "{s:?}");
+        }
         if let Some(n) = parse::hex_u64(&s) {
             let _ = parse::human_bytes(n);
         }

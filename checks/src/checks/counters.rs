@@ -2190,15 +2190,29 @@ mod tests {
             &[],
         );
         let v = c::values(&n);
+        // The test device's node GUID reads 0: the key holds 1.
         assert_eq!(v.get("rdma-at/mlx5_0/0000:49:00.0"), Some(&1));
+        assert_eq!(
+            c::guid_value("b8ce:f603:00a1:2b3c"),
+            Some(0xb8ce_f603_00a1_2b3c)
+        );
+        assert_eq!(c::guid_value("0000:0000:0000:0000"), None);
+        assert_eq!(c::guid_value("garbage"), None);
         let b = CounterBaseline {
             values: v,
             elapsed_ms: 1,
             origin: "test".into(),
         };
-        assert_eq!(c::baseline_function(&b, "mlx5_0"), Some("0000:49:00.0"));
-        assert_eq!(c::baseline_function(&b, "mlx5_"), None);
-        assert_eq!(c::baseline_function(&b, "mlx5_1"), None);
+        let mut next = n.clone();
+        next.health.baseline = Some(b);
+        let fates = placed_fates(&next);
+        assert_eq!(
+            fates.into_iter().collect::<Vec<_>>(),
+            [(
+                "mlx5_0".to_string(),
+                ("0000:49:00.0".to_string(), Fate::Now("mlx5_0".into()))
+            )]
+        );
     }
 
     fn verdicts_of(n: &Node) -> Vec<(Status, String)> {
