@@ -933,7 +933,7 @@ fn port_check(
     let fates = placed_fates(node);
     let mut placed_out = Vec::new();
     if let Some(b) = node.health.baseline.as_ref() {
-        for (d, (_, fate)) in &fates {
+        for (d, (was_on, fate)) in &fates {
             let ports = baseline_ports(b, kind, d, &judged);
             if ports.is_empty() {
                 continue;
@@ -961,6 +961,16 @@ fn port_check(
                     seen,
                     fix,
                 } => {
+                    // Its name listed again on another function: say so, or the report shows
+                    // the name passing beside its own loss.
+                    let reused = node
+                        .rdma
+                        .get()
+                        .and_then(|v| v.iter().find(|x| x.name == *d))
+                        .and_then(|x| x.pci_bdf.get().cloned().flatten())
+                        .filter(|now_on| now_on != was_on)
+                        .map(|now_on| format!(" (the name {d} is carried now by the device on {now_on}: mlx5 hands a freed name to the next device that registers)"))
+                        .unwrap_or_default();
                     for sub in &ports {
                         let mut f = gone_finding(node, id, sub, what, port_source(sub), fix)
                             .expected(
@@ -968,7 +978,7 @@ fn port_check(
                                 seen.as_str(),
                                 "an RDMA device on the function, as in the counter baseline",
                             );
-                        f.message = format!("{}: {why}", f.message);
+                        f.message = format!("{}: {why}{reused}", f.message);
                         placed_out.push(f);
                     }
                 }
@@ -1830,6 +1840,11 @@ mod tests {
             errors_of(&reused),
             "mlx5_1/1",
             "0000:49:00.1 is no longer on the PCI bus",
+        );
+        one(
+            errors_of(&reused),
+            "mlx5_1/1",
+            "the name mlx5_1 is carried now by the device on 0000:49:00.2",
         );
         // Renumbered: A (mlx5_0) fell off the bus, B and C registered again as mlx5_0 and
         // mlx5_1. The loss is A's, named by its baseline name and function; B and C are
