@@ -839,11 +839,7 @@ fn by_function(
     let mut values = BTreeMap::new();
     let mut unplaced = Vec::new();
     for (k, v) in &b.values {
-        let port_key = k
-            .split_once('/')
-            .filter(|(fam, _)| matches!(*fam, "ib" | "hw"))
-            .and_then(|(fam, rest)| rest.split_once('/').map(|(d, tail)| (fam, d, tail)));
-        match port_key.map(|(fam, d, tail)| (fam, fates.get(d), tail)) {
+        match port_key(k).map(|(fam, d, tail)| (fam, fates.get(d), tail)) {
             Some((fam, Some((_, Fate::Now(n))), tail)) => {
                 values.insert(format!("{fam}/{n}/{tail}"), *v);
             }
@@ -855,12 +851,7 @@ fn by_function(
     // function it was on is unknown, and its readings are not the placed device's. Said as
     // gone (`displaced`), its keys left out.
     for (k, v) in unplaced {
-        let dev = k
-            .split_once('/')
-            .filter(|(fam, _)| matches!(*fam, "ib" | "hw"))
-            .and_then(|(_, rest)| rest.split_once('/'))
-            .map(|(d, _)| d);
-        match dev {
+        match port_key(k).map(|(_, d, _)| d) {
             Some(d) if taken.contains(&d) => {
                 if !displaced.iter().any(|x| x == d) {
                     displaced.push(d.to_string());
@@ -879,6 +870,17 @@ fn by_function(
         },
         displaced,
     ))
+}
+
+/// A port counter key (`ib/<dev>/<rest>`, `hw/<dev>/<rest>`) split into its family, device
+/// and the rest.
+fn port_key(k: &str) -> Option<(&str, &str, &str)> {
+    let (fam, rest) = k.split_once('/')?;
+    if !matches!(fam, "ib" | "hw") {
+        return None;
+    }
+    let (d, tail) = rest.split_once('/')?;
+    Some((fam, d, tail))
 }
 
 /// The ports (`dev/port`) the baseline holds judged `kind` counters for.

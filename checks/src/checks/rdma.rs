@@ -167,24 +167,18 @@ fn unserved(node: &Node, devs: &[crate::model::RdmaDevice]) -> Vec<Finding> {
 /// (`counters.*` counts them before calling a port lost); a function gone from the bus, or
 /// handed to vfio-pci or left unbound, is not counted.
 pub(crate) fn deviceless_functions(node: &Node) -> Vec<String> {
-    let (Some(pci), Some(devs)) = (node.pci.get(), node.rdma.get()) else {
+    let Some(devs) = node.rdma.get() else {
         return Vec::new();
     };
     let own = |bdf: &str| {
         devs.iter()
             .any(|d| matches!(d.pci_bdf.get(), Some(Some(b)) if b == bdf))
     };
-    let bound = |bdf: &str| -> Option<String> {
-        pci.iter()
-            .find(|p| p.bdf == bdf)
-            .and_then(|p| p.driver.get().cloned().flatten())
-    };
-    let serving = serving_drivers(pci, devs);
     rdma_capable_nics(node)
         .into_iter()
-        .filter(|(bdf, _, _)| !own(bdf))
-        .filter(|(bdf, _, _)| bound(bdf).is_some_and(|d| serving.contains(&d)))
         .map(|(bdf, _, _)| bdf)
+        .filter(|bdf| !own(bdf))
+        .filter(|bdf| matches!(function_now(node, bdf), FunctionNow::Deviceless { .. }))
         .collect()
 }
 
