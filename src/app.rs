@@ -471,15 +471,18 @@ fn check(args: &CheckArgs) -> i32 {
         },
         state_dir: Some(args.state_dir.clone()),
     };
-    let (src, mut node) = match load_node_with(
-        Location::from_args(args.sysroot.as_deref(), args.host_root.as_deref()),
-        libs,
-        &live_opts,
-    ) {
+    let location = Location::from_args(args.sysroot.as_deref(), args.host_root.as_deref());
+    // The node as the run reads it: the files, the live libraries, `--nccl-version` applied.
+    // `--interval` reads it again after the interval, the same way.
+    let read_node = || -> Result<(Source, Node), String> {
+        let (src, mut node) = load_node_with(location, libs, &live_opts)?;
+        apply_nccl_version(&mut node, args.nccl_version.as_deref());
+        Ok((src, node))
+    };
+    let (src, mut node) = match read_node() {
         Ok(x) => x,
         Err(e) => return err(e),
     };
-    apply_nccl_version(&mut node, args.nccl_version.as_deref());
     // Issue 17: a counter baseline (--interval, or the last run's state file). No counters
     // check selected: no point waiting.
     let counters_selected = CHECKS
@@ -489,12 +492,9 @@ fn check(args: &CheckArgs) -> i32 {
         interval: args.interval.filter(|_| counters_selected),
         state_dir: (!args.no_state).then(|| args.state_dir.clone()),
     };
-    let requery_live = || collect::live::query_with(&live_opts);
-    let requery: Option<&dyn Fn() -> gdrdoctor_checks::model::LiveFacts> =
-        (!args.static_only).then_some(&requery_live as &dyn Fn() -> _);
-    let rates = match crate::health::state::Rates::start(
-        &src.root, src.origin, &mut node, &rate_opts, requery,
-    ) {
+    let again = || read_node().map(|(_, n)| n);
+    let rates = match crate::health::state::Rates::start(src.origin, &mut node, &rate_opts, &again)
+    {
         Ok(r) => r,
         Err(e) => return err(e),
     };

@@ -8,7 +8,7 @@
 mod common;
 use common::host_root::{host_tree, HOSTNAME, RUNTIME_PID};
 use common::*;
-use gdrdoctor_checks::report::Report;
+use gdrdoctor_checks::report::{Report, Status};
 use std::path::Path;
 use std::process::Command;
 
@@ -402,4 +402,114 @@ fn interval_and_the_state_file_work_under_a_host_root() {
         growth(&r2),
         "the second run used the first's counters: {r2:?}"
     );
+}
+
+/// `--interval` judges the node as it is after the interval, read as the first time: a NIC
+/// that leaves the bus while gdrdoctor waits is a lost NIC named by its PCI function (not a
+/// port whose counters could not be read again from the first reading's list), and the second
+/// reading keeps what the command line asked of the first (`--nccl-version`).
+#[test]
+fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
+    use gdrdoctor::collect::live::{Libraries, Options};
+    use gdrdoctor::health::state::{RateOptions, Rates};
+    use gdrdoctor::source::Location;
+    let t = tempfile::tempdir().unwrap();
+    let host = t.path().join("host");
+    host_tree(HEALTHY, &host, "unlimited");
+    let read = || {
+        gdrdoctor::app::load_node_with(
+            Location::HostRoot(&host),
+            Libraries::Skip,
+            &Options::default(),
+        )
+    };
+    let (src, mut node) = read().unwrap();
+    let opts = RateOptions {
+        interval: Some(std::time::Duration::from_millis(1)),
+        state_dir: None,
+    };
+    // mlx5_3's function (0000:49:00.0) is hot-removed during the interval.
+    let again = || {
+        common::plant::remove_function(&host, "0000:49:00.0");
+        read().map(|(_, n)| n)
+    };
+    Rates::start(src.origin, &mut node, &opts, &again).unwrap();
+    assert!(
+        node.rdma
+            .get()
+            .is_some_and(|d| d.iter().all(|d| d.name != "mlx5_3")),
+        "the second reading lists the RDMA devices of now"
+    );
+    let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
+    let lost: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "counters.ib-port" && f.subject.starts_with("mlx5_3"))
+        .collect();
+    assert!(
+        !lost.is_empty()
+            && lost.iter().all(|f| f.status == Status::Error
+                && f.message
+                    .contains("0000:49:00.0 is no longer on the PCI bus")),
+        "{lost:#?}"
+    );
+    let fail_on = gdrdoctor_checks::RunOptions::default().fail_on;
+    assert_ne!(
+        gdrdoctor_checks::report::exit_code(&r.findings, fail_on, false),
+        0
+    );
+    // The command line: the second reading is made as the first was.
+    let h = host.to_str().unwrap();
+    let (code, r, err) = report(&[
+        "check",
+        "--no-policy",
+        "-f",
+        "json",
+        "--only",
+        "gdr.gpu,counters",
+        "--host-root",
+        h,
+        "--interval",
+        "50ms",
+        "--nccl-version",
+        "2.11.4",
+    ]);
+    assert_ne!(code, 2, "{err}");
+    let rules = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "gdr.gpu")
+        .flat_map(|f| f.evidence.iter())
+        .filter(|e| {
+            e.observed.contains("--nccl-version 2.11.4")
+                || e.source.contains("--nccl-version 2.11.4")
+        })
+        .count();
+    assert!(
+        rules > 0,
+        "--nccl-version held for the second reading: {r:#?}"
+    );
+    // And what the container's libraries cannot see of the host is said, not judged, in the
+    // second reading too (it was judged: every GPU "gdr off", libibverbs listing no device).
+    let verdicts = |r: &Report| {
+        r.findings
+            .iter()
+            .filter(|f| f.id == "gdr.gpu")
+            .map(|f| (f.subject.clone(), f.status, f.message.clone()))
+            .collect::<Vec<_>>()
+    };
+    let (_, once, _) = report(&[
+        "check",
+        "--no-policy",
+        "-f",
+        "json",
+        "--only",
+        "gdr.gpu,counters",
+        "--host-root",
+        h,
+        "--nccl-version",
+        "2.11.4",
+    ]);
+    assert_eq!(verdicts(&r), verdicts(&once));
+    assert_eq!(verdicts(&r).len(), 8);
 }

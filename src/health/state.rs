@@ -10,7 +10,7 @@
 //! - A snapshot stores the baseline its findings used as `gdrdoctor/counters-baseline.json`.
 
 use crate::reader::Root;
-use gdrdoctor_checks::model::{CounterBaseline, LiveFacts, Node};
+use gdrdoctor_checks::model::{CounterBaseline, Node};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -260,18 +260,19 @@ pub struct Rates {
 }
 
 impl Rates {
-    /// Give `node` a baseline: with `--interval`, read the counters again after the interval
-    /// (`requery` re-reads the NVML counters too); otherwise the state file of the last run.
+    /// Give `node` a baseline: with `--interval`, read the whole node again after the interval
+    /// (`again`: the files, the PCI and RDMA lists among them, and the live libraries, as the
+    /// first reading was made) and judge that reading against the first one's counters;
+    /// otherwise the state file of the last run.
     /// A sysroot is one reading: `--interval` is an error there and the state file is not used.
     /// A host root (`--host-root`) is the live host seen through a mount: its counters are read
     /// twice like the live node's, and the state file (in the container's state directory,
     /// keyed by the boot id the container shares with the host) works the same.
     pub fn start(
-        root: &Root,
         origin: crate::source::Origin,
         node: &mut Node,
         opts: &RateOptions,
-        requery: Option<&dyn Fn() -> LiveFacts>,
+        again: &dyn Fn() -> Result<Node, String>,
     ) -> Result<Rates, String> {
         use crate::source::Origin;
         if !matches!(origin, Origin::Live | Origin::HostRoot) {
@@ -294,11 +295,10 @@ impl Rates {
                 );
             }
             std::thread::sleep(iv);
-            node.health.aer = super::counters::collect_aer(root, &node.pci, &node.rdma);
-            node.health.port_counters = super::counters::collect_ports(root, &node.rdma);
-            if let Some(q) = requery {
-                node.live = q();
-            }
+            // A NIC or GPU that left the bus, was renamed or renumbered during the interval is
+            // judged on the lists of now, as a periodic run's would be (the counters checks
+            // follow each RDMA device by its PCI function from the first reading's placement).
+            *node = again()?;
             let elapsed = t0.elapsed().as_millis() as u64;
             node.health.baseline = Some(CounterBaseline {
                 values: before,

@@ -2,7 +2,7 @@
 //! scripts/plant.py plants for the shell tests and the benchmark).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub const GPU: &str = "0000:48:00.0";
 
@@ -78,4 +78,35 @@ pub fn remove_gpu(root: &Path, bdf: &str) {
             .retain(keep);
     }
     std::fs::write(&live, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+/// Take one PCI function off the bus, as a hot-removal does: its directory (with its RDMA
+/// devices and netdevs below it) and every link into it (`/sys/bus/pci/devices/<bdf>`,
+/// `/sys/class/infiniband/<dev>`, ...).
+pub fn remove_function(root: &Path, bdf: &str) {
+    let link = root.join("sys/bus/pci/devices").join(bdf);
+    let target = std::fs::read_link(&link).unwrap();
+    let dev = link.parent().unwrap().join(target).canonicalize().unwrap();
+    fn links_into(dir: &Path, into: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let t = e.file_type().unwrap();
+            if t.is_symlink() {
+                if let Ok(to) = e.path().canonicalize() {
+                    if to.starts_with(into) {
+                        out.push(e.path());
+                    }
+                }
+            } else if t.is_dir() {
+                links_into(&e.path(), into, out);
+            }
+        }
+    }
+    let mut links = Vec::new();
+    links_into(&root.join("sys"), &dev, &mut links);
+    for l in links.iter().filter(|l| !l.starts_with(&dev)) {
+        std::fs::remove_file(l).unwrap();
+    }
+    std::fs::remove_dir_all(&dev).unwrap();
+    assert!(!link.exists() && !dev.exists());
 }
