@@ -433,6 +433,15 @@ fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
         common::plant::remove_function(&host, "0000:49:00.0");
         read().map(|(_, n)| n)
     };
+    // A second reading that fails fails the run, saying which reading.
+    let mut n2 = node.clone();
+    let e = Rates::start(src.origin, &mut n2, &opts, &|| Err("boom".to_string()))
+        .err()
+        .unwrap();
+    assert!(
+        e.starts_with("--interval: reading the node again after") && e.ends_with("boom"),
+        "{e}"
+    );
     Rates::start(src.origin, &mut node, &opts, &again).unwrap();
     assert!(
         node.rdma

@@ -298,7 +298,12 @@ impl Rates {
             // A NIC or GPU that left the bus, was renamed or renumbered during the interval is
             // judged on the lists of now, as a periodic run's would be (the counters checks
             // follow each RDMA device by its PCI function from the first reading's placement).
-            *node = again()?;
+            *node = again().map_err(|e| {
+                format!(
+                    "--interval: reading the node again after {}: {e}",
+                    gdrdoctor_checks::counters::human_secs(iv.as_millis() as u64)
+                )
+            })?;
             let elapsed = t0.elapsed().as_millis() as u64;
             node.health.baseline = Some(CounterBaseline {
                 values: before,
