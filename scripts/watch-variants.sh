@@ -63,7 +63,7 @@ if [ -n "$GD" ]; then
 fi
 
 # The variants: VARIANTS in that order, else the default list (run 5 added unroll2, inline4,
-# inline16, run 6 inlslow and ftpeel: none better on the ring). Run 1 (old = merged then, call,
+# inline16, run 6 inlslow and ftpeel, run 7 noabort and retabort: none better on the ring). Run 1 (old = merged then, call,
 # floor, for, selfloop) chose `for` as the header; their patches stay for VARIANTS to name.
 DEFAULT_VARIANTS="old merged ucount spin pace"
 NAMES=${VARIANTS:-$DEFAULT_VARIANTS}
