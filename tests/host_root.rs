@@ -469,7 +469,7 @@ fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
     );
     // The command line: the second reading is made as the first was.
     let h = host.to_str().unwrap();
-    let (code, r, err) = report(&[
+    let args = [
         "check",
         "--no-policy",
         "-f",
@@ -478,11 +478,10 @@ fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
         "gdr.gpu,counters",
         "--host-root",
         h,
-        "--interval",
-        "50ms",
         "--nccl-version",
         "2.11.4",
-    ]);
+    ];
+    let (code, r, err) = report(&[&args[..], &["--interval", "50ms"]].concat());
     assert_ne!(code, 2, "{err}");
     let rules = r
         .findings
@@ -507,18 +506,7 @@ fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
             .map(|f| (f.subject.clone(), f.status, f.message.clone()))
             .collect::<Vec<_>>()
     };
-    let (_, once, _) = report(&[
-        "check",
-        "--no-policy",
-        "-f",
-        "json",
-        "--only",
-        "gdr.gpu,counters",
-        "--host-root",
-        h,
-        "--nccl-version",
-        "2.11.4",
-    ]);
+    let (_, once, _) = report(&args);
     assert_eq!(verdicts(&r), verdicts(&once));
     assert_eq!(verdicts(&r).len(), 8);
 }
