@@ -91,6 +91,8 @@ struct Node {
     log: PathBuf,
     gpus: String,
     driver: String,
+    /// More environment for the stand-ins (`GDRDOCTOR_STANDIN_CUINIT_MS`).
+    env: Vec<(&'static str, &'static str)>,
 }
 
 impl Node {
@@ -102,6 +104,7 @@ impl Node {
             log,
             gpus: gpus.into(),
             driver: "580.159.04".into(),
+            env: Vec::new(),
         }
     }
 
@@ -123,6 +126,7 @@ impl Node {
             .env("GDRDOCTOR_STANDIN_DRIVER", &self.driver)
             .env("GDRDOCTOR_STANDIN_LOG", &self.log)
             .env("GDRDOCTOR_TRACE", "1")
+            .envs(self.env.iter().copied())
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("GDRDOCTOR_COLLECT_TIMING")
             .output()
@@ -393,6 +397,38 @@ fn the_trace_names_every_phase() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("  collect.pci"));
+}
+
+/// A slow `cuInit` (the first CUDA client of an idle GPU: UVM registers it, ~170 ms per GPU on
+/// an H200) says why in the trace; a fast one says nothing more.
+#[test]
+fn a_slow_cuinit_says_why_in_the_trace() {
+    if standins().is_none() {
+        return;
+    }
+    let init_line = |err: &str| {
+        err.lines()
+            .find(|l| l.starts_with("gdrdoctor: trace:") && l.contains("[live-cuda] cuda.init"))
+            .unwrap_or_else(|| panic!("no cuda.init line:\n{err}"))
+            .to_string()
+    };
+    let fast = Node::new(TWO);
+    let (err, _) = fast.check(&[]);
+    assert!(!init_line(&err).contains("slow"), "{err}");
+    let mut slow = Node::new(TWO);
+    slow.env.push(("GDRDOCTOR_STANDIN_CUINIT_MS", "150"));
+    let (err, _) = slow.check(&[]);
+    let line = init_line(&err);
+    assert!(
+        line.contains("slow: the first CUDA client of an idle GPU waits for the UVM driver"),
+        "{line}"
+    );
+    // The cache answers the next run: no cuInit at all.
+    let (err, calls) = slow.check(&[]);
+    assert!(
+        cu_inits(&calls).is_empty() && !err.contains("cuda.init"),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1076,7 +1076,20 @@ impl Function {
 
 /// Every device's GDR-relevant attributes.
 pub fn facts() -> Result<CudaFacts, String> {
-    let drv = crate::trace::timed("cuda.init", Driver::init).map_err(|e| e.to_string())?;
+    let mut t = crate::trace::span("cuda.init");
+    let t0 = std::time::Instant::now();
+    let drv = Driver::init();
+    if t0.elapsed() >= std::time::Duration::from_millis(100) {
+        // Measured on the H200: ~170 ms per GPU of UVM_REGISTER_GPU when no other CUDA process
+        // is on it, 2 ms when one is (docs/performance.md, scripts/cuinit-uvm.sh).
+        t.detail(|| {
+            "slow: the first CUDA client of an idle GPU waits for the UVM driver to register it \
+             (about 170 ms per GPU; `check` keeps the answers for the rest of the boot)"
+                .to_string()
+        });
+    }
+    drop(t);
+    let drv = drv.map_err(|e| e.to_string())?;
     let driver_version = drv.version().map_err(|e| e.to_string())?;
     let n = drv.device_count().map_err(|e| e.to_string())?;
     use Attribute as A;

@@ -4,6 +4,7 @@
  * log "FORBIDDEN" and fail. Issue 20 builds fuller stand-ins; this one is the minimum the
  * live-facts tests need. */
 #include "common.h"
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -31,6 +32,9 @@ static int allowed(const struct standin_gpu *g) {
 CUresult cuInit(unsigned flags) {
     (void)flags;
     standin_log("cuda", "cuInit");
+    /* A slow first cuInit (an idle GPU's UVM registration), when a test asks for one. */
+    const char *ms = getenv("GDRDOCTOR_STANDIN_CUINIT_MS");
+    if (ms) usleep((useconds_t)atoi(ms) * 1000);
     struct standin_gpu all[MAX_GPUS];
     int n = standin_gpus(all);
     nvisible = 0;
