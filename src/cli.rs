@@ -59,8 +59,9 @@ pub enum Command {
 the boot in /run/gdrdoctor/cuda-facts.json, per driver and GPU set, so most runs start no CUDA; \
 --no-cache asks CUDA anyway. GPUs in an exclusive or prohibited compute mode are left out of \
 CUDA (a job may hold them).\n\n",
-        "Error counters only grow, so one reading says little. `--interval` reads the node twice and \
-judges the second reading against the first one's counters; without it, each live run records the counters in /run/gdrdoctor/counters.json (--state-dir, \
+        "Error counters only grow, so one reading says little. `--interval` reads the node twice \
+and judges the second reading against the first one's counters; without it, each live run \
+records the counters in /run/gdrdoctor/counters.json (--state-dir, \
 GDRDOCTOR_STATE_DIR) and the next run of the same boot judges the growth since then: run \
 `check` from a timer and a rising counter fails the run that sees it.\n\n",
         "Run as root for the full picture: PCI config space beyond 64 bytes is root-only.\n\n",
