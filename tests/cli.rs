@@ -293,13 +293,27 @@ fn topo_text_json_and_the_gpu_machine_snapshot() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("8 of 64 pairs"), "{text}");
     assert!(text.contains("NCCL_PXN_DISABLE=1 from"), "{text}");
-    // An older NCCL's rules: 2.11 has no PXN.
-    let (code, text, _) = run(&["topo", "--sysroot", &healthy(), "--nccl-version", "2.11.4"]);
+    // An older NCCL's rules: 2.12 has PXN; 2.11 has none, and (before 2.13) no dma-buf, and
+    // (before 2.23) it does not see nvidia_peermem without MOFED's registry file, which this
+    // node lacks: no pair at all.
+    let (code, text, _) = run(&["topo", "--sysroot", &healthy(), "--nccl-version", "2.12.12"]);
     assert_eq!(code, 0);
-    assert!(
-        text.contains("8 of 64 pairs") && text.contains("--nccl-version 2.11.4"),
-        "{text}"
-    );
+    assert!(text.contains("0 of 64 pairs"), "{text}");
+    let (code, text, _) = run(&[
+        "topo",
+        "--sysroot",
+        &healthy(),
+        "--nccl-version",
+        "2.11.4",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let pairs = v["pairs"].as_array().unwrap();
+    assert_eq!(pairs.iter().filter(|p| p["enabled"] == true).count(), 0);
+    // No PXN: a GPU's other NICs are off by distance, not carried by a peer.
+    assert!(pairs.iter().all(|p| p["via"].is_null()), "{text}");
     let (code, _, err) = run(&["topo", "--sysroot", &healthy(), "--nccl-version", "banana"]);
     assert_eq!(code, 2);
     assert!(err.contains("not an NCCL 2.x version"), "{err}");

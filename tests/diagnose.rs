@@ -354,7 +354,34 @@ fn issue_1537_peermem_loaded_but_nccl_says_disabled() {
         .iter()
         .find(|f| f.id == "kmod.nvidia-peermem")
         .unwrap();
-    assert_eq!(pm.status, Status::Pass);
+    // Loaded, but NCCL's own log shows it did not use it: no pass.
+    assert_eq!(pm.status, Status::Warn);
+    assert!(pm.message.contains("did not use it"), "{}", pm.message);
+    // NCCL's version is not in the paste: the message says what an older one does, and the
+    // fix is not to load a module that is loaded.
+    assert!(
+        g[0].message.contains("a NCCL older than 2.23"),
+        "{}",
+        g[0].message
+    );
+    let fix = g[0].remediation.as_deref().unwrap_or_default();
+    assert!(fix.starts_with("upgrade NCCL to 2.23"), "{fix}");
+    // With the version given: 2.25 finds the module itself, so that NCCL could not see /sys.
+    let r = gdrdoctor_checks::paste::report::diagnose_paste(
+        &paste::read(&inputs),
+        &inputs,
+        &RunOptions::default(),
+        &gdrdoctor_checks::paste::report::Assume {
+            nccl_version: Some("2.25.1".into()),
+            ..Default::default()
+        },
+    );
+    let g: Vec<_> = r.findings.iter().filter(|f| f.id == "nccl.gdr").collect();
+    assert!(
+        g[0].message.contains("NCCL 2.25.1") && g[0].message.contains("could not read the file"),
+        "{}",
+        g[0].message
+    );
     // The pasted environment sets NCCL_NET_GDR_LEVEL=SYS: the threshold follows it.
     assert_eq!(r.gdr_level, "SYS");
 }
@@ -1276,4 +1303,20 @@ fn lspci_with_tree_places_devices_and_reads_links() {
     assert!(statuses(&r, "rdma.ports")
         .iter()
         .all(|(_, s)| *s == Status::Fail));
+}
+
+/// `ulimit -Hl` shows the hard limit; the kernel enforces the soft one. A paste of both is
+/// judged on the soft limit (it passed on the hard `unlimited` while the soft limit was 64 KiB),
+/// and a paste of the hard limit alone does not answer the check.
+#[test]
+fn the_soft_locked_memory_limit_is_the_one_judged() {
+    let both = "$ ulimit -Hl\nunlimited\n$ ulimit -Sl\n64\n";
+    let r = diagnose(&[input("ul.txt", both.into())], &RunOptions::default());
+    let m = r.findings.iter().find(|f| f.id == "mem.memlock").unwrap();
+    assert_eq!(m.status, Status::Warn, "{m:?}");
+    assert!(m.message.contains("64 KiB"), "{}", m.message);
+    let hard = "$ ulimit -Hl\nunlimited\n";
+    let r = diagnose(&[input("ul.txt", hard.into())], &RunOptions::default());
+    let m = r.findings.iter().find(|f| f.id == "mem.memlock").unwrap();
+    assert_eq!(m.status, Status::Skip, "{m:?}");
 }

@@ -271,3 +271,28 @@ fn xeon4108_plx_switch_paths_by_hand() {
     let q = path(&nic1, &nic2);
     assert_eq!((q.nccl, q.smi), (PathType::Phb, SmiType::Node));
 }
+
+/// A capture without the PCI bus (the DGX Spark's /proc and DMI only) says so: the bus is not
+/// in the capture, which is not a node without GPUs (it failed `gpu.present`).
+#[test]
+fn a_capture_without_the_pci_bus_is_not_a_node_without_gpus() {
+    let Some(rd) = realdata() else { return };
+    let r = report_for(&rd.join("hwloc-nvidia-dgx-gb10-proc-dmi"));
+    let g = find(&r, "gpu.present", "node");
+    assert_eq!(g.status, Status::Error, "{g:?}");
+}
+
+/// RDMA devices whose ports cannot be read (the mlx4 capture): RoCE or not is unknown, an
+/// error per device, never "no RoCE here (InfiniBand only)".
+#[test]
+fn unreadable_ports_are_not_infiniband_only() {
+    let Some(rd) = realdata() else { return };
+    let r = report_for(&rd.join("hwloc-sysfs-xeon-e5-2680-cx3-mlx4-mic"));
+    let roce: Vec<_> = r.findings.iter().filter(|f| f.id == "roce.gid").collect();
+    assert!(!roce.is_empty());
+    assert!(
+        roce.iter()
+            .all(|f| f.status == Status::Error && !f.message.contains("InfiniBand only")),
+        "{roce:?}"
+    );
+}

@@ -712,3 +712,48 @@ fn grace_hopper_nic_on_its_own_grace_is_p2c() {
             .contains(&format!("--nccl-version {v}")));
     }
 }
+
+/// nvidia_peermem loaded without MOFED's `/sys/kernel/mm/memory_peers/nv_mem` (the healthy
+/// fixture): NCCL 2.23 and later see the module, older ones do not (ground truth K02). 2.21
+/// still has dma-buf; 2.12 has neither, so GDR is off, where it used to say "via peermem".
+#[test]
+fn an_older_nccl_does_not_see_nvidia_peermem_without_the_registry_file() {
+    let dir = fixture("hgx-h200x8-cx7x8-healthy");
+    let mut root = gdrdoctor::reader::Root::sysroot(&dir).unwrap();
+    let m = gdrdoctor::meta::read(&root).unwrap();
+    root.set_complete(true);
+    let mut node = gdrdoctor::collect::collect(&root, m.as_ref());
+    node.live = gdrdoctor::meta::read_live(&root);
+    for (v, on, mechanism, kmod) in [
+        ("2.28.9", 64, Some("dmabuf"), Status::Pass),
+        ("2.23.4", 64, Some("dmabuf"), Status::Pass),
+        ("2.21.5", 64, Some("dmabuf"), Status::Pass),
+        ("2.12.12", 0, None, Status::Warn),
+    ] {
+        gdrdoctor::app::apply_nccl_version(&mut node, Some(v));
+        let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
+        assert_eq!(r.gdr.len(), 64);
+        assert_eq!(r.gdr.iter().filter(|p| p.enabled).count(), on, "NCCL {v}");
+        let k = find(&r, "kmod.nvidia-peermem", "node");
+        assert_eq!(k.status, kmod, "NCCL {v}: {k:?}");
+        let sees = !v.starts_with("2.21") && !v.starts_with("2.12");
+        assert_eq!(
+            !k.message.contains("cannot see it"),
+            sees,
+            "NCCL {v}: {k:?}"
+        );
+        for p in &r.gdr {
+            if let Some(m) = mechanism {
+                assert_eq!(p.mechanism.as_deref(), Some(m), "NCCL {v}: {p:?}");
+            } else {
+                let why = p.reasons.join("; ");
+                assert!(
+                    why.contains("NCCL 2.12.12 looks only for /sys/kernel/mm/memory_peers/nv_mem"),
+                    "{why}"
+                );
+            }
+        }
+        let g = find(&r, "gdr.gpu", "0000:18:00.0");
+        assert_eq!(g.status == Status::Pass, on > 0, "NCCL {v}: {g:?}");
+    }
+}

@@ -218,33 +218,61 @@ pub fn nvidia_driver(node: &Node) -> Option<(String, Flavor)> {
 pub struct PathAnswer {
     /// `Some(true)` available, `Some(false)` not, `None` could not tell.
     pub available: Option<bool>,
-    /// Why not (or why unknown), one line each.
+    /// Why not (or why unknown), one line each; with `available: Some(true)`, what that
+    /// answer assumes.
     pub reasons: Vec<String>,
     pub evidence: Vec<Evidence>,
 }
 
-/// NCCL's peer-memory test (`ncclIbGdrSupport`): any of three files exists.
+/// NCCL's peer-memory test (`ncclIbGdrSupport`) as the newest NCCL runs it: any of three
+/// files exists.
 pub fn peermem_path(node: &Node) -> PathAnswer {
+    peermem_path_for(node, None)
+}
+
+/// NCCL's peer-memory test as NCCL `version` runs it (`None`: the newest): the files that
+/// version looks for ([`crate::nccl::Version::sees_peermem_module`]). A client that only a
+/// newer NCCL would see (nvidia_peermem loaded, `/sys/kernel/mm/memory_peers/nv_mem` absent,
+/// NCCL < 2.23) is no client for this one (ground truth K02).
+pub fn peermem_path_for(node: &Node, version: Option<crate::nccl::Version>) -> PathAnswer {
     let pm = &node.peermem;
+    let sees_nc = version.is_none_or(|v| v.sees_peermem_nc());
+    let sees_module = version.is_none_or(|v| v.sees_peermem_module());
     let files = [
         (
             "/sys/kernel/mm/memory_peers/nv_mem/version",
             &pm.nv_mem_version,
+            true,
         ),
         (
             "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
             &pm.nv_mem_nc_version,
+            sees_nc,
         ),
         (
             "/sys/module/nvidia_peermem/version",
             &pm.nvidia_peermem_version,
+            sees_module,
         ),
     ];
     let mut evidence = Vec::new();
     let mut unknown = Vec::new();
     let mut found = false;
-    for (path, fact) in files {
+    // Present, but not among the files this NCCL looks for.
+    let mut unseen: Vec<&str> = Vec::new();
+    for (path, fact, counts) in files {
         match fact {
+            Fact::Known { value: Some(v), .. } if !counts => {
+                unseen.push(path);
+                evidence.push(Evidence {
+                    source: path.into(),
+                    observed: format!("present (version {v})"),
+                    expected: version.map(|v| {
+                        format!("not looked for by NCCL {v} (2.23 added /sys/module/nvidia_peermem/version, 2.22 nv_mem_nc)")
+                    }),
+                });
+            }
+            Fact::Absent { .. } if !counts => {}
             Fact::Known { value: Some(v), .. } => {
                 found = true;
                 evidence.push(Evidence {
@@ -270,10 +298,58 @@ pub fn peermem_path(node: &Node) -> PathAnswer {
             }
         }
     }
+    let looks = |v: crate::nccl::Version| {
+        if v.sees_peermem_nc() {
+            "/sys/kernel/mm/memory_peers/nv_mem or nv_mem_nc"
+        } else {
+            "/sys/kernel/mm/memory_peers/nv_mem"
+        }
+    };
+    let older = |v: crate::nccl::Version| {
+        format!(
+            "NCCL {v} looks only for {} (2.23 added /sys/module/nvidia_peermem/version)",
+            looks(v)
+        )
+    };
+    if !found && unknown.is_empty() && !unseen.is_empty() {
+        let why = version.map(older).unwrap_or_default();
+        return PathAnswer {
+            available: Some(false),
+            reasons: vec![format!(
+                "no peer-memory client that this NCCL sees: {} present, but {why}, and that is absent",
+                unseen.join(" and ")
+            )],
+            evidence,
+        };
+    }
     // A captured /proc/modules (or a pasted whole lsmod) is the whole list of loaded modules,
     // and both peer-memory clients are loadable modules, never built in: where the files are not
-    // in a capture, the list answers for them.
+    // in a capture, the list answers for them. A NCCL older than 2.23 needs the registry file,
+    // which the list does not show.
     if !found && !unknown.is_empty() {
+        // The module is shown loaded (its sysfs entry, or a pasted lsmod), the registry file an
+        // older NCCL needs is not shown: MOFED's ib_core registers nvidia_peermem there, so it
+        // is there wherever the module could load. Assumed, and said so.
+        let listed = peer_module_loaded(node).filter(|(l, _)| !l.is_empty());
+        if let Some(v) = version.filter(|v| !v.sees_peermem_module()) {
+            let shown = if !unseen.is_empty() {
+                Some(unseen.join(" and "))
+            } else {
+                listed
+                    .as_ref()
+                    .map(|(l, src)| format!("{} loaded ({src})", l.join(" and ")))
+            };
+            if let Some(shown) = shown {
+                return PathAnswer {
+                    available: Some(true),
+                    reasons: vec![format!(
+                        "peer memory: {shown}; NCCL {v} needs {}, assumed present (MOFED registers the module there; not shown)",
+                        looks(v)
+                    )],
+                    evidence,
+                };
+            }
+        }
         if let Some((loaded, src)) = peer_module_loaded(node) {
             evidence.push(Evidence {
                 source: src.clone(),
@@ -519,6 +595,56 @@ pub fn flavor_name(f: Flavor) -> &'static str {
 mod tests {
     use super::*;
     use crate::model::LiveFacts;
+
+    /// NCCL's peer-memory test by version (ground truth K02): nvidia_peermem loaded without
+    /// MOFED's registry file is seen from 2.23 only; the registry file by every version;
+    /// nv_mem_nc from 2.22; a module list without the files answers only for 2.23 and later.
+    #[test]
+    fn the_peer_memory_client_is_the_one_this_nccl_looks_for() {
+        use crate::nccl::Version;
+        let mut n = crate::testing::switch_pair();
+        let at = |n: &Node, v: Option<Version>| peermem_path_for(n, v).available;
+        // switch_pair: only /sys/module/nvidia_peermem/version.
+        assert_eq!(at(&n, None), Some(true));
+        assert_eq!(at(&n, Some(Version::new(2, 23, 4))), Some(true));
+        assert_eq!(at(&n, Some(Version::new(2, 22, 3))), Some(false));
+        let a = peermem_path_for(&n, Some(Version::new(2, 21, 5)));
+        assert_eq!(a.available, Some(false), "{a:?}");
+        assert!(
+            a.reasons[0].contains(
+                "NCCL 2.21.5 looks only for /sys/kernel/mm/memory_peers/nv_mem (2.23 added"
+            ),
+            "{a:?}"
+        );
+        // MOFED's registry file: every version sees it.
+        n.peermem.nv_mem_version = Fact::known(Some("1.0".into()), "/sys");
+        assert_eq!(at(&n, Some(Version::new(2, 12, 12))), Some(true));
+        // nv_mem_nc alone: from 2.22.
+        n.peermem.nv_mem_version = Fact::known(None, "/sys");
+        n.peermem.nv_mem_nc_version = Fact::known(Some("1.0".into()), "/sys");
+        assert_eq!(at(&n, Some(Version::new(2, 21, 5))), Some(false));
+        assert_eq!(at(&n, Some(Version::new(2, 22, 3))), Some(true));
+        // Only a whole module list saying nvidia_peermem is loaded (a pasted lsmod).
+        n.peermem.nv_mem_version = Fact::absent("/sys", "not in the paste");
+        n.peermem.nv_mem_nc_version = Fact::absent("/sys", "not in the paste");
+        n.peermem.nvidia_peermem_version = Fact::absent("/sys", "not in the paste");
+        n.modules.proc_modules = Fact::known(
+            [(
+                "nvidia_peermem".to_string(),
+                crate::model::LoadedModule {
+                    state: "Live".into(),
+                    used_by: vec![],
+                },
+            )]
+            .into_iter()
+            .collect(),
+            "lsmod",
+        );
+        assert_eq!(at(&n, Some(Version::new(2, 28, 9))), Some(true));
+        let a = peermem_path_for(&n, Some(Version::new(2, 19, 3)));
+        assert_eq!(a.available, Some(true), "{a:?}");
+        assert!(a.reasons[0].contains("assumed present"), "{a:?}");
+    }
 
     /// A snapshot whose live.json cannot be read: the dma-buf path is not judged possible from
     /// the driver and kernel alone (the NICs' refusal may be in the part that was lost).

@@ -121,11 +121,12 @@ impl Placed {
                     .collect()
             })
             .unwrap_or_default();
+        let config = nccl::config(node);
         Placed {
             gpus,
             nics,
-            config: nccl::config(node),
-            peermem: derive::peermem_path(node),
+            peermem: derive::peermem_path_for(node, Some(config.rules.version)),
+            config,
             dmabuf: derive::dmabuf_path(node),
         }
     }
@@ -441,6 +442,9 @@ fn support(
         peermem: cx.peermem.available,
         ..Default::default()
     };
+    if cx.peermem.available == Some(true) {
+        s.assumptions.extend(cx.peermem.reasons.iter().cloned());
+    }
     let probe = node
         .live
         .verbs
@@ -459,6 +463,21 @@ fn support(
     ] {
         if let Some(r) = reason.filter(|r| crate::model::is_damaged(r)) {
             s.damaged.push(format!("cannot tell {what}: {r}"));
+        }
+    }
+    // CUDA asked and refusing to start (the fabric manager down, a GPU fallen off): no attribute
+    // to assume, and NCCL cannot start either. (Under --host-root the library is the
+    // container's, which may lack the devices: that stays an assumption.)
+    if let Some(r) = node
+        .live
+        .cuda
+        .reason()
+        .filter(|r| r.starts_with("cuInit failed"))
+    {
+        if node.source != crate::model::SourceKind::HostRoot {
+            s.damaged.push(format!(
+                "cannot tell CUDA's GPU_DIRECT_RDMA_SUPPORTED for the gpu: {r} (CUDA cannot start here, and neither can NCCL)"
+            ));
         }
     }
     // NCCL opens NICs through libibverbs: a NIC it cannot list is not used at all, whatever
@@ -486,8 +505,16 @@ fn support(
             return s;
         }
     }
+    if cx.peermem.available == Some(false) {
+        s.peermem_off = cx.peermem.reasons.join("; ");
+    }
     s.nic_off = format!(
-        "NIC-level GDR off (NCCL: \"GPU Direct RDMA Disabled for HCA\"): no peer-memory client, and no dma-buf path: {}",
+        "NIC-level GDR off (NCCL: \"GPU Direct RDMA Disabled for HCA\"): {}, and no dma-buf path: {}",
+        if s.peermem_off.is_empty() {
+            "no peer-memory client"
+        } else {
+            s.peermem_off.as_str()
+        },
         cx.dmabuf.reasons.join("; ")
     );
     s.unknown = vec![format!(

@@ -36,6 +36,15 @@ pub(super) fn collect(root: &Root) -> Fact<Vec<PciDevice>> {
                     walk_pci(root, &format!("/sys/devices/{}", t.name), &mut paths, 0);
                 }
                 source = "/sys/devices/pci*".into();
+                // A capture that holds neither the bus listing nor a PCI root is one that left
+                // the bus out, not a node without one (a gdrdoctor snapshot or the live node is
+                // complete: there, no bus is no bus).
+                if paths.is_empty() && listed.is_err() && !root.is_complete() {
+                    return Fact::absent(
+                        BUS,
+                        "not in this capture (neither /sys/bus/pci/devices nor /sys/devices/pci*)",
+                    );
+                }
             }
             Err(e) => {
                 return match listed {

@@ -158,8 +158,11 @@ pub(crate) fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
     let reason = f.reason().unwrap_or_default();
     // Under --host-root the libraries are the container's: when the NVIDIA container toolkit
     // did not inject them (or the pod sees fewer GPUs than the host has), say so, not an error.
-    let quiet = matches!(node.source, SourceKind::Sysroot | SourceKind::HostRoot)
-        || reason.starts_with("not queried");
+    // A snapshot's recorded cuInit failure is the node's own answer, not a missing library.
+    let failed = reason.starts_with("cuInit failed") && node.source == SourceKind::Sysroot;
+    let quiet = !failed
+        && (matches!(node.source, SourceKind::Sysroot | SourceKind::HostRoot)
+            || reason.starts_with("not queried"));
     if crate::model::is_damaged(reason) {
         // The snapshot holds the record, and it cannot be read: never a skip.
         Finding::new(
@@ -177,6 +180,10 @@ pub(crate) fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
             "node",
             format!("live-only fact not available: {reason}"),
         )
+    } else if reason.starts_with("cuInit failed") {
+        Finding::new(id, Status::Error, "node", format!("CUDA cannot start on this node: {reason}"))
+            .evidence(f.source(), reason.to_string())
+            .fix("the CUDA error says why: 802 (system not ready) on an NVSwitch node: the fabric manager is not running (`systemctl status nvidia-fabricmanager`); 100 (no device): no GPU visible to the process (CUDA_VISIBLE_DEVICES, the container's devices); 999 or 3: /dev/nvidia-uvm missing or unusable (`modprobe nvidia-uvm`); `nvidia-smi -q` shows each GPU's state")
     } else {
         Finding::new(id, Status::Error, "node", format!("cannot query {}: {reason}", f.source()))
             .evidence(f.source(), reason.to_string())

@@ -50,7 +50,9 @@ pub fn nvidia_peermem(node: &Node) -> Vec<Finding> {
             "no nvidia gpu and no nvidia driver on this node",
         )];
     }
-    let pm = derive::peermem_path(node);
+    // As the NCCL that runs here looks (older ones see fewer files: ground truth K02).
+    let rules = crate::nccl::config(node).rules;
+    let pm = derive::peermem_path_for(node, Some(rules.version));
     let db = derive::dmabuf_path(node);
     let (failed, log_src) = peermem_failures(node);
     if !failed.is_empty() && pm.available != Some(true) && db.available != Some(true) {
@@ -80,16 +82,53 @@ pub fn nvidia_peermem(node: &Node) -> Vec<Finding> {
         }
         return vec![f];
     }
+    let only_module = matches!(node.peermem.nv_mem_version, Fact::Known { value: None, .. })
+        && matches!(
+            node.peermem.nv_mem_nc_version,
+            Fact::Known { value: None, .. }
+        )
+        && matches!(
+            node.peermem.nvidia_peermem_version,
+            Fact::Known { value: Some(_), .. }
+        );
     let f = match (pm.available, db.available) {
         (Some(true), _) => {
-            let only_module = matches!(node.peermem.nv_mem_version, Fact::Known { value: None, .. })
-                && matches!(node.peermem.nv_mem_nc_version, Fact::Known { value: None, .. });
-            let msg = if only_module {
-                "nvidia_peermem loaded: NCCL >= 2.23 enables the peer-memory path (NCCL_PTR_CUDA); older NCCL looks only for /sys/kernel/mm/memory_peers/nv_mem"
+            let msg = if !only_module {
+                "peer-memory client registered: NCCL enables the peer-memory path (NCCL_PTR_CUDA)".to_string()
+            } else if rules.assumed {
+                "nvidia_peermem loaded: NCCL >= 2.23 enables the peer-memory path (NCCL_PTR_CUDA); older NCCL looks only for /sys/kernel/mm/memory_peers/nv_mem".to_string()
             } else {
-                "peer-memory client registered: NCCL enables the peer-memory path (NCCL_PTR_CUDA)"
+                format!(
+                    "nvidia_peermem loaded: NCCL {} finds it through /sys/module/nvidia_peermem/version and enables the peer-memory path (NCCL_PTR_CUDA)",
+                    rules.version
+                )
             };
             Finding::new(ID, Status::Pass, "node", msg)
+        }
+        // Loaded, but this NCCL looks only for the registry file (K02).
+        (Some(false), _) if only_module => {
+            let dmabuf = rules.version.has_dmabuf() && db.available == Some(true);
+            let f = Finding::new(
+                ID,
+                if dmabuf { Status::Pass } else { Status::Warn },
+                "node",
+                format!(
+                    "nvidia_peermem is loaded, but {} ({}) cannot see it: {}{}",
+                    format_args!("NCCL {}", rules.version),
+                    rules.source,
+                    pm.reasons.join("; "),
+                    if dmabuf {
+                        "; NCCL uses the dma-buf path instead"
+                    } else {
+                        "; that NCCL prints \"GPU Direct RDMA Disabled for HCA\" and stages through host memory"
+                    }
+                ),
+            );
+            if dmabuf {
+                f
+            } else {
+                f.fix("upgrade NCCL to 2.23 or later (it also finds /sys/module/nvidia_peermem/version), or use the dma-buf path (NCCL >= 2.13 with the NVIDIA open kernel modules >= 515 on a kernel >= 5.12); `gdrdoctor check --nccl-version <version>` judges another NCCL")
+            }
         }
         (Some(false), Some(true)) => Finding::new(
             ID,
@@ -159,7 +198,7 @@ pub fn dmabuf(node: &Node) -> Vec<Finding> {
         )];
     }
     let db = derive::dmabuf_path(node);
-    let pm = derive::peermem_path(node);
+    let pm = derive::peermem_path_for(node, Some(crate::nccl::config(node).rules.version));
     let f = match (db.available, pm.available) {
         (Some(true), _) => Finding::new(
             ID,

@@ -58,7 +58,25 @@ fn undecided(id: &str, node: &Node) -> Vec<Finding> {
     };
     let mut out = Vec::new();
     for d in devs {
-        let Some(ports) = d.ports.get() else { continue };
+        let ports = match &d.ports {
+            Fact::Known { value, .. } => value,
+            // Its ports unreadable: RoCE or not is unknown for the whole device.
+            Fact::Absent { source, reason } => {
+                out.push(
+                    Finding::new(
+                        id,
+                        Status::Error,
+                        &d.name,
+                        format!(
+                            "cannot read the ports of {}: whether it has RoCE ports is unknown",
+                            d.name
+                        ),
+                    )
+                    .evidence(source.clone(), format!("unknown ({reason})")),
+                );
+                continue;
+            }
+        };
         for p in ports.iter().filter(|p| p.link_layer_name().is_none()) {
             let sub = format!("{}/{}", d.name, p.port);
             let src = format!(

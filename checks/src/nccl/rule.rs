@@ -58,6 +58,8 @@ pub struct Support {
     /// The reason text when both paths are off (`NIC-level GDR off ...`), when the GPU says
     /// no, and when support cannot be told (one line per missing fact).
     pub nic_off: String,
+    /// Why there is no peer-memory client, when there is none (empty: the generic words).
+    pub peermem_off: String,
     pub gpu_off: String,
     pub unknown: Vec<String>,
     /// Live facts assumed.
@@ -269,8 +271,13 @@ impl Ctx<'_> {
                 s.nic_off.clone()
             } else {
                 format!(
-                    "NIC-level GDR off: NCCL {} has no dma-buf support (2.13 added it) and there is no peer-memory client",
-                    self.v
+                    "NIC-level GDR off: NCCL {} has no dma-buf support (2.13 added it) and {}",
+                    self.v,
+                    if s.peermem_off.is_empty() {
+                        "there is no peer-memory client"
+                    } else {
+                        s.peermem_off.as_str()
+                    }
                 )
             })),
             _ => Err(Check::Unknown(s.unknown.clone())),

@@ -381,6 +381,7 @@ impl Dump {
                             "NCCL wrote gdr=\"0\" for GPU {} in its topology dump",
                             g.busid
                         ),
+                        peermem_off: String::new(),
                         unknown: vec![format!("no gdr attribute for {} in the dump", n.name)],
                         assumptions: Vec::new(),
                         damaged: Vec::new(),

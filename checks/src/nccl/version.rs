@@ -137,6 +137,18 @@ impl Version {
     pub fn read_gate_single_gpu_ok(&self) -> bool {
         self.at_least(6, 0)
     }
+    /// Which peer-memory files `ncclIbGdrSupport()` looks for: up to 2.21 only
+    /// `/sys/kernel/mm/memory_peers/nv_mem/version` (its other name, `nvidia-peermem`, never
+    /// exists: the module registers as `nv_mem`; v2.21.5-1 src/transport/net_ib.cc); 2.22 adds
+    /// `nv_mem_nc` (v2.22.3-1); from 2.23 also `/sys/module/nvidia_peermem/version`
+    /// (v2.23.4-1 L694-696), which is there wherever the module is loaded (ground truth K02).
+    pub fn sees_peermem_nc(&self) -> bool {
+        self.at_least(22, 0)
+    }
+    /// See [`Version::sees_peermem_nc`].
+    pub fn sees_peermem_module(&self) -> bool {
+        self.at_least(23, 0)
+    }
     /// NCCL registers dma-buf from 2.13 (v2.13.4-1 `ncclIbDmaBufSupport`, ground truth §5);
     /// before, only the peer-memory path exists.
     pub fn has_dmabuf(&self) -> bool {

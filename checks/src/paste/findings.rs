@@ -372,6 +372,7 @@ pub fn nccl_gdr(
     log: Option<&NcclLog>,
     log_label: &str,
     peermem_loaded: Option<bool>,
+    rules: &crate::nccl::Chosen,
 ) -> Vec<Finding> {
     const ID: &str = "nccl.gdr";
     let mut out = Vec::new();
@@ -379,15 +380,42 @@ pub fn nccl_gdr(
     out.extend(nccl_distance(Some(log), log_label));
     for nic in &log.nic_gdr {
         if !nic.enabled {
-            let why = if peermem_loaded == Some(true) {
-                " although nvidia_peermem is loaded: NCCL < 2.23 looks only for /sys/kernel/mm/memory_peers/nv_mem (absent without MOFED's peer-memory registry, or hidden in a container), and its dma-buf probe failed"
+            let v = rules.version;
+            let (why, fix) = if peermem_loaded == Some(true) {
+                let why = if rules.assumed {
+                    " although nvidia_peermem is loaded: a NCCL older than 2.23 looks only for /sys/kernel/mm/memory_peers/nv_mem (absent without MOFED's peer-memory registry, or hidden in a container; 2.23 added /sys/module/nvidia_peermem/version), and its dma-buf probe failed; the paste does not show NCCL's version (`--nccl-version`)".to_string()
+                } else if v.sees_peermem_module() {
+                    format!(" although nvidia_peermem is loaded: NCCL {v} ({}) finds it through /sys/module/nvidia_peermem/version, so that NCCL could not read the file (a container without the host's /sys) or the log comes from an older NCCL; and its dma-buf probe failed", rules.source)
+                } else {
+                    format!(" although nvidia_peermem is loaded: NCCL {v} ({}) looks only for /sys/kernel/mm/memory_peers/nv_mem (absent without MOFED's peer-memory registry, or hidden in a container; 2.23 added /sys/module/nvidia_peermem/version), and its dma-buf probe failed", rules.source)
+                };
+                (why, "upgrade NCCL to 2.23 or later (it also finds /sys/module/nvidia_peermem/version), or make the dma-buf path work (NCCL >= 2.13 with the NVIDIA open kernel modules >= 515 on a kernel >= 5.12); in a container, give it the host's /sys; `gdrdoctor explain kmod.nvidia-peermem`")
             } else {
-                ": no peer-memory client and no dma-buf"
+                (
+                    ": no peer-memory client and no dma-buf".to_string(),
+                    "load a peer-memory client (`modprobe nvidia-peermem`) or enable dma-buf (NVIDIA open kernel modules, kernel >= 5.12); `gdrdoctor explain kmod.nvidia-peermem`",
+                )
             };
             out.push(
-                Finding::new(ID, Status::Fail, &nic.name, format!("nccl turned gdr off for {} at the nic level{why}", nic.name))
-                    .evidence(format!("{log_label} line {}", nic.origin.line), format!("GPU Direct RDMA Disabled for HCA {} '{}'{}", nic.index, nic.name, nic.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default()))
-                    .fix("load a peer-memory client (`modprobe nvidia-peermem`) or enable dma-buf (NVIDIA open kernel modules, kernel >= 5.12); `gdrdoctor explain kmod.nvidia-peermem`"),
+                Finding::new(
+                    ID,
+                    Status::Fail,
+                    &nic.name,
+                    format!("nccl turned gdr off for {} at the nic level{why}", nic.name),
+                )
+                .evidence(
+                    format!("{log_label} line {}", nic.origin.line),
+                    format!(
+                        "GPU Direct RDMA Disabled for HCA {} '{}'{}",
+                        nic.index,
+                        nic.name,
+                        nic.reason
+                            .as_ref()
+                            .map(|r| format!(" ({r})"))
+                            .unwrap_or_default()
+                    ),
+                )
+                .fix(fix),
             );
         }
     }

@@ -134,6 +134,24 @@ pub fn parse_uname(lines: &[Line]) -> Option<(String, Option<String>, usize)> {
 }
 
 /// `max locked memory (kbytes, -l) unlimited` or a bare `unlimited` / number after `ulimit -l`.
+/// Whether a `ulimit` command line asks for hard limits (`-H`, `-Hl`, `-lH`, `-aH`, `-H -l`;
+/// a later `-S` wins, as in bash).
+pub fn ulimit_hard(command: &str) -> bool {
+    let mut hard = false;
+    for w in command.split_whitespace().skip(1) {
+        if let Some(flags) = w.strip_prefix('-') {
+            for c in flags.chars() {
+                match c {
+                    'H' => hard = true,
+                    'S' => hard = false,
+                    _ => {}
+                }
+            }
+        }
+    }
+    hard
+}
+
 pub fn parse_ulimit(lines: &[Line]) -> Option<(Rlimit, usize)> {
     for l in lines {
         let t = l.text.trim();
@@ -185,6 +203,22 @@ pub fn parse_env(lines: &[Line]) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn ulimit_hard_flags() {
+        for (c, hard) in [
+            ("ulimit -l", false),
+            ("ulimit -a", false),
+            ("ulimit -Hl", true),
+            ("ulimit -lH", true),
+            ("ulimit -H -l", true),
+            ("ulimit -aH", true),
+            ("ulimit -Sl", false),
+            ("ulimit -H -S -l", false),
+        ] {
+            assert_eq!(super::ulimit_hard(c), hard, "{c}");
+        }
+    }
     use super::*;
     use crate::paste::clean::clean;
     use proptest::prelude::*;

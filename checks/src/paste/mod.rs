@@ -467,6 +467,12 @@ pub fn read(inputs: &[Input]) -> Paste {
                         b.problems.push("no kernel release recognised".into());
                     }
                 },
+                // `ulimit -H...` shows the hard limit; the kernel enforces the soft one (what
+                // `ulimit -l` and `ulimit -a` show), which is what the check judges.
+                Kind::Ulimit if raw.command.as_deref().is_some_and(kernel::ulimit_hard) => {
+                    b.status = BlockStatus::Ignored;
+                    b.problems.push("the hard limit (`ulimit -H`): the soft limit, which the kernel enforces, is what counts; paste `ulimit -l`".into());
+                }
                 Kind::Ulimit => match kernel::parse_ulimit(&raw.lines) {
                     Some((r, _)) => {
                         b.summary = format!(

@@ -799,6 +799,25 @@ pub struct Assume {
     pub env: BTreeMap<String, String>,
 }
 
+/// Whether the paste shows a peer-memory client loaded (the files or the module list), whatever
+/// NCCL's version makes of it.
+fn peermem_loaded(node: &crate::model::Node, cx: &Context) -> Option<bool> {
+    use crate::model::Fact;
+    if cx.peermem.available == Some(true) {
+        return Some(true);
+    }
+    if matches!(
+        node.peermem.nvidia_peermem_version,
+        Fact::Known { value: Some(_), .. }
+    ) {
+        return Some(true);
+    }
+    match crate::derive::peer_module_loaded(node) {
+        Some((l, _)) if !l.is_empty() => Some(true),
+        _ => cx.peermem.available,
+    }
+}
+
 pub fn diagnose_paste(
     p: &Paste,
     inputs: &[Input],
@@ -855,10 +874,16 @@ pub fn diagnose_paste(
         );
     }
     fs.extend(
-        findings::nccl_gdr(&gdr, log.as_ref(), &log_label, cx.peermem.available)
-            .into_iter()
-            .chain(findings::nccl_failures(p))
-            .filter(|f| wants(&f.id)),
+        findings::nccl_gdr(
+            &gdr,
+            log.as_ref(),
+            &log_label,
+            peermem_loaded(&node, &cx),
+            &cx.config.rules,
+        )
+        .into_iter()
+        .chain(findings::nccl_failures(p))
+        .filter(|f| wants(&f.id)),
     );
     // ACS from lspci text where the check could not pair GPUs with NICs.
     if wants("pcie.acs-redirect") {
@@ -874,6 +899,35 @@ pub fn diagnose_paste(
         }
     }
     fs.retain(|f| f.id != "paste.blocks" || wants("paste.blocks"));
+    // A peer-memory client that NCCL's own log shows it did not use is no pass.
+    if let Some(l) = log
+        .as_ref()
+        .filter(|l| l.nic_gdr.iter().any(|n| !n.enabled))
+    {
+        for f in fs
+            .iter_mut()
+            .filter(|f| f.id == "kmod.nvidia-peermem" && f.status == Status::Pass)
+        {
+            let off: Vec<&str> = l
+                .nic_gdr
+                .iter()
+                .filter(|n| !n.enabled)
+                .map(|n| n.name.as_str())
+                .collect();
+            f.status = Status::Warn;
+            f.message = format!(
+                "a peer-memory client is loaded, but NCCL's log shows GDR disabled for {} at the nic level: that NCCL did not use it (`nccl.gdr` says why)",
+                off.join(", ")
+            );
+            for n in l.nic_gdr.iter().filter(|n| !n.enabled) {
+                f.evidence.push(report::Evidence {
+                    source: format!("{log_label} line {}", n.origin.line),
+                    observed: format!("GPU Direct RDMA Disabled for HCA {} '{}'", n.index, n.name),
+                    expected: None,
+                });
+            }
+        }
+    }
     let mut summary = report::Summary::count(&fs);
     summary.exit_code = report::exit_code(&fs, opts.fail_on, opts.allow_incomplete);
     DiagnoseReport {

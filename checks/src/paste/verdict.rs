@@ -235,8 +235,8 @@ impl Context {
         }
         Context {
             level: gdr::level_of(&config),
+            peermem: derive::peermem_path_for(node, Some(config.rules.version)),
             config,
-            peermem: derive::peermem_path(node),
             dmabuf: derive::dmabuf_path(node),
             ports,
             rdma_known: node.rdma.get().is_some(),
@@ -272,7 +272,18 @@ impl Context {
         let logged = self.nic_logged.get(nic);
         let mut unknown = Vec::new();
         if self.peermem.available.is_none() {
-            unknown.push("peer memory: not in the pasted text; run `lsmod | grep peermem`".into());
+            // Loaded, but a NCCL older than 2.23 needs the registry file the paste lacks.
+            match self.peermem.reasons.first() {
+                Some(r) if r.contains("2.23 added") => unknown.push(format!(
+                    "peer memory: {r}; run `ls /sys/kernel/mm/memory_peers/`"
+                )),
+                _ => unknown
+                    .push("peer memory: not in the pasted text; run `lsmod | grep peermem`".into()),
+            }
+        }
+        let mut assumed = Vec::new();
+        if self.peermem.available == Some(true) {
+            assumed.extend(self.peermem.reasons.iter().cloned());
         }
         if self.dmabuf.available.is_none() {
             unknown.push(
@@ -285,6 +296,11 @@ impl Context {
             dmabuf: self.dmabuf.available,
             gpu: None,
             nic_logged: logged.map(|l| l.0),
+            peermem_off: if self.peermem.available == Some(false) {
+                self.peermem.reasons.join("; ")
+            } else {
+                String::new()
+            },
             nic_off: match logged {
                 Some((false, line)) => format!(
                     "NCCL logged `{line}`: no peer-memory client it recognises and no dma-buf for this NIC"
@@ -302,9 +318,12 @@ impl Context {
             },
             gpu_off: String::new(),
             unknown,
-            assumptions: vec![
-                "gpu: CUDA GPU_DIRECT_RDMA_SUPPORTED=1 (a live fact no paste shows)".into(),
-            ],
+            assumptions: assumed
+                .into_iter()
+                .chain(std::iter::once(
+                    "gpu: CUDA GPU_DIRECT_RDMA_SUPPORTED=1 (a live fact no paste shows)".into(),
+                ))
+                .collect(),
             damaged: Vec::new(),
         }
     }
