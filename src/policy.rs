@@ -47,7 +47,10 @@ pub fn resolve_with(
 }
 
 pub fn load(path: &Path) -> Result<Loaded, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("policy {}: {e}", path.display()))?;
+    // A policy is a few KiB of TOML: a larger file (or /dev/zero) is not one.
+    let f = std::fs::File::open(path).map_err(|e| format!("policy {}: {e}", path.display()))?;
+    let bytes =
+        crate::fleet::input::read_capped(f, 4 << 20, &format!("policy {}", path.display()))?;
     let text = String::from_utf8(bytes)
         .map_err(|e| format!("policy {}: not utf-8 text: {e}", path.display()))?;
     let policy = parse(&path.display().to_string(), &text)?;
@@ -59,6 +62,19 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
 
 /// Parse policy text; errors read `FILE:LINE:COLUMN: message`, then the line with a caret.
 pub fn parse(name: &str, text: &str) -> Result<Policy, String> {
+    let p = parse_toml(name, text)?;
+    let lint = p.lint();
+    if !lint.is_empty() {
+        return Err(lint
+            .iter()
+            .map(|l| format!("{name}: {l}"))
+            .collect::<Vec<_>>()
+            .join("\n"));
+    }
+    Ok(p)
+}
+
+fn parse_toml(name: &str, text: &str) -> Result<Policy, String> {
     toml::from_str::<Policy>(text).map_err(|e| {
         let msg = e.message().trim().to_string();
         match e.span() {

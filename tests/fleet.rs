@@ -480,3 +480,67 @@ fn html_page_holds_the_roll_up_reports_and_pictures() {
     assert_eq!(code, 2);
     assert!(err.contains("nowhere: not a directory"), "{err}");
 }
+
+/// A directory can hold anything: a link to /dev/zero or a FIFO named `*.json` is named as
+/// unreadable, never read (it hung the roll-up, using 8 GB), and a node is judged by its own
+/// findings, not only by its exit code: `check --fail-on never` and `--allow-incomplete` write
+/// reports that exit 0 with failures or errors in them, and a report without a single finding
+/// shows nothing of its node.
+#[test]
+fn hostile_files_are_not_read_and_nodes_are_judged_by_their_findings() {
+    use gdrdoctor_checks::report::Report;
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("ok.json"), report_json(HEALTHY, None, "ok")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", t.path().join("zero.json")).unwrap();
+    let fifo = t.path().join("fifo.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let t0 = std::time::Instant::now();
+    let (code, v, _) = fleet(&[&s(t.path())]);
+    assert!(t0.elapsed().as_secs() < 20, "{:?}", t0.elapsed());
+    assert_eq!(code, 3, "{v}");
+    let errs: Vec<String> = v["unreadable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["error"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs.iter().all(|e| e.contains("not a regular file")),
+        "{errs:?}"
+    );
+    // Judged by the findings.
+    let d = tempfile::tempdir().unwrap();
+    let healthy = report_json(HEALTHY, None, "a");
+    let mut failing: Report =
+        serde_json::from_str(&report_json("hgx-h200x8-cx7x8-port-down", None, "b")).unwrap();
+    failing.summary.exit_code = 0; // as --fail-on never writes it
+    let mut errors: Report = serde_json::from_str(&healthy).unwrap();
+    errors.host.hostname = Some("c".into());
+    errors.findings[0].status = gdrdoctor_checks::report::Status::Error;
+    let mut none: Report = serde_json::from_str(&healthy).unwrap();
+    none.host.hostname = Some("d".into());
+    none.findings.clear();
+    std::fs::write(d.path().join("a.json"), &healthy).unwrap();
+    for (n, r) in [("b", &failing), ("c", &errors), ("d", &none)] {
+        std::fs::write(
+            d.path().join(format!("{n}.json")),
+            serde_json::to_string(r).unwrap(),
+        )
+        .unwrap();
+    }
+    let (code, v, _) = fleet(&["--allow-drift", &s(d.path())]);
+    assert_eq!(code, 1, "{v}");
+    let sm = &v["summary"];
+    assert_eq!(
+        (
+            sm["ok"].as_u64(),
+            sm["failed"].as_u64(),
+            sm["incomplete"].as_u64()
+        ),
+        (Some(1), Some(1), Some(2)),
+        "{sm}"
+    );
+}

@@ -491,3 +491,47 @@ fn every_fixture_passes_a_policy_written_from_itself() {
         assert!(bad.is_empty(), "{sc}: {bad:#?}");
     }
 }
+
+/// A policy that parses but cannot mean what its author wants is refused (exit 2, naming the
+/// file and the rule): a port rule that expects nothing (it passed every port, "as the policy
+/// expects", whatever the port read), `max_path` alone, an empty list of IOMMU modes (it
+/// failed every node), a waiver for `hosts = []`, and a policy that says nothing at all (an
+/// empty or truncated file). A file that is not a few MiB of text is not read whole.
+#[test]
+fn a_policy_that_cannot_mean_anything_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let head = "schema = \"gdrdoctor.policy/v1\"\n";
+    for (name, body, says) in [
+        ("ports", "[[rdma.ports]]\ndevices = [\"mlx5_3\"]\n", "rdma.ports[0]: the rule expects nothing"),
+        ("maxpath", "[gdr]\nmax_path = \"PIX\"\n", "gdr: max_path alone checks nothing"),
+        ("iommu", "[iommu]\nmode = []\n", "iommu.mode: an empty list accepts no mode"),
+        (
+            "hosts",
+            "[gpu]\ncount = 8\n[[waiver]]\ncheck = \"pcie\"\nhosts = []\nreason = \"x\"\nexpires = \"2099-01-01\"\n",
+            "`hosts = []` names no host",
+        ),
+        ("empty", "", "the policy says nothing"),
+    ] {
+        let p = t.path().join(format!("{name}.toml"));
+        std::fs::write(&p, format!("{head}{body}")).unwrap();
+        let (code, _, err) = run(&[
+            "check",
+            "--sysroot",
+            &s(&fixture(HEALTHY)),
+            "--policy",
+            &s(&p),
+        ]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains(&s(&p)) && err.contains(says), "{name}: {err}");
+    }
+    // /dev/zero is not read to the end.
+    let (code, _, err) = run(&[
+        "check",
+        "--sysroot",
+        &s(&fixture(HEALTHY)),
+        "--policy",
+        "/dev/zero",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("larger than 4 MiB"), "{err}");
+}

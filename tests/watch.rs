@@ -441,6 +441,36 @@ fn a_record_that_never_reads_consistently_is_not_healthy() {
         .contains("1 record(s) never read consistently"));
 }
 
+/// A wait start the area's clock cannot place (an offset an hour off): `--once` sees the waiter
+/// for a few milliseconds only, so it cannot call the job healthy; the same stall with the
+/// area's own offset is a failure.
+#[test]
+fn an_undated_wait_is_not_healthy_under_once() {
+    let j = job("spin-stall", 0);
+    let (code, v, _) = watch(&["--pid", &j.pid.to_string(), "--once", "-q"]);
+    assert_eq!(code, 1, "{v}");
+    let (dir, _) = damaged(&j, j.pid, |b| {
+        let off = 40;
+        let t = i64::from_le_bytes(b[off..off + 8].try_into().unwrap()) + 3_600_000_000_000;
+        b[off..off + 8].copy_from_slice(&t.to_le_bytes());
+    });
+    let (code, v, _) = watch(&[
+        "--all",
+        "--once",
+        "-q",
+        "--shm-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{v}");
+    let s = findings(&v, "watch.stall");
+    assert_eq!(s.len(), 1, "{s:?}");
+    assert_eq!(s[0]["status"], "error");
+    assert!(s[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("1 waiting record(s) cannot be dated"));
+}
+
 #[test]
 fn a_leftover_area_of_a_dead_job_is_a_warning_with_its_last_records() {
     let j = job("spin-stall", 0);

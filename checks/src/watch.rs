@@ -879,6 +879,10 @@ pub struct Counts {
     pub aborted: usize,
     /// Records whose two reads never agreed (bounded retries): skipped this poll.
     pub unstable: usize,
+    /// Waiting records whose wait start the area's clock cannot date (it falls outside the
+    /// area's life): only the time watch itself saw them waiting counts.
+    #[serde(default)]
+    pub undated: usize,
 }
 
 /// What one poll of one area shows.
@@ -1007,10 +1011,11 @@ pub fn analyse(
             continue;
         }
         let (host_age, host_beat_age) = tracker.ages(r.index, now_mono);
-        let dev_age = clock
-            .host(r.wait_start_gt, v.header.created_ns, now_rt)
-            .map(|s| now_rt.saturating_sub(s))
-            .unwrap_or(0);
+        let dated = clock.host(r.wait_start_gt, v.header.created_ns, now_rt);
+        if dated.is_none() {
+            a.counts.undated += 1;
+        }
+        let dev_age = dated.map(|s| now_rt.saturating_sub(s)).unwrap_or(0);
         let dev_beat_age = clock
             .host(r.beat_gt, v.header.created_ns, now_rt)
             .map(|s| now_rt.saturating_sub(s))
@@ -1288,7 +1293,21 @@ pub fn findings(a: &AreaReport) -> Vec<Finding> {
         a.threshold_ms, a.poll_ms, a.polls, a.watched_ms
     );
     if groups.is_empty() && alive {
-        let f = if a.counts.unstable > 0 {
+        let f = if a.counts.undated > 0 && a.watched_ms < a.threshold_ms {
+            // Their waits began at a time the clock cannot place, and watch itself saw them
+            // for less than the threshold: a stall among them would look like this too.
+            Finding::new(
+                "watch.stall",
+                Status::Error,
+                &subject,
+                format!(
+                    "no stall seen, but {} waiting record(s) cannot be dated (the area's clock puts their wait start outside the area's life) and watch saw them for only {:.0} ms, less than the {:.0} ms threshold: they may be stalled",
+                    a.counts.undated, a.watched_ms, a.threshold_ms
+                ),
+            )
+            .evidence("clock", a.clock.map(|c| c.describe()).unwrap_or_else(|| "unknown".into()))
+            .fix(format!("watch for longer than the threshold (`gdrdoctor watch --pid <pid> --duration {:.0}`, without --once): the time watch sees a waiter waiting needs no clock; a wrong offset in the area header means the job's gdrdoctor_progress_init calibration failed or the area was written by something else", (a.threshold_ms / 1000.0).ceil() + 1.0))
+        } else if a.counts.unstable > 0 {
             // A record that never reads consistently hides whatever it holds: not healthy.
             Finding::new(
                 "watch.stall",

@@ -6,6 +6,30 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+/// A report file larger than this is not read (an 8-GPU node's report is a few hundred KiB).
+pub const MAX_REPORT: u64 = 64 << 20;
+/// Standard input larger than this is not read (many concatenated reports).
+pub const MAX_STDIN: u64 = 4 << 30;
+
+/// Read at most `cap` bytes of `r`; more is an error naming `what`.
+pub fn read_capped(mut r: impl Read, cap: u64, what: &str) -> Result<Vec<u8>, String> {
+    let mut buf = Vec::new();
+    r.by_ref()
+        .take(cap + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("{what}: {e}"))?;
+    if buf.len() as u64 > cap {
+        return Err(format!("{what}: larger than {} MiB: not read", cap >> 20));
+    }
+    Ok(buf)
+}
+
+/// One report file, at most [`MAX_REPORT`] bytes (a named FIFO or `<(...)` is read too).
+pub fn read_report_file(p: &Path) -> Result<Vec<u8>, String> {
+    let f = std::fs::File::open(p).map_err(|e| e.to_string())?;
+    read_capped(f, MAX_REPORT, &p.display().to_string())
+}
+
 /// One report to read: a file (read by the worker that digests it) or one document from stdin.
 pub enum Source {
     File(PathBuf),
@@ -37,14 +61,16 @@ pub fn gather(args: &[PathBuf]) -> Result<(Vec<Input>, Vec<Unreadable>), String>
                 return Err("`-` (stdin) given twice".into());
             }
             stdin_seen = true;
-            let mut text = String::new();
-            if let Err(e) = std::io::stdin().read_to_string(&mut text) {
-                bad.push(Unreadable {
-                    input: "stdin".into(),
-                    error: e.to_string(),
-                });
-                continue;
-            }
+            let text = match read_capped(std::io::stdin(), MAX_STDIN, "stdin") {
+                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                Err(e) => {
+                    bad.push(Unreadable {
+                        input: "stdin".into(),
+                        error: e,
+                    });
+                    continue;
+                }
+            };
             for (name, t) in split_stdin(&text) {
                 documents(&name, &t, &mut inputs, &mut bad);
             }
@@ -148,10 +174,22 @@ fn walk(dir: &Path, inputs: &mut Vec<Input>, bad: &mut Vec<Unreadable>) {
         if lm.is_dir() {
             walk(&p, inputs, bad);
         } else if p.extension().is_some_and(|e| e == "json") {
-            inputs.push(Input {
-                name: p.display().to_string(),
-                source: Source::File(p),
-            });
+            // A FIFO, device or socket found in a directory is never opened (a FIFO without a
+            // writer blocks, /dev/zero never ends); a link to a regular file is read.
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_file() => inputs.push(Input {
+                    name: p.display().to_string(),
+                    source: Source::File(p),
+                }),
+                Ok(_) => bad.push(Unreadable {
+                    input: p.display().to_string(),
+                    error: "not a regular file (a FIFO, device or socket): not read".into(),
+                }),
+                Err(e) => bad.push(Unreadable {
+                    input: p.display().to_string(),
+                    error: e.to_string(),
+                }),
+            }
         }
     }
 }

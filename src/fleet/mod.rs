@@ -43,13 +43,13 @@ pub fn digest_all(
                 ))
             };
             match &inp.source {
-                Source::File(p) => match std::fs::read(p) {
+                Source::File(p) => match input::read_report_file(p) {
                     Ok(b) => {
                         if let Err(e) = d.digest(idx, &inp.name, &b, &mut part) {
                             push_bad(&mut part, e);
                         }
                     }
-                    Err(e) => push_bad(&mut part, e.to_string()),
+                    Err(e) => push_bad(&mut part, e),
                 },
                 Source::Text(t) => {
                     if let Err(e) = d.digest(idx, &inp.name, t.as_bytes(), &mut part) {

@@ -39,6 +39,48 @@ pub struct Policy {
     pub waivers: Vec<Waiver>,
 }
 
+impl Policy {
+    /// What parses but cannot mean what its author wants: a rule that expects nothing (it
+    /// would pass every node), an empty list of accepted values (it would fail every node), a
+    /// waiver for no host, a policy with no expectation at all. One line each; empty: none.
+    pub fn lint(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let expects_something = self.gpu.is_some()
+            || self.rdma.is_some()
+            || self.pcie.is_some()
+            || self.driver.is_some()
+            || self.peer_memory.is_some()
+            || self.iommu.is_some()
+            || self.gdr.is_some()
+            || self.kernel.is_some()
+            || !self.severity.is_empty()
+            || !self.waivers.is_empty();
+        if !expects_something {
+            out.push("the policy says nothing (no [gpu], [rdma], [pcie], [driver], [peer_memory], [iommu], [gdr], [kernel], [severity] or [[waiver]]): an empty or truncated file? `gdrdoctor policy init` writes one from a healthy node".to_string());
+        }
+        if let Some(r) = &self.rdma {
+            for (i, p) in r.ports.0.iter().enumerate() {
+                if p.state.is_none()
+                    && p.link_layer.is_none()
+                    && p.rate_gbps.is_none()
+                    && p.width.is_none()
+                {
+                    out.push(format!("rdma.ports[{i}]: the rule expects nothing of its ports: give state, link_layer, rate_gbps or width"));
+                }
+            }
+        }
+        if let Some(g) = &self.gdr {
+            if g.every_gpu.is_none() && g.min_pairs.is_none() {
+                out.push("gdr: max_path alone checks nothing: add `every_gpu = true` or `min_pairs = N` (max_path is the distance they count within)".to_string());
+            }
+        }
+        if self.iommu.as_ref().is_some_and(|r| r.mode.0.is_empty()) {
+            out.push("iommu.mode: an empty list accepts no mode, so every node would fail: name the accepted modes, or leave [iommu] out".to_string());
+        }
+        out
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchemaId;
 
@@ -399,12 +441,23 @@ pub struct Waiver {
     #[serde(default)]
     pub subject: Option<NonEmpty>,
     /// Only on these hosts (hostname patterns); default every host.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "some_hosts")]
     pub hosts: Vec<NonEmpty>,
     /// Why the finding is accepted (a ticket, a vendor case): shown with every waived finding.
     pub reason: NonEmpty,
     /// The last day (UTC) the waiver applies; from the next day the finding counts again.
     pub expires: Date,
+}
+
+/// A waiver's `hosts`: `[]` names no host, and is refused (left out, every host).
+fn some_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NonEmpty>, D::Error> {
+    let v = Vec::<NonEmpty>::deserialize(d)?;
+    if v.is_empty() {
+        return Err(de::Error::custom(
+            "`hosts = []` names no host: leave `hosts` out to waive on every host, or list the hosts",
+        ));
+    }
+    Ok(v)
 }
 
 /// A check id or category that `gdrdoctor list` knows.
