@@ -29,10 +29,11 @@
  *    them continues in an out-of-line slow path that publishes WAITING (address, expected,
  *    observed, start time), refreshes `observed` and `beat_gt` every hb_ns, checks the abort
  *    flag every 1024 polls and publishes PROGRESS when satisfied. A wait satisfied within its
- *    first 1024 polls stores nothing: it counts in a register (`iter`, published by the slow
- *    path and at exit; watch reads only WAITING records, so a count on the fast path would buy
- *    nothing). The fast path holds only launch-wide values, so that the compiler keeps it and
- *    the loop around it warp-uniform like the bare spin (docs/performance.md, watch section);
+ *    first 1024 polls stores and counts nothing (`iter` counts the long waits, published by the
+ *    slow path and at exit; watch reads only WAITING records, so a count on the fast path would
+ *    buy nothing and cost a ring 0.4 point). The fast path holds only launch-wide values, so
+ *    that the compiler keeps it and the loop around it warp-uniform like the bare spin
+ *    (docs/performance.md, watch section);
  *  - time is %globaltimer (ns); init calibrates it against CLOCK_REALTIME with one tiny kernel;
  *  - no __trap(), no device assert: a trap poisons the context.
  *
@@ -154,7 +155,7 @@ typedef struct gdrdoctor_record {
     unsigned int block;               /*  8 linear block index */
     unsigned int sm_warp;             /* 12 smid:16 | warp in block:16 */
     unsigned int kernel_gen;          /* 16 kernel slot:8 | launch generation:24 */
-    unsigned int iter;                /* 20 completed waits (mod 2^32) */
+    unsigned int iter;                /* 20 long waits completed (mod 2^32): those past the fast path */
     unsigned long long addr;          /* 24 device address of the awaited word */
     unsigned long long expected;      /* 32 */
     unsigned long long observed;      /* 40 the last value seen (heartbeat) */
@@ -356,7 +357,7 @@ struct Ctx {
     u32 nsites;
     u32 max_blocks;
     u32 warps_per_block;
-    u32 iter;    /* completed waits of this thread */
+    u32 iter;    /* waits of this thread that reached the slow path and ended */
     u32 aborted; /* a wait of this thread returned 1 */
 };
 
@@ -507,13 +508,14 @@ __device__ __noinline__ int wait_slow(u64 records, u32 max_blocks, u32 warps_per
 
 /* Wait until load() CMP want. The first 1024 polls are a bare spin; a longer wait continues in
  * wait_slow. Returns 0 when satisfied, 1 when the job was aborted (then every later wait of this
- * thread returns 1 too: a satisfied one at once, the abort test coming after the loop; an
- * unsatisfied one from wait_slow, which finds the abort flag set, as it is never cleared). The
- * fast path is the bare spin plus a poll counter and one register increment: no store, no call.
- * One `for (;;)` whose satisfied exit is the test right after each load, the counter touched only
- * on the unsatisfied branch (no peeled first poll; `#pragma unroll 1` or the counted loop is
- * unrolled 4x). Measured against the peeled loop it replaced (scripts/watch-variants.sh, 1 H200):
- * ring +2.26% against +2.63%, ping-pong +0.16% against +1.57%. */
+ * thread that has to wait returns 1 too, from wait_slow, which finds the abort flag set, as it is
+ * never cleared). The fast path is the bare spin plus a poll counter on the unsatisfied branch:
+ * no store, no call, and nothing after a satisfied poll but the return. One `for (;;)` whose
+ * satisfied exit is the test right after each load (`#pragma unroll 1`, or the counted loop is
+ * unrolled 4x). A satisfied wait does not count itself in `iter` (only waits that reach the slow
+ * path do): in a ring whose producer's credit wait is almost always satisfied at the first
+ * poll, that one register increment after the poll cost 0.4 point (scripts/watch-variants.sh,
+ * runs 3 and 8 on one H200: ring +2.26% with it, +1.84% without; ping-pong +0.1% both). */
 template <typename T, typename F>
 __device__ __forceinline__ int wait_impl(Ctx& c, const T* a, int cmp, T want, u32 site, u32 line, F load) {
     u32 k = 0;
@@ -521,19 +523,17 @@ __device__ __forceinline__ int wait_impl(Ctx& c, const T* a, int cmp, T want, u3
 #pragma unroll 1
     for (;;) {
         v = load();
-        if (__builtin_expect(satisfied(v, cmp, want), 1)) break;
+        if (__builtin_expect(satisfied(v, cmp, want), 1)) return 0;
         if (__builtin_expect(++k == 1024, 0)) {
             if (wait_slow<T, F>(c.records, c.max_blocks, c.warps_per_block, c.ctl, c.sites, c.nsites, c.hb_ns, a, cmp,
                                 want, site, line, v, c.iter, load)) {
                 c.aborted = 1;
                 return 1;
             }
-            break;
+            c.iter += 1;
+            return 0;
         }
     }
-    if (c.aborted) return 1;
-    c.iter += 1;
-    return 0;
 }
 
 /* GDRDOCTOR_WAIT_LOAD: the word's type comes from the address, the value converts to it. */
