@@ -1320,3 +1320,18 @@ fn the_soft_locked_memory_limit_is_the_one_judged() {
     let m = r.findings.iter().find(|f| f.id == "mem.memlock").unwrap();
     assert_eq!(m.status, Status::Skip, "{m:?}");
 }
+
+/// An lsmod listing pasted with an ibv_devinfo right after it, no blank line between: the
+/// `hca_id:` line opens the second block (the listing swallowed the first device and its
+/// PORT_DOWN, and the paste exited 0).
+#[test]
+fn a_listing_does_not_swallow_the_next_tools_output() {
+    let t = "$ lsmod\nModule                  Size  Used by\nnvidia_peermem         16384  0\nmlx5_ib               405504  0\nhca_id: mlx5_0\n        transport:                      InfiniBand (0)\n        fw_ver:                         28.42.1000\n        phys_port_cnt:                  1\n                port:   1\n                        state:                  PORT_DOWN (1)\n                        link_layer:             Ethernet\n\nhca_id: mlx5_1\n        transport:                      InfiniBand (0)\n        fw_ver:                         28.42.1000\n        phys_port_cnt:                  1\n                port:   1\n                        state:                  PORT_ACTIVE (4)\n                        link_layer:             Ethernet\n";
+    let r = diagnose(&[input("p.txt", t.into())], &RunOptions::default());
+    let ports: Vec<_> = r.findings.iter().filter(|f| f.id == "rdma.ports").collect();
+    assert!(
+        ports.iter().any(|f| f.subject.starts_with("mlx5_0") && f.status == Status::Fail),
+        "{ports:?}"
+    );
+    assert_eq!(r.summary.exit_code, 1);
+}

@@ -615,8 +615,21 @@ pub fn split(lines: &[Line]) -> Vec<RawBlock> {
                 Some(_) => false,
                 None => true,
             };
+            // A line that can only open another tool's output (`hca_id:`, `CA '...'`, a topo
+            // header, `NVRM version:`) ends an lsmod listing pasted without a blank line after
+            // it: swallowed, an ibv_devinfo's first device (and its PORT_DOWN) was lost.
+            let opens_other = matches!(
+                c,
+                Class::IbvHca
+                    | Class::IbstatCa
+                    | Class::IbstatusDev
+                    | Class::MatrixHeader
+                    | Class::NvrmVersion
+                    | Class::LsmodHeader
+            ) && starts(&c).is_some_and(|k| k != fk);
             let shape_agrees = starts(&c).is_none_or(|k| k == fk)
-                || matches!(fk, Kind::Lsmod | Kind::Uname | Kind::Ulimit | Kind::Cmdline);
+                || (matches!(fk, Kind::Lsmod | Kind::Uname | Kind::Ulimit | Kind::Cmdline)
+                    && !opens_other);
             if fits && shape_agrees && !matches!(c, Class::Nccl) {
                 match cur.as_mut() {
                     Some(b) => b.lines.push(l.clone()),
