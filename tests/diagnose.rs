@@ -1330,8 +1330,34 @@ fn a_listing_does_not_swallow_the_next_tools_output() {
     let r = diagnose(&[input("p.txt", t.into())], &RunOptions::default());
     let ports: Vec<_> = r.findings.iter().filter(|f| f.id == "rdma.ports").collect();
     assert!(
-        ports.iter().any(|f| f.subject.starts_with("mlx5_0") && f.status == Status::Fail),
+        ports
+            .iter()
+            .any(|f| f.subject.starts_with("mlx5_0") && f.status == Status::Fail),
         "{ports:?}"
     );
     assert_eq!(r.summary.exit_code, 1);
+}
+
+/// Xid 79 behind the prefixes launchers and collectors add (kubectl --timestamps, srun -l, a
+/// syslog level, dmesg -x, dmesg --time-format iso, a journal with ISO times) is read: it was
+/// dropped, and a paste with it passed.
+#[test]
+fn a_prefixed_kernel_log_line_is_still_a_kernel_log_line() {
+    let xid = "NVRM: Xid (PCI:0000:48:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.";
+    for prefix in [
+        "2024-05-01T12:00:00.123456789Z [ 8613.402113] ",
+        "0: [ 8613.402113] ",
+        "<4>[ 8613.402113] ",
+        "kern  :warn  : [ 8613.402113] ",
+        "2024-05-01T12:00:00,123456+00:00 ",
+        "2024-05-01T12:00:00+0000 gpu-01 kernel: ",
+    ] {
+        let r = diagnose(
+            &[input("k.txt", format!("{prefix}{xid}\n"))],
+            &RunOptions::default(),
+        );
+        let x = r.findings.iter().find(|f| f.id == "kernel.xid").unwrap();
+        assert_eq!(x.status, Status::Fail, "{prefix:?}: {x:?}");
+        assert!(x.message.contains("Xid 79"), "{prefix:?}: {}", x.message);
+    }
 }

@@ -131,8 +131,46 @@ pub fn normalize_bdf(s: &str) -> Option<String> {
 }
 
 /// Strip the log prefix (kmsg record header, `[ts]`, `kern  :err   :`, syslog `host kernel:`).
+/// What collectors and launchers put before a kernel log line, removed: `srun -l`'s task
+/// label (`0: `), a syslog level (`<4>`), and an RFC 3339 time (`kubectl logs --timestamps`,
+/// `dmesg --time-format iso`), in any order and repeated.
+pub fn strip_log_prefixes(line: &str) -> &str {
+    let mut s = line;
+    loop {
+        let t = s.trim_start();
+        let b = t.as_bytes();
+        // `0: `, `12: ` (srun --label; padded with spaces for wide jobs).
+        let digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+        if (1..=7).contains(&digits) && t[digits..].starts_with(": ") {
+            s = &t[digits + 2..];
+            continue;
+        }
+        // `<4>`
+        if b.first() == Some(&b'<') {
+            let d = b[1..].iter().take_while(|c| c.is_ascii_digit()).count();
+            if (1..=3).contains(&d) && b.get(1 + d) == Some(&b'>') {
+                s = &t[d + 2..];
+                continue;
+            }
+        }
+        // `2024-05-01T12:00:00.123456789Z `, `2024-05-01T12:00:00,123456+00:00 `
+        if b.len() > 20
+            && b[..4].iter().all(u8::is_ascii_digit)
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && b[10] == b'T'
+        {
+            if let Some((_, rest)) = t.split_once(' ') {
+                s = rest;
+                continue;
+            }
+        }
+        return t;
+    }
+}
+
 pub fn message(line: &str) -> &str {
-    let mut s = line.trim_end_matches(['\n', '\r']);
+    let mut s = strip_log_prefixes(line.trim_end_matches(['\n', '\r']));
     // /dev/kmsg: "pri,seq,usec,flags[,...];msg"
     if let Some((head, rest)) = s.split_once(';') {
         let f: Vec<&str> = head.split(',').collect();

@@ -210,6 +210,30 @@ fn is_env(t: &str) -> bool {
 
 fn is_dmesg(t: &str) -> bool {
     let s = t.trim_start();
+    // A launcher's or collector's prefix (`0: `, `<4>`, an RFC 3339 time) before a kernel log
+    // line, or dmesg -x's `kern  :warn  : `: the line behind it decides. (Xid 79 behind such a
+    // prefix was dropped, and the paste passed.)
+    let bare = crate::klog::strip_log_prefixes(s);
+    if bare.len() < s.len() && (is_dmesg_core(bare) || bare.starts_with("NVRM: ")) {
+        return true;
+    }
+    if let Some(rest) = s.strip_prefix("kern") {
+        let mut parts = rest.splitn(3, ':');
+        if let (Some(gap), Some(level), Some(msg)) = (parts.next(), parts.next(), parts.next()) {
+            if gap.trim().is_empty()
+                && !level.trim().is_empty()
+                && level.trim().chars().all(|c| c.is_ascii_lowercase())
+                && is_dmesg_core(msg.trim_start())
+            {
+                return true;
+            }
+        }
+    }
+    is_dmesg_core(s)
+}
+
+fn is_dmesg_core(t: &str) -> bool {
+    let s = t.trim_start();
     if let Some(r) = s.strip_prefix('[') {
         // `[ 1234.567890] ...` or `[Fri Feb 12 11:47:20 2021] ...`
         if let Some((inner, _)) = r.split_once(']') {
