@@ -1361,3 +1361,30 @@ fn a_prefixed_kernel_log_line_is_still_a_kernel_log_line() {
         assert!(x.message.contains("Xid 79"), "{prefix:?}: {}", x.message);
     }
 }
+
+/// Two nodes' ibv_devinfo in one paste: where the copies of a device disagree, neither wins
+/// (the first copy did, and a down port on the second node passed).
+#[test]
+fn two_copies_of_a_device_that_disagree_are_an_error() {
+    let dev = |state: &str| {
+        format!("hca_id: mlx5_1\n        transport:                      InfiniBand (0)\n        fw_ver:                         28.42.1000\n        phys_port_cnt:                  1\n                port:   1\n                        state:                  {state}\n                        link_layer:             InfiniBand\n\n")
+    };
+    for (a, b) in [
+        ("PORT_ACTIVE (4)", "PORT_DOWN (1)"),
+        ("PORT_DOWN (1)", "PORT_ACTIVE (4)"),
+    ] {
+        let t = format!("{}{}", dev(a), dev(b));
+        let r = diagnose(&[input("p.txt", t)], &RunOptions::default());
+        let p = r
+            .findings
+            .iter()
+            .find(|f| f.id == "rdma.ports" && f.subject == "mlx5_1/1")
+            .unwrap();
+        assert_eq!(p.status, Status::Error, "{p:?}");
+        assert!(
+            p.evidence.iter().any(|e| e.observed.contains("twice")),
+            "{p:?}"
+        );
+        assert_ne!(r.summary.exit_code, 0);
+    }
+}

@@ -477,10 +477,38 @@ fn rdma_devices(
         prov.push(("/sys/class/infiniband".into(), p.label(*first)));
         let mut out: Vec<RdmaDevice> = Vec::new();
         for (i, d) in &p.ib {
-            if out.iter().any(|x| x.name == d.name) {
+            let lab = p.label(*i);
+            // The same device pasted twice (two nodes' outputs, or before and after): where the
+            // copies disagree, neither is the answer.
+            if let Some(kept) = out.iter_mut().find(|x| x.name == d.name) {
+                let conflict = |what: &str, a: &str, b: &str, src: &str| -> String {
+                    format!(
+                        "the paste shows {} twice with different {what}: {a} in {src}, {b} in {lab} (two nodes' outputs?); paste one node's",
+                        d.name
+                    )
+                };
+                if let (Fact::Known { value: a, source }, Some(b)) = (&kept.fw_ver, &d.fw_ver) {
+                    if a != b {
+                        let why = conflict("firmware", a, b, source);
+                        kept.fw_ver = absent(&lab, why);
+                    }
+                }
+                if let Fact::Known { value: ports, .. } = &mut kept.ports {
+                    for pt in &d.ports {
+                        let Some(k) = ports.iter_mut().find(|k| k.port == pt.port) else {
+                            continue;
+                        };
+                        if let (Fact::Known { value: a, source }, Some(b)) = (&k.state, &pt.state) {
+                            if a != b {
+                                let why =
+                                    conflict(&format!("states of port {}", pt.port), a, b, source);
+                                k.state = absent(&lab, why);
+                            }
+                        }
+                    }
+                }
                 continue;
             }
-            let lab = p.label(*i);
             let opt = |v: &Option<String>, what: &str| -> Fact<String> {
                 match v {
                     Some(x) => Fact::known(x.clone(), lab.clone()),

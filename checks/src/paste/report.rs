@@ -149,6 +149,9 @@ fn needs(id: &str) -> (&'static [Kind], &'static str, &'static str) {
 /// Turn the registry's findings into what a paste can say. `rdma_unplaced`: the paste shows
 /// RDMA devices but not their PCI addresses, so checks that pair NICs with PCI functions cannot
 /// be answered (their "no rdma nic on the pci bus" would be a claim the paste does not make).
+/// The words of a fact two pasted copies disagree on (`node::rdma_devices`).
+pub const TWICE: &str = "(two nodes' outputs?)";
+
 fn adapt(f: Finding, p: &Paste, prov: &Provenance, rdma_unplaced: bool) -> Finding {
     let mut f = f;
     let pairs_nics = [
@@ -183,6 +186,13 @@ fn adapt(f: Finding, p: &Paste, prov: &Provenance, rdma_unplaced: bool) -> Findi
         }
     }
     if !matches!(f.status, Status::Error | Status::Skip) {
+        return f;
+    }
+    // Two copies of a device that disagree: an error the paste itself shows, not a missing
+    // paste (the node's own node.rs says so in the fact).
+    if f.status == Status::Error
+        && (f.message.contains(TWICE) || f.evidence.iter().any(|e| e.observed.contains(TWICE)))
+    {
         return f;
     }
     let (kinds, what, cmd) = needs(&f.id);
