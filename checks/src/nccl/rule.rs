@@ -726,6 +726,13 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                 .filter_map(|g| cx.path[g][n].map(|k| (val(v, k), g)))
                 .min()
                 .map(|x| x.1);
+            // GPUs whose path to the NIC is unknown (rows cut from a pasted matrix): one of
+            // them may be the NIC's local GPU (or, before 2.18, another PXN peer), unless a
+            // known one is already as close as a GPU gets (PIX).
+            let unseen: Vec<usize> = (0..ng).filter(|p| cx.path[*p][n].is_none()).collect();
+            let local_certain = local
+                .and_then(|p| cx.path[p][n])
+                .is_some_and(|k| k == PathKind::Pix);
             for g in 0..ng {
                 let Some(own) = cx.path[g][n] else { continue };
                 if !own_wants(own) {
@@ -767,6 +774,30 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
                         None => unknown_peer = unknown_peer.or(Some(p)),
                         Some(false) => {}
                     }
+                }
+                let unseen_peers: Vec<usize> = unseen
+                    .iter()
+                    .copied()
+                    .filter(|p| *p != g && cx.nvl[*p][g] != Some(false))
+                    .collect();
+                if chosen.is_none()
+                    && !unseen_peers.is_empty()
+                    && (!v.pxn_local_gpu_only() || !local_certain)
+                {
+                    pair_undecided[g][n].push(format!(
+                        "cannot tell whether NCCL sends through another GPU (PXN): the paths of {} to {} are not known, and {}",
+                        unseen_peers
+                            .iter()
+                            .map(|p| cx.gpu_name(*p))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        sys.nics[n].name,
+                        if v.pxn_local_gpu_only() {
+                            "the NIC's local GPU may be among them"
+                        } else {
+                            "a PXN peer may be among them"
+                        }
+                    ));
                 }
                 match (chosen, unknown_peer) {
                     (Some(p), _) => {
@@ -1041,6 +1072,37 @@ mod tests {
         assert!(!v.send.reasons.iter().any(|r| r.contains("host memory")));
         // A GPU with its own PIX NIC keeps its own path to it.
         assert_eq!(d.pair(0, 0).unwrap().via, None);
+    }
+
+    /// Rows cut from a pasted matrix: where the NIC's local GPU may be among the GPUs whose
+    /// path is unknown, PXN is undecided, not "off by distance" (it said off, and a GPU that
+    /// NCCL serves over PXN was reported as staging through host memory).
+    #[test]
+    fn pxn_is_undecided_when_the_local_gpu_may_be_unseen() {
+        let mut s = eight_gpus_gpu3_without_nic();
+        // GPU0 (mlx5_0's PIX GPU) and GPUs 4-7 lost their rows.
+        for g in [0, 4, 5, 6, 7] {
+            for n in 0..7 {
+                s.paths[g][n] = None;
+            }
+        }
+        for v in ["2.30.7", "2.17.1"] {
+            let p = run(&s, v, &[]).pair(3, 0).unwrap().clone();
+            assert!(!p.enabled() && p.via.is_none(), "{v}: {p:?}");
+            assert!(
+                p.undecided.iter().any(|u| u.contains("GPU0") && u.contains("PXN")),
+                "{v}: {p:?}"
+            );
+        }
+        // A known PIX GPU is the local one whatever the unseen rows hold: decided.
+        let mut s = eight_gpus_gpu3_without_nic();
+        for g in [4, 5, 6, 7] {
+            for n in 0..7 {
+                s.paths[g][n] = None;
+            }
+        }
+        let p = run(&s, "2.30.7", &[]).pair(3, 0).unwrap().clone();
+        assert_eq!(p.via, Some(0), "{p:?}");
     }
 
     #[test]
