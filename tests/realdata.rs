@@ -296,3 +296,34 @@ fn unreadable_ports_are_not_infiniband_only() {
         "{roce:?}"
     );
 }
+
+/// A matrix alone (the A800 node, no lsmod): whether PXN carries GPU0 is undecided in the GDR
+/// table, so `topo.nic-distance` must not say NCCL stages it through host memory.
+#[test]
+fn nic_distance_agrees_with_an_undecided_pxn() {
+    let Some(rd) = realdata() else { return };
+    let t = std::fs::read_to_string(rd.join("llm-action-a800x8-4nic-topo/nvidia-smi-topo-m.txt"))
+        .unwrap();
+    let r = gdrdoctor_checks::paste::report::diagnose(
+        &[gdrdoctor_checks::paste::Input {
+            name: "m.txt".into(),
+            text: t,
+        }],
+        &gdrdoctor_checks::RunOptions::default(),
+    );
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "topo.nic-distance" && f.subject == "GPU0")
+        .unwrap();
+    assert!(
+        f.message.contains("(pxn) instead is undecided"),
+        "{}",
+        f.message
+    );
+    assert!(
+        !f.message.contains("stages through host memory"),
+        "{}",
+        f.message
+    );
+}

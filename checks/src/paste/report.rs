@@ -519,6 +519,21 @@ fn topo_findings(p: &Paste, pairs: &[PastePair], cx: &Context) -> Vec<Finding> {
                     ))
                     .expected(lab.clone(), listing.clone(), format!("a nic within {threshold}"))
                     .fix("PXN keeps GDR but adds an NVLink hop and shares the peer's NIC; for a NIC of its own move one under this GPU's PCIe switch")
+                } else if let Some(why) = row
+                    .iter()
+                    .find_map(|x| x.unknown.iter().find(|u| u.contains("(PXN)")).cloned())
+                {
+                    // Whether a peer GPU carries it over NVLink is undecided: the GDR table
+                    // says unknown, and so does this.
+                    close.insert(g, Some(Vec::new()));
+                    Finding::new("topo.nic-distance", Status::Warn, subj(g), format!(
+                        "no nic within {} of this gpu: the nearest, {}, is {}; whether nccl reaches a nic over nvlink through a peer gpu (pxn) instead is undecided: {why}",
+                        cx.level.name,
+                        best.map(|b| b.nic.as_str()).unwrap_or("?"),
+                        best.map(|b| b.nvidia_smi.as_str()).unwrap_or("?")
+                    ))
+                    .expected(lab.clone(), listing.clone(), format!("a nic at PIX or PXB ({threshold})"))
+                    .fix("paste what the verdict lacks (the commands `gdrdoctor diagnose` lists below) to decide PXN; for GDR without it, move a NIC under the same PCIe switch as this GPU")
                 } else {
                     close.insert(g, Some(Vec::new()));
                     Finding::new("topo.nic-distance", Status::Warn, subj(g), format!(
