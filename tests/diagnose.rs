@@ -1388,3 +1388,22 @@ fn two_copies_of_a_device_that_disagree_are_an_error() {
         assert_ne!(r.summary.exit_code, 0);
     }
 }
+
+/// `lsmod: command not found` is no module list: it said nvidia_peermem was not loaded (fail)
+/// and nv_peer_mem was not either (pass).
+#[test]
+fn a_failed_command_is_no_evidence() {
+    let t = "$ lsmod | grep peermem\n-bash: lsmod: command not found\n";
+    let r = diagnose(&[input("p.txt", t.into())], &RunOptions::default());
+    for id in ["kmod.nvidia-peermem", "kmod.nv-peer-mem"] {
+        let f = r.findings.iter().find(|f| f.id == id).unwrap();
+        assert!(matches!(f.status, Status::Error | Status::Skip), "{f:?}");
+    }
+    let b = r.findings.iter().find(|f| f.id == "paste.blocks").unwrap();
+    assert!(
+        b.evidence
+            .iter()
+            .any(|e| e.observed.contains("command not found")),
+        "{b:?}"
+    );
+}

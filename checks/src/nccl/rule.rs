@@ -1090,7 +1090,9 @@ mod tests {
             let p = run(&s, v, &[]).pair(3, 0).unwrap().clone();
             assert!(!p.enabled() && p.via.is_none(), "{v}: {p:?}");
             assert!(
-                p.undecided.iter().any(|u| u.contains("GPU0") && u.contains("PXN")),
+                p.undecided
+                    .iter()
+                    .any(|u| u.contains("GPU0") && u.contains("PXN")),
                 "{v}: {p:?}"
             );
         }

@@ -221,6 +221,25 @@ fn status(repairs: &[String], problems: &[String]) -> BlockStatus {
 }
 
 /// Read every input: clean, split by shape, parse each block.
+/// The error line when every line of a block's output is a shell's or a tool's failure
+/// message (`-bash: lsmod: command not found`, `sh: 1: ibstat: not found`, `...: Permission
+/// denied`). (`No such file or directory` is not one: of a sysfs file it is the answer.)
+pub fn command_failed(lines: &[clean::Line]) -> Option<String> {
+    let texts: Vec<&str> = lines
+        .iter()
+        .map(|l| l.text.trim())
+        .filter(|t| !t.is_empty())
+        .collect();
+    let failure = |t: &str| {
+        let t = t.to_ascii_lowercase();
+        t.ends_with("command not found")
+            || t.ends_with(": not found")
+            || t.ends_with("permission denied")
+            || t.ends_with("operation not permitted")
+    };
+    (!texts.is_empty() && texts.iter().all(|t| failure(t))).then(|| texts[0].to_string())
+}
+
 pub fn read(inputs: &[Input]) -> Paste {
     let mut p = Paste::default();
     for input in inputs {
@@ -244,6 +263,15 @@ pub fn read(inputs: &[Input]) -> Paste {
                 problems: Vec::new(),
             };
             let cmd = raw.command.as_deref();
+            // The shell's or the tool's own failure (`-bash: lsmod: command not found`, a
+            // permission refusal) is no output of the command: an empty
+            // module list taken from it said nvidia_peermem was not loaded.
+            if let Some(e) = command_failed(&raw.lines) {
+                b.status = BlockStatus::Refused;
+                b.problems.push(format!("the command failed: {e}"));
+                p.blocks.push(b);
+                continue;
+            }
             match raw.kind {
                 Kind::TopoMatrix => match topo::parse_lines(&raw.lines) {
                     Some(m) if !m.columns.is_empty() && !m.rows.is_empty() => {
