@@ -327,3 +327,30 @@ fn nic_distance_agrees_with_an_undecided_pxn() {
         f.message
     );
 }
+
+/// ibstat that ended with `ibpanic: ... stat of IB device 'mlx5_8' failed`: the listing is not
+/// whole, and the device it could not read is an error, never a clean pass (it exited 0).
+#[test]
+fn an_ibstat_that_panicked_is_not_a_whole_listing() {
+    let Some(rd) = realdata() else { return };
+    let p = rd.join("gpud-testdata/ibstat/ibstat.39.0.a100.failed.ibpanic.exit-255.0");
+    let t = std::fs::read_to_string(p).unwrap();
+    let r = gdrdoctor_checks::paste::report::diagnose(
+        &[gdrdoctor_checks::paste::Input {
+            name: "ibstat.txt".into(),
+            text: t,
+        }],
+        &gdrdoctor_checks::RunOptions::default(),
+    );
+    let e = r
+        .findings
+        .iter()
+        .find(|f| f.id == "rdma.ports" && f.subject == "mlx5_8")
+        .unwrap();
+    assert_eq!(e.status, Status::Error, "{e:?}");
+    assert!(
+        e.evidence.iter().any(|x| x.observed.contains("ibpanic")),
+        "{e:?}"
+    );
+    assert_eq!(r.summary.exit_code, 3);
+}

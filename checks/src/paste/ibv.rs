@@ -32,6 +32,19 @@ pub struct IbDevice {
     pub node_guid: Option<String>,
     pub transport: Option<String>,
     pub ports: Vec<IbPort>,
+    /// The tool could not read this device (`ibpanic: ... stat of IB device 'X' failed: ...`):
+    /// the line. Nothing else of it is known.
+    pub failed: Option<String>,
+}
+
+/// The device an `ibpanic:`/`ibwarn:` line says could not be read, and the line.
+fn failed_device(t: &str) -> Option<(String, String)> {
+    if !(t.starts_with("ibpanic:") || t.starts_with("ibwarn:")) {
+        return None;
+    }
+    let r = &t[t.find("device '")? + "device '".len()..];
+    let name = r.split('\'').next()?.to_string();
+    (!name.is_empty()).then(|| (name, t.to_string()))
 }
 
 const STATES: [&str; 6] = ["NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"];
@@ -109,6 +122,18 @@ fn kv(line: &str) -> Option<(String, String)> {
 pub fn parse_devinfo(lines: &[Line]) -> Vec<IbDevice> {
     let mut out: Vec<IbDevice> = Vec::new();
     for l in lines {
+        if let Some((name, line)) = failed_device(l.text.trim()) {
+            match out.iter_mut().find(|d| d.name == name) {
+                Some(d) => d.failed = Some(line),
+                None => out.push(IbDevice {
+                    name,
+                    line: l.no,
+                    failed: Some(line),
+                    ..IbDevice::default()
+                }),
+            }
+            continue;
+        }
         let Some((k, v)) = kv(&l.text) else { continue };
         if k == "hca_id" {
             out.push(IbDevice {
@@ -160,6 +185,18 @@ pub fn parse_ibstat(lines: &[Line]) -> Vec<IbDevice> {
     };
     for l in lines {
         let t = l.text.trim();
+        if let Some((name, line)) = failed_device(t) {
+            match out.iter_mut().find(|d| d.name == name) {
+                Some(d) => d.failed = Some(line),
+                None => out.push(IbDevice {
+                    name,
+                    line: l.no,
+                    failed: Some(line),
+                    ..IbDevice::default()
+                }),
+            }
+            continue;
+        }
         if t.starts_with("CA '") {
             if let Some(n) = quoted(t) {
                 out.push(IbDevice {

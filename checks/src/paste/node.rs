@@ -515,6 +515,32 @@ fn rdma_devices(
                     None => absent(&lab, format!("{lab} does not show {what}")),
                 }
             };
+            if let Some(why) = &d.failed {
+                // Listed by the tool, but not readable: every fact of it unknown, said so.
+                let no = |what: &str| -> Fact<String> {
+                    absent(
+                        &lab,
+                        format!("{lab}: the tool could not read {what} of {}: {why}", d.name),
+                    )
+                };
+                out.push(RdmaDevice {
+                    name: d.name.clone(),
+                    pci_bdf: bdf_fact(&d.name),
+                    fw_ver: no("the firmware"),
+                    hca_type: no("the HCA type"),
+                    board_id: no("the board id"),
+                    node_guid: no("the node GUID"),
+                    node_type: no("the node type"),
+                    ports: absent(
+                        &lab,
+                        format!(
+                            "{lab}: the tool could not read the ports of {}: {why}",
+                            d.name
+                        ),
+                    ),
+                });
+                continue;
+            }
             let ports = d
                 .ports
                 .iter()

@@ -151,6 +151,8 @@ fn needs(id: &str) -> (&'static [Kind], &'static str, &'static str) {
 /// be answered (their "no rdma nic on the pci bus" would be a claim the paste does not make).
 /// The words of a fact two pasted copies disagree on (`node::rdma_devices`).
 pub const TWICE: &str = "(two nodes' outputs?)";
+/// The words of a fact the pasted tool itself failed to read (`ibpanic: ... failed`).
+pub const UNREADABLE: &str = "the tool could not read";
 
 fn adapt(f: Finding, p: &Paste, prov: &Provenance, rdma_unplaced: bool) -> Finding {
     let mut f = f;
@@ -190,8 +192,9 @@ fn adapt(f: Finding, p: &Paste, prov: &Provenance, rdma_unplaced: bool) -> Findi
     }
     // Two copies of a device that disagree: an error the paste itself shows, not a missing
     // paste (the node's own node.rs says so in the fact).
+    let shown = |t: &str| t.contains(TWICE) || t.contains(UNREADABLE);
     if f.status == Status::Error
-        && (f.message.contains(TWICE) || f.evidence.iter().any(|e| e.observed.contains(TWICE)))
+        && (shown(&f.message) || f.evidence.iter().any(|e| shown(&e.observed)))
     {
         return f;
     }

@@ -518,6 +518,14 @@ fn continues(k: Kind, c: &Class, text: &str) -> bool {
             Class::LspciHeader | Class::LspciHex | Class::Indented | Class::AcsLine
         ),
         Kind::LspciTree => matches!(c, Class::LspciTree | Class::Indented),
+        // ibstat's own failure lines (`ibpanic: ... stat of IB device 'mlx5_8' failed`) belong
+        // to its output: a device it could not read.
+        Kind::Ibstat | Kind::IbvDevinfo
+            if text.trim_start().starts_with("ibpanic:")
+                || text.trim_start().starts_with("ibwarn:") =>
+        {
+            true
+        }
         Kind::IbvDevinfo => matches!(c, Class::IbvHca | Class::Indented),
         Kind::Ibstat => matches!(c, Class::IbstatCa | Class::IbstatusDev | Class::Indented),
         Kind::Lsmod => matches!(c, Class::LsmodRow),
