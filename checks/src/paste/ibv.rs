@@ -37,6 +37,24 @@ pub struct IbDevice {
     pub failed: Option<String>,
 }
 
+/// Mark the device an `ibpanic:`/`ibwarn:` line names as unreadable (added when not listed
+/// yet); whether the line was one.
+fn note_failed(out: &mut Vec<IbDevice>, l: &Line) -> bool {
+    let Some((name, line)) = failed_device(l.text.trim()) else {
+        return false;
+    };
+    match out.iter_mut().find(|d| d.name == name) {
+        Some(d) => d.failed = Some(line),
+        None => out.push(IbDevice {
+            name,
+            line: l.no,
+            failed: Some(line),
+            ..IbDevice::default()
+        }),
+    }
+    true
+}
+
 /// The device an `ibpanic:`/`ibwarn:` line says could not be read, and the line.
 fn failed_device(t: &str) -> Option<(String, String)> {
     if !(t.starts_with("ibpanic:") || t.starts_with("ibwarn:")) {
@@ -122,16 +140,7 @@ fn kv(line: &str) -> Option<(String, String)> {
 pub fn parse_devinfo(lines: &[Line]) -> Vec<IbDevice> {
     let mut out: Vec<IbDevice> = Vec::new();
     for l in lines {
-        if let Some((name, line)) = failed_device(l.text.trim()) {
-            match out.iter_mut().find(|d| d.name == name) {
-                Some(d) => d.failed = Some(line),
-                None => out.push(IbDevice {
-                    name,
-                    line: l.no,
-                    failed: Some(line),
-                    ..IbDevice::default()
-                }),
-            }
+        if note_failed(&mut out, l) {
             continue;
         }
         let Some((k, v)) = kv(&l.text) else { continue };
@@ -185,16 +194,7 @@ pub fn parse_ibstat(lines: &[Line]) -> Vec<IbDevice> {
     };
     for l in lines {
         let t = l.text.trim();
-        if let Some((name, line)) = failed_device(t) {
-            match out.iter_mut().find(|d| d.name == name) {
-                Some(d) => d.failed = Some(line),
-                None => out.push(IbDevice {
-                    name,
-                    line: l.no,
-                    failed: Some(line),
-                    ..IbDevice::default()
-                }),
-            }
+        if note_failed(&mut out, l) {
             continue;
         }
         if t.starts_with("CA '") {
