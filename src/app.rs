@@ -4,9 +4,9 @@ use crate::cli::{
     CheckArgs, Cli, ColorChoice, Command, FailOnArg, ListFormat, PolicyCommand, TopoFormat,
 };
 use crate::collect::{self, Libraries};
+use crate::docs;
 use crate::render::{self, Style};
 use crate::source::{Location, Source};
-use crate::{docs, snapshot};
 use clap::Parser;
 use gdrdoctor_checks::checks::{Selection, CHECKS};
 use gdrdoctor_checks::model::Node;
@@ -19,19 +19,22 @@ use std::path::Path;
 pub const EXIT_USAGE: i32 = 2;
 
 pub fn main() -> i32 {
-    // The hidden worker entry point (probe::runner starts it); not a user command.
+    // The hidden worker entry point (worker::runner starts it); not a user command.
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("__worker") {
-        return crate::probe::worker::main(args.get(2..).unwrap_or(&[]));
+        return crate::worker::child::main(
+            args.get(2..).unwrap_or(&[]),
+            &[crate::probe::worker_task, collect::live::worker_task],
+        );
     }
-    crate::trace::init();
+    crate::sys::trace::init();
     let code = run();
-    crate::trace::flush();
+    crate::sys::trace::flush();
     code
 }
 
 fn run() -> i32 {
-    let cli = match crate::trace::timed("cli.parse", Cli::try_parse) {
+    let cli = match crate::sys::trace::timed("cli.parse", Cli::try_parse) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -202,7 +205,7 @@ pub fn write_atomic_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
         let tmp = dir.join(format!(
             ".{name}.tmp.{}.{:016x}",
             std::process::id(),
-            crate::snapshot::random_u64() ^ u64::from(attempt)
+            crate::sys::random::random_u64() ^ u64::from(attempt)
         ));
         let mut f = match std::fs::OpenOptions::new()
             .write(true)
@@ -253,7 +256,7 @@ pub(crate) fn deliver(
     let text = match (format, output) {
         // A file is not the terminal: the fixed width, not the terminal's.
         (render::Format::Table, Some(_)) => {
-            render::table::render_width(report, &style, crate::term::DEFAULT_WIDTH)
+            render::table::render_width(report, &style, crate::sys::term::DEFAULT_WIDTH)
         }
         _ => render::render(report, format, &style),
     };
@@ -300,7 +303,7 @@ pub fn load_node_with(
     libs: Libraries,
     opts: &collect::live::Options,
 ) -> Result<(Source, Node), String> {
-    let src = crate::trace::timed("source.open", || Source::open(at))?;
+    let src = crate::sys::trace::timed("source.open", || Source::open(at))?;
     let node = collect::node_with(&src, libs, opts);
     Ok((src, node))
 }
@@ -350,7 +353,7 @@ fn probe(args: &crate::cli::ProbeArgs) -> i32 {
     };
     let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
     report.probe = Some(serde_json::Value::Object(records));
-    report.timestamp = Some(crate::clock::now_rfc3339());
+    report.timestamp = Some(crate::sys::clock::now_rfc3339());
     deliver(
         &report,
         args.format,
@@ -428,12 +431,12 @@ fn check(args: &CheckArgs) -> i32 {
     };
     let unknown = selection.unknown_patterns();
     if !unknown.is_empty() {
-        let known = crate::suggest::selectable();
+        let known = crate::sys::suggest::selectable();
         return err(format!(
             "no check or category named {}; `gdrdoctor list` shows them",
             unknown
                 .iter()
-                .map(|u| format!("`{u}`{}", crate::suggest::hint(u, &known)))
+                .map(|u| format!("`{u}`{}", crate::sys::suggest::hint(u, &known)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
@@ -506,18 +509,19 @@ fn check(args: &CheckArgs) -> i32 {
         },
         allow_incomplete: args.allow_incomplete,
     };
-    let mut report = crate::trace::timed("checks", || gdrdoctor_checks::build_report(&node, &opts));
+    let mut report =
+        crate::sys::trace::timed("checks", || gdrdoctor_checks::build_report(&node, &opts));
     if let Some(l) = &policy {
-        let _t = crate::trace::span("policy");
+        let _t = crate::sys::trace::span("policy");
         let cx = gdrdoctor_checks::policy::Context {
             path: l.path.display().to_string(),
-            today: crate::clock::today(),
+            today: crate::sys::clock::today(),
         };
         gdrdoctor_checks::policy::apply(&mut report, &node, &l.policy, &cx, &opts);
     }
-    report.timestamp = Some(crate::clock::now_rfc3339());
-    crate::trace::timed("state.save", || rates.finish(&node));
-    let _t = crate::trace::span("render");
+    report.timestamp = Some(crate::sys::clock::now_rfc3339());
+    crate::sys::trace::timed("state.save", || rates.finish(&node));
+    let _t = crate::sys::trace::span("render");
     let code = deliver(
         &report,
         args.format,
@@ -544,7 +548,7 @@ fn list(format: ListFormat) -> i32 {
                 .map(str::len)
                 .max()
                 .unwrap_or(10);
-            let max = crate::term::stdout_width().saturating_sub(1);
+            let max = crate::sys::term::stdout_width().saturating_sub(1);
             let row = |id: &str, title: &str| {
                 render::wrap::hanging(&format!("{id:<w$}  "), w + 2, w + 2, title, max)
             };
@@ -609,7 +613,7 @@ pub fn markdown_list() -> String {
 /// width and shown through the pager (unless `--no-pager`).
 fn explain(id: &str, no_pager: bool) -> i32 {
     let Some(page) = docs::page(id) else {
-        let hint = crate::suggest::hint(id, &crate::suggest::explainable());
+        let hint = crate::sys::suggest::hint(id, &crate::sys::suggest::explainable());
         return err(format!(
             "no check `{id}`{hint}; `gdrdoctor list` shows them"
         ));
@@ -619,8 +623,8 @@ fn explain(id: &str, no_pager: bool) -> i32 {
     }
     let color = color_enabled(ColorChoice::Auto);
     colored::control::set_override(color);
-    let text = render::markdown::render(page, crate::term::stdout_width(), color);
-    if !no_pager && crate::term::page(&text) {
+    let text = render::markdown::render(page, crate::sys::term::stdout_width(), color);
+    if !no_pager && crate::sys::term::page(&text) {
         return 0;
     }
     if emit(&text) {
@@ -687,7 +691,7 @@ fn snapshot_cmd(out: &Path, at: Location) -> i32 {
         // What the container's libraries cannot see of the host is not kept as the host's.
         collect::live::host_root_visibility(&mut live, &collect::files(&src));
     }
-    match snapshot::take_source(src.recording(), out, Some(&live)) {
+    match crate::collect::snapshot::take_source(src.recording(), out, Some(&live)) {
         Ok((node, w)) => {
             if node.euid.get() != Some(&0)
                 && node.source == gdrdoctor_checks::model::SourceKind::Live
@@ -737,7 +741,8 @@ fn policy_cmd(c: &PolicyCommand) -> i32 {
                 Err(e) => return err(e),
             };
             let gdr = gdrdoctor_checks::gdr::verdicts(&node);
-            let text = gdrdoctor_checks::policy::init::render(&node, &gdr, crate::clock::today());
+            let text =
+                gdrdoctor_checks::policy::init::render(&node, &gdr, crate::sys::clock::today());
             // What we write must read back.
             if let Err(e) = crate::policy::parse("the generated policy", &text) {
                 return err(format!("internal error, please report it: {e}"));
@@ -782,7 +787,7 @@ fn policy_cmd(c: &PolicyCommand) -> i32 {
                         parts.push(name.to_string());
                     }
                 }
-                let today = crate::clock::today();
+                let today = crate::sys::clock::today();
                 let expired = p.waivers.iter().filter(|w| today > w.expires).count();
                 let text = format!(
                     "{}: valid policy: {}; {} severity override(s); {} waiver(s){}\n",

@@ -3,21 +3,16 @@
 
 pub mod app;
 pub mod cli;
-pub mod clock;
 pub mod collect;
 pub mod diagnose;
 pub mod docs;
 pub mod fleet;
 pub mod health;
 pub mod live;
-pub mod meta;
 pub mod policy;
 pub mod probe;
-pub mod reader;
 pub mod render;
-pub mod snapshot;
 pub mod source;
-pub mod suggest;
-pub mod term;
-pub mod trace;
+pub mod sys;
 pub mod watch;
+pub mod worker;

@@ -496,7 +496,7 @@ fn tarball_snapshots_never_leave_their_unpacked_tree_behind() {
 
 #[test]
 fn unpacking_is_capped_in_bytes_and_entries() {
-    use gdrdoctor::snapshot::{unpack_into, Limits};
+    use gdrdoctor::source::archive::{unpack_into, Limits};
     let files: Vec<(String, Vec<u8>)> = (0..20)
         .map(|i| (format!("f{i}"), vec![b'x'; 1024]))
         .collect();
@@ -534,8 +534,8 @@ fn unpacking_is_capped_in_bytes_and_entries() {
 
 #[test]
 fn the_unpack_directory_is_private_and_unpredictable() {
-    let a = gdrdoctor::snapshot::TempTree::new("gdrdoctor-test-").unwrap();
-    let b = gdrdoctor::snapshot::TempTree::new("gdrdoctor-test-").unwrap();
+    let a = gdrdoctor::source::archive::TempTree::new("gdrdoctor-test-").unwrap();
+    let b = gdrdoctor::source::archive::TempTree::new("gdrdoctor-test-").unwrap();
     assert_ne!(a.path(), b.path());
     let md = std::fs::metadata(a.path()).unwrap();
     assert_eq!(md.permissions().mode() & 0o777, 0o700);

@@ -137,7 +137,7 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
     let ids = [
         gdrdoctor_checks::report::SCHEMA,
         gdrdoctor::fleet::rollup::FLEET_SCHEMA,
-        gdrdoctor::meta::META_SCHEMA,
+        gdrdoctor::source::meta::META_SCHEMA,
         gdrdoctor_checks::policy::POLICY_SCHEMA,
         gdrdoctor_checks::paste::report::SCHEMA,
         gdrdoctor::health::state::STATE_SCHEMA,
@@ -220,7 +220,7 @@ fn golden_and_probe_reports_match_the_report_schema() {
 #[test]
 fn cli_json_is_the_golden_report_plus_a_timestamp() {
     for sc in ["hgx-h200x8-cx7x8-healthy", "hgx-h200x8-cx7x8-port-down"] {
-        let before = gdrdoctor::clock::now_rfc3339();
+        let before = gdrdoctor::sys::clock::now_rfc3339();
         let (_, out, _) = run(&[
             "check",
             "--sysroot",
@@ -236,7 +236,7 @@ fn cli_json_is_the_golden_report_plus_a_timestamp() {
             .remove("timestamp")
             .expect("check stamps its report");
         let ts = ts.as_str().unwrap();
-        let after = gdrdoctor::clock::now_rfc3339();
+        let after = gdrdoctor::sys::clock::now_rfc3339();
         // Fixed-width UTC RFC 3339 sorts as time does.
         assert!(
             before.as_str() <= ts && ts <= after.as_str(),
@@ -323,7 +323,11 @@ fn policy_fleet_topo_and_snapshot_documents_match_their_schemas() {
         validate(TOPO_SCHEMA, &v, &format!("topo {sc}"));
         let meta = fixture(&sc).join("gdrdoctor/meta.json");
         let m: Value = serde_json::from_str(&std::fs::read_to_string(meta).unwrap()).unwrap();
-        validate(gdrdoctor::meta::META_SCHEMA, &m, &format!("{sc} meta.json"));
+        validate(
+            gdrdoctor::source::meta::META_SCHEMA,
+            &m,
+            &format!("{sc} meta.json"),
+        );
     }
     // A fresh snapshot's metadata.
     let snap = t.path().join("snap");
@@ -337,7 +341,11 @@ fn policy_fleet_topo_and_snapshot_documents_match_their_schemas() {
     let m: Value =
         serde_json::from_str(&std::fs::read_to_string(snap.join("gdrdoctor/meta.json")).unwrap())
             .unwrap();
-    validate(gdrdoctor::meta::META_SCHEMA, &m, "snapshot meta.json");
+    validate(
+        gdrdoctor::source::meta::META_SCHEMA,
+        &m,
+        "snapshot meta.json",
+    );
 }
 
 // ---- pasted text: diagnose and topo --nvidia-smi ------------------------------------------

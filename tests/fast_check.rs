@@ -18,7 +18,7 @@
 
 mod common;
 use common::require;
-use gdrdoctor::reader::Root;
+use gdrdoctor::source::reader::Root;
 use gdrdoctor_checks::pci::config::{decode, parse_hex_dump, touched};
 use std::path::{Path, PathBuf};
 use std::process::Command;

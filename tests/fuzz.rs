@@ -11,7 +11,7 @@ mod common;
 mod harness;
 
 use common::*;
-use gdrdoctor::snapshot::{unpack_into, Limits};
+use gdrdoctor::source::archive::{unpack_into, Limits};
 use gdrdoctor::source::Source;
 use gdrdoctor_checks::model::LiveFacts;
 use gdrdoctor_checks::report::Status;
@@ -66,7 +66,7 @@ fn fuzz_tarball_snapshots() {
             .collect();
         assert_eq!(beside, vec![std::ffi::OsString::from("root")], "{res:?}");
         if res.is_ok() {
-            if let Ok(root) = gdrdoctor::reader::Root::sysroot(&dir) {
+            if let Ok(root) = gdrdoctor::source::reader::Root::sysroot(&dir) {
                 if let Ok(src) = Source::from_root(root) {
                     let node = gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip);
                     let r = gdrdoctor_checks::build_report(&node, &RunOptions::default());
@@ -97,7 +97,7 @@ fn fuzz_snapshot_metadata_live_facts_kernel_log_and_state() {
     let base = gdrdoctor_checks::testing::switch_pair();
     let state = tempfile::tempdir().unwrap();
     fuzz("snapshot-json", corpus, 8, |b| {
-        let _ = serde_json::from_slice::<gdrdoctor::meta::Meta>(b);
+        let _ = serde_json::from_slice::<gdrdoctor::source::meta::Meta>(b);
         let t = String::from_utf8_lossy(b);
         let _ = gdrdoctor::health::kernel_log::parse_snapshot(&t);
         // The counter state file, as a periodic run reads it back.

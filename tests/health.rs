@@ -14,11 +14,11 @@ use std::path::PathBuf;
 
 fn with_env(name: &str, env: &[(&str, &str)]) -> Report {
     let dir = fixture(name);
-    let mut root = gdrdoctor::reader::Root::sysroot(&dir).unwrap();
-    let m = gdrdoctor::meta::read(&root).unwrap();
+    let mut root = gdrdoctor::source::reader::Root::sysroot(&dir).unwrap();
+    let m = gdrdoctor::source::meta::read(&root).unwrap();
     root.set_complete(true);
     let mut node = gdrdoctor::collect::collect(&root, m.as_ref());
-    node.live = gdrdoctor::meta::read_live(&root);
+    node.live = gdrdoctor::source::meta::read_live(&root);
     node.env = Fact::known(
         env.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -19,7 +19,8 @@
 
 mod common;
 use common::*;
-use gdrdoctor::{collect, meta, reader::Root};
+use gdrdoctor::collect;
+use gdrdoctor::source::{meta, reader::Root};
 use gdrdoctor_checks::report::{Report, Status};
 use gdrdoctor_checks::RunOptions;
 use std::collections::BTreeMap;

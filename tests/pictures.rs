@@ -15,10 +15,11 @@ mod browser;
 mod common;
 
 use common::*;
+use gdrdoctor::collect;
 #[cfg(feature = "png")]
 use gdrdoctor::render::svg_png;
 use gdrdoctor::render::{svg, svg_layout, topo};
-use gdrdoctor::{collect, meta, reader::Root};
+use gdrdoctor::source::{meta, reader::Root};
 use gdrdoctor_checks::checks::{self, Selection};
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::{Finding, Status};

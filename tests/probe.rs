@@ -115,8 +115,8 @@ fn worker_protocol_result_and_raw_lines() {
 
 #[test]
 fn runner_kills_a_worker_past_its_deadline_and_reports_a_crash_or_garbage() {
-    use gdrdoctor::probe::protocol::Request;
-    use gdrdoctor::probe::runner::{run_with, Outcome, RunFailure};
+    use gdrdoctor::worker::protocol::Request;
+    use gdrdoctor::worker::runner::{run_with, Outcome, RunFailure};
     let exe = std::path::Path::new(bin());
     let seen = std::sync::Mutex::new(Vec::<String>::new());
     let on = |m: &str| {
@@ -830,7 +830,7 @@ fn nccl_log_reader_on_a_real_log() {
 /// with a worker that takes 3 s to exit after its output, a live `check` still ends at once.
 #[test]
 fn live_facts_workers_are_left_to_exit_after_their_output() {
-    use gdrdoctor::probe::runner::leaves_after_output;
+    use gdrdoctor::worker::runner::leaves_after_output;
     assert!(leaves_after_output("live-nvml") && leaves_after_output("live-cuda"));
     assert!(!leaves_after_output("hang") && !leaves_after_output("selftest-echo"));
     let state = tempfile::tempdir().unwrap();

@@ -256,7 +256,7 @@ fn xeon4108_plx_switch_paths_by_hand() {
     let Some(rd) = realdata() else { return };
     let t = tempfile::tempdir().unwrap();
     rehydrate(&rd.join("hwloc-sysfs-xeon4108-cx4-plx"), t.path());
-    let root = gdrdoctor::reader::Root::sysroot(t.path()).unwrap();
+    let root = gdrdoctor::source::reader::Root::sysroot(t.path()).unwrap();
     let node = gdrdoctor::collect::collect(&root, None);
     let idx = PciIndex::new(&node);
     let nic1 = idx.endpoint("0000:1a:00.0", true).unwrap();

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use gdrdoctor::reader::Root;
+use gdrdoctor::source::reader::Root;
 use gdrdoctor_checks::RunOptions;
 
 #[test]
@@ -13,7 +13,7 @@ fn live_node_round_trips_through_a_snapshot() {
     let live_r = gdrdoctor_checks::build_report(&live, &RunOptions::default());
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("snap");
-    gdrdoctor::snapshot::take(Root::live(), &out, Some(&live.live)).unwrap();
+    gdrdoctor::collect::snapshot::take(Root::live(), &out, Some(&live.live)).unwrap();
     let snap_r = report_for(&out);
     assert_eq!(comparable(&live_r.findings), comparable(&snap_r.findings));
     assert_eq!(live_r.summary, snap_r.summary);
@@ -46,7 +46,7 @@ fn snapshot_holds_only_what_the_collectors_read() {
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("snap");
     let src = fixture("hgx-h200x8-cx7x8-healthy");
-    gdrdoctor::snapshot::take(Root::sysroot(&src).unwrap(), &out, None).unwrap();
+    gdrdoctor::collect::snapshot::take(Root::sysroot(&src).unwrap(), &out, None).unwrap();
     // The fixture has trees no collector reads (driver links are read, not followed); they must
     // not be copied.
     assert!(src.join("sys/bus/pci/drivers/nvidia").is_dir());
@@ -56,5 +56,5 @@ fn snapshot_holds_only_what_the_collectors_read() {
     assert!(l.symlink_metadata().unwrap().file_type().is_symlink());
     assert!(out.join("gdrdoctor/meta.json").exists());
     // Refuses to overwrite a non-empty directory.
-    assert!(gdrdoctor::snapshot::take(Root::sysroot(&src).unwrap(), &out, None).is_err());
+    assert!(gdrdoctor::collect::snapshot::take(Root::sysroot(&src).unwrap(), &out, None).is_err());
 }

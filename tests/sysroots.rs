@@ -363,8 +363,8 @@ fn unbalanced_rails_like_the_a800_capture() {
 fn nccl_net_gdr_level_from_the_environment_is_honoured() {
     use gdrdoctor_checks::model::Fact;
     let dir = fixture("hgx-h200x8-cx7x8-unbalanced");
-    let mut root = gdrdoctor::reader::Root::sysroot(&dir).unwrap();
-    let m = gdrdoctor::meta::read(&root).unwrap();
+    let mut root = gdrdoctor::source::reader::Root::sysroot(&dir).unwrap();
+    let m = gdrdoctor::source::meta::read(&root).unwrap();
     root.set_complete(true);
     let mut node = gdrdoctor::collect::collect(&root, m.as_ref());
     // Without the live facts NVLink is unknown, and so is PXN: GPU 1 is undecided.
@@ -372,7 +372,7 @@ fn nccl_net_gdr_level_from_the_environment_is_honoured() {
     let p = r.gdr.iter().find(|p| p.gpu == "0000:28:00.0").unwrap();
     assert!(!p.enabled && !p.undecided.is_empty(), "{p:?}");
     assert_eq!(find(&r, "gdr.gpu", "0000:28:00.0").status, Status::Error);
-    node.live = gdrdoctor::meta::read_live(&root);
+    node.live = gdrdoctor::source::meta::read_live(&root);
     for (val, enabled) in [
         ("SYS", true),
         ("PHB", true),
@@ -686,11 +686,11 @@ fn grace_hopper_nic_on_its_own_grace_is_p2c() {
     assert!(!pair("0000:16:00.0", "mlx5_1").enabled);
     assert_eq!(find(&r, "gdr.gpu", "0000:16:00.0").status, Status::Pass);
     // Older NCCLs: no C2C rule before 2.26, NCCL_NET_GDR_C2C off by default in 2.26.
-    let mut root = gdrdoctor::reader::Root::sysroot(&dir).unwrap();
-    let m = gdrdoctor::meta::read(&root).unwrap();
+    let mut root = gdrdoctor::source::reader::Root::sysroot(&dir).unwrap();
+    let m = gdrdoctor::source::meta::read(&root).unwrap();
     root.set_complete(true);
     let mut node = gdrdoctor::collect::collect(&root, m.as_ref());
-    node.live = gdrdoctor::meta::read_live(&root);
+    node.live = gdrdoctor::source::meta::read_live(&root);
     for (v, on) in [
         ("2.25.1", false),
         ("2.26.6", false),
@@ -719,11 +719,11 @@ fn grace_hopper_nic_on_its_own_grace_is_p2c() {
 #[test]
 fn an_older_nccl_does_not_see_nvidia_peermem_without_the_registry_file() {
     let dir = fixture("hgx-h200x8-cx7x8-healthy");
-    let mut root = gdrdoctor::reader::Root::sysroot(&dir).unwrap();
-    let m = gdrdoctor::meta::read(&root).unwrap();
+    let mut root = gdrdoctor::source::reader::Root::sysroot(&dir).unwrap();
+    let m = gdrdoctor::source::meta::read(&root).unwrap();
     root.set_complete(true);
     let mut node = gdrdoctor::collect::collect(&root, m.as_ref());
-    node.live = gdrdoctor::meta::read_live(&root);
+    node.live = gdrdoctor::source::meta::read_live(&root);
     for (v, on, mechanism, kmod) in [
         ("2.28.9", 64, Some("dmabuf"), Status::Pass),
         ("2.23.4", 64, Some("dmabuf"), Status::Pass),

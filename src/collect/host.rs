@@ -3,8 +3,8 @@
 
 use super::process::from_meta;
 use super::util::*;
-use crate::meta::Meta;
-use crate::reader::Root;
+use crate::source::meta::Meta;
+use crate::source::reader::Root;
 use crate::source::Origin;
 use gdrdoctor_checks::model::*;
 use gdrdoctor_checks::parse;

@@ -1,7 +1,7 @@
 //! IOMMU: the registered units (`/sys/class/iommu`) and the groups with their domain type.
 
 use super::util::*;
-use crate::reader::Root;
+use crate::source::reader::Root;
 use gdrdoctor_checks::model::*;
 
 pub(super) fn collect(root: &Root) -> Iommu {

@@ -2,7 +2,7 @@
 //! pages (`/proc/meminfo`).
 
 use super::util::*;
-use crate::reader::Root;
+use crate::source::reader::Root;
 use gdrdoctor_checks::model::*;
 use gdrdoctor_checks::parse;
 use procfs_core::FromBufRead;

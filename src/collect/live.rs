@@ -23,8 +23,9 @@
 use crate::live::cache::{self, Lookup};
 use crate::live::nvml::{Early, EARLY_PREFIX};
 use crate::live::CudaParams;
-use crate::meta;
+use crate::source::meta;
 use crate::source::{Origin, Source};
+use crate::worker::protocol::{self, WorkerError};
 use gdrdoctor_checks::model::{CudaFacts, Fact, LiveFacts};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -63,6 +64,25 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 /// Compute modes in which gdrdoctor starts no CUDA on a GPU.
 pub const HANDS_OFF_MODES: [&str; 3] = ["exclusive-process", "exclusive-thread", "prohibited"];
 
+/// The live-facts worker tasks (`gdrdoctor __worker live-nvml|live-cuda`): NVML (with
+/// libibverbs and NCCL's files), then CUDA when needed.
+pub fn worker_task(
+    task: &str,
+    params: serde_json::Value,
+) -> Option<Result<serde_json::Value, WorkerError>> {
+    match task {
+        "live-nvml" => Some(protocol::output(&crate::live::gather_nvml(&|e| {
+            if let Ok(j) = serde_json::to_string(e) {
+                protocol::progress(&format!("{}{j}", crate::live::nvml::EARLY_PREFIX));
+            }
+        }))),
+        "live-cuda" => Some(protocol::serve(params, |p: CudaParams| {
+            crate::live::gather_cuda(&p).map_err(|detail| WorkerError::Failed { detail })
+        })),
+        _ => None,
+    }
+}
+
 pub fn collect(src: &Source, libs: Libraries) -> LiveFacts {
     collect_with(src, libs, &Options::default())
 }
@@ -73,8 +93,9 @@ pub fn collect_with(src: &Source, libs: Libraries, opts: &Options) -> LiveFacts 
         (Origin::Live | Origin::HostRoot, Libraries::Skip) => {
             let mut l = LiveFacts::absent("not queried (--static)");
             // Reading the NCCL library files is cheap and initialises nothing: no worker needed.
-            l.nccl =
-                crate::trace::timed("nccl.discover", || crate::live::nccl::discover_live(false));
+            l.nccl = crate::sys::trace::timed("nccl.discover", || {
+                crate::live::nccl::discover_live(false)
+            });
             l
         }
         (Origin::Snapshot | Origin::Foreign, _) => meta::read_live(&src.root),
@@ -88,13 +109,13 @@ pub fn query() -> LiveFacts {
 
 /// NVML, CUDA and libibverbs facts from worker processes; CUDA from the cache when it knows.
 pub fn query_with(opts: &Options) -> LiveFacts {
-    use crate::probe::runner;
+    use crate::worker::runner;
     let progress = runner::Progress::new("querying NVML, CUDA and libibverbs");
     let (tx, rx) = std::sync::mpsc::channel::<Early>();
     let (nvml_run, cuda) = std::thread::scope(|s| {
         let progress = &progress;
         let nvml = s.spawn(move || {
-            let _t = crate::trace::span("live.nvml-worker");
+            let _t = crate::sys::trace::span("live.nvml-worker");
             let on = |m: &str| match m.strip_prefix(EARLY_PREFIX) {
                 Some(j) => {
                     if let Ok(e) = serde_json::from_str::<Early>(j) {
@@ -226,14 +247,14 @@ fn now_ms() -> u64 {
 fn cuda_facts(
     opts: &Options,
     early: Option<&Early>,
-    progress: &crate::probe::runner::Progress,
+    progress: &crate::worker::runner::Progress,
 ) -> Fact<CudaFacts> {
     let dir = opts
         .state_dir
         .clone()
         .unwrap_or_else(crate::health::state::default_dir);
     let left = early.map(left_out).unwrap_or_default();
-    let key = crate::trace::timed("cache.key", || match early {
+    let key = crate::sys::trace::timed("cache.key", || match early {
         Some(e) => cache::key(
             &cache::FileInputs::read(Path::new("/")),
             e,
@@ -245,7 +266,7 @@ fn cuda_facts(
     if opts.cache == CacheMode::Use {
         if let Ok(k) = &key {
             let set: BTreeSet<String> = left.keys().cloned().collect();
-            let mut t = crate::trace::span("cache.load");
+            let mut t = crate::sys::trace::span("cache.load");
             match cache::load(&dir, k, &set, now_ms()) {
                 Lookup::Hit { facts, source } => {
                     t.detail(|| "hit".into());
@@ -280,8 +301,8 @@ fn cuda_facts(
         not_asked: left,
     };
     let run = {
-        let _t = crate::trace::span("live.cuda-worker");
-        crate::probe::runner::run("live-cuda", &params, DEADLINE, &|m| progress.update(m))
+        let _t = crate::sys::trace::span("live.cuda-worker");
+        crate::worker::runner::run("live-cuda", &params, DEADLINE, &|m| progress.update(m))
     };
     match run.and_then(|r| r.output::<CudaFacts>()) {
         Ok(f) => {
@@ -289,7 +310,7 @@ fn cuda_facts(
             match (opts.cache, &key) {
                 (CacheMode::Off, _) => {}
                 (_, Ok(k)) => {
-                    let _t = crate::trace::span("cache.save");
+                    let _t = crate::sys::trace::span("cache.save");
                     match cache::save(&dir, k, &f, now_ms()) {
                         Ok(p) => {
                             source.push_str(&format!("; kept in {} for this boot", p.display()))

@@ -6,7 +6,7 @@
 //! release, CPU), [`kernel`] (modules, command line, huge pages), [`process`] (the live-only
 //! facts: machine, RLIMIT_MEMLOCK, euid, environment), [`pci`], [`iommu`], [`nvidia`] (the
 //! driver), [`peermem`], [`rdma`], and [`live`] (NVML, CUDA and libibverbs, in workers). Each
-//! is timed (`GDRDOCTOR_TRACE=1` prints the phases on stderr: [`crate::trace`]). On the live
+//! is timed (`GDRDOCTOR_TRACE=1` prints the phases on stderr: [`crate::sys::trace`]). On the live
 //! node the live libraries are asked in a thread of their own while this thread reads the
 //! files: the run costs the longer of the two, not their sum.
 //!
@@ -24,14 +24,15 @@ mod pci;
 mod peermem;
 mod process;
 mod rdma;
+pub mod snapshot;
 mod util;
 
 pub use live::Libraries;
 pub use pci::is_relevant;
 pub use process::{live_memlock, relevant_env};
 
-use crate::meta::Meta;
-use crate::reader::Root;
+use crate::source::meta::Meta;
+use crate::source::reader::Root;
 use crate::source::{Origin, Source};
 use gdrdoctor_checks::model::*;
 use std::time::{Duration, Instant};
@@ -68,7 +69,7 @@ fn phase(collector: &'static str) -> &'static str {
 /// Run one collector, timed (and traced).
 fn timed<T>(timings: &mut Vec<Timing>, collector: &'static str, f: impl FnOnce() -> T) -> T {
     let t0 = Instant::now();
-    let v = crate::trace::timed(phase(collector), f);
+    let v = crate::sys::trace::timed(phase(collector), f);
     timings.push(Timing {
         collector,
         elapsed: t0.elapsed(),
@@ -88,10 +89,11 @@ pub fn node_timed_with(src: &Source, libs: Libraries, opts: &live::Options) -> (
     std::thread::scope(|s| {
         let live = s.spawn(|| {
             let t0 = Instant::now();
-            let l = crate::trace::timed("collect.live", || live::collect_with(src, libs, opts));
+            let l =
+                crate::sys::trace::timed("collect.live", || live::collect_with(src, libs, opts));
             (l, t0.elapsed())
         });
-        let (mut node, mut timings) = crate::trace::timed("collect.files", || {
+        let (mut node, mut timings) = crate::sys::trace::timed("collect.files", || {
             files_timed(&src.root, src.origin, src.meta.as_ref())
         });
         let (l, elapsed) = match live.join() {
@@ -145,7 +147,7 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
     let (pci, rest, klog) = std::thread::scope(|s| {
         let klog = s.spawn(|| {
-            crate::trace::timed("collect.kernel-log", || {
+            crate::sys::trace::timed("collect.kernel-log", || {
                 crate::health::kernel_log::collect(root)
             })
         });
@@ -159,7 +161,7 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
             let peermem = timed(tb, "peermem", || peermem::collect(root));
             let rdma = timed(tb, "rdma", || rdma::collect(root));
             // The health collector's RDMA half needs only the RDMA list: read it now.
-            let side = crate::trace::timed("collect.health-rdma", || {
+            let side = crate::sys::trace::timed("collect.health-rdma", || {
                 crate::health::collect_rdma_side(root, &rdma)
             });
             (host, kernel, process, iommu, nvidia, peermem, rdma, side)

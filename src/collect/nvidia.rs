@@ -2,7 +2,7 @@
 //! information).
 
 use super::util::*;
-use crate::reader::Root;
+use crate::source::reader::Root;
 use gdrdoctor_checks::model::*;
 use gdrdoctor_checks::parse;
 use std::collections::BTreeMap;

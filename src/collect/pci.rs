@@ -3,8 +3,8 @@
 //! above them.
 
 use super::util::*;
-use crate::reader::EntryKind;
-use crate::reader::Root;
+use crate::source::reader::EntryKind;
+use crate::source::reader::Root;
 use gdrdoctor_checks::model::*;
 use gdrdoctor_checks::parse;
 use gdrdoctor_checks::pci::{attrs, config};
@@ -117,9 +117,9 @@ pub(super) fn collect(root: &Root) -> Fact<Vec<PciDevice>> {
     } else {
         work.into_iter().map(one).collect()
     };
-    if crate::trace::enabled() {
+    if crate::sys::trace::enabled() {
         let (n, bytes, reads, ns) = root.config_stats();
-        crate::trace::record_summed(
+        crate::sys::trace::record_summed(
             "collect.config-space",
             ns,
             format!("{n} functions, {bytes} bytes in {reads} reads (time summed over threads)"),
@@ -141,7 +141,7 @@ fn walk_pci(root: &Root, dir: &str, out: &mut Vec<String>, depth: usize) {
         .into_iter()
         .filter(|e| e.kind == EntryKind::Dir && parse::is_bdf(&e.name))
     {
-        let p = crate::reader::child(dir, &e.name);
+        let p = crate::source::reader::child(dir, &e.name);
         out.push(p.clone());
         walk_pci(root, &p, out, depth + 1);
     }
@@ -177,7 +177,7 @@ fn pci_device(
         .find(|c| c.starts_with("pci"))
         .map(|c| c.to_string())
         .unwrap_or_default();
-    let attr = |name: &str| crate::reader::child(path, name);
+    let attr = |name: &str| crate::source::reader::child(path, name);
     let hex16 = |name: &str| parsed(root, &attr(name), parse::hex_u16);
     let link_name = |name: &str| -> Fact<Option<String>> {
         let p = attr(name);

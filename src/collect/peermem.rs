@@ -2,8 +2,8 @@
 //! memory_peers registry.
 
 use super::util::*;
-use crate::reader::EntryKind;
-use crate::reader::Root;
+use crate::source::reader::EntryKind;
+use crate::source::reader::Root;
 use gdrdoctor_checks::model::*;
 
 pub(super) fn collect(root: &Root) -> PeerMem {

@@ -4,8 +4,8 @@
 //! what of the container is the host's (the kernel: `uname`) plus the container runtime's
 //! RLIMIT_MEMLOCK read through the mount (the container's own limit is not the workloads').
 
-use crate::meta::Meta;
-use crate::reader::Root;
+use crate::source::meta::Meta;
+use crate::source::reader::Root;
 use crate::source::Origin;
 use gdrdoctor_checks::model::*;
 use gdrdoctor_checks::parse;

@@ -1,7 +1,7 @@
 //! RDMA devices and ports: `/sys/class/infiniband`.
 
 use super::util::*;
-use crate::reader::Root;
+use crate::source::reader::Root;
 use gdrdoctor_checks::model::*;
 use gdrdoctor_checks::parse;
 
@@ -16,7 +16,7 @@ pub(super) fn collect(root: &Root) -> Fact<Vec<RdmaDevice>> {
         .map(|name| {
             let base = format!("{DIR}/{name}");
             let attr = |a: &str| {
-                let p = crate::reader::child(&base, a);
+                let p = crate::source::reader::child(&base, a);
                 fact(&p, root.read_trimmed(&p))
             };
             let dev_link = format!("{base}/device");
@@ -57,7 +57,7 @@ fn collect_ports(root: &Root, base: &str) -> Fact<Vec<RdmaPort>> {
         .map(|port| {
             let pb = format!("{dir}/{port}");
             let attr = |a: &str| {
-                let p = crate::reader::child(&pb, a);
+                let p = crate::source::reader::child(&pb, a);
                 fact(&p, root.read_trimmed(&p))
             };
             let gids = format!("{pb}/gids");
@@ -65,7 +65,7 @@ fn collect_ports(root: &Root, base: &str) -> Fact<Vec<RdmaPort>> {
                 Ok(list) => Fact::known(
                     list.iter()
                         .filter(|g| {
-                            root.read_trimmed(&crate::reader::child(&gids, &g.name))
+                            root.read_trimmed(&crate::source::reader::child(&gids, &g.name))
                                 .is_ok_and(|t| parse::gid_is_set(&t))
                         })
                         .count(),

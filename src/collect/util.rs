@@ -2,7 +2,7 @@
 //! absent one with the reason, and a missing file means "absent on the node" only on a complete
 //! root whose anchor directory exists.
 
-use crate::reader::{ReadError, Root};
+use crate::source::reader::{ReadError, Root};
 use gdrdoctor_checks::model::Fact;
 
 pub(super) const NOT_CAPTURED: &str = "not in this capture";

@@ -391,7 +391,7 @@ pub fn build(
         tool: Tool {
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
-        timestamp: crate::clock::now_rfc3339(),
+        timestamp: crate::sys::clock::now_rfc3339(),
         summary: s,
         nodes: nodes
             .into_iter()

@@ -3,7 +3,7 @@
 //! and `hw_counters/`.
 
 use super::reason;
-use crate::reader::{EntryKind, Root};
+use crate::source::reader::{EntryKind, Root};
 use gdrdoctor_checks::counters::parse_aer;
 use gdrdoctor_checks::model::{AerStats, Fact, PciDevice, PortCounters, RdmaDevice, DAMAGED};
 use std::collections::{BTreeMap, BTreeSet};
@@ -57,7 +57,7 @@ pub fn collect_aer(
     let one = |(bdf, role): &(String, &'static str)| -> Option<AerStats> {
         let d = by_bdf.get(bdf.as_str())?;
         let read = |file: &str| -> Fact<BTreeMap<String, u64>> {
-            let p = crate::reader::child(&d.sysfs_path, file);
+            let p = crate::source::reader::child(&d.sysfs_path, file);
             match root.read_text(&p) {
                 Ok(t) => match parse_aer(&t) {
                     Some(m) => Fact::known(m, p),
@@ -118,7 +118,7 @@ fn counter_dir(root: &Root, dir: &str) -> Fact<BTreeMap<String, u64>> {
                 // A file the driver refuses to read is left out (some ports refuse some
                 // counters); one that reads but is not a number is damaged evidence, and the
                 // port's counters are then not judged at all.
-                let p = crate::reader::child(dir, &e.name);
+                let p = crate::source::reader::child(dir, &e.name);
                 if let Ok(v) = root.read_trimmed(&p) {
                     match v.parse::<u64>() {
                         Ok(n) => {

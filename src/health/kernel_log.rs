@@ -11,7 +11,7 @@
 //! stores a few lines, not the whole log.
 
 use super::NOT_CAPTURED;
-use crate::reader::Root;
+use crate::source::reader::Root;
 use gdrdoctor_checks::klog::{self, Keeper};
 use gdrdoctor_checks::model::{Fact, KernelLog, LogScope, DAMAGED};
 use std::io::{Read, Seek, SeekFrom};

@@ -11,7 +11,7 @@ pub mod kernel_log;
 pub mod roce;
 pub mod state;
 
-use crate::reader::{ReadError, Root};
+use crate::source::reader::{ReadError, Root};
 use gdrdoctor_checks::model::{Fact, Health, PciDevice, RdmaDevice};
 
 pub(crate) const NOT_CAPTURED: &str = "not in this capture";

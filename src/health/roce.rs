@@ -2,7 +2,7 @@
 //! and the netdevs behind each port (`/sys/class/net/<if>/{operstate,mtu,ecn}`).
 
 use super::reason;
-use crate::reader::{EntryKind, ErrorKind, ReadError, Root};
+use crate::source::reader::{EntryKind, ErrorKind, ReadError, Root};
 use gdrdoctor_checks::model::{Fact, GidEntry, Netdev, RdmaDevice, RocePort};
 use gdrdoctor_checks::parse;
 use std::collections::BTreeMap;

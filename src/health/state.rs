@@ -9,7 +9,7 @@
 //!   it is corrupt or stale. `/run` is a tmpfs: a reboot starts afresh, as the counters do.
 //! - A snapshot stores the baseline its findings used as `gdrdoctor/counters-baseline.json`.
 
-use crate::reader::Root;
+use crate::source::reader::Root;
 use gdrdoctor_checks::model::{CounterBaseline, Node};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -6,7 +6,7 @@
 //! Every handle releases what it holds on drop, and every `unsafe` block of the CUDA side of
 //! gdrdoctor is in this file, each with its SAFETY comment: the probes call no raw CUDA.
 //!
-//! Only ever used inside a worker process (see `probe::runner`). Every entry point first checks
+//! Only ever used inside a worker process (see `worker::runner`). Every entry point first checks
 //! that libcuda can be loaded at all (cudarc panics otherwise), and a symbol missing from an old
 //! driver panics only inside the worker, which reports it.
 //!
@@ -1076,7 +1076,7 @@ impl Function {
 
 /// Every device's GDR-relevant attributes.
 pub fn facts() -> Result<CudaFacts, String> {
-    let mut t = crate::trace::span("cuda.init");
+    let mut t = crate::sys::trace::span("cuda.init");
     let t0 = std::time::Instant::now();
     let drv = Driver::init();
     if t0.elapsed() >= std::time::Duration::from_millis(100) {
@@ -1095,7 +1095,7 @@ pub fn facts() -> Result<CudaFacts, String> {
     use Attribute as A;
     let mut devices = Vec::new();
     for i in 0..n {
-        let mut t = crate::trace::span("cuda.attributes");
+        let mut t = crate::sys::trace::span("cuda.attributes");
         t.detail(|| format!("device {i}"));
         let d = drv.device(i).map_err(|e| e.to_string())?;
         let (cc_major, cc_minor) = d.compute_capability();
@@ -1125,7 +1125,7 @@ pub fn facts() -> Result<CudaFacts, String> {
             total_memory: d.total_mem(),
         });
     }
-    let _t = crate::trace::span("cuda.peers");
+    let _t = crate::sys::trace::span("cuda.peers");
     let mut peers = Vec::new();
     for a in &devices {
         for b in &devices {

@@ -12,6 +12,7 @@ pub mod nvml;
 pub mod nvrtc;
 pub mod os;
 pub mod shared;
+pub mod signals;
 pub mod stand_in;
 pub mod verbs;
 
@@ -48,8 +49,8 @@ pub fn verbs_facts() -> Result<VerbsFacts, String> {
 /// as soon as NVML knows them.
 pub fn gather_nvml(early: &(dyn Fn(&nvml::Early) + Sync)) -> LiveFacts {
     std::thread::scope(|s| {
-        let verbs = s.spawn(|| crate::trace::timed("verbs", verbs_facts));
-        let nccl = s.spawn(|| crate::trace::timed("nccl.discover", nccl::discover));
+        let verbs = s.spawn(|| crate::sys::trace::timed("verbs", verbs_facts));
+        let nccl = s.spawn(|| crate::sys::trace::timed("nccl.discover", nccl::discover));
         let nvml = match nvml::facts_with(early) {
             Ok(n) => Fact::known(n, "NVML"),
             Err(e) => Fact::absent("libnvidia-ml.so.1", e),

@@ -249,7 +249,7 @@ fn glob(pattern: &Path) -> Vec<PathBuf> {
 /// a live `check` reads this on every run), then in the whole file.
 pub fn read_version(path: &Path) -> Result<Option<(String, String)>, String> {
     use std::io::{Seek, SeekFrom};
-    let _t = crate::trace::span("nccl.read-version");
+    let _t = crate::sys::trace::span("nccl.read-version");
     let mut f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some((off, len)) = rodata_range(&mut f) {
         if f.seek(SeekFrom::Start(off)).is_ok() {

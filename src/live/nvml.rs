@@ -81,7 +81,7 @@ pub fn facts() -> Result<NvmlFacts, String> {
 /// [`facts`], handing `early` the driver version, the GPUs' addresses, UUIDs and compute modes
 /// as soon as NVML knows them (before the per-GPU queries, which run on one thread per GPU).
 pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
-    let nvml = match crate::trace::timed("nvml.init", open) {
+    let nvml = match crate::sys::trace::timed("nvml.init", open) {
         Ok(n) => n,
         Err(why) => {
             early(&Early {
@@ -95,7 +95,7 @@ pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
     // time and the kernel closes the handles anyway).
     let nvml = std::mem::ManuallyDrop::new(nvml);
     let nvml: &Nvml = &nvml;
-    let sys = crate::trace::span("nvml.system");
+    let sys = crate::sys::trace::span("nvml.system");
     let mut f = NvmlFacts {
         driver_version: nvml.sys_driver_version().ok(),
         cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
@@ -116,7 +116,7 @@ pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
     };
     drop(sys);
     // First pass, cheap: handles, addresses, UUIDs, compute modes.
-    let first = crate::trace::span("nvml.identify");
+    let first = crate::sys::trace::span("nvml.identify");
     let mut devs: Vec<Option<nvml_wrapper::Device<'_>>> = Vec::new();
     let mut gpus: Vec<NvmlGpu> = Vec::new();
     let mut errs: Vec<Vec<String>> = Vec::new();
@@ -176,7 +176,7 @@ pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
                 let devs = &devs;
                 let bdfs = &bdfs;
                 s.spawn(move || {
-                    let mut t = crate::trace::span("nvml.gpu");
+                    let mut t = crate::sys::trace::span("nvml.gpu");
                     t.detail(|| bdfs.get(i).cloned().unwrap_or_default());
                     match &devs[i] {
                         Some(d) => {

@@ -5,8 +5,8 @@
 //! ([`health_finding`]).
 
 use super::health;
-use super::protocol::WorkerError;
-use super::runner::{self, RunFailure, WorkerRun};
+use crate::worker::protocol::WorkerError;
+use crate::worker::runner::{self, RunFailure, WorkerRun};
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::{Finding, Status};
 use serde::de::DeserializeOwned;

@@ -1,8 +1,8 @@
 //! Is the GPU healthy? A fresh process creates a context on every device, allocates, clears
 //! and synchronizes. Used after a probe worker had to be killed.
 
-use super::protocol::WorkerError;
 use crate::live::cuda::Driver;
+use crate::worker::protocol::WorkerError;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -51,7 +51,8 @@ pub fn worker() -> Result<Health, WorkerError> {
 
 /// Parent side: run the health worker with a deadline; `Ok(ms)` when every GPU is healthy.
 pub fn check(deadline: std::time::Duration) -> Result<f64, String> {
-    let run = super::runner::run("health", &(), deadline, &|_| {}).map_err(|e| e.to_string())?;
+    let run =
+        crate::worker::runner::run("health", &(), deadline, &|_| {}).map_err(|e| e.to_string())?;
     let h: Health = run.output().map_err(|e| e.to_string())?;
     if h.healthy {
         Ok(run.elapsed.as_secs_f64() * 1e3)

@@ -28,10 +28,7 @@ pub mod kernels;
 pub mod nccl;
 pub mod p2p;
 pub mod plan;
-pub mod protocol;
 pub mod registration;
-pub mod runner;
-pub mod worker;
 
 pub use args::CommonArgs;
 pub use plan::{Plan, PlanFn, Ran};
@@ -39,10 +36,10 @@ pub use plan::{Plan, PlanFn, Ran};
 /// The plans a command line asks for, each with its registry row.
 pub type Plans = Vec<(&'static ProbeDef, Box<dyn Plan>)>;
 
+use crate::worker::protocol::{self, WorkerError};
 use clap::{ArgMatches, Args, Command, FromArgMatches};
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::Finding;
-use protocol::WorkerError;
 
 /// A finding id a probe reports, with its one-line title and its page.
 pub struct FindingDef {
@@ -212,6 +209,21 @@ impl Args for ProbeOptions {
 
     fn augment_args_for_update(cmd: Command) -> Command {
         Self::augment_args(cmd)
+    }
+}
+
+/// The probes' worker tasks (`gdrdoctor __worker <name>`): every family's worker from the
+/// registry, and the health check run after a killed worker.
+pub fn worker_task(
+    task: &str,
+    params: serde_json::Value,
+) -> Option<Result<serde_json::Value, WorkerError>> {
+    if let Some(p) = find(task) {
+        return Some((p.worker)(params));
+    }
+    match task {
+        "health" => Some(protocol::serve(params, |()| health::worker())),
+        _ => None,
     }
 }
 

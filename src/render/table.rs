@@ -1,7 +1,7 @@
 //! The human table: one row per finding (status, id, subject, message), then, rustc-style, the
 //! evidence and the fix under every finding that is not a pass.
 //!
-//! Sized for the terminal ([`crate::term::stdout_width`]): the status, check and subject columns
+//! Sized for the terminal ([`crate::sys::term::stdout_width`]): the status, check and subject columns
 //! are as wide as their longest entry and never wrap; the message wraps at spaces into what is
 //! left. Every other line (header, gdr summary, evidence, help) wraps at spaces too, with a
 //! hanging indent, so nothing is cut inside a word at 80 columns. Lines stay one column short
@@ -96,9 +96,9 @@ fn layout(rows: &[Row], color: bool, width: usize) -> String {
     out
 }
 
-/// The table for stdout: as wide as the terminal (see [`crate::term::stdout_width`]).
+/// The table for stdout: as wide as the terminal (see [`crate::sys::term::stdout_width`]).
 pub fn render(report: &Report, style: &Style) -> String {
-    render_width(report, style, crate::term::stdout_width())
+    render_width(report, style, crate::sys::term::stdout_width())
 }
 
 /// The table laid out for `width` columns.

@@ -2,8 +2,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use gdrdoctor::collect;
-use gdrdoctor::meta;
-use gdrdoctor::reader::Root;
+use gdrdoctor::source::meta;
+use gdrdoctor::source::reader::Root;
 use gdrdoctor_checks::report::{Finding, Report};
 use gdrdoctor_checks::RunOptions;
 pub mod host_root;

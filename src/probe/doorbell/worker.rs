@@ -17,8 +17,8 @@ use super::{DoorbellOutput, FlavourResult, LayoutResult, Mlx5Result, Options, FL
 use crate::live::cuda::{Context, Driver, Function, KernelArg, Stream};
 use crate::live::{os, verbs};
 use crate::probe::kernels;
-use crate::probe::protocol::{self, WorkerError};
-use crate::reader::Root;
+use crate::source::reader::Root;
+use crate::worker::protocol::{self, WorkerError};
 use gdrdoctor_checks::doorbell::{self as db, Uar, UarKind};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

@@ -669,8 +669,8 @@ mod tests {
             force_ptx: true,
             peer: Some(2),
         };
-        let req = crate::probe::protocol::Request::new("hang", &o).unwrap();
-        let back: Options = crate::probe::protocol::params(req.params).unwrap();
+        let req = crate::worker::protocol::Request::new("hang", &o).unwrap();
+        let back: Options = crate::worker::protocol::params(req.params).unwrap();
         assert_eq!(back, o);
         let tiny = Options {
             threshold: Duration::from_millis(1),

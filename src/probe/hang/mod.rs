@@ -26,7 +26,7 @@ pub use model::{
 use super::args::{self, CommonArgs};
 use super::common::{self, Problem};
 use super::plan::{Plan, Ran};
-use super::runner::RunFailure;
+use crate::worker::runner::RunFailure;
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::Finding;
 use std::time::Duration;
@@ -226,8 +226,10 @@ fn run_group(o: Options, deadline: Duration) -> GroupRecord {
 }
 
 /// The worker side, for the registry.
-pub fn serve(v: serde_json::Value) -> Result<serde_json::Value, super::protocol::WorkerError> {
-    super::protocol::serve(v, worker::worker)
+pub fn serve(
+    v: serde_json::Value,
+) -> Result<serde_json::Value, crate::worker::protocol::WorkerError> {
+    crate::worker::protocol::serve(v, worker::worker)
 }
 
 /// The verdict from a saved record, for the registry.

@@ -13,7 +13,7 @@ use super::model::*;
 use crate::live::cuda::{Context, DeviceBuffer, Driver, Event, Stream};
 use crate::live::os;
 use crate::probe::kernels::{self, Kernels};
-use crate::probe::protocol::{self, WorkerError};
+use crate::worker::protocol::{self, WorkerError};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

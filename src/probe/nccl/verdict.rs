@@ -4,7 +4,7 @@
 
 use super::{Output, Record, Run, Sums};
 use crate::probe::common::{self, WorkerRecord};
-use crate::probe::protocol::WorkerError;
+use crate::worker::protocol::WorkerError;
 use gdrdoctor_checks::nccl::compare::{self, is_rdma, Observation, Observed};
 use gdrdoctor_checks::nccl::env::NcclEnv;
 use gdrdoctor_checks::nccl::rule::{decide, Config, Decision, System};

@@ -8,7 +8,7 @@
 use super::{Output, Params, RankGpu, Sums};
 use crate::live::cuda::{DeviceBuffer, Driver, Stream};
 use crate::live::nccl::Nccl;
-use crate::probe::protocol::{self, WorkerError};
+use crate::worker::protocol::{self, WorkerError};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;

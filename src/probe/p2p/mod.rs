@@ -160,8 +160,10 @@ impl Plan for P2p {
 }
 
 /// The worker side, for the registry.
-pub fn serve(v: serde_json::Value) -> Result<serde_json::Value, super::protocol::WorkerError> {
-    super::protocol::serve(v, worker::worker)
+pub fn serve(
+    v: serde_json::Value,
+) -> Result<serde_json::Value, crate::worker::protocol::WorkerError> {
+    crate::worker::protocol::serve(v, worker::worker)
 }
 
 /// The verdict from a saved record, for the registry.

@@ -6,7 +6,7 @@
 
 use super::{AllAtOnce, GpuLinks, P2pOutput, P2pPair, Params};
 use crate::live::cuda::{Context, DeviceBuffer, Driver, Stream};
-use crate::probe::protocol::{self, WorkerError};
+use crate::worker::protocol::{self, WorkerError};
 use std::time::Instant;
 
 /// One side of a measured pair: a GPU's context, its two buffers and its stream.

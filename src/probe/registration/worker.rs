@@ -11,7 +11,7 @@
 use super::{GpuResult, Params, Result_, Step, Timing, SIZES};
 use crate::live::cuda::{self, Context, Driver, HostMemory};
 use crate::live::{os, verbs};
-use crate::probe::protocol::{self, WorkerError};
+use crate::worker::protocol::{self, WorkerError};
 use std::time::Instant;
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -85,7 +85,7 @@ fn verbs_step(name: &str, bytes: u64, t0: Instant, r: Result<(), verbs::VerbsErr
 /// `GDRDOCTOR_LIVE_ROOT`).
 fn memory_peers() -> Option<std::collections::BTreeMap<String, u64>> {
     const DIR: &str = "/sys/kernel/mm/memory_peers/nv_mem";
-    let root = crate::reader::Root::live();
+    let root = crate::source::reader::Root::live();
     let entries = root.read_dir(DIR).ok()?;
     let mut m = std::collections::BTreeMap::new();
     for e in entries {

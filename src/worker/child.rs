@@ -17,16 +17,21 @@ pub const EXIT_ORPHANED: i32 = 125;
 /// The largest request a worker reads (requests are a few hundred bytes).
 const MAX_REQUEST: u64 = 1 << 20;
 
-pub fn main(args: &[String]) -> i32 {
-    crate::trace::init();
-    let code = serve_request(args);
-    crate::trace::flush_to_parent();
+/// A table of tasks: `Some` answers a task it knows, `None` passes it on.
+pub type Tasks = fn(&str, serde_json::Value) -> Option<Result<serde_json::Value, WorkerError>>;
+
+/// `gdrdoctor __worker TASK`: serve one request with the first of `tables` that knows the task
+/// (the caller's: the probes' and the collectors'), or a built-in self-test.
+pub fn main(args: &[String], tables: &[Tasks]) -> i32 {
+    crate::sys::trace::init();
+    let code = serve_request(args, tables);
+    crate::sys::trace::flush_to_parent();
     // `check`'s live-facts workers have answered (stdout flushed, stderr unbuffered): leave at
     // once, without the libraries' exit handlers (NVML's and libcuda's teardown), which the
     // parent would otherwise wait for. The probes' workers exit normally.
     if args
         .first()
-        .is_some_and(|t| crate::probe::runner::leaves_after_output(t))
+        .is_some_and(|t| crate::worker::runner::leaves_after_output(t))
     {
         // Close stdout and stderr first: the parent has the whole answer at their end of file
         // and does not wait for the exit itself (the driver's teardown in the kernel).
@@ -44,7 +49,7 @@ pub fn main(args: &[String]) -> i32 {
     code
 }
 
-fn serve_request(args: &[String]) -> i32 {
+fn serve_request(args: &[String], tables: &[Tasks]) -> i32 {
     if let Some(parent) = std::env::var(PARENT_ENV)
         .ok()
         .and_then(|p| p.parse::<i32>().ok())
@@ -82,8 +87,8 @@ fn serve_request(args: &[String]) -> i32 {
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }
     let r = std::panic::catch_unwind(|| {
-        let _t = crate::trace::span("worker.task");
-        dispatch(&req.task, req.params.clone())
+        let _t = crate::sys::trace::span("worker.task");
+        dispatch(tables, &req.task, req.params.clone())
     });
     let outcome = match r {
         Ok(Ok(v)) => Outcome::Ok(v),
@@ -105,22 +110,18 @@ fn serve_request(args: &[String]) -> i32 {
     code
 }
 
-/// The task table: the probes' workers from the registry, then the built-in tasks.
-fn dispatch(task: &str, params: serde_json::Value) -> Result<serde_json::Value, WorkerError> {
-    if let Some(p) = super::find(task) {
-        return (p.worker)(params);
+/// The callers' tables first, then the built-in self-tests.
+fn dispatch(
+    tables: &[Tasks],
+    task: &str,
+    params: serde_json::Value,
+) -> Result<serde_json::Value, WorkerError> {
+    for t in tables {
+        if let Some(r) = t(task, params.clone()) {
+            return r;
+        }
     }
     match task {
-        // `check`'s live facts: NVML (+ libibverbs, NCCL files), then CUDA when needed.
-        "live-nvml" => protocol::output(&crate::live::gather_nvml(&|e| {
-            if let Ok(j) = serde_json::to_string(e) {
-                protocol::progress(&format!("{}{j}", crate::live::nvml::EARLY_PREFIX));
-            }
-        })),
-        "live-cuda" => protocol::serve(params, |p: crate::live::CudaParams| {
-            crate::live::gather_cuda(&p).map_err(|detail| WorkerError::Failed { detail })
-        }),
-        "health" => protocol::serve(params, |()| super::health::worker()),
         // Self-tests of the runner (deadline, crash, garbage, result protocol); no GPU needed.
         "selftest-sleep" => protocol::serve(params, |secs: u64| {
             protocol::progress("sleeping");

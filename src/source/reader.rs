@@ -121,7 +121,7 @@ pub struct Root {
     dir_cache: Mutex<std::collections::HashMap<String, std::sync::Arc<ResolvedDir>, PathHash>>,
     /// Kernel paths already seen to be directories (not links): resolved without an lstat.
     known_dirs: Mutex<std::collections::HashSet<String, PathHash>>,
-    /// `GDRDOCTOR_TRACE=reads`: every file read is a phase in the trace (`crate::trace`).
+    /// `GDRDOCTOR_TRACE=reads`: every file read is a phase in the trace (`crate::sys::trace`).
     trace: bool,
     /// Config space read partially ([`Root::read_config`]): the live node.
     partial: bool,
@@ -169,7 +169,7 @@ struct ResolvedDir {
 const MAX_DIR_FDS: usize = 256;
 
 fn trace_enabled() -> bool {
-    crate::trace::reads()
+    crate::sys::trace::reads()
 }
 
 impl fmt::Debug for Root {
@@ -462,9 +462,9 @@ impl Root {
     /// Read a whole file (at most [`MAX_FILE`] bytes).
     pub fn read(&self, path: &str) -> Result<Vec<u8>, ReadError> {
         if self.trace {
-            let t0 = crate::trace::now_ns();
+            let t0 = crate::sys::trace::now_ns();
             let r = self.read_inner(path);
-            crate::trace::record_read("read", t0, path, || match &r {
+            crate::sys::trace::record_read("read", t0, path, || match &r {
                 Ok(b) => format!("{} bytes", b.len()),
                 Err(e) => e.reason(),
             });
@@ -615,7 +615,7 @@ impl Root {
     /// snapshot being recorded, which keeps the whole space) the whole file.
     pub fn read_config(&self, path: &str) -> Result<Vec<u8>, ReadError> {
         use std::sync::atomic::Ordering::Relaxed;
-        let t0 = crate::trace::now_ns();
+        let t0 = crate::sys::trace::now_ns();
         let r = if self.partial && self.recorder.is_none() {
             self.read_partial(path, &gdrdoctor_checks::pci::config::touched)
                 .map(|p| {
@@ -630,7 +630,7 @@ impl Root {
             })
         };
         self.config_stats[0].fetch_add(1, Relaxed);
-        self.config_stats[3].fetch_add(crate::trace::now_ns().saturating_sub(t0), Relaxed);
+        self.config_stats[3].fetch_add(crate::sys::trace::now_ns().saturating_sub(t0), Relaxed);
         r
     }
 
@@ -664,7 +664,7 @@ impl Root {
         path: &str,
         need: &dyn Fn(&[u8]) -> Vec<std::ops::Range<usize>>,
     ) -> Result<Partial, ReadError> {
-        let t0 = crate::trace::now_ns();
+        let t0 = crate::sys::trace::now_ns();
         let comps = self.resolve_comps(path, true)?;
         let host = self.host_path(&comps);
         let file = open_nofollow(&host).map_err(|e| ReadError::io(path, &e))?;
@@ -720,7 +720,7 @@ impl Root {
         }
         p.len = len;
         p.bytes = buf;
-        crate::trace::record_read("read-partial", t0, path, || {
+        crate::sys::trace::record_read("read-partial", t0, path, || {
             format!("{} of {} bytes in {} reads", p.fetched, p.len, p.reads)
         });
         Ok(p)

@@ -1,6 +1,6 @@
 //! The parent side of every live GPU operation: run `gdrdoctor __worker TASK` as a child in its
 //! own process group, send it its [`Request`], hold the deadline, and kill the whole group when
-//! it passes. The child side is [`super::worker`]; the protocol is [`super::protocol`].
+//! it passes. The child side is [`super::child`]; the protocol is [`super::protocol`].
 //!
 //! Why a child: the parent must never own a CUDA context. A hung kernel makes context release
 //! block forever, and `__trap` poisons the process (knowledge/hang-probe.md §0 items 6-7); a
@@ -14,11 +14,12 @@
 
 use super::protocol::{self, Reply, Request, WorkerError, PROGRESS_PREFIX, RESULT_PREFIX};
 use crate::live::os;
+use crate::live::signals::{forward_signals, track, untrack};
 use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The environment variable through which the parent tells the worker its pid.
@@ -207,89 +208,6 @@ impl WorkerRun {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Workers die with the parent
-// ---------------------------------------------------------------------------------------------
-
-/// Process groups of the running workers (0: free slot). Read by the signal handler, so plain
-/// atomics, no lock.
-static WORKERS: [AtomicI32; 16] = [const { AtomicI32::new(0) }; 16];
-static HANDLERS: Once = Once::new();
-
-/// Temporary trees (an unpacked `--sysroot x.tar.gz`, the staging directory of a `.tar.gz`
-/// snapshot) that a termination signal removes before the process exits: NUL-terminated paths,
-/// leaked when registered so that the handler never reads freed memory (a few per process).
-static TEMP_TREES: [AtomicPtr<std::ffi::c_char>; 8] =
-    [const { AtomicPtr::new(std::ptr::null_mut()) }; 8];
-
-extern "C" fn on_termination(sig: i32) {
-    for w in &WORKERS {
-        os::kill_group(w.load(Ordering::SeqCst));
-    }
-    for t in &TEMP_TREES {
-        // SAFETY: a non-null slot holds a leaked, never freed, NUL-terminated path.
-        unsafe { os::remove_tree_signal_safe(t.load(Ordering::SeqCst)) };
-    }
-    os::exit_now(128 + sig);
-}
-
-/// Forward termination signals to the workers from now on (before the first spawn, so that no
-/// signal finds the parent with a worker and without the handler).
-fn forward_signals() {
-    HANDLERS.call_once(|| os::on_termination_signals(on_termination));
-}
-
-/// Remove the tree at `dir` if SIGINT, SIGTERM or SIGHUP ends the process (the same handlers
-/// that kill the workers; installed now if they were not). Returns the slot to give to
-/// [`forget_on_termination`] once the owner removed the tree itself; `None` when every slot is
-/// taken (the owner's drop still removes it on a normal exit).
-pub fn remove_on_termination(dir: &std::path::Path) -> Option<usize> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    forward_signals();
-    let ptr = c.into_raw();
-    for (i, t) in TEMP_TREES.iter().enumerate() {
-        if t.compare_exchange(
-            std::ptr::null_mut(),
-            ptr,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        )
-        .is_ok()
-        {
-            return Some(i);
-        }
-    }
-    // Every slot taken: the path stays leaked (a few bytes), the owner removes the tree.
-    None
-}
-
-/// The tree of `slot` is gone (or kept on purpose): a signal no longer removes it. The path
-/// stays allocated: a handler running now may still be reading it.
-pub fn forget_on_termination(slot: usize) {
-    if let Some(t) = TEMP_TREES.get(slot) {
-        t.store(std::ptr::null_mut(), Ordering::SeqCst);
-    }
-}
-
-fn track(pgid: i32) {
-    for w in &WORKERS {
-        if w.compare_exchange(0, pgid, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            return;
-        }
-    }
-    // More than 16 workers at once (gdrdoctor runs one): the parent-death signal still
-    // kills the others.
-}
-
-fn untrack(pgid: i32) {
-    for w in &WORKERS {
-        let _ = w.compare_exchange(pgid, 0, Ordering::SeqCst, Ordering::SeqCst);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Running a worker
 // ---------------------------------------------------------------------------------------------
 
@@ -333,11 +251,11 @@ pub fn run_with(
     }
     forward_signals();
     let start = Instant::now();
-    let spawn_ns = crate::trace::now_ns();
+    let spawn_ns = crate::sys::trace::now_ns();
     let mut child = cmd
         .spawn()
         .map_err(|e| RunFailure::Spawn(format!("{}: cannot start worker: {e}", exe.display())))?;
-    crate::trace::record("worker.spawn", spawn_ns, task);
+    crate::sys::trace::record("worker.spawn", spawn_ns, task);
     let pid = child.id() as i32;
     track(pid);
     if let Some(mut stdin) = child.stdin.take() {
@@ -392,7 +310,7 @@ pub fn run_with(
                                 let line: Vec<u8> = buf.drain(..=i).collect();
                                 let line = String::from_utf8_lossy(&line).trim_end().to_string();
                                 // GDRDOCTOR_TRACE: the worker's phases join the parent's.
-                                if crate::trace::ingest(task, &line) {
+                                if crate::sys::trace::ingest(task, &line) {
                                     continue;
                                 }
                                 if let Some(p) = line.strip_prefix(PROGRESS_PREFIX) {

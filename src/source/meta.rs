@@ -2,7 +2,7 @@
 //! euid, environment), so that `check --sysroot` on a snapshot reaches the same findings as
 //! `check` on the node did.
 
-use crate::reader::Root;
+use crate::source::reader::Root;
 use gdrdoctor_checks::model::Rlimit;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -13,9 +13,12 @@
 //! from the container runtime's `/proc/PID/limits` through DIR); the libraries are queried in a
 //! worker as for [`Origin::Live`] when the container has them.
 
-use crate::meta::{self, Meta};
-use crate::reader::Root;
-use crate::snapshot;
+pub mod archive;
+pub mod meta;
+pub mod reader;
+
+use meta::Meta;
+use reader::Root;
 use std::path::Path;
 
 /// What kind of root the facts are read from.
@@ -95,7 +98,7 @@ pub struct Source {
     pub origin: Origin,
     pub meta: Option<Meta>,
     /// The private tree a `.tar.gz` was unpacked into; removed when the source drops.
-    unpacked: Option<snapshot::TempTree>,
+    unpacked: Option<archive::TempTree>,
 }
 
 impl std::fmt::Debug for Source {
@@ -127,7 +130,7 @@ impl Source {
         };
         if p.is_file() {
             // Every early return below drops `tree`, which removes what was unpacked.
-            let tree = snapshot::unpack(p).map_err(|e| format!("--sysroot {e}"))?;
+            let tree = archive::unpack(p).map_err(|e| format!("--sysroot {e}"))?;
             let root = Root::sysroot(tree.path())
                 .map_err(|e| format!("--sysroot {}: {e}", p.display()))?;
             let mut s = Source::from_root(root)?;
