@@ -120,7 +120,7 @@ pub fn emit_bytes(bytes: &[u8]) -> bool {
 /// The one writer behind every `-o FILE` (check, probe, watch): `-` (and `/dev/stdout`,
 /// `/dev/fd/1`, `/proc/self/fd/1`) is stdout, written through the process's own descriptor so
 /// that `-o /dev/stdout >> log` appends; a path that does not exist or is a regular file is
-/// replaced atomically ([`write_atomic`]); anything else that exists (a device such as
+/// replaced atomically ([`crate::state::atomic::replace`]); anything else that exists (a device such as
 /// `/dev/null`, a FIFO, a socket, or a symlink) is written in place through `open(2)`, never
 /// replaced: as root, renaming over `/dev/null` would turn the device into a regular file.
 pub fn write_output(path: &Path, text: &str) -> Result<(), String> {
@@ -151,13 +151,13 @@ pub fn write_output_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
     let md = match std::fs::symlink_metadata(path) {
         Ok(md) => md,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return write_atomic_bytes(path, text)
+            return crate::state::atomic::replace(path, text, crate::state::atomic::Kind::Output)
         }
         Err(e) => return Err(format!("{shown}: {e}")),
     };
     let ft = md.file_type();
     if ft.is_file() {
-        return write_atomic_bytes(path, text);
+        return crate::state::atomic::replace(path, text, crate::state::atomic::Kind::Output);
     }
     if ft.is_dir() {
         return Err(format!("{shown}: is a directory"));
@@ -179,59 +179,6 @@ pub fn write_output_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(format!("{shown}: {e}")),
     }
-}
-
-/// Replace the regular file `path` (or create it) atomically: a new file with an unpredictable
-/// name in the same directory, created exclusively (`O_EXCL|O_NOFOLLOW`: nothing planted under
-/// that name is followed), then renamed over `path`. Use [`write_output`] for `-o`, which also
-/// handles stdout and special files.
-pub fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
-    write_atomic_bytes(path, text.as_bytes())
-}
-
-/// [`write_atomic`] for bytes (a PNG).
-pub fn write_atomic_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    let mut last = String::new();
-    for attempt in 0..16u32 {
-        let tmp = dir.join(format!(
-            ".{name}.tmp.{}.{:016x}",
-            std::process::id(),
-            crate::sys::random::random_u64() ^ u64::from(attempt)
-        ));
-        let mut f = match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o666)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                last = format!("{}: {e}", tmp.display());
-                continue;
-            }
-            Err(e) => return Err(format!("{}: {e}", tmp.display())),
-        };
-        if let Err(e) = f.write_all(text).and_then(|_| f.flush()) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(format!("{}: {e}", tmp.display()));
-        }
-        drop(f);
-        return std::fs::rename(&tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("{}: {e}", path.display())
-        });
-    }
-    Err(last)
 }
 
 /// Render a report, write it to `output` ([`write_output`]) or stdout, and return its exit
@@ -491,16 +438,16 @@ fn check(args: &CheckArgs) -> i32 {
     let counters_selected = CHECKS
         .iter()
         .any(|d| d.category() == "counters" && selection.wants(d));
-    let rate_opts = crate::health::state::RateOptions {
+    let rate_opts = crate::state::counters::RateOptions {
         interval: args.interval.filter(|_| counters_selected),
         state_dir: (!args.no_state).then(|| args.state_dir.clone()),
     };
     let again = || read_node().map(|(_, n)| n);
-    let rates = match crate::health::state::Rates::start(src.origin, &mut node, &rate_opts, &again)
-    {
-        Ok(r) => r,
-        Err(e) => return err(e),
-    };
+    let rates =
+        match crate::state::counters::Rates::start(src.origin, &mut node, &rate_opts, &again) {
+            Ok(r) => r,
+            Err(e) => return err(e),
+        };
     let opts = RunOptions {
         selection,
         fail_on: match args.fail_on {
@@ -677,7 +624,7 @@ fn snapshot_cmd(out: &Path, at: Location) -> i32 {
     let t0 = std::time::Instant::now();
     // Live library facts: from the node's libraries, or carried over from the sysroot.
     // Keep the last periodic run's counters as the snapshot's baseline (issue 17).
-    crate::health::SNAPSHOT_USES_STATE.store(true, std::sync::atomic::Ordering::Relaxed);
+    crate::collect::health::SNAPSHOT_USES_STATE.store(true, std::sync::atomic::Ordering::Relaxed);
     // Fresh CUDA answers for a bug report (and the cache refreshed with them).
     let mut live = collect::live::collect_with(
         &src,

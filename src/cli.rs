@@ -13,21 +13,10 @@ Exit codes (check, probe):
   3  nothing failed, but some checks could not be evaluated (status error);
      a CI gate must not read this as healthy unless it passes --allow-incomplete";
 
-/// `gdrdoctor --version`: the package version, the git commit it was built from (`unknown` from
-/// a source tarball) and the target it was built for (build.rs).
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("GDRDOCTOR_GIT_COMMIT"),
-    ", target ",
-    env!("GDRDOCTOR_TARGET"),
-    ")"
-);
-
 #[derive(Debug, Parser)]
 #[command(
     name = "gdrdoctor",
-    version = VERSION,
+    version = crate::VERSION,
     about = "Diagnose GPUDirect RDMA on GPU cluster nodes: will GPU-to-NIC RDMA work here, and if not, why",
     long_about = "Diagnose GPUDirect RDMA on GPU cluster nodes.\n\n\
 gdrdoctor reads the node (sysfs, procfs, the NVIDIA driver's files) and answers one question: will \
@@ -496,10 +485,10 @@ pub struct CheckArgs {
     pub nccl_version: Option<String>,
     /// Read the error counters (AER, RDMA port, NVLink) twice, this far apart (10s, 500ms, 1m),
     /// and judge how much they grew: a flapping link or a rising error rate shows up here
-    #[arg(long, value_name = "DURATION", value_parser = crate::health::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::sys::clock::parse_duration)]
     pub interval: Option<std::time::Duration>,
     /// Where periodic runs keep the last run's counters, to judge their growth since then
-    #[arg(long, value_name = "DIR", env = "GDRDOCTOR_STATE_DIR", default_value = crate::health::state::DEFAULT_DIR)]
+    #[arg(long, value_name = "DIR", env = "GDRDOCTOR_STATE_DIR", default_value = crate::state::DEFAULT_DIR)]
     pub state_dir: PathBuf,
     /// Neither read nor write the counter state file (counters are then judged on one reading
     /// unless --interval is given)

@@ -140,8 +140,8 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
         gdrdoctor::source::meta::META_SCHEMA,
         gdrdoctor_checks::policy::POLICY_SCHEMA,
         gdrdoctor_checks::paste::report::SCHEMA,
-        gdrdoctor::health::state::STATE_SCHEMA,
-        gdrdoctor::live::cache::SCHEMA,
+        gdrdoctor::state::counters::STATE_SCHEMA,
+        gdrdoctor::state::cuda_cache::SCHEMA,
         TOPO_SCHEMA,
         TOPO_PASTE_SCHEMA,
     ];
@@ -743,14 +743,18 @@ fn the_counter_state_file_matches_its_schema() {
     ]
     .into_iter()
     .collect();
-    gdrdoctor::health::state::save(t.path(), "8f3c-boot", 1_764_000_000_000, &values).unwrap();
+    gdrdoctor::state::counters::save(t.path(), "8f3c-boot", 1_764_000_000_000, &values).unwrap();
     let text =
-        std::fs::read_to_string(t.path().join(gdrdoctor::health::state::STATE_FILE)).unwrap();
+        std::fs::read_to_string(t.path().join(gdrdoctor::state::counters::STATE_FILE)).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
-    validate(gdrdoctor::health::state::STATE_SCHEMA, &v, "counters.json");
+    validate(
+        gdrdoctor::state::counters::STATE_SCHEMA,
+        &v,
+        "counters.json",
+    );
     let mut bad = v.clone();
     bad["values"]["x"] = Value::from(-1);
-    assert!(!validator(gdrdoctor::health::state::STATE_SCHEMA).is_valid(&bad));
+    assert!(!validator(gdrdoctor::state::counters::STATE_SCHEMA).is_valid(&bad));
 }
 
 // ---- JUnit -------------------------------------------------------------------------------
@@ -1142,7 +1146,7 @@ fn the_cuda_cache_file_matches_its_schema() {
     let file = dir
         .path()
         .join("state")
-        .join(gdrdoctor::live::cache::CACHE_FILE);
+        .join(gdrdoctor::state::cuda_cache::CACHE_FILE);
     let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
         panic!(
             "{}: {e}\nstderr: {}",
@@ -1156,8 +1160,8 @@ fn the_cuda_cache_file_matches_its_schema() {
         Some(8),
         "{v:#}"
     );
-    validate(gdrdoctor::live::cache::SCHEMA, &v, "cuda-facts.json");
-    let validator = validator(gdrdoctor::live::cache::SCHEMA);
+    validate(gdrdoctor::state::cuda_cache::SCHEMA, &v, "cuda-facts.json");
+    let validator = validator(gdrdoctor::state::cuda_cache::SCHEMA);
     let mut bad = v.clone();
     bad["facts"]["devices"][0]["surprise"] = Value::from(1);
     assert!(!validator.is_valid(&bad), "an unknown device field passes");

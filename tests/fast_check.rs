@@ -8,7 +8,7 @@
 //!   which GPUs, and that no context-creating or allocating function was ever called.
 //! * The key: a changed driver version, GPU UUID or PCI address makes the next run ask CUDA
 //!   again (the boot id and the kernel-module inputs, which a test process cannot change, are
-//!   covered by `live::cache`'s unit tests over the same code).
+//!   covered by `state::cuda_cache`'s unit tests over the same code).
 //! * Partial config-space reads: the decoder's view of every captured config space (fixtures,
 //!   the real captures in ../shared/realdata, this machine's own devices, and random mutations
 //!   of an H200's) is the same whether the whole file or only the bytes it reads were fetched.

@@ -99,10 +99,10 @@ fn fuzz_snapshot_metadata_live_facts_kernel_log_and_state() {
     fuzz("snapshot-json", corpus, 8, |b| {
         let _ = serde_json::from_slice::<gdrdoctor::source::meta::Meta>(b);
         let t = String::from_utf8_lossy(b);
-        let _ = gdrdoctor::health::kernel_log::parse_snapshot(&t);
+        let _ = gdrdoctor::collect::health::kernel_log::parse_snapshot(&t);
         // The counter state file, as a periodic run reads it back.
         let _ = std::fs::write(state.path().join("counters.json"), b);
-        let _ = gdrdoctor::health::state::load(state.path(), Some("boot"), 1_000_000);
+        let _ = gdrdoctor::state::counters::load(state.path(), Some("boot"), 1_000_000);
         if let Ok(live) = serde_json::from_slice::<LiveFacts>(b) {
             let mut n = base.clone();
             n.live = live;

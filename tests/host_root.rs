@@ -411,8 +411,8 @@ fn interval_and_the_state_file_work_under_a_host_root() {
 #[test]
 fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
     use gdrdoctor::collect::live::{Libraries, Options};
-    use gdrdoctor::health::state::{RateOptions, Rates};
     use gdrdoctor::source::Location;
+    use gdrdoctor::state::counters::{RateOptions, Rates};
     let t = tempfile::tempdir().unwrap();
     let host = t.path().join("host");
     host_tree(HEALTHY, &host, "unlimited");

@@ -20,11 +20,11 @@
 //! injects them); what the container cannot see of the host is said, not judged
 //! ([`host_root_visibility`]).
 
-use crate::live::cache::{self, Lookup};
 use crate::live::nvml::{Early, EARLY_PREFIX};
 use crate::live::CudaParams;
 use crate::source::meta;
 use crate::source::{Origin, Source};
+use crate::state::cuda_cache::{self as cache, Lookup};
 use crate::worker::protocol::{self, WorkerError};
 use gdrdoctor_checks::model::{CudaFacts, Fact, LiveFacts};
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,7 +38,7 @@ pub enum Libraries {
     Skip,
 }
 
-/// How a run uses the CUDA cache ([`crate::live::cache`]).
+/// How a run uses the CUDA cache ([`crate::state::cuda_cache`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheMode {
     /// Read it; start CUDA only when it has no valid answer, then write it (`check`).
@@ -240,7 +240,7 @@ pub fn visible_devices(
 }
 
 fn now_ms() -> u64 {
-    crate::health::state::now_ms()
+    crate::sys::clock::now_ms()
 }
 
 /// CUDA's facts: from the cache when it holds a valid answer, else from a `live-cuda` worker.
@@ -252,7 +252,7 @@ fn cuda_facts(
     let dir = opts
         .state_dir
         .clone()
-        .unwrap_or_else(crate::health::state::default_dir);
+        .unwrap_or_else(crate::state::default_dir);
     let left = early.map(left_out).unwrap_or_default();
     let key = crate::sys::trace::timed("cache.key", || match early {
         Some(e) => cache::key(

@@ -15,6 +15,7 @@
 //! in) and only when its parent (the *anchor*, e.g. `/sys/module`) exists; in a foreign capture
 //! (hwloc's, a hand-made tree) a missing file is "not in this capture", never a finding.
 
+pub mod health;
 mod host;
 mod iommu;
 mod kernel;
@@ -148,7 +149,7 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
     let (pci, rest, klog) = std::thread::scope(|s| {
         let klog = s.spawn(|| {
             crate::sys::trace::timed("collect.kernel-log", || {
-                crate::health::kernel_log::collect(root)
+                crate::collect::health::kernel_log::collect(root)
             })
         });
         let rest = s.spawn(|| {
@@ -162,7 +163,7 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
             let rdma = timed(tb, "rdma", || rdma::collect(root));
             // The health collector's RDMA half needs only the RDMA list: read it now.
             let side = crate::sys::trace::timed("collect.health-rdma", || {
-                crate::health::collect_rdma_side(root, &rdma)
+                crate::collect::health::collect_rdma_side(root, &rdma)
             });
             (host, kernel, process, iommu, nvidia, peermem, rdma, side)
         });
@@ -188,7 +189,7 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         }
     }
     let health = timed(&mut t, "health", || {
-        let mut h = crate::health::collect_with(root, &pci, &rdma, side, klog);
+        let mut h = crate::collect::health::collect_with(root, &pci, &rdma, side, klog);
         if origin == Origin::HostRoot {
             h.kernel_log = host_root_kernel_log(root, h.kernel_log);
         }
@@ -227,7 +228,7 @@ fn host_root_kernel_log(root: &Root, from_files: Fact<KernelLog>) -> Fact<Kernel
     let is_char = std::fs::symlink_metadata(&kmsg)
         .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type()));
     let kmsg_err = if is_char {
-        match crate::health::kernel_log::read_kmsg(&shown) {
+        match crate::collect::health::kernel_log::read_kmsg(&shown) {
             Ok(l) => return Fact::known(l, shown),
             Err(e) => e,
         }

@@ -5,7 +5,6 @@
 //! probes' GPU and NIC work lives here. [`cache`] keeps the CUDA answers of `check` for the
 //! rest of the boot, so that most runs start no CUDA at all.
 
-pub mod cache;
 pub mod cuda;
 pub mod nccl;
 pub mod nvml;

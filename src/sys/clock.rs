@@ -11,6 +11,14 @@ pub fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// Today's date, UTC.
 pub fn today() -> Date {
     Date::from_unix(unix_now())
@@ -28,8 +36,48 @@ pub fn now_rfc3339() -> String {
     rfc3339(unix_now())
 }
 
+/// A duration for `--interval`: `10s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (try 10s, 500ms, 2m)"))?;
+    let secs = match unit.trim() {
+        "" | "s" | "sec" | "secs" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        u => return Err(format!("`{s}`: unknown unit `{u}` (use ms, s, m or h)")),
+    };
+    if !(0.0..=3600.0).contains(&secs) || secs.is_nan() {
+        return Err(format!("`{s}`: the interval must be between 0 and 1h"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("2d").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("2h").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
     #[test]
     fn timestamps_are_rfc3339() {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");

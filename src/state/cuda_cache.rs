@@ -19,14 +19,14 @@
 //!   size, mtime) of the libcuda file the answers came from;
 //! * this gdrdoctor build (another may ask other attributes).
 //!
-//! The file is written atomically (`health::state::write_atomic`, without fsync: a crash
+//! The file is written atomically (`state::atomic::replace`, without fsync: a crash
 //! means a new boot id, which makes the file stale anyway) and read with validation
-//! (`health::state::read_trusted`: owner and mode; then schema, unknown fields, a checksum,
+//! (`state::atomic::read_trusted`: owner and mode; then schema, unknown fields, a checksum,
 //! the key, and the facts' own consistency). Anything that does not match is ignored, the
 //! CUDA worker runs, and the file is rewritten: a stale or corrupt cache is never trusted.
 //! Nothing here calls CUDA or NVML: the key's NVML half comes from the NVML worker.
 
-use super::nvml::Early;
+use crate::live::nvml::Early;
 use gdrdoctor_checks::model::CudaFacts;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -139,7 +139,7 @@ pub fn key(
     }
     gpus.sort();
     Ok(Key {
-        tool: crate::cli::VERSION.to_string(),
+        tool: crate::VERSION.to_string(),
         boot_id,
         driver_version,
         kernel_module: files.kernel_module.clone(),
@@ -318,7 +318,7 @@ fn consistent(key: &Key, f: &CudaFacts) -> Result<(), String> {
 /// learn).
 pub fn load(dir: &Path, key: &Key, left_out: &BTreeSet<String>, now_ms: u64) -> Lookup {
     let path = dir.join(CACHE_FILE);
-    let bytes = match crate::health::state::read_trusted(dir, CACHE_FILE, MAX_BYTES) {
+    let bytes = match super::atomic::read_trusted(dir, CACHE_FILE, MAX_BYTES) {
         Ok(Some(b)) => b,
         Ok(None) => return Lookup::Miss(format!("{}: none yet", path.display())),
         Err(e) => return Lookup::Miss(e),
@@ -381,7 +381,11 @@ pub fn save(dir: &Path, key: &Key, facts: &CudaFacts, now_ms: u64) -> Result<Pat
     f.checksum = f.sum()?;
     let mut json = serde_json::to_vec_pretty(&f).map_err(|e| e.to_string())?;
     json.push(b'\n');
-    crate::health::state::write_atomic(dir, CACHE_FILE, &json, false)?;
+    super::atomic::replace(
+        &dir.join(CACHE_FILE),
+        &json,
+        super::atomic::Kind::State { durable: false },
+    )?;
     Ok(dir.join(CACHE_FILE))
 }
 

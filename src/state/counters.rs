@@ -9,17 +9,18 @@
 //!   it is corrupt or stale. `/run` is a tmpfs: a reboot starts afresh, as the counters do.
 //! - A snapshot stores the baseline its findings used as `gdrdoctor/counters-baseline.json`.
 
+use super::atomic::{self, read_trusted};
+use super::boot_id;
 use crate::source::reader::Root;
+use crate::sys::clock::now_ms;
 use gdrdoctor_checks::model::{CounterBaseline, Node};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub const STATE_SCHEMA: &str = "gdrdoctor.counters-state/v1";
 pub const STATE_FILE: &str = "counters.json";
-pub const DEFAULT_DIR: &str = "/run/gdrdoctor";
 pub const SNAPSHOT_BASELINE: &str = "/gdrdoctor/counters-baseline.json";
 /// A state file older than this is stale (its growth would hide when it happened).
 pub const MAX_AGE_MS: u64 = 24 * 3600 * 1000;
@@ -33,125 +34,8 @@ pub struct StateFile {
     pub values: BTreeMap<String, u64>,
 }
 
-/// `GDRDOCTOR_STATE_DIR`, else `/run/gdrdoctor`.
-pub fn default_dir() -> PathBuf {
-    std::env::var_os("GDRDOCTOR_STATE_DIR")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR))
-}
-
-/// `/proc/sys/kernel/random/boot_id` of the running system.
-pub fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-}
-
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// The largest state file read (they are a few KiB).
 pub const MAX_STATE_BYTES: u64 = 4 << 20;
-
-/// Write `bytes` to `dir/name` atomically: the directory created if needed, a temporary file
-/// beside the target (never another process's: `create_new`), fsync when `durable`, rename. A
-/// reader sees the old file or the new one, never half of one. Shared by every state file
-/// gdrdoctor keeps (the counters here, the CUDA cache in `live::cache`, which skips the fsync:
-/// it is worthless after a crash, the next boot has another id, and an fsync outside a tmpfs
-/// costs milliseconds of every cold `check`).
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    // 0755 and 0644 whatever the umask: `read_trusted` refuses what others could write.
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-        f.write_all(bytes)?;
-        if durable {
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, &path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", path.display())
-    })
-}
-
-/// Read `dir/name` for validation: `Ok(None)` when it does not exist. Refused (`Err`, the
-/// caller ignores the file and the next write replaces it): a file another user could have
-/// written (owned by neither root nor us, or writable by group or others), something that is
-/// not a regular file, a file larger than `max` bytes.
-pub fn read_trusted(dir: &Path, name: &str, max: u64) -> Result<Option<Vec<u8>>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let path = dir.join(name);
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}: ignored", path.display())),
-    };
-    let md = f
-        .metadata()
-        .map_err(|e| format!("{}: {e}: ignored", path.display()))?;
-    if !md.is_file() {
-        return Err(format!("{}: not a regular file: ignored", path.display()));
-    }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if md.uid() != 0 && md.uid() != euid {
-        return Err(format!(
-            "{}: owned by uid {}, neither root nor this user: ignored",
-            path.display(),
-            md.uid()
-        ));
-    }
-    if md.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{}: writable by group or others (mode {:o}): ignored",
-            path.display(),
-            md.mode() & 0o7777
-        ));
-    }
-    if md.len() > max {
-        return Err(format!(
-            "{}: {} bytes, more than {max}: ignored",
-            path.display(),
-            md.len()
-        ));
-    }
-    let mut b = Vec::new();
-    f.take(max + 1)
-        .read_to_end(&mut b)
-        .map_err(|e| format!("{}: {e}: ignored", path.display()))?;
-    if b.len() as u64 > max {
-        return Err(format!(
-            "{}: more than {max} bytes: ignored",
-            path.display()
-        ));
-    }
-    Ok(Some(b))
-}
 
 /// The baseline in the state file of `dir`: `Ok(None)` when there is none yet, `Err(why)` when
 /// it exists but cannot be used (the caller says it was ignored; the next save rewrites it).
@@ -221,7 +105,11 @@ pub fn save(
     };
     let mut json = serde_json::to_vec_pretty(&s).map_err(|e| e.to_string())?;
     json.push(b'\n');
-    write_atomic(dir, STATE_FILE, &json, true)
+    atomic::replace(
+        &dir.join(STATE_FILE),
+        &json,
+        atomic::Kind::State { durable: true },
+    )
 }
 
 /// A snapshot's baseline (`gdrdoctor/counters-baseline.json`), if it has one.

@@ -1,15 +1,13 @@
-//! Collectors for issue 17 (what breaks GDR on a node that used to work): RoCE addressing
-//! (`roce`), error counters (`counters`), the kernel log (`kernel_log`), and the counter
-//! baselines that turn counters into rates (`state`: `--interval` and the state file of periodic
-//! runs). I/O only; the rules are in the pure crate (`roce.rs`, `counters.rs`, `klog.rs`).
-//!
-//! Kept out of `collect.rs` on purpose (it is being split into `src/collect/`): `collect()`
-//! calls [`collect`] with one line.
+//! Collectors of what breaks GDR on a node that used to work (issue 17): RoCE addressing
+//! (`roce`), error counters (`counters`), the kernel log (`kernel_log`). The counter baselines
+//! that turn counters into rates are state (`crate::state::counters`). I/O only; the rules are
+//! in the pure crate (`roce.rs`, `counters.rs`, `klog.rs`).
 
 pub mod counters;
 pub mod kernel_log;
 pub mod roce;
-pub mod state;
+
+use crate::state::{self, counters as baseline};
 
 use crate::source::reader::{ReadError, Root};
 use gdrdoctor_checks::model::{Fact, Health, PciDevice, RdmaDevice};
@@ -53,7 +51,7 @@ pub fn collect_with(
     let (baseline, baseline_note) = if root.is_live() {
         (None, None)
     } else {
-        match state::snapshot_baseline_checked(root) {
+        match baseline::snapshot_baseline_checked(root) {
             Ok(b) => (b, None),
             Err(why) => (None, Some(why)),
         }
@@ -80,29 +78,6 @@ pub(crate) fn reason(root: &Root, e: &ReadError, missing: &str) -> String {
     } else {
         e.reason()
     }
-}
-
-/// A duration for `--interval`: `10s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (try 10s, 500ms, 2m)"))?;
-    let secs = match unit.trim() {
-        "" | "s" | "sec" | "secs" => n,
-        "ms" => n / 1000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        u => return Err(format!("`{s}`: unknown unit `{u}` (use ms, s, m or h)")),
-    };
-    if !(0.0..=3600.0).contains(&secs) || secs.is_nan() {
-        return Err(format!("`{s}`: the interval must be between 0 and 1h"));
-    }
-    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 /// Whether `snapshot` on a live node takes the state file of the last periodic run as its
@@ -132,34 +107,18 @@ pub fn snapshot_files(
         && SNAPSHOT_USES_STATE.load(std::sync::atomic::Ordering::Relaxed)
     {
         let dir = state::default_dir();
-        if let Ok(Some(b)) = state::load(&dir, state::boot_id().as_deref(), state::now_ms()) {
+        if let Ok(Some(b)) = baseline::load(
+            &dir,
+            state::boot_id().as_deref(),
+            crate::sys::clock::now_ms(),
+        ) {
             node.health.baseline = Some(b);
         }
     }
     if let Some(b) = &node.health.baseline {
         if let Ok(j) = serde_json::to_vec_pretty(b) {
-            out.push((state::SNAPSHOT_BASELINE.to_string(), j));
+            out.push((baseline::SNAPSHOT_BASELINE.to_string(), j));
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert!(parse_duration("2d").is_err());
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("2h").is_err());
-        assert!(parse_duration("").is_err());
-    }
 }
