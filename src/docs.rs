@@ -9,9 +9,9 @@ pub fn pages() -> Vec<(&'static str, &'static str)> {
         .iter()
         .map(|c| (c.id, c.page))
         .chain(crate::probe::finding_defs().map(|f| (f.id, f.page)))
-        .chain(crate::watch::PAGES.iter().copied())
-        .chain(crate::policy::PAGES.iter().copied())
-        .chain(crate::diagnose::PAGES.iter().copied())
+        .chain(crate::collect::watch::PAGES.iter().copied())
+        .chain(crate::source::policy::PAGES.iter().copied())
+        .chain(crate::cmd::diagnose::PAGES.iter().copied())
         .collect()
 }
 

@@ -13,17 +13,14 @@ pub const VERSION: &str = concat!(
 );
 
 pub mod app;
-pub mod cli;
+pub mod cmd;
 pub mod collect;
-pub mod diagnose;
 pub mod docs;
-pub mod fleet;
 pub mod live;
-pub mod policy;
+pub mod output;
 pub mod probe;
 pub mod render;
 pub mod source;
 pub mod state;
 pub mod sys;
-pub mod watch;
 pub mod worker;

@@ -136,7 +136,7 @@ const TOPO_PASTE_SCHEMA: &str = "gdrdoctor.topo-paste/v1";
 fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
     let ids = [
         gdrdoctor_checks::report::SCHEMA,
-        gdrdoctor::fleet::rollup::FLEET_SCHEMA,
+        gdrdoctor::collect::fleet::rollup::FLEET_SCHEMA,
         gdrdoctor::source::meta::META_SCHEMA,
         gdrdoctor_checks::policy::POLICY_SCHEMA,
         gdrdoctor_checks::paste::report::SCHEMA,
@@ -310,7 +310,7 @@ fn policy_fleet_topo_and_snapshot_documents_match_their_schemas() {
     let (_, out, _) = run(&["fleet", "-f", "json", &reports.display().to_string()]);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["summary"]["unreadable"], 1);
-    validate(gdrdoctor::fleet::rollup::FLEET_SCHEMA, &v, "fleet");
+    validate(gdrdoctor::collect::fleet::rollup::FLEET_SCHEMA, &v, "fleet");
     for sc in scenarios() {
         let (_, out, _) = run(&[
             "topo",
@@ -723,7 +723,7 @@ fn damaged_pastes_still_give_documents_that_match_their_schemas() {
             let e = errors(&diag, &v);
             assert!(e.is_empty(), "{what}: diagnose:\n{}", e.join("\n"));
             summary_counts_findings(&v, &what);
-            if let Some(tp) = gdrdoctor::diagnose::topo_paste(&r) {
+            if let Some(tp) = gdrdoctor::render::topo_paste::build(&r) {
                 let v = serde_json::to_value(&tp).unwrap();
                 let e = errors(&topo, &v);
                 assert!(e.is_empty(), "{what}: topo --nvidia-smi:\n{}", e.join("\n"));

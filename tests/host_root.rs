@@ -417,7 +417,7 @@ fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
     let host = t.path().join("host");
     host_tree(HEALTHY, &host, "unlimited");
     let read = || {
-        gdrdoctor::app::load_node_with(
+        gdrdoctor::collect::load_node_with(
             Location::HostRoot(&host),
             Libraries::Skip,
             &Options::default(),

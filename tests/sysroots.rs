@@ -697,7 +697,7 @@ fn grace_hopper_nic_on_its_own_grace_is_p2c() {
         ("2.27.3", true),
         ("2.28.9", true),
     ] {
-        gdrdoctor::app::apply_nccl_version(&mut node, Some(v));
+        gdrdoctor::collect::apply_nccl_version(&mut node, Some(v));
         let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
         let p = r
             .gdr
@@ -730,7 +730,7 @@ fn an_older_nccl_does_not_see_nvidia_peermem_without_the_registry_file() {
         ("2.21.5", 64, Some("dmabuf"), Status::Pass),
         ("2.12.12", 0, None, Status::Warn),
     ] {
-        gdrdoctor::app::apply_nccl_version(&mut node, Some(v));
+        gdrdoctor::collect::apply_nccl_version(&mut node, Some(v));
         let r = gdrdoctor_checks::build_report(&node, &gdrdoctor_checks::RunOptions::default());
         assert_eq!(r.gdr.len(), 64);
         assert_eq!(r.gdr.iter().filter(|p| p.enabled).count(), on, "NCCL {v}");

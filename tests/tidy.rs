@@ -62,7 +62,7 @@ fn every_check_has_a_page_and_every_page_a_check() {
 
 #[test]
 fn generated_check_list_is_current() {
-    let want = gdrdoctor::app::markdown_list();
+    let want = gdrdoctor::cmd::list::markdown_list();
     let path = repo().join("docs/checks.md");
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     if std::env::var("GDRDOCTOR_UPDATE_GOLDEN").is_ok_and(|v| v == "1") {

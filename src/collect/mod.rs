@@ -15,6 +15,7 @@
 //! in) and only when its parent (the *anchor*, e.g. `/sys/module`) exists; in a foreign capture
 //! (hwloc's, a hand-made tree) a missing file is "not in this capture", never a finding.
 
+pub mod fleet;
 pub mod health;
 mod host;
 mod iommu;
@@ -27,6 +28,7 @@ mod process;
 mod rdma;
 pub mod snapshot;
 mod util;
+pub mod watch;
 
 pub use live::Libraries;
 pub use pci::is_relevant;
@@ -126,6 +128,52 @@ pub fn node(src: &Source, libs: Libraries) -> Node {
 /// [`node`] with the live-facts options (the CUDA cache).
 pub fn node_with(src: &Source, libs: Libraries, opts: &live::Options) -> Node {
     node_timed_with(src, libs, opts).0
+}
+
+/// Open the source the user asked for and collect the node: the common start of check, topo and
+/// probe. `libs`: on the live node, also ask NVML, CUDA and libibverbs (in a worker process).
+/// The source is returned with the node: it holds the unpacked snapshot until the command ends.
+pub fn load_node(at: crate::source::Location, libs: Libraries) -> Result<(Source, Node), String> {
+    load_node_with(at, libs, &live::Options::default())
+}
+
+/// [`load_node`] with the live-facts options (the CUDA cache).
+pub fn load_node_with(
+    at: crate::source::Location,
+    libs: Libraries,
+    opts: &live::Options,
+) -> Result<(Source, Node), String> {
+    let src = crate::sys::trace::timed("source.open", || Source::open(at))?;
+    let node = node_with(&src, libs, opts);
+    Ok((src, node))
+}
+
+/// `--nccl-version`: the rules of that version, whatever the node has.
+pub fn apply_nccl_version(node: &mut Node, version: Option<&str>) {
+    let Some(v) = version else { return };
+    match &mut node.live.nccl {
+        Fact::Known { value, .. } => value.requested = Some(v.to_string()),
+        f @ Fact::Absent { .. } => {
+            *f = Fact::known(
+                gdrdoctor_checks::nccl::NcclFacts {
+                    requested: Some(v.to_string()),
+                    ..Default::default()
+                },
+                "--nccl-version",
+            )
+        }
+    }
+}
+
+/// `--nccl-version` and the `NCCL_*` variables of this run, which overlay the paste's.
+pub fn assume(nccl_version: Option<&str>) -> gdrdoctor_checks::paste::report::Assume {
+    gdrdoctor_checks::paste::report::Assume {
+        nccl_version: nccl_version.map(str::to_string),
+        env: relevant_env()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("NCCL_"))
+            .collect(),
+    }
 }
 
 /// The node from the source's files alone (`node.live` absent).

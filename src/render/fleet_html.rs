@@ -9,6 +9,7 @@
 //! The page keeps working without JavaScript: the heat map, the drift table and the node
 //! sections are plain HTML; the script only sorts and filters.
 
+use crate::sys::escape::html as esc;
 use gdrdoctor_checks::report::Status;
 use std::fmt::Write;
 
@@ -87,21 +88,6 @@ pub struct DriftRow {
     pub nodes: usize,
     /// The other nodes and their values, most common value first.
     pub odd: Vec<(String, String)>,
-}
-
-fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
 }
 
 /// Sort rank of a status: worst first when sorting descending.

@@ -9,49 +9,9 @@
 //! tests/junit.rs enforces those rules; .ci/run validates against the XSD itself.
 
 use super::Style;
+pub use crate::sys::escape::{xml_attr as attr, xml_text as text};
 use gdrdoctor_checks::report::{Finding, Report, Status};
 use std::fmt::Write;
-
-/// Characters XML 1.0 cannot carry at all are dropped; the rest is escaped for attributes.
-pub fn attr(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&apos;"),
-            '\n' => o.push_str("&#10;"),
-            '\r' => o.push_str("&#13;"),
-            '\t' => o.push_str("&#9;"),
-            c if xml_char(c) => o.push(c),
-            _ => {}
-        }
-    }
-    o
-}
-
-/// Text content: `&`, `<`, `>` escaped, characters XML cannot carry dropped.
-pub fn text(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '\r' => o.push_str("&#13;"),
-            c if xml_char(c) => o.push(c),
-            _ => {}
-        }
-    }
-    o
-}
-
-/// XML 1.0 `Char`: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
-fn xml_char(c: char) -> bool {
-    matches!(c as u32, 0x9 | 0xA | 0xD | 0x20..=0xD7FF | 0xE000..=0xFFFD | 0x10000..=0x10FFFF)
-}
 
 fn body(f: &Finding) -> String {
     let mut s = String::new();

@@ -2,7 +2,10 @@
 
 use gdrdoctor_checks::report::Report;
 
+pub mod diagnose;
+pub mod fleet;
 pub mod fleet_html;
+pub mod fleet_page;
 pub mod junit;
 pub mod markdown;
 pub mod oneline;
@@ -14,6 +17,7 @@ pub mod svg_layout;
 pub mod svg_png;
 pub mod table;
 pub mod topo;
+pub mod topo_paste;
 pub mod wrap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

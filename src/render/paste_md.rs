@@ -2,6 +2,7 @@
 //! table output and `topo --nvidia-smi`), and Markdown meant to be pasted back into the issue
 //! thread the evidence came from (GitHub-flavoured: tables, `<details>` for the long parts).
 
+use crate::sys::escape::markdown_cell as esc;
 use gdrdoctor_checks::paste::report::DiagnoseReport;
 use gdrdoctor_checks::paste::verdict::{Gdr, PastePair};
 use gdrdoctor_checks::report::{Finding, Status};
@@ -190,10 +191,6 @@ pub fn gdr_view(r: &DiagnoseReport) -> String {
         o.push('\n');
     }
     o.lines().map(|l| format!("{}\n", l.trim_end())).collect()
-}
-
-fn esc(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
 }
 
 fn icon(s: Status) -> &'static str {

@@ -7,16 +7,11 @@
 //! one family per metric without a duplicate series (the probe's exit code no longer hides the
 //! check's). `promtool check metrics` is clean (tests/cli.rs runs it when installed).
 
+use crate::sys::escape::prometheus_label as esc;
 use gdrdoctor_checks::checks::CHECKS;
 use gdrdoctor_checks::report::{Report, Status};
 use std::collections::BTreeMap;
 use std::fmt::Write;
-
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
 
 pub fn render(report: &Report) -> String {
     let command = if report.probe.is_some() {

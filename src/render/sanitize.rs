@@ -1,68 +1,14 @@
-//! Text from the node made harmless for a terminal. Every string a node (or a snapshot, a
-//! pasted file, a progress area) supplies passes through [`text`] before a human-facing
-//! renderer prints it: the table, `topo`, JUnit, error lines and `watch`'s stall lines,
-//! whatever `--color` says. A snapshot is input an attacker can write: an escape sequence in a
-//! device name would otherwise move the cursor, rewrite earlier lines (a `FAIL` turned into
-//! `PASS` on screen), set the window title or, on some terminals, answer back.
-//!
-//! Escaped, visibly, as Rust writes them: the C0 controls and DEL (`\x1b`, `\n`, `\t`, ...),
-//! the C1 controls U+0080-U+009F (U+009B is a one-character CSI), and the Unicode
-//! bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069, "Trojan Source":
-//! they reorder what is shown). The JSON report is not touched: it is data, and serde escapes
-//! control characters there.
+//! A whole report made harmless for a terminal: every string a node (or a snapshot, a pasted
+//! file, a progress area) supplies passes through the terminal escaper
+//! ([`crate::sys::escape::text`]) before the table and JUnit print it. The JSON report is not
+//! touched: it is data, and serde escapes control characters there.
+
+use crate::sys::escape::dangerous;
+pub use crate::sys::escape::{lines, text};
 
 use gdrdoctor_checks::report::Report;
 use serde::Serialize;
 use std::borrow::Cow;
-
-/// Whether `c` must not reach a terminal as is.
-fn dangerous(c: char) -> bool {
-    matches!(c,
-        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// Whether `s` holds a character [`text`] escapes: printable ASCII is decided a byte at a time.
-fn any_dangerous(s: &str) -> bool {
-    s.bytes().any(|b| !(0x20..0x7f).contains(&b)) && s.chars().any(dangerous)
-}
-
-/// `s` with every control character escaped (`\x1b[31m` shows as the text `\x1b[31m`);
-/// borrowed when there is nothing to escape.
-pub fn text(s: &str) -> Cow<'_, str> {
-    if !any_dangerous(s) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if dangerous(c) && (c as u32) < 0x80 => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if dangerous(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// A whole rendered text that carries no styling of its own (the fleet table, the GDR view of
-/// `diagnose`): every line through [`text`], the line breaks kept.
-pub fn lines(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(|c| c != '\n' && dangerous(c)) {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for (i, l) in s.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        out.push_str(&text(l));
-    }
-    Cow::Owned(out)
-}
 
 /// Every string of a report through [`text`] (findings, evidence, fixes, host, inventory, GDR
 /// verdicts, probe records): what the table and JUnit renderers print. Borrowed when nothing
@@ -156,7 +102,7 @@ mod scan {
     }
 
     fn bad(s: &str) -> bool {
-        super::any_dangerous(s)
+        crate::sys::escape::any_dangerous(s)
     }
 
     #[derive(Clone, Copy)]
@@ -340,6 +286,7 @@ mod scan {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::sys::escape::any_dangerous;
     use gdrdoctor_checks::report::Evidence;
     use proptest::prelude::*;
 

@@ -14,7 +14,9 @@
 //! worker as for [`Origin::Live`] when the container has them.
 
 pub mod archive;
+pub mod input;
 pub mod meta;
+pub mod policy;
 pub mod reader;
 
 use meta::Meta;

@@ -2,6 +2,7 @@
 //! the trace (`GDRDOCTOR_TRACE`), the terminal (width, pager), the clock, "did you mean".
 
 pub mod clock;
+pub mod escape;
 pub mod random;
 pub mod suggest;
 pub mod term;

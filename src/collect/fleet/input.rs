@@ -2,27 +2,14 @@
 //! stdin (one or more concatenated reports, a JSON array of reports, or `srun --label` output,
 //! whose lines are split back into one stream per task).
 
+use crate::source::input::read_capped;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// A report file larger than this is not read (an 8-GPU node's report is a few hundred KiB).
 pub const MAX_REPORT: u64 = 64 << 20;
 /// Standard input larger than this is not read (many concatenated reports).
 pub const MAX_STDIN: u64 = 4 << 30;
-
-/// Read at most `cap` bytes of `r`; more is an error naming `what`.
-pub fn read_capped(mut r: impl Read, cap: u64, what: &str) -> Result<Vec<u8>, String> {
-    let mut buf = Vec::new();
-    r.by_ref()
-        .take(cap + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| format!("{what}: {e}"))?;
-    if buf.len() as u64 > cap {
-        return Err(format!("{what}: larger than {} MiB: not read", cap >> 20));
-    }
-    Ok(buf)
-}
 
 /// One report file, at most [`MAX_REPORT`] bytes (a named FIFO or `<(...)` is read too).
 pub fn read_report_file(p: &Path) -> Result<Vec<u8>, String> {

@@ -50,7 +50,7 @@ pub fn load(path: &Path) -> Result<Loaded, String> {
     // A policy is a few KiB of TOML: a larger file (or /dev/zero) is not one.
     let f = std::fs::File::open(path).map_err(|e| format!("policy {}: {e}", path.display()))?;
     let bytes =
-        crate::fleet::input::read_capped(f, 4 << 20, &format!("policy {}", path.display()))?;
+        crate::source::input::read_capped(f, 4 << 20, &format!("policy {}", path.display()))?;
     let text = String::from_utf8(bytes)
         .map_err(|e| format!("policy {}: not utf-8 text: {e}", path.display()))?;
     let policy = parse(&path.display().to_string(), &text)?;
@@ -129,41 +129,53 @@ fn locate(text: &str, offset: usize) -> (usize, usize, &str) {
 /// The pages of the policy finding ids, in the order of `gdrdoctor_checks::policy::POLICY_IDS`
 /// (the tidy test holds the two to the same ids).
 pub static PAGES: &[(&str, &str)] = &[
-    ("policy.gpu", include_str!("../docs/checks/policy.gpu.md")),
-    ("policy.rdma", include_str!("../docs/checks/policy.rdma.md")),
+    (
+        "policy.gpu",
+        include_str!("../../docs/checks/policy.gpu.md"),
+    ),
+    (
+        "policy.rdma",
+        include_str!("../../docs/checks/policy.rdma.md"),
+    ),
     (
         "policy.ports",
-        include_str!("../docs/checks/policy.ports.md"),
+        include_str!("../../docs/checks/policy.ports.md"),
     ),
-    ("policy.pcie", include_str!("../docs/checks/policy.pcie.md")),
+    (
+        "policy.pcie",
+        include_str!("../../docs/checks/policy.pcie.md"),
+    ),
     (
         "policy.driver",
-        include_str!("../docs/checks/policy.driver.md"),
+        include_str!("../../docs/checks/policy.driver.md"),
     ),
     (
         "policy.firmware",
-        include_str!("../docs/checks/policy.firmware.md"),
+        include_str!("../../docs/checks/policy.firmware.md"),
     ),
     (
         "policy.peer-memory",
-        include_str!("../docs/checks/policy.peer-memory.md"),
+        include_str!("../../docs/checks/policy.peer-memory.md"),
     ),
     (
         "policy.iommu",
-        include_str!("../docs/checks/policy.iommu.md"),
+        include_str!("../../docs/checks/policy.iommu.md"),
     ),
-    ("policy.gdr", include_str!("../docs/checks/policy.gdr.md")),
+    (
+        "policy.gdr",
+        include_str!("../../docs/checks/policy.gdr.md"),
+    ),
     (
         "policy.kernel",
-        include_str!("../docs/checks/policy.kernel.md"),
+        include_str!("../../docs/checks/policy.kernel.md"),
     ),
     (
         "policy.cmdline",
-        include_str!("../docs/checks/policy.cmdline.md"),
+        include_str!("../../docs/checks/policy.cmdline.md"),
     ),
     (
         "policy.waiver",
-        include_str!("../docs/checks/policy.waiver.md"),
+        include_str!("../../docs/checks/policy.waiver.md"),
     ),
 ];
 

@@ -375,7 +375,7 @@ impl Watched {
             if let Some(e) = self.rep.episodes.get_mut(i) {
                 e.outcome = outcome.into();
                 if !o.quiet {
-                    eprintln!("{}", crate::render::sanitize::text(&format!(
+                    eprintln!("{}", crate::sys::escape::text(&format!(
                         "gdrdoctor watch: {label}: {outcome} after {:.0} ms: kernel {} block {} warp {} at {}",
                         e.waited_ms,
                         e.waiter.kernel,
@@ -394,7 +394,7 @@ impl Watched {
                 self.done = true;
             }
             if !o.quiet {
-                eprintln!("{}", crate::render::sanitize::text(&format!(
+                eprintln!("{}", crate::sys::escape::text(&format!(
                     "gdrdoctor watch: {} {}: job {:?} pid {} ({}), {} kernel(s), {} records; threshold {:.0} ms, poll {:.0} ms",
                     if self.done { "found" } else { "watching" },
                     self.rep.path,
@@ -456,7 +456,7 @@ impl Watched {
         if !o.quiet {
             eprintln!(
                 "{}",
-                crate::render::sanitize::text(&format!(
+                crate::sys::escape::text(&format!(
                     "gdrdoctor watch: {}: abort flag set ({} stalled waiter(s))",
                     self.label(),
                     stalled.len()
@@ -535,7 +535,7 @@ pub fn run(o: &Options) -> Result<Vec<AreaReport>, String> {
                 for s in &new {
                     eprintln!(
                         "{}",
-                        crate::render::sanitize::text(&format!(
+                        crate::sys::escape::text(&format!(
                             "gdrdoctor watch: {}: STALL {}",
                             a.label(),
                             s.text()
@@ -571,7 +571,7 @@ pub fn run(o: &Options) -> Result<Vec<AreaReport>, String> {
                     }
                     if !waited_note && !o.quiet {
                         waited_note = true;
-                        eprintln!("{}", crate::render::sanitize::text(&format!(
+                        eprintln!("{}", crate::sys::escape::text(&format!(
                             "gdrdoctor watch: pid {p} has no progress area in {} yet; waiting for gdrdoctor_progress_init",
                             o.dir.display()
                         )));
@@ -621,59 +621,6 @@ pub fn findings(o: &Options, reports: &[AreaReport]) -> Vec<Finding> {
         return vec![f];
     }
     reports.iter().flat_map(w::findings).collect()
-}
-
-/// `gdrdoctor watch`: run, report, exit code (as `check`).
-pub fn command(args: &crate::cli::WatchArgs) -> i32 {
-    use crate::cli::FailOnArg;
-    use gdrdoctor_checks::report::FailOn;
-    let o = Options {
-        pid: args.pid,
-        once: args.once,
-        abort: args.abort,
-        threshold: Duration::from_millis(args.threshold.max(1)),
-        poll: Duration::from_millis(args.poll_ms.max(1)),
-        grace: Duration::from_millis(args.grace),
-        duration: (args.duration > 0).then(|| Duration::from_secs(args.duration)),
-        dir: args.shm_dir.clone(),
-        quiet: args.quiet,
-    };
-    let reports = match run(&o) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("gdrdoctor: error: {e}");
-            return crate::app::EXIT_USAGE;
-        }
-    };
-    let findings = findings(&o, &reports);
-    let (_opened, node) = match crate::app::load_node(
-        crate::source::Location::from_arg(None),
-        crate::collect::Libraries::Skip,
-    ) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("gdrdoctor: error: {e}");
-            return crate::app::EXIT_USAGE;
-        }
-    };
-    let opts = gdrdoctor_checks::RunOptions {
-        selection: Default::default(),
-        fail_on: match args.fail_on {
-            FailOnArg::Warn => FailOn::Warn,
-            FailOnArg::Fail => FailOn::Fail,
-        },
-        allow_incomplete: args.allow_incomplete,
-    };
-    let mut report = gdrdoctor_checks::report_with(&node, findings, &opts);
-    report.probe = Some(serde_json::json!({ "watch": { "areas": reports } }));
-    crate::app::deliver(
-        &report,
-        args.format,
-        args.color,
-        args.verbose,
-        args.output.as_deref(),
-        opts.fail_on,
-    )
 }
 
 /// The pages of the watch finding ids, in the order of `gdrdoctor_checks::watch::IDS` (the tidy

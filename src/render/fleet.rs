@@ -1,6 +1,7 @@
 //! The roll-up as a table (people), JSON (`gdrdoctor.fleet/v1`) and Prometheus text.
 
-use super::rollup::Rollup;
+use crate::collect::fleet::rollup::Rollup;
+use crate::sys::escape::prometheus_label as esc;
 use std::fmt::Write;
 
 fn names(list: &[String], max: usize) -> String {
@@ -194,12 +195,6 @@ pub fn table(r: &Rollup, max_names: usize) -> String {
         s.nodes, s.failed, s.incomplete, s.unreadable, s.drift_fields, s.exit_code
     );
     o
-}
-
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 pub fn prometheus(r: &Rollup) -> String {

@@ -1,0 +1,201 @@
+//! `gdrdoctor check`: the static checks of this node (or of a snapshot), judged against the
+//! site policy, with the counters' growth since the last run or over `--interval`.
+
+use crate::collect::{self, Libraries};
+use crate::output::args::OutputArgs;
+use crate::output::{deliver, fail};
+use crate::render::Format;
+use crate::source::{Location, Source};
+use crate::sys::suggest;
+use gdrdoctor_checks::checks::{Selection, CHECKS};
+use gdrdoctor_checks::model::Node;
+use gdrdoctor_checks::RunOptions;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = concat!(
+    "Examples:\n",
+    "  gdrdoctor check\n",
+    "  gdrdoctor check --format junit -o gdrdoctor.xml        # CI\n",
+    "  gdrdoctor check --format prometheus -o /var/lib/node_exporter/textfile/gdrdoctor.prom\n",
+    "  gdrdoctor check --fail-on warn --allow-incomplete      # strict gate, tolerate non-root\n",
+    "  gdrdoctor check --sysroot snapshot/ --only kmod --skip kmod.nv-peer-mem\n",
+    "  gdrdoctor check --interval 10s --only counters    # is a link flapping right now?\n",
+    "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n",
+    "  gdrdoctor check --policy site.toml                # also judge against the site policy\n",
+    "  gdrdoctor check --format oneline                  # one line < 80 chars (NHC, node-problem-detector)\n",
+    "  GDRDOCTOR_TRACE=1 gdrdoctor check                 # where the time goes, per phase\n\n",
+    "CUDA's answers (cuInit and device attributes; never a context) are kept for the rest of \
+the boot in /run/gdrdoctor/cuda-facts.json, per driver and GPU set, so most runs start no CUDA; \
+--no-cache asks CUDA anyway. GPUs in an exclusive or prohibited compute mode are left out of \
+CUDA (a job may hold them).\n\n",
+    "Error counters only grow, so one reading says little. `--interval` reads the node twice \
+and judges the second reading against the first one's counters; without it, each live run \
+records the counters in /run/gdrdoctor/counters.json (--state-dir, \
+GDRDOCTOR_STATE_DIR) and the next run of the same boot judges the growth since then: run \
+`check` from a timer and a rising counter fails the run that sees it.\n\n",
+    "Run as root for the full picture: PCI config space beyond 64 bytes is root-only.\n\n",
+    "Exit codes (check, probe):\n",
+    "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
+    "  1  at least one check failed\n",
+    "  2  gdrdoctor could not run (usage error, unreadable sysroot)\n",
+    "  3  nothing failed, but some checks could not be evaluated (status error);\n",
+    "     a CI gate must not read this as healthy unless it passes --allow-incomplete"
+))]
+pub struct Args {
+    /// Read a snapshot (directory or .tar.gz from `gdrdoctor snapshot`) instead of the live node
+    #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
+    pub sysroot: Option<PathBuf>,
+    /// Read the host through DIR, where a container mounts the host's `/` (Kubernetes: hostPath `/`
+    /// at /host, read-only): the host's /proc, /sys and /etc are read as the live host's (a
+    /// missing file is absent on the host; symlinks, absolute ones too, resolve inside DIR).
+    /// NVML, CUDA and libibverbs are the container's (checks that need them skip when it has
+    /// none or sees fewer devices than the host); RLIMIT_MEMLOCK is the container runtime's
+    /// (containerd, cri-o, dockerd: the pods inherit it), read from DIR/proc
+    #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
+    pub host_root: Option<PathBuf>,
+    /// Output format
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Run only these checks: ids or categories, comma-separated or repeated (e.g. rdma,iommu.mode)
+    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    pub only: Vec<String>,
+    /// Do not run these checks: ids or categories
+    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    pub skip: Vec<String>,
+    /// Do not query NVML, the CUDA driver and libibverbs (files only: faster, no worker process)
+    #[arg(long = "static")]
+    pub static_only: bool,
+    /// Judge GDR with this NCCL version's rules (e.g. 2.18.6) instead of the libnccl.so.2
+    /// found on the node (or, with none found, the newest rules gdrdoctor knows)
+    #[arg(long, value_name = "X.Y.Z", value_parser = crate::output::args::parse_nccl_version)]
+    pub nccl_version: Option<String>,
+    /// Read the error counters (AER, RDMA port, NVLink) twice, this far apart (10s, 500ms, 1m),
+    /// and judge how much they grew: a flapping link or a rising error rate shows up here
+    #[arg(long, value_name = "DURATION", value_parser = crate::sys::clock::parse_duration)]
+    pub interval: Option<std::time::Duration>,
+    /// Where periodic runs keep the last run's counters, to judge their growth since then
+    #[arg(long, value_name = "DIR", env = "GDRDOCTOR_STATE_DIR", default_value = crate::state::DEFAULT_DIR)]
+    pub state_dir: PathBuf,
+    /// Neither read nor write the counter state file (counters are then judged on one reading
+    /// unless --interval is given)
+    #[arg(long)]
+    pub no_state: bool,
+    /// Ask CUDA in this run instead of using the answers kept from an earlier run of this boot
+    /// (cuda-facts.json in the state directory; kept per driver and GPU set), and keep none
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Also judge the node against a site policy (TOML: the gpus, ports, firmware, driver,
+    /// kernel command line the site expects, severity overrides, waivers; `gdrdoctor policy
+    /// init` writes one). Live runs read /etc/gdrdoctor/policy.toml by default when it exists
+    #[arg(long, value_name = "FILE", env = "GDRDOCTOR_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Apply no policy at all, not even /etc/gdrdoctor/policy.toml (wins over --policy)
+    #[arg(long)]
+    pub no_policy: bool,
+}
+
+pub fn run(args: &Args) -> i32 {
+    let selection = Selection {
+        only: args.only.clone(),
+        skip: args.skip.clone(),
+    };
+    let unknown = selection.unknown_patterns();
+    if !unknown.is_empty() {
+        let known = suggest::selectable();
+        return fail(format!(
+            "no check or category named {}; `gdrdoctor list` shows them",
+            unknown
+                .iter()
+                .map(|u| format!("`{u}`{}", suggest::hint(u, &known)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !selection.selects_any() {
+        return fail(format!(
+            "--only {} with --skip {} selects no check; `gdrdoctor list` shows them",
+            if args.only.is_empty() {
+                "(all)".to_string()
+            } else {
+                args.only.join(",")
+            },
+            args.skip.join(",")
+        ));
+    }
+    // The policy is read before the node, so that a broken policy file stops the run (exit 2).
+    let policy = match crate::source::policy::resolve(
+        args.policy.as_deref(),
+        args.no_policy,
+        args.sysroot.is_none(),
+    ) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let libs = if args.static_only {
+        Libraries::Skip
+    } else {
+        Libraries::Query
+    };
+    let live_opts = collect::live::Options {
+        cache: if args.no_cache {
+            collect::live::CacheMode::Off
+        } else {
+            collect::live::CacheMode::Use
+        },
+        state_dir: Some(args.state_dir.clone()),
+    };
+    let location = Location::from_args(args.sysroot.as_deref(), args.host_root.as_deref());
+    // The node as the run reads it: the files, the live libraries, `--nccl-version` applied.
+    // `--interval` reads it again after the interval, the same way.
+    let read_node = || -> Result<(Source, Node), String> {
+        let (src, mut node) = collect::load_node_with(location, libs, &live_opts)?;
+        collect::apply_nccl_version(&mut node, args.nccl_version.as_deref());
+        Ok((src, node))
+    };
+    let (src, mut node) = match read_node() {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    // Issue 17: a counter baseline (--interval, or the last run's state file). No counters
+    // check selected: no point waiting.
+    let counters_selected = CHECKS
+        .iter()
+        .any(|d| d.category() == "counters" && selection.wants(d));
+    let rate_opts = crate::state::counters::RateOptions {
+        interval: args.interval.filter(|_| counters_selected),
+        state_dir: (!args.no_state).then(|| args.state_dir.clone()),
+    };
+    let again = || read_node().map(|(_, n)| n);
+    let rates =
+        match crate::state::counters::Rates::start(src.origin, &mut node, &rate_opts, &again) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        };
+    let opts = RunOptions {
+        selection,
+        fail_on: args.out.fail_on(),
+        allow_incomplete: args.out.allow_incomplete,
+    };
+    let mut report =
+        crate::sys::trace::timed("checks", || gdrdoctor_checks::build_report(&node, &opts));
+    if let Some(l) = &policy {
+        let _t = crate::sys::trace::span("policy");
+        let cx = gdrdoctor_checks::policy::Context {
+            path: l.path.display().to_string(),
+            today: crate::sys::clock::today(),
+        };
+        gdrdoctor_checks::policy::apply(&mut report, &node, &l.policy, &cx, &opts);
+    }
+    report.timestamp = Some(crate::sys::clock::now_rfc3339());
+    crate::sys::trace::timed("state.save", || rates.finish(&node));
+    let _t = crate::sys::trace::span("render");
+    let code = deliver(&report, args.format, &args.out);
+    // The process ends here: the node and the report (plain data, tens of thousands of
+    // allocations on a big node) are not freed one by one first.
+    std::mem::forget(report);
+    std::mem::forget(node);
+    code
+}

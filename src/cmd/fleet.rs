@@ -1,0 +1,157 @@
+//! `gdrdoctor fleet REPORTS...`: many nodes' JSON reports rolled up into one view: checks x
+//! nodes with counts, the nodes failing each check, and drift (the odd node out).
+
+use crate::collect::fleet;
+use crate::output::{emit, write_output, EXIT_USAGE};
+use crate::render;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FleetFormat {
+    /// Checks x nodes, failing nodes, drift (default)
+    Table,
+    /// The roll-up as JSON (schema gdrdoctor.fleet/v1)
+    Json,
+    /// Prometheus text exposition (counts per check and status, drift per field)
+    Prometheus,
+    /// One self-contained HTML page (no network): a sortable, filterable heat map of checks x
+    /// nodes, the drift table, per node its findings, a link to its report and (--svg-dir) its
+    /// topology picture
+    Html,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = concat!(
+    "Drift: every inventory field (driver, firmware, kernel, cmdline, NCCL environment, BAR1, \
+link states, pci devices, gdr pairs) is compared across nodes; where a minority of nodes differs \
+from the majority, the odd nodes are named. A field with no majority value is shown as split.\n\n",
+    "Examples:\n",
+    "  srun -N64 --ntasks-per-node=1 --output='reports/%N.json' gdrdoctor check -f json\n",
+    "  gdrdoctor fleet reports/\n",
+    "  srun -N64 --ntasks-per-node=1 --label gdrdoctor check -f json | gdrdoctor fleet -\n",
+    "  gdrdoctor fleet reports/ -f prometheus -o /var/lib/node_exporter/textfile_collector/gdrdoctor_fleet.prom\n",
+    "  gdrdoctor fleet reports/ --ignore env.,pci. --allow-drift\n",
+    "  srun -N64 --ntasks-per-node=1 --output='svgs/%N.svg' gdrdoctor topo --format svg\n",
+    "  gdrdoctor fleet reports/ -f html --svg-dir svgs/ -o fleet.html   # open in a browser\n\n",
+    "Exit codes (fleet):\n",
+    "  0  no node failed and no drift\n",
+    "  1  a node failed (its report's exit code is 1), or drift (unless --allow-drift)\n",
+    "  2  gdrdoctor could not run (no report could be read at all, usage error)\n",
+    "  3  nothing failed, but some reports are unreadable or some nodes incomplete\n",
+    "     (unless --allow-incomplete)"
+))]
+pub struct Args {
+    /// JSON reports (`gdrdoctor check -f json`): files, directories (every *.json below them),
+    /// or - for stdin (one or more reports; `srun --label` output is split by task)
+    #[arg(required = true, value_name = "REPORTS")]
+    pub reports: Vec<PathBuf>,
+    /// Output format
+    #[arg(long, short = 'f', value_enum, default_value_t = FleetFormat::Table)]
+    pub format: FleetFormat,
+    /// Write the roll-up to FILE (atomically) instead of stdout; a device or FIFO is written
+    /// in place, `-` is stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Show drift, but do not let it make the exit code 1
+    #[arg(long)]
+    pub allow_drift: bool,
+    /// Exit 0 instead of 3 when some reports are unreadable or some nodes could not evaluate
+    /// every check
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Leave fields out of the drift analysis: names or prefixes as the drift table prints them
+    /// (e.g. cmdline.BOOT_IMAGE, env., pci.)
+    #[arg(long, value_delimiter = ',', value_name = "FIELD")]
+    pub ignore: Vec<String>,
+    /// Node names shown per row in the table (the JSON always lists every node)
+    #[arg(long, value_name = "N", default_value_t = 6)]
+    pub max_names: usize,
+    /// With --format html: a directory of topology pictures, `<node>.svg` as written by
+    /// `gdrdoctor topo --format svg` (node = hostname, or the report file's name without
+    /// .json), inlined in each node's section
+    #[arg(long, value_name = "DIR")]
+    pub svg_dir: Option<PathBuf>,
+}
+
+pub fn run(args: &Args) -> i32 {
+    if args.svg_dir.is_some() && args.format != FleetFormat::Html {
+        eprintln!("gdrdoctor: error: --svg-dir only applies to --format html");
+        return EXIT_USAGE;
+    }
+    if let Some(d) = &args.svg_dir {
+        if !d.is_dir() {
+            eprintln!(
+                "gdrdoctor: error: --svg-dir {}: not a directory",
+                d.display()
+            );
+            return EXIT_USAGE;
+        }
+    }
+    let (inputs, gather_bad) = match fleet::input::gather(&args.reports) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("gdrdoctor: error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let threads = gdrdoctor_checks::cpus();
+    let t0 = std::time::Instant::now();
+    let html = args.format == FleetFormat::Html;
+    let parts = fleet::digest_all(&inputs, &args.ignore, html, threads);
+    let reports = inputs.len() + gather_bad.len();
+    // Inputs that failed while listing go first, in argument order.
+    let bad: Vec<(u32, fleet::input::Unreadable)> =
+        gather_bad.into_iter().map(|u| (0, u)).collect();
+    let r = fleet::rollup::build(
+        parts,
+        bad,
+        reports,
+        &fleet::rollup::Options {
+            allow_drift: args.allow_drift,
+            allow_incomplete: args.allow_incomplete,
+        },
+    );
+    if r.summary.nodes == 0 {
+        for u in &r.unreadable {
+            eprintln!("gdrdoctor: {}: {}", u.input, u.error);
+        }
+        eprintln!("gdrdoctor: error: no report could be read");
+        return EXIT_USAGE;
+    }
+    let text = match args.format {
+        // Hostnames, messages and values come from the reports: shown, not obeyed.
+        FleetFormat::Table => {
+            render::sanitize::lines(&render::fleet::table(&r, args.max_names)).into_owned()
+        }
+        FleetFormat::Json => render::fleet::json(&r),
+        FleetFormat::Prometheus => render::fleet::prometheus(&r),
+        FleetFormat::Html => render::fleet_html::render(&render::fleet_page::page(
+            &r,
+            &render::fleet_page::Options {
+                output: args.output.as_deref(),
+                svg_dir: args.svg_dir.as_deref(),
+            },
+        )),
+    };
+    if std::env::var_os("GDRDOCTOR_FLEET_TIMING").is_some() {
+        eprintln!(
+            "gdrdoctor: fleet: {} report(s) on {threads} thread(s) in {:.0} ms",
+            reports,
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    match &args.output {
+        Some(p) => {
+            if let Err(e) = write_output(p, &text) {
+                eprintln!("gdrdoctor: error: {e}");
+                return EXIT_USAGE;
+            }
+        }
+        None => {
+            if !emit(&text) {
+                return EXIT_USAGE;
+            }
+        }
+    }
+    r.summary.exit_code
+}

@@ -1,0 +1,81 @@
+//! The flags every report command shares (`check`, `probe`, `watch`, `diagnose`), declared once
+//! and flattened into each command's arguments.
+
+use clap::{Args, ValueEnum};
+use gdrdoctor_checks::report::FailOn;
+use std::path::{Path, PathBuf};
+
+/// The exit-code contract of `check` and `probe`, as their `--help` ends.
+pub const EXIT_CODES: &str = "\
+Exit codes (check, probe):
+  0  nothing failed (warnings allowed unless --fail-on warn)
+  1  at least one check failed
+  2  gdrdoctor could not run (usage error, unreadable sysroot)
+  3  nothing failed, but some checks could not be evaluated (status error);
+     a CI gate must not read this as healthy unless it passes --allow-incomplete";
+
+/// Where the report goes, how it looks, and what makes the exit code 1 or 3.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Write the report to FILE instead of stdout: a regular file is replaced atomically (temp
+    /// file + rename), a device, FIFO or symlink (/dev/null, a named pipe) is written in place,
+    /// `-` is stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// When to color the table
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// The lowest status that makes the exit code 1
+    #[arg(long, value_enum, default_value_t = FailOnArg::Fail)]
+    pub fail_on: FailOnArg,
+    /// Exit 0 instead of 3 when some findings could not be evaluated (status error: not running
+    /// as root, no GPU or driver for a probe, an unreadable area or paste)
+    #[arg(long)]
+    pub allow_incomplete: bool,
+    /// Show evidence for passing (and skipped) findings too
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+}
+
+impl OutputArgs {
+    /// `-o FILE`, with `-o -` (stdout) as no file.
+    pub fn file(&self) -> Option<&Path> {
+        self.output.as_deref().filter(|p| p.as_os_str() != "-")
+    }
+
+    pub fn fail_on(&self) -> FailOn {
+        self.fail_on.into()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Color when stdout is a terminal, NO_COLOR is unset and TERM is not dumb
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailOnArg {
+    /// Exit 1 on warnings too
+    Warn,
+    /// Exit 1 only on failures (default)
+    Fail,
+}
+
+impl From<FailOnArg> for FailOn {
+    fn from(a: FailOnArg) -> FailOn {
+        match a {
+            FailOnArg::Warn => FailOn::Warn,
+            FailOnArg::Fail => FailOn::Fail,
+        }
+    }
+}
+
+/// `--nccl-version` (check, topo, diagnose): `2.28.9`, `2.28` or `v2.28.9-1`.
+pub fn parse_nccl_version(s: &str) -> Result<String, String> {
+    gdrdoctor_checks::nccl::Version::parse(s)
+        .map(|v| v.to_string())
+        .ok_or_else(|| format!("`{s}` is not an NCCL 2.x version (expected e.g. 2.28.9)"))
+}

@@ -1,0 +1,171 @@
+//! The one seam to the outside: standard output and `-o FILE` (every command writes through
+//! [`write_output`] or [`emit`]), colour, and the exit codes. A command renders with
+//! `crate::render` and hands the text here; nothing below this layer prints a report.
+
+pub mod args;
+
+use crate::render::{self, Style};
+use args::{ColorChoice, OutputArgs};
+use gdrdoctor_checks::report::{FailOn, Report};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+
+/// Exit code for "gdrdoctor could not run".
+pub const EXIT_USAGE: i32 = 2;
+
+/// Say why gdrdoctor could not run, on stderr, and return [`EXIT_USAGE`].
+pub fn fail(msg: impl std::fmt::Display) -> i32 {
+    // Error text can quote the node (an archive's entry names, a file's content).
+    eprintln!(
+        "gdrdoctor: error: {}",
+        render::sanitize::text(&msg.to_string())
+    );
+    EXIT_USAGE
+}
+
+/// Write to stdout; a closed pipe (`| head`) is not an error.
+pub fn emit(text: &str) -> bool {
+    emit_bytes(text.as_bytes())
+}
+
+/// [`emit`] for bytes (a PNG).
+pub fn emit_bytes(bytes: &[u8]) -> bool {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|_| out.flush()) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => true,
+        Err(e) => {
+            eprintln!("gdrdoctor: error: writing to stdout: {e}");
+            false
+        }
+    }
+}
+
+/// The one writer behind every `-o FILE` (check, probe, watch): `-` (and `/dev/stdout`,
+/// `/dev/fd/1`, `/proc/self/fd/1`) is stdout, written through the process's own descriptor so
+/// that `-o /dev/stdout >> log` appends; a path that does not exist or is a regular file is
+/// replaced atomically ([`crate::state::atomic::replace`]); anything else that exists (a device such as
+/// `/dev/null`, a FIFO, a socket, or a symlink) is written in place through `open(2)`, never
+/// replaced: as root, renaming over `/dev/null` would turn the device into a regular file.
+pub fn write_output(path: &Path, text: &str) -> Result<(), String> {
+    write_output_bytes(path, text.as_bytes())
+}
+
+/// [`write_output`] for bytes (a PNG).
+pub fn write_output_bytes(path: &Path, text: &[u8]) -> Result<(), String> {
+    let shown = path.display();
+    let as_str = path.to_str().unwrap_or("");
+    if matches!(
+        as_str,
+        "-" | "/dev/stdout" | "/dev/fd/1" | "/proc/self/fd/1"
+    ) {
+        return if emit_bytes(text) {
+            Ok(())
+        } else {
+            Err("writing to stdout failed".to_string())
+        };
+    }
+    if matches!(as_str, "/dev/stderr" | "/dev/fd/2" | "/proc/self/fd/2") {
+        let mut e = std::io::stderr().lock();
+        return e
+            .write_all(text)
+            .and_then(|_| e.flush())
+            .map_err(|e| format!("{shown}: {e}"));
+    }
+    let md = match std::fs::symlink_metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return crate::state::atomic::replace(path, text, crate::state::atomic::Kind::Output)
+        }
+        Err(e) => return Err(format!("{shown}: {e}")),
+    };
+    let ft = md.file_type();
+    if ft.is_file() {
+        return crate::state::atomic::replace(path, text, crate::state::atomic::Kind::Output);
+    }
+    if ft.is_dir() {
+        return Err(format!("{shown}: is a directory"));
+    }
+    // A device, a FIFO, a socket or a symlink: write through it. Truncate only what is (or
+    // links to) a regular file; a dangling link is not followed into a new file.
+    let target = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    if target.is_dir() {
+        return Err(format!("{shown}: is a directory"));
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(target.is_file())
+        .open(path)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    match f.write_all(text).and_then(|_| f.flush()) {
+        Ok(()) => Ok(()),
+        // A reader that went away (a FIFO's, `| head`) is not an error, as for stdout.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(format!("{shown}: {e}")),
+    }
+}
+
+/// Render a report as `--format` and the output flags say, write it ([`deliver_bytes`]), and
+/// return its exit code (or [`EXIT_USAGE`] when it could not be written).
+pub fn deliver(report: &Report, format: render::Format, out: &OutputArgs) -> i32 {
+    // `-o -` is stdout, laid out and coloured as stdout is.
+    let output = out.file();
+    let color = output.is_none() && color_enabled(out.color);
+    colored::control::set_override(color);
+    let style = Style {
+        color,
+        verbose: out.verbose,
+        warn_is_failure: out.fail_on() == FailOn::Warn,
+    };
+    let text = match (format, output) {
+        // A file is not the terminal: the fixed width, not the terminal's.
+        (render::Format::Table, Some(_)) => {
+            render::table::render_width(report, &style, crate::sys::term::DEFAULT_WIDTH)
+        }
+        _ => render::render(report, format, &style),
+    };
+    match deliver_bytes(text.as_bytes(), output, false) {
+        0 => report.summary.exit_code,
+        code => code,
+    }
+}
+
+/// `--color`: always, never, or auto (a terminal, and neither `NO_COLOR` nor `TERM=dumb`;
+/// `CLICOLOR_FORCE` forces it).
+pub fn color_enabled(choice: ColorChoice) -> bool {
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            if std::env::var("CLICOLOR_FORCE").is_ok_and(|v| !v.is_empty() && v != "0") {
+                return true;
+            }
+            let no_color = std::env::var("NO_COLOR").is_ok_and(|v| !v.is_empty());
+            let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+            std::io::stdout().is_terminal() && !no_color && !dumb
+        }
+    }
+}
+
+/// Write `out` to `output`, or to stdout (`-` or none); a `binary` (a PNG) is not written to a
+/// terminal. 0, or [`EXIT_USAGE`] with the reason on stderr.
+pub fn deliver_bytes(out: &[u8], output: Option<&Path>, binary: bool) -> i32 {
+    // `-o -` is stdout (and a png is still not written to a terminal).
+    match output.filter(|p| p.as_os_str() != "-") {
+        Some(p) => match write_output_bytes(p, out) {
+            Ok(()) => 0,
+            Err(e) => fail(e),
+        },
+        None if binary && std::io::stdout().is_terminal() => {
+            fail("not writing a png to a terminal: pass -o FILE (or redirect stdout to a file)")
+        }
+        None => {
+            let mut o = std::io::stdout().lock();
+            match o.write_all(out).and_then(|_| o.flush()) {
+                Ok(()) => 0,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+                Err(e) => fail(format!("writing to stdout: {e}")),
+            }
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! `gdrdoctor topo --nvidia-smi FILE`: a pasted matrix shown as the topo view
+//! (`gdrdoctor.topo-paste/v1`): NCCL's verdict per pair, the close NICs per GPU, the rails.
+
+use gdrdoctor_checks::paste::{report::DiagnoseReport, verdict::Gdr};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One pair of `topo --nvidia-smi --format json`.
+#[derive(Debug, Serialize)]
+pub struct TopoPastePair {
+    pub gpu: String,
+    pub nic: String,
+    /// The cell as nvidia-smi printed it (`?` when the paste does not hold it).
+    pub path: String,
+    /// The pair's own path is within NCCL's GDR threshold; null when the cell is unknown.
+    pub gdr_by_distance: Option<bool>,
+    /// NCCL's verdict: `on`, `off`, or `unknown` when the paste lacks what it needs.
+    pub gdr: Gdr,
+    /// Per direction, when decided.
+    pub send: Option<bool>,
+    pub receive: Option<bool>,
+    /// The NVLink peer that carries this GPU's sends to the NIC (PXN).
+    pub via: Option<String>,
+    pub reasons: Vec<String>,
+    /// What the verdict needs that the paste does not show.
+    pub unknown: Vec<String>,
+}
+
+/// `gdrdoctor topo --nvidia-smi FILE --format json` (`gdrdoctor.topo-paste/v1`).
+#[derive(Debug, Serialize)]
+pub struct TopoPaste {
+    pub schema: &'static str,
+    pub source: &'static str,
+    /// The matrix block (`b1`) and where it is.
+    pub block: String,
+    /// The threshold, where it came from, and whose rules.
+    pub gdr_level: String,
+    pub gdr_level_source: String,
+    pub nccl_rules: String,
+    pub notes: Vec<String>,
+    pub pairs: Vec<TopoPastePair>,
+    /// Per GPU whose row is readable: the NICs within the GDR distance.
+    pub close_nics: BTreeMap<String, Vec<String>>,
+    /// One line on the rails (balanced, uneven, asymmetric, none).
+    pub rails: String,
+    pub repairs: Vec<String>,
+    /// What in the matrix cannot be trusted (those cells have no verdict).
+    pub problems: Vec<String>,
+}
+
+pub fn build(r: &DiagnoseReport) -> Option<TopoPaste> {
+    let first = r.matrices.first()?;
+    let block = r.blocks.iter().find(|b| b.id == first.block)?;
+    let pairs: Vec<TopoPastePair> = r
+        .gdr
+        .iter()
+        .filter(|p| p.block == first.block)
+        .map(|p| TopoPastePair {
+            gpu: p.gpu.clone(),
+            nic: p.nic.clone(),
+            path: p.nvidia_smi.clone(),
+            gdr_by_distance: p.by_distance,
+            gdr: p.gdr,
+            send: p.send,
+            receive: p.receive,
+            via: p.via.clone(),
+            reasons: p.reasons.clone(),
+            unknown: p.unknown.clone(),
+        })
+        .collect();
+    let mut close: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for g in first.matrix.gpus() {
+        let row: Vec<&TopoPastePair> = pairs.iter().filter(|p| &p.gpu == g).collect();
+        let readable = !row.is_empty()
+            && (row.iter().all(|p| p.gdr_by_distance.is_some())
+                || row.iter().any(|p| p.gdr_by_distance == Some(true)));
+        if readable {
+            close.insert(
+                g.clone(),
+                row.iter()
+                    .filter(|p| p.gdr_by_distance == Some(true))
+                    .map(|p| p.nic.clone())
+                    .collect(),
+            );
+        }
+    }
+    let counts: Vec<usize> = close.values().map(Vec::len).collect();
+    let (min, max) = (
+        counts.iter().copied().min().unwrap_or(0),
+        counts.iter().copied().max().unwrap_or(0),
+    );
+    let within = format!("within {}", r.gdr_level);
+    let rails = if first.matrix.nics().is_empty() {
+        "no NIC columns in the matrix".to_string()
+    } else if close.is_empty() {
+        "no GPU row is readable".to_string()
+    } else if max == 0 {
+        format!(
+            "no GPU has a NIC {within}: NCCL uses GPUDirect RDMA from none of them on its own path"
+        )
+    } else if min == 0 {
+        let none: Vec<&str> = close
+            .iter()
+            .filter(|(_, v)| v.is_empty())
+            .map(|(g, _)| g.as_str())
+            .collect();
+        format!(
+            "asymmetric rails: {} have no NIC {within} while others have up to {max}",
+            none.join(", ")
+        )
+    } else if min != max {
+        format!("uneven rails: GPUs have between {min} and {max} close NICs")
+    } else {
+        format!("balanced: every GPU has {min} close NIC(s)")
+    };
+    Some(TopoPaste {
+        schema: "gdrdoctor.topo-paste/v1",
+        source: "evidence",
+        block: block.label(),
+        gdr_level: r.gdr_level.clone(),
+        gdr_level_source: r.gdr_level_source.clone(),
+        nccl_rules: r.nccl_rules.clone(),
+        notes: r.gdr_notes.clone(),
+        pairs,
+        close_nics: close,
+        rails,
+        repairs: block.repairs.clone(),
+        problems: block.problems.clone(),
+    })
+}
+
+/// The text view: the GPU x NIC verdicts, the rails, what was repaired and what is not trusted.
+pub fn text(r: &DiagnoseReport, t: &TopoPaste) -> String {
+    let mut o = super::paste_md::gdr_view(r);
+    o.push_str(&format!("rails: {}\n", t.rails));
+    for x in &t.repairs {
+        o.push_str(&format!("repaired: {x}\n"));
+    }
+    for x in &t.problems {
+        o.push_str(&format!("not trusted: {x}\n"));
+    }
+    o.push_str("A matrix alone does not show peer memory, dma-buf or port states; `gdrdoctor diagnose` reads the other pastes (lsmod, ibv_devinfo, NCCL logs) too.\n");
+    o
+}

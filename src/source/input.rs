@@ -1,0 +1,54 @@
+//! What the user hands gdrdoctor besides a node: pasted text (`diagnose`, `topo --nvidia-smi`),
+//! reports (`fleet`), a policy file; read with a bound, the file named in every error.
+
+use gdrdoctor_checks::paste::Input;
+use std::io::Read;
+use std::path::Path;
+
+/// Pastes larger than this are refused (a whole `lspci -vvvxxxx` of a big node is ~3 MiB).
+const MAX_INPUT: u64 = 64 << 20;
+
+/// Read at most `cap` bytes of `r`; more is an error naming `what`.
+pub fn read_capped(mut r: impl Read, cap: u64, what: &str) -> Result<Vec<u8>, String> {
+    let mut buf = Vec::new();
+    r.by_ref()
+        .take(cap + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("{what}: {e}"))?;
+    if buf.len() as u64 > cap {
+        return Err(format!("{what}: larger than {} MiB: not read", cap >> 20));
+    }
+    Ok(buf)
+}
+
+/// Read a file (or stdin for `-`) as text, invalid UTF-8 replaced.
+pub fn read_input(path: &Path) -> Result<Input, String> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin()
+            .take(MAX_INPUT + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("stdin: {e}"))?;
+    } else {
+        let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        f.take(MAX_INPUT + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if buf.len() as u64 > MAX_INPUT {
+        return Err(format!(
+            "{}: larger than {} MiB; paste the relevant command outputs only",
+            path.display(),
+            MAX_INPUT >> 20
+        ));
+    }
+    Ok(Input {
+        name: if path.as_os_str() == "-" {
+            "stdin".into()
+        } else {
+            path.display().to_string()
+        },
+        text: String::from_utf8_lossy(&buf).into_owned(),
+    })
+}
