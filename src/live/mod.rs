@@ -1,9 +1,9 @@
 //! The live libraries, loaded at run time and only ever called inside a worker process (so that
 //! a wedged driver cannot hang the parent): the CUDA driver API behind a safe layer
 //! ([`cuda`]), NVRTC ([`nvrtc`]), NVML ([`nvml`]), libibverbs and libmlx5 ([`verbs`]), the
-//! memory shared with a GPU ([`shared`]) and a few OS calls ([`os`]). Every `unsafe` of the
-//! probes' GPU and NIC work lives here. [`cache`] keeps the CUDA answers of `check` for the
-//! rest of the boot, so that most runs start no CUDA at all.
+//! memory shared with a GPU ([`shared`]), a few OS calls ([`os`]) and the termination signals
+//! ([`signals`]). Every `unsafe` of the probes' GPU and NIC work lives here. (The CUDA answers
+//! of `check` kept for the rest of the boot are state: `crate::state::cuda_cache`.)
 
 pub mod cuda;
 pub mod nccl;

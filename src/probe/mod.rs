@@ -13,11 +13,12 @@
 //!   reports.
 //!
 //! Shared pieces: [`args`] (options several probes take), [`common`] (no-GPU refusal, worker
-//! start, health check, findings for a run that went wrong), [`protocol`] (the typed, versioned
-//! parent-worker protocol), [`runner`] (parent side of a worker) and [`worker`] (child side),
-//! [`kernels`] (NVRTC or carried PTX). Dependencies point one way: this registry uses the
-//! probe folders, the folders use the shared pieces, the shared pieces use neither (the worker
-//! reads the task table from the registry); see docs/architecture.md.
+//! start, health check, findings for a run that went wrong), [`kernels`] (NVRTC or carried PTX);
+//! the typed, versioned parent-worker protocol and both sides of a worker are the layer below,
+//! `crate::worker`, shared with the collectors. Dependencies point one way: this registry uses
+//! the probe folders, the folders use the shared pieces, the shared pieces use neither (the
+//! worker child gets the task table, [`worker_task`], from the lobby); see
+//! docs/architecture.md.
 
 pub mod args;
 pub mod common;
@@ -179,7 +180,7 @@ pub static PROBES: &[ProbeDef] = &[
 ];
 
 /// Everything `gdrdoctor probe` takes about probes: the shared options and the matches from
-/// which each registered probe builds its plan (`src/cli.rs` flattens it and knows no probe
+/// which each registered probe builds its plan (`cmd::probe` flattens it and knows no probe
 /// option).
 #[derive(Debug, Clone)]
 pub struct ProbeOptions {
