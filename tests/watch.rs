@@ -533,3 +533,140 @@ fn the_help_teaches_and_explain_knows_the_ids() {
         assert!(out.contains(id));
     }
 }
+
+/// A job started with `EMU_LATE_MAGIC_MS`: its area exists with a zero magic (the job is inside
+/// `gdrdoctor_progress_init`) until `late_ms` have passed. Returned as soon as the area exists.
+fn job_initialising(scenario: &str, run_ms: u64, late_ms: u64) -> Job {
+    let mut child = Command::new(emu_exe())
+        .args([scenario, &run_ms.to_string()])
+        .env("EMU_LATE_MAGIC_MS", late_ms.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let path = PathBuf::from(
+        line.trim()
+            .strip_prefix("INIT ")
+            .unwrap_or_else(|| panic!("emulator said {line:?}")),
+    );
+    // Keep reading its stdout (READY, done) so that it never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while out.read_line(&mut sink).is_ok_and(|n| n > 0) {}
+    });
+    let pid = child.id();
+    Job { child, path, pid }
+}
+
+#[test]
+fn watch_started_with_the_job_waits_for_its_area_to_be_initialised() {
+    // `watch --pid $!` as a user types it: the area exists before its magic (written last).
+    let j = job_initialising("spin-stall", 8000, 700);
+    let t0 = Instant::now();
+    let pid = j.pid.to_string();
+    let (code, v, err) = watch(&["--pid", &pid, "--threshold", "300", "--duration", "3"]);
+    assert_eq!(
+        code, 1,
+        "the stall is found once the area is ready: {v}\n{err}"
+    );
+    assert!(err.contains("still initialising"), "{err}");
+    let eps = episodes(&v);
+    assert_eq!(eps.len(), 1, "{v}");
+    assert_eq!(eps[0]["waiter"]["class"], "spin-stall", "{v}");
+    assert!(t0.elapsed() < Duration::from_secs(8));
+    assert!(
+        findings(&v, "watch.area")
+            .iter()
+            .all(|f| f["status"] != "error"),
+        "an area that was initialising is not damaged: {v}"
+    );
+}
+
+#[test]
+fn once_on_an_area_still_initialising_says_so_and_is_not_healthy() {
+    let j = job_initialising("healthy", 8000, 6000);
+    let pid = j.pid.to_string();
+    let (code, v, _) = watch(&["--pid", &pid, "--once", "-q"]);
+    assert_eq!(code, 3, "{v}");
+    let a = findings(&v, "watch.area");
+    assert_eq!(a.len(), 1, "{v}");
+    assert_eq!(a[0]["status"], "error");
+    let msg = a[0]["message"].as_str().unwrap();
+    assert!(msg.contains("still initialising"), "{msg}");
+    assert!(
+        !msg.contains("bad magic") && !msg.contains("damaged"),
+        "{msg}"
+    );
+    assert!(a[0]["remediation"]
+        .as_str()
+        .unwrap()
+        .contains("again in a moment"));
+}
+
+#[test]
+fn an_area_claiming_more_records_than_watch_reads_is_refused_unread() {
+    let j = job("spin-stall", 0);
+    let h = w::parse_header(&std::fs::read(&j.path).unwrap(), u64::MAX).unwrap();
+    let n = gdrdoctor::collect::watch::MAX_READ_RECORDS + 1;
+    let size = u64::from(h.record_offset) + u64::from(n) * w::RECORD_SIZE as u64;
+    let (dir, p) = damaged(&j, j.pid, |b: &mut Vec<u8>| {
+        b[56..64].copy_from_slice(&size.to_le_bytes());
+        b[112..116].copy_from_slice(&n.to_le_bytes());
+        b[116..120].copy_from_slice(&n.to_le_bytes());
+    });
+    // Sparse: the records the header claims are there, as zeros, without costing disk.
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.set_len(size).unwrap();
+    drop(f);
+    let t0 = Instant::now();
+    let (code, v, _) = watch(&[
+        "--all",
+        "--once",
+        "-q",
+        "--shm-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{v}");
+    let msg = findings(&v, "watch.area")[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains(&format!("claims {n} records")), "{msg}");
+    assert!(findings(&v, "watch.stall").is_empty(), "{v}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "not read: {:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn an_area_owned_by_another_user_than_the_job_is_not_read() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP an_area_owned_by_another_user_than_the_job_is_not_read: needs root to chown a copy");
+        return;
+    }
+    let j = job("spin-stall", 0);
+    let (dir, p) = damaged(&j, j.pid, |_: &mut Vec<u8>| {});
+    std::os::unix::fs::chown(&p, Some(54321), None).unwrap();
+    let (code, v, _) = watch(&[
+        "--all",
+        "--once",
+        "-q",
+        "--shm-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{v}");
+    let msg = findings(&v, "watch.area")[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("owned by uid 54321"), "{msg}");
+    assert!(
+        findings(&v, "watch.stall").is_empty(),
+        "a planted area reports no stall: {v}"
+    );
+}

@@ -7,6 +7,10 @@
  * Usage: watch_emu SCENARIO RUN_MS
  * Prints "READY <area path>" once the records are in place, runs RUN_MS (0: until killed),
  * then cleans the area up and exits 0.
+ *
+ * EMU_LATE_MAGIC_MS=N: play a job inside gdrdoctor_progress_init, which writes the magic last:
+ * the area exists with a zero magic ("INIT <area path>" is printed) for N ms before the magic
+ * appears and READY is printed.
  */
 #define _GNU_SOURCE
 #define GDRDOCTOR_PROGRESS_NO_CUDA
@@ -79,6 +83,13 @@ int main(int argc, char** argv) {
         return 2;
     }
     gdrdoctor_area_header* h = (gdrdoctor_area_header*)P.host;
+    const char* late = getenv("EMU_LATE_MAGIC_MS");
+    unsigned long long magic = h->magic;
+    if (late) {
+        __atomic_store_n(&h->magic, 0ull, __ATOMIC_RELEASE);
+        printf("INIT %s\n", P.path);
+        fflush(stdout);
+    }
     /* %globaltimer here is CLOCK_REALTIME: calibrated, offset 0. */
     h->gt_offset_ns = 0;
     h->gt_calib_err_ns = 0;
@@ -164,14 +175,25 @@ int main(int argc, char** argv) {
         publish(waiter, GDRDOCTOR_PH_WAITING, cmp, site, addr, want, seen, t0, beating ? now_ns() : t0);
         beaters[nb++] = waiter;
     }
-    printf("READY %s\n", P.path);
-    fflush(stdout);
+    /* With EMU_LATE_MAGIC_MS the magic (and READY) come from the loop below, which keeps the
+     * heartbeats going meanwhile, as a job's kernels would. */
+    unsigned long long magic_at = now_ns() + (late ? (unsigned long long)atol(late) * 1000000ull : 0);
+    if (!late) {
+        printf("READY %s\n", P.path);
+        fflush(stdout);
+    }
     unsigned long long start = now_ns();
     unsigned iter = 0;
     int aborted = 0;
     while (run_ms == 0 || now_ns() - start < (unsigned long long)run_ms * 1000000ull) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
+        if (late && now_ns() >= magic_at) {
+            __atomic_store_n(&h->magic, magic, __ATOMIC_RELEASE);
+            printf("READY %s\n", P.path);
+            fflush(stdout);
+            late = NULL;
+        }
         if (healthy) {
             /* Short waits that complete: PROGRESS with a moving iter and fresh times. */
             unsigned long long t = now_ns();

@@ -1198,6 +1198,21 @@ pub fn findings(a: &AreaReport) -> Vec<Finding> {
     };
     let Some(h) = &a.header else {
         let err = a.error.clone().unwrap_or_else(|| "unreadable".into());
+        if err.starts_with("still initialising") {
+            // Not damaged: the job has not finished `gdrdoctor_progress_init` (the magic is
+            // written last). Still no verdict on its waits: an error, never a pass.
+            out.push(
+                Finding::new(
+                    "watch.area",
+                    Status::Error,
+                    &a.path,
+                    format!("{}: {err}", a.path),
+                )
+                .evidence(&a.path, err)
+                .fix("the job is still starting: run watch again in a moment, or without --once (live mode waits up to 10 s for an area to be initialised)"),
+            );
+            return out;
+        }
         out.push(
             Finding::new(
                 "watch.area",

@@ -39,6 +39,21 @@ pub struct Options {
 /// Retries of a record whose two reads disagree (a writer in the middle of an update).
 const RETRIES: usize = 16;
 
+/// The most records watch reads from one area in one poll (one per waiting warp: an H200 runs
+/// 8,448 warps at full occupancy, so this is 31 such kernels). An area that claims more is
+/// refused, not read: a planted sparse file must not cost gigabytes.
+pub const MAX_READ_RECORDS: u32 = 1 << 18;
+
+/// Records read per pread (twice each, for a consistent copy): what one poll holds of the file
+/// at a time.
+const CHUNK_RECORDS: usize = 4096;
+
+/// How long live mode waits for an area that exists but is still being initialised (the job
+/// is inside `gdrdoctor_progress_init`, which writes the magic last); `--once` waits
+/// [`INIT_WAIT_ONCE`].
+const INIT_WAIT: Duration = Duration::from_secs(10);
+const INIT_WAIT_ONCE: Duration = Duration::from_secs(1);
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -105,6 +120,27 @@ pub fn process_state(pid: u32, start_ticks: u64) -> &'static str {
     }
 }
 
+/// Whether the area at `path` belongs to the job whose pid its name carries: the file's owner
+/// is the process's. An area of a running job owned by another user is not that job's (a
+/// planted file must not report a stall in someone else's job): refused, with both uids. A
+/// job that is gone is judged as a leftover, not here.
+fn owner_check(path: &Path, pid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(proc) = std::fs::metadata(format!("/proc/{pid}")) else {
+        return Ok(());
+    };
+    let file = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if file.uid() != proc.uid() {
+        return Err(format!(
+            "{}: owned by uid {}, but pid {pid} runs as uid {}: not that job's area (not read)",
+            path.display(),
+            file.uid(),
+            proc.uid()
+        ));
+    }
+    Ok(())
+}
+
 /// One consistent read of an area.
 struct Snapshot {
     header: Header,
@@ -122,6 +158,20 @@ fn read_exact_at(f: &File, off: u64, len: u64, path: &Path) -> Result<Vec<u8>, S
     Ok(buf)
 }
 
+/// Why an area could not be read: it is still being initialised (no magic yet, or not yet sized
+/// to its header), or it is damaged, foreign or unreadable.
+#[derive(Debug)]
+enum ReadFail {
+    Initialising(String),
+    Bad(String),
+}
+
+impl From<String> for ReadFail {
+    fn from(e: String) -> ReadFail {
+        ReadFail::Bad(e)
+    }
+}
+
 fn open_area(path: &Path) -> Result<(File, u64), String> {
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -137,13 +187,35 @@ fn open_area(path: &Path) -> Result<(File, u64), String> {
     Ok((f, md.len()))
 }
 
-/// Read an area: header, tables, words, and each record in use twice (retrying a record whose
-/// copies differ or whose seqlock is odd, at most RETRIES times; then it is `None`).
-fn read_area(path: &Path) -> Result<Snapshot, String> {
+/// Read an area: header, tables, words, and each record in use twice, a chunk at a time
+/// (retrying a record whose copies differ or whose seqlock is odd, at most RETRIES times; then
+/// it is `None`).
+fn read_area(path: &Path) -> Result<Snapshot, ReadFail> {
     let (f, len) = open_area(path)?;
     let need = (w::CONTROL_OFFSET + w::CONTROL_SIZE) as u64;
+    // `gdrdoctor_progress_init` sizes the file, fills the header and writes the magic last:
+    // a file shorter than its magic, or a zero magic, is an area being initialised.
+    if len < 8 {
+        return Err(ReadFail::Initialising(format!(
+            "{}: {len} bytes, not yet sized",
+            path.display()
+        )));
+    }
     let head = read_exact_at(&f, 0, need.min(len), path)?;
+    if head.get(..8).is_some_and(|m| m.iter().all(|&b| b == 0)) {
+        return Err(ReadFail::Initialising(format!(
+            "{}: no magic yet",
+            path.display()
+        )));
+    }
     let header = w::parse_header(&head, len)?;
+    if header.records_used > MAX_READ_RECORDS {
+        return Err(ReadFail::Bad(format!(
+            "{}: claims {} records in use; watch reads at most {MAX_READ_RECORDS} per area (one per waiting warp): not read",
+            path.display(),
+            header.records_used
+        )));
+    }
     let (s0, s1) = header.sites_range();
     let sites = w::parse_sites(&header, &read_exact_at(&f, s0, s1 - s0, path)?);
     let (k0, k1) = header.kernels_range();
@@ -151,31 +223,35 @@ fn read_area(path: &Path) -> Result<Snapshot, String> {
     let (w0, w1) = header.words_range();
     let words = read_exact_at(&f, w0, w1 - w0, path)?;
     let (r0, r1) = header.records_range();
-    let a = read_exact_at(&f, r0, r1 - r0, path)?;
-    let b = read_exact_at(&f, r0, r1 - r0, path)?;
-    let mut records = Vec::with_capacity(a.len() / w::RECORD_SIZE);
+    let total = ((r1 - r0) / w::RECORD_SIZE as u64) as usize;
+    let mut records = Vec::with_capacity(total);
     let mut problems = Vec::new();
-    for (i, (ca, cb)) in a
-        .chunks(w::RECORD_SIZE)
-        .zip(b.chunks(w::RECORD_SIZE))
-        .enumerate()
-    {
-        let mut got = w::stable(ca, cb).then(|| w::decode_record(i as u32, ca));
-        let off = r0 + (i * w::RECORD_SIZE) as u64;
-        let mut tries = 0;
-        while got.is_none() && tries < RETRIES {
-            tries += 1;
-            std::thread::yield_now();
-            let x = read_exact_at(&f, off, w::RECORD_SIZE as u64, path)?;
-            let y = read_exact_at(&f, off, w::RECORD_SIZE as u64, path)?;
-            got = w::stable(&x, &y).then(|| w::decode_record(i as u32, &x));
-        }
-        if let Some(r) = &got {
-            if let Some(p) = w::record_problem(r, &kernels) {
-                problems.push(p);
+    let chunk_bytes = (CHUNK_RECORDS * w::RECORD_SIZE) as u64;
+    let mut c0 = r0;
+    while c0 < r1 {
+        let c1 = (c0 + chunk_bytes).min(r1);
+        let a = read_exact_at(&f, c0, c1 - c0, path)?;
+        let b = read_exact_at(&f, c0, c1 - c0, path)?;
+        for (ca, cb) in a.chunks(w::RECORD_SIZE).zip(b.chunks(w::RECORD_SIZE)) {
+            let i = records.len();
+            let mut got = w::stable(ca, cb).then(|| w::decode_record(i as u32, ca));
+            let off = r0 + (i * w::RECORD_SIZE) as u64;
+            let mut tries = 0;
+            while got.is_none() && tries < RETRIES {
+                tries += 1;
+                std::thread::yield_now();
+                let x = read_exact_at(&f, off, w::RECORD_SIZE as u64, path)?;
+                let y = read_exact_at(&f, off, w::RECORD_SIZE as u64, path)?;
+                got = w::stable(&x, &y).then(|| w::decode_record(i as u32, &x));
             }
+            if let Some(r) = &got {
+                if let Some(p) = w::record_problem(r, &kernels) {
+                    problems.push(p);
+                }
+            }
+            records.push(got);
         }
-        records.push(got);
+        c0 = c1;
     }
     Ok(Snapshot {
         header,
@@ -209,6 +285,10 @@ struct Watched {
     done: bool,
     ever_read: bool,
     aborted: bool,
+    /// When the area was first found (an initialising area is waited for from then).
+    found: Instant,
+    /// The "still initialising" note was printed.
+    init_noted: bool,
 }
 
 impl Watched {
@@ -228,6 +308,8 @@ impl Watched {
             done: false,
             ever_read: false,
             aborted: false,
+            found: Instant::now(),
+            init_noted: false,
         }
     }
 
@@ -243,7 +325,11 @@ impl Watched {
         let now_mono = start.elapsed().as_nanos() as u64;
         let snap = match read_area(&self.path) {
             Ok(s) => s,
-            Err(e) => {
+            Err(ReadFail::Initialising(why)) if !self.ever_read => {
+                self.initialising(o, &why);
+                return Vec::new();
+            }
+            Err(ReadFail::Initialising(e) | ReadFail::Bad(e)) => {
                 if self.ever_read && !self.path.exists() {
                     // The job removed its area (gdrdoctor_progress_cleanup): it is over, even
                     // while its process is still on the way out (asking /proc now raced with
@@ -269,6 +355,14 @@ impl Watched {
             self.rep.header = None;
             self.done = true;
             return Vec::new();
+        }
+        if !self.ever_read {
+            if let Err(e) = owner_check(&self.path, self.name_pid) {
+                self.rep.error = Some(e);
+                self.rep.header = None;
+                self.done = true;
+                return Vec::new();
+            }
         }
         if let Some(p) = snap.problems.first() {
             self.rep.error = Some(format!(
@@ -413,6 +507,40 @@ impl Watched {
         new
     }
 
+    /// An area the job has created but not finished initialising: wait for it (live mode up to
+    /// [`INIT_WAIT`], `--once` up to [`INIT_WAIT_ONCE`]) while its process runs; then it is an
+    /// error that says so, never a healthy job and never "damaged".
+    fn initialising(&mut self, o: &Options, why: &str) {
+        let limit = if o.once { INIT_WAIT_ONCE } else { INIT_WAIT };
+        if process_state(self.name_pid, 0) != "running" {
+            self.rep.error = Some(format!(
+                "{why}: pid {} is gone and never finished initialising its area",
+                self.name_pid
+            ));
+            self.done = true;
+        } else if self.found.elapsed() >= limit {
+            self.rep.error = Some(format!(
+                "still initialising after {:.1} s: {why} (gdrdoctor_progress_init writes the magic last){}",
+                self.found.elapsed().as_secs_f64(),
+                if o.once {
+                    "; run watch again in a moment, or without --once to wait for it"
+                } else {
+                    ""
+                }
+            ));
+            self.done = true;
+        } else if !self.init_noted && !o.quiet {
+            self.init_noted = true;
+            eprintln!(
+                "{}",
+                crate::sys::escape::text(&format!(
+                    "gdrdoctor watch: {}: still initialising ({why}); waiting for gdrdoctor_progress_init",
+                    self.rep.path
+                ))
+            );
+        }
+    }
+
     fn finish_process(&mut self, state: &str) {
         self.rep.process = match state {
             "running" => "running".into(),
@@ -550,7 +678,8 @@ pub fn run(o: &Options) -> Result<Vec<AreaReport>, String> {
         polls += 1;
         let stop = STOP.load(Ordering::SeqCst);
         let timed_out = o.duration.is_some_and(|d| start.elapsed() >= d);
-        if o.once && polls >= 3 {
+        let initialising = areas.iter().any(|a| !a.done && !a.ever_read);
+        if o.once && polls >= 3 && !initialising {
             break;
         }
         if stop || timed_out {
