@@ -18,6 +18,9 @@ pub fn main() -> i32 {
     crate::sys::trace::init();
     let code = run();
     crate::sys::trace::flush();
+    // The answer is out; reap the workers still exiting (the driver's teardown), so that none
+    // is left to a PID 1 that never reaps (a container's plain entry point).
+    crate::worker::runner::reap_left();
     code
 }
 

@@ -70,6 +70,25 @@ pub fn close_stdio() {
     }
 }
 
+/// `waitpid(pid, WNOHANG)`: whether the child `pid` is gone (reaped now, or not our child any
+/// more). Async-signal-safe.
+pub fn reap_nohang(pid: i32) -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid writes only the status int we pass; it is async-signal-safe.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    r == pid || r < 0
+}
+
+/// Sleep `ms` milliseconds with `nanosleep` (async-signal-safe; an interruption ends it early).
+pub fn sleep_ms_signal_safe(ms: u32) {
+    let ts = libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) as libc::c_long) * 1_000_000,
+    };
+    // SAFETY: nanosleep reads the timespec we pass and may write nothing (null remainder).
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
 /// `_exit(code)`: leave now, without destructors or atexit handlers. Async-signal-safe.
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit has no preconditions and does not return.

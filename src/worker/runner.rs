@@ -343,9 +343,13 @@ pub fn run_with(
                     };
                 }
                 Ok(None) => {
-                    if leave && out_eof.load(Ordering::SeqCst) && err_eof.load(Ordering::SeqCst) {
-                        // Its whole output is in; the process is on its way out (reaped when
-                        // gdrdoctor exits; it dies with gdrdoctor in any case).
+                    if leave
+                        && out_eof.load(Ordering::SeqCst)
+                        && err_eof.load(Ordering::SeqCst)
+                        && crate::live::signals::leave(pid)
+                    {
+                        // Its whole output is in; the process is on its way out: reaped
+                        // before gdrdoctor exits (`reap_left`), not waited for now.
                         untrack(pid);
                         return Outcome::Left;
                     }
@@ -396,6 +400,22 @@ pub fn run_with(
         stderr,
         elapsed,
     })
+}
+
+/// How long gdrdoctor waits, at its end, for the workers it left exiting.
+pub const REAP_BOUND: Duration = Duration::from_secs(2);
+
+/// Before the process exits: reap the workers whose answer was read but whose exit was not
+/// waited for ([`Outcome::Left`]). Standard output and error are closed first, so that whoever
+/// reads them (a pipe, `$(...)`) has the whole answer without waiting for the teardown.
+pub fn reap_left() {
+    if !crate::live::signals::any_left() {
+        return;
+    }
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    os::close_stdio();
+    crate::live::signals::reap_left(REAP_BOUND);
 }
 
 /// A result line: a reply of this protocol, for this task.
