@@ -43,12 +43,13 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// A node's snapshot is a few MiB in a few thousand entries (the 8-GPU fixtures: about
-    /// 1,200 entries, 2 MiB); a compressed bomb of 1 MB would otherwise unpack to 1 GiB. No file
-    /// a snapshot holds is larger than the reader reads ([`crate::source::reader::MAX_FILE`]).
+    /// A node's snapshot is a few MiB in a few thousand entries (the 8-GPU, 8-NIC fixtures:
+    /// 1,700-1,750 entries, 2 MiB); a compressed bomb of 1 MB would otherwise unpack to 1 GiB.
+    /// 50,000 entries is thirty such nodes. No file a snapshot holds is larger than the reader
+    /// reads ([`crate::source::reader::MAX_FILE`]).
     pub const SNAPSHOT: Limits = Limits {
         bytes: 256 << 20,
-        entries: 200_000,
+        entries: 50_000,
         file: crate::source::reader::MAX_FILE,
     };
 }
@@ -135,16 +136,99 @@ fn remove_tree(dir: &Path) {
 /// FIFOs or sparse files), every path inside the tree. Any refusal or read error removes what
 /// was unpacked.
 pub fn unpack(archive: &Path) -> Result<TempTree, SnapshotError> {
-    let f = std::fs::File::open(archive)
+    let open = || {
+        std::fs::File::open(archive)
+            .map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))
+    };
+    // Every limit is checked on the whole archive before anything is written: a refusal costs
+    // a read of the archive, not the unpacking of what came before the entry that broke it.
+    check_limits(open()?, &Limits::SNAPSHOT)
         .map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
+    let f = open()?;
     let tree = TempTree::new("gdrdoctor-sysroot-")?;
     unpack_into(f, tree.path(), &Limits::SNAPSHOT)
         .map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
     Ok(tree)
 }
 
+/// One entry's verdict under `limits`: the running totals updated, or why the archive is
+/// refused (naming the entry).
+fn admit(
+    kind: tar::EntryType,
+    size: u64,
+    shown: &str,
+    bytes: &mut u64,
+    count: &mut usize,
+    limits: &Limits,
+) -> Result<(), String> {
+    use tar::EntryType;
+    *count += 1;
+    if *count > limits.entries {
+        return Err(format!(
+            "more than {} entries: not a gdrdoctor snapshot (refused)",
+            limits.entries
+        ));
+    }
+    match kind {
+        EntryType::Regular | EntryType::Continuous => {
+            if size > limits.file {
+                return Err(format!(
+                    "{shown}: {size} bytes, more than any file a snapshot holds ({} bytes)",
+                    limits.file
+                ));
+            }
+            *bytes = bytes.saturating_add(size);
+            if *bytes > limits.bytes {
+                return Err(format!(
+                    "more than {} bytes unpacked: not a gdrdoctor snapshot (refused)",
+                    limits.bytes
+                ));
+            }
+            Ok(())
+        }
+        EntryType::Directory | EntryType::Symlink => Ok(()),
+        // pax and GNU long-name headers are consumed by the reader; anything else (hard
+        // links, devices, FIFOs, sparse files) has no place in a snapshot.
+        other => Err(format!(
+            "{shown}: {other:?} entry: a snapshot holds only files, directories and symlinks"
+        )),
+    }
+}
+
+/// The size a regular file's header gives (0 for any other entry: its size field is not read).
+fn entry_size<R: std::io::Read>(entry: &tar::Entry<R>, shown: &str) -> Result<u64, String> {
+    match entry.header().entry_type() {
+        tar::EntryType::Regular | tar::EntryType::Continuous => {
+            entry.header().size().map_err(|e| format!("{shown}: {e}"))
+        }
+        _ => Ok(0),
+    }
+}
+
+/// Read the whole gzip-compressed tar from `input` and hold every entry to `limits`, writing
+/// nothing (the first pass of [`unpack`]).
+pub fn check_limits(input: impl std::io::Read, limits: &Limits) -> Result<(), String> {
+    let mut a = tar::Archive::new(flate2::read::GzDecoder::new(input));
+    let (mut bytes, mut count) = (0u64, 0usize);
+    for entry in a.entries().map_err(|e| e.to_string())? {
+        let entry = entry.map_err(|e| e.to_string())?;
+        let shown = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let size = entry_size(&entry, &shown)?;
+        admit(
+            entry.header().entry_type(),
+            size,
+            &shown,
+            &mut bytes,
+            &mut count,
+            limits,
+        )?;
+    }
+    Ok(())
+}
+
 /// Unpack the gzip-compressed tar from `input` into the existing directory `dir`, within
-/// `limits` (see [`unpack`]).
+/// `limits` (see [`unpack`], which checks them all first; here they hold again entry by
+/// entry, for a caller that streams).
 pub fn unpack_into(input: impl std::io::Read, dir: &Path, limits: &Limits) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     use tar::EntryType;
@@ -157,41 +241,10 @@ pub fn unpack_into(input: impl std::io::Read, dir: &Path, limits: &Limits) -> Re
     let entries = a.entries().map_err(|e| e.to_string())?;
     for entry in entries {
         let mut entry = entry.map_err(|e| e.to_string())?;
-        count += 1;
-        if count > limits.entries {
-            return Err(format!(
-                "more than {} entries: not a gdrdoctor snapshot (refused)",
-                limits.entries
-            ));
-        }
         let kind = entry.header().entry_type();
         let shown = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        match kind {
-            EntryType::Regular | EntryType::Continuous => {
-                let size = entry.header().size().map_err(|e| format!("{shown}: {e}"))?;
-                if size > limits.file {
-                    return Err(format!(
-                        "{shown}: {size} bytes, more than any file a snapshot holds ({} bytes)",
-                        limits.file
-                    ));
-                }
-                bytes = bytes.saturating_add(size);
-                if bytes > limits.bytes {
-                    return Err(format!(
-                        "more than {} bytes unpacked: not a gdrdoctor snapshot (refused)",
-                        limits.bytes
-                    ));
-                }
-            }
-            EntryType::Directory | EntryType::Symlink => {}
-            // pax and GNU long-name headers are consumed by the reader; anything else
-            // (hard links, devices, FIFOs, sparse files) has no place in a snapshot.
-            other => {
-                return Err(format!(
-                "{shown}: {other:?} entry: a snapshot holds only files, directories and symlinks"
-            ))
-            }
-        }
+        let size = entry_size(&entry, &shown)?;
+        admit(kind, size, &shown, &mut bytes, &mut count, limits)?;
         // `unpack_in` refuses entries that would land outside `dir` (`..`, absolute paths,
         // through a symlink unpacked earlier).
         let inside = entry.unpack_in(dir).map_err(|e| format!("{shown}: {e}"))?;
