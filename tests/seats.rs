@@ -289,6 +289,10 @@ fn daemonset_script_runs_against_a_host_root() {
                 &policy_file.display().to_string(),
             )
             .replace("/host", &host.display().to_string())
+            .replace(
+                "/run/gdrdoctor",
+                &t.path().join(format!("state-{sc}")).display().to_string(),
+            )
             .replace("gdrdoctor check", &format!("{} check", bin()));
         assert_ne!(once, script);
         let out = Command::new("sh")
@@ -310,4 +314,80 @@ fn daemonset_script_runs_against_a_host_root() {
             "the ConfigMap's policy was applied: {prom}"
         );
     }
+}
+
+/// Every seat keeps its own counter baseline: two consumers on one node (the Slurm health check
+/// and a Prometheus timer, or the DaemonSet's two runs) must each see every counter that grew
+/// since their own last run, which one shared state file cannot give.
+#[test]
+fn every_seat_keeps_its_own_counter_baseline() {
+    let read = |f: &str| std::fs::read_to_string(repo().join(f)).unwrap();
+    let dirs_after_flag = |text: &str| -> Vec<String> {
+        let words: Vec<&str> = text
+            .split(|c: char| c.is_whitespace() || c == '"' || c == ',')
+            .filter(|w| !w.is_empty())
+            .collect();
+        words
+            .windows(2)
+            .filter(|w| w[0] == "--state-dir")
+            .map(|w| w[1].to_string())
+            .collect()
+    };
+    let mut dirs = Vec::new();
+    let ds = dirs_after_flag(&read("contrib/kubernetes/gdrdoctor-daemonset.yaml"));
+    assert_eq!(ds.len(), 2, "the DaemonSet's two runs: {ds:?}");
+    dirs.extend(ds);
+    for f in [
+        "contrib/node-problem-detector/gdrdoctor-plugin-monitor.json",
+        "contrib/prometheus/gdrdoctor-textfile.service",
+    ] {
+        let d = dirs_after_flag(&read(f));
+        assert_eq!(d.len(), 1, "{f}: {d:?}");
+        dirs.extend(d);
+    }
+    let slurm = read("contrib/slurm/gdrdoctor-healthcheck");
+    let line = slurm
+        .lines()
+        .find(|l| l.starts_with("GDRDOCTOR_STATE_DIR=${GDRDOCTOR_STATE_DIR:-"))
+        .expect("the Slurm seat sets its state directory");
+    dirs.push(
+        line.trim_start_matches("GDRDOCTOR_STATE_DIR=${GDRDOCTOR_STATE_DIR:-")
+            .trim_end_matches('}')
+            .to_string(),
+    );
+    assert!(slurm.contains("export GDRDOCTOR_STATE_DIR"));
+    let mut unique = dirs.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        dirs.len(),
+        "shared state directories: {dirs:?}"
+    );
+    for d in &dirs {
+        assert!(
+            d.starts_with("/run/gdrdoctor/") && d != gdrdoctor::state::DEFAULT_DIR,
+            "{d}: not a seat's own directory under /run/gdrdoctor"
+        );
+    }
+    // The DaemonSet's directory is writable in a read-only root: a hostPath volume mounted there.
+    let yaml = read("contrib/kubernetes/gdrdoctor-daemonset.yaml");
+    assert!(yaml.contains("mountPath: /run/gdrdoctor") && yaml.contains("path: /run/gdrdoctor"));
+}
+
+/// The image carries the release binary (glibc >= 2.17, from scripts/release.sh), not the one a
+/// plain `cargo build` ties to the build host's glibc.
+#[test]
+fn the_container_image_takes_the_release_binary() {
+    let docker = std::fs::read_to_string(repo().join("contrib/kubernetes/Dockerfile")).unwrap();
+    let release = std::fs::read_to_string(repo().join("scripts/release.sh")).unwrap();
+    assert!(!docker.contains("target/release/"), "{docker}");
+    assert!(docker.contains("COPY target/dist/"), "{docker}");
+    assert!(
+        docker.contains("gdrdoctor-$VERSION-$arch-linux-gnu"),
+        "{docker}"
+    );
+    assert!(release.contains("OUT=target/dist"));
+    assert!(release.contains("name=\"gdrdoctor-$VERSION-$arch-linux-gnu\""));
+    assert!(docker.contains(&format!("ARG VERSION={}", env!("CARGO_PKG_VERSION"))));
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Slurm seat, tested against a real single-node Slurm (Debian's slurmctld, slurmd,
-# slurm-client and munge): start munged (unless one answers), slurmctld and slurmd with a minimal
+# slurm-client and munge): start a private munged (its own key and socket in the work directory,
+# never the host's), slurmctld and slurmd with a minimal
 # slurm.conf whose HealthCheckProgram is contrib/slurm/gdrdoctor-healthcheck, then
 #   1. point the health check at a failing node (the healthy HGX fixture with a port at 200 Gb/s,
 #      judged by a policy written from the healthy one): the node must go DRAIN with
@@ -9,7 +10,7 @@
 #   3. an operator's drain ("maintenance") must survive a passing health check;
 #   4. `srun -N1 --ntasks-per-node=1 --output=reports/%N.json gdrdoctor check -f json` and
 #      `srun --label ... | gdrdoctor fleet -` must roll up;
-# then stop the daemons. Needs root. Exit 77 (skip) when Slurm or munge is not installed or not
+# then stop the daemons it started and check that none is left. Needs root. Exit 77 (skip) when Slurm or munge is not installed or not
 # root, unless GDRDOCTOR_REQUIRE_SLURM=1 (then that is a failure).
 #
 #   cargo build && contrib/slurm/test.sh          # GDRDOCTOR=path/to/gdrdoctor to choose the binary
@@ -32,7 +33,6 @@ done
 
 W=$(mktemp -d /tmp/gdrdoctor-slurm.XXXXXX)
 NODE=$(hostname -s)
-STARTED_MUNGE=0
 export SLURM_CONF=$W/slurm.conf
 
 cleanup() {
@@ -45,9 +45,19 @@ cleanup() {
       kill -9 "$pid" 2>/dev/null || true
     fi
   done
-  if [ "$STARTED_MUNGE" = 1 ] && [ -s "$W/munged.pid" ]; then
-    kill "$(cat "$W/munged.pid")" 2>/dev/null || true
+  if [ -s "$W/munged.pid" ]; then
+    pid=$(cat "$W/munged.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
   fi
+  # Nothing the test started may outlive it.
+  for p in slurmd slurmctld munged; do
+    if [ -s "$W/$p.pid" ] && kill -0 "$(cat "$W/$p.pid")" 2>/dev/null; then
+      echo "slurm test: $p ($(cat "$W/$p.pid")) is still running after the test"
+      rc=1
+    fi
+  done
   if [ $rc -ne 0 ]; then
     echo "slurm test: FAILED; logs:"
     tail -n 30 "$W/slurmctld.log" "$W/slurmd.log" "$W/hc.log" 2>/dev/null || true
@@ -55,24 +65,21 @@ cleanup() {
   else
     rm -rf "$W"
   fi
+  exit $rc
 }
 trap cleanup EXIT
 
-# munge: reuse a running munged, else start one for the test.
-if ! munge -n </dev/null 2>/dev/null | unmunge >/dev/null 2>&1; then
-  mkdir -p /run/munge /var/log/munge /var/lib/munge /etc/munge
-  if [ ! -s /etc/munge/munge.key ]; then
-    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
-  fi
-  chown -R munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge
-  chmod 0700 /etc/munge && chmod 0400 /etc/munge/munge.key
-  runuser -u munge -- munged --pid-file="$W/munged.pid.munge" 2>/dev/null \
-    || runuser -u munge -- munged
-  STARTED_MUNGE=1
-  sleep 0.3
-  cp /run/munge/munged.pid "$W/munged.pid" 2>/dev/null || cp "$W/munged.pid.munge" "$W/munged.pid" 2>/dev/null || true
-  munge -n </dev/null | unmunge >/dev/null || { echo "slurm test: munged does not answer"; exit 1; }
-fi
+# munge: a private munged for the test (its key, socket, pid, log and seed in $W), so that the
+# test neither depends on nor leaves behind a munged of the machine's; slurm.conf points at it.
+dd if=/dev/urandom of="$W/munge.key" bs=1024 count=1 2>/dev/null
+chmod 0400 "$W/munge.key"
+chmod 0711 "$W"
+MUNGE_SOCKET=$W/munge.sock
+munged --force --key-file="$W/munge.key" --socket="$MUNGE_SOCKET" --pid-file="$W/munged.pid" \
+  --log-file="$W/munged.log" --seed-file="$W/munged.seed"
+for _ in $(seq 50); do [ -S "$MUNGE_SOCKET" ] && break; sleep 0.1; done
+munge -n --socket="$MUNGE_SOCKET" </dev/null | unmunge --socket="$MUNGE_SOCKET" >/dev/null \
+  || { echo "slurm test: the private munged does not answer"; cat "$W/munged.log"; exit 1; }
 
 # Nodes to check: the healthy fixture, and a copy with one port at 200 Gb/s; a policy from the
 # healthy one (so that the slow port, which the static checks accept, fails).
@@ -106,6 +113,7 @@ SlurmdUser=root
 SlurmctldPort=16817
 SlurmdPort=16818
 AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -146,6 +154,7 @@ wait_for() { # wait_for DESCRIPTION SECONDS TEST...
 }
 drained_by_gdrdoctor() { case "$(state)" in drain*"|gdrdoctor: FAIL policy.ports: mlx5_3/1: rate 200 Gb/s"*) return 0 ;; esac; return 1; }
 idle() { case "$(state)" in idle\|*) return 0 ;; esac; return 1; }
+drained_could_not_run() { case "$(state)" in drain*"|gdrdoctor: could not run"*) return 0 ;; esac; return 1; }
 
 wait_for "slurmd to register" 30 sh -c "sinfo -h -N -n $NODE -o %T 2>/dev/null | grep -qv -e unknown -e '^$'"
 echo "slurm test: 1. failing node -> drain ($(ms))"
@@ -167,7 +176,21 @@ esac
 scontrol update NodeName="$NODE" State=RESUME
 wait_for "the node to resume" 30 idle
 
-echo "slurm test: 4. srun into gdrdoctor fleet ($(ms))"
+echo "slurm test: 4. a checker that cannot run drains, saying so once ($(ms))"
+cat >"$W/hc.conf" <<EOF
+GDRDOCTOR=$W/no-such-gdrdoctor
+GDRDOCTOR_NODE=$NODE
+EOF
+wait_for "the health check to drain the node" 30 drained_could_not_run
+reason=$(sinfo -h -N -n "$NODE" -o '%E' | head -n 1)
+case "$reason" in
+  "gdrdoctor: could not run (exit 2): $W/no-such-gdrdoctor is not an executable") echo "  $reason" ;;
+  *) echo "slurm test: drain reason: $reason"; exit 1 ;;
+esac
+set_target "$FIX"
+wait_for "the node to resume" 30 idle
+
+echo "slurm test: 5. srun into gdrdoctor fleet ($(ms))"
 mkdir -p "$W/reports"
 srun -N1 --ntasks-per-node=1 --output="$W/reports/%N.json" \
   "$BIN" check --sysroot "$FIX" -f json
