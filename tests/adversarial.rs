@@ -924,3 +924,49 @@ fn a_selection_that_selects_nothing_is_a_usage_error() {
         assert!(err.contains("selects no check"), "{err}");
     }
 }
+
+/// `diagnose --format markdown` is pasted back into an issue thread: pasted HTML and Markdown
+/// must be shown there, never rendered (an image with a handler, a link, a table break).
+#[test]
+fn pasted_html_and_markdown_are_shown_not_rendered() {
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("x.txt");
+    // An RDMA device name is quoted in subjects, messages and the block's summary.
+    std::fs::write(
+        &f,
+        "hca_id:\t<img_src=x_onerror=alert(1)>[x](javascript:alert(1))**bold**\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t28.39.1002\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_DOWN (1)\n\t\t\tphys_state:\t\tPOLLING (2)\n",
+    )
+    .unwrap();
+    let (code, out, err) = run_tmp(
+        t.path(),
+        &["diagnose", f.to_str().unwrap(), "--format", "markdown"],
+    );
+    assert_eq!(code, 1, "{err}");
+    for line in out.lines() {
+        // Outside code spans, no raw tag, no link, no emphasis from the paste.
+        let mut outside = String::new();
+        let mut in_code = false;
+        let mut run = 0;
+        for c in line.chars() {
+            if c == '`' {
+                run += 1;
+                continue;
+            }
+            if run > 0 && !line.contains(&"`".repeat(run + 1)) {
+                in_code = !in_code;
+            }
+            run = 0;
+            if !in_code {
+                outside.push(c);
+            }
+        }
+        assert!(!outside.contains("<img"), "{line}");
+        assert!(!outside.contains("<img_src"), "{line}");
+        // An escaped bracket (`\]`) ends no link text.
+        let unescaped = outside.replace("\\]", "").replace("\\*", "");
+        assert!(!unescaped.contains("](javascript"), "{line}");
+        assert!(!unescaped.contains("**bold**"), "{line}");
+    }
+    assert!(out.contains("onerror"), "the text is still shown: {out}");
+    assert!(out.contains("&lt;img"), "{out}");
+}

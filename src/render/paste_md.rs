@@ -2,7 +2,7 @@
 //! table output and `topo --nvidia-smi`), and Markdown meant to be pasted back into the issue
 //! thread the evidence came from (GitHub-flavoured: tables, `<details>` for the long parts).
 
-use crate::sys::escape::markdown_cell as esc;
+use crate::sys::escape::{markdown as md, markdown_cell as esc, markdown_code as code};
 use gdrdoctor_checks::paste::report::DiagnoseReport;
 use gdrdoctor_checks::paste::verdict::{Gdr, PastePair};
 use gdrdoctor_checks::report::{Finding, Status};
@@ -205,9 +205,9 @@ fn icon(s: Status) -> &'static str {
 
 fn finding_row(f: &Finding) -> String {
     format!(
-        "| {} | `{}` | {} | {} |\n",
+        "| {} | {} | {} | {} |\n",
         icon(f.status),
-        f.id,
+        code(&f.id),
         esc(&f.subject),
         esc(&f.message)
     )
@@ -233,7 +233,7 @@ pub fn render(r: &DiagnoseReport) -> String {
             .count(),
         r.inputs
             .iter()
-            .map(|i| format!("`{}`", i.name))
+            .map(|i| code(&i.name))
             .collect::<Vec<_>>()
             .join(", "),
         r.tool.version
@@ -248,22 +248,17 @@ pub fn render(r: &DiagnoseReport) -> String {
         for f in &bad {
             let _ = writeln!(
                 o,
-                "- {} `{}` ({}): {}",
+                "- {} {} ({}): {}",
                 icon(f.status),
-                f.id,
+                code(&f.id),
                 esc(&f.subject),
-                f.message
+                md(&f.message)
             );
             for e in f.evidence.iter().take(4) {
-                let _ = writeln!(
-                    o,
-                    "  - evidence: {}: `{}`",
-                    e.source,
-                    e.observed.replace('`', "'")
-                );
+                let _ = writeln!(o, "  - evidence: {}: {}", md(&e.source), code(&e.observed));
             }
             if let Some(x) = &f.remediation {
-                let _ = writeln!(o, "  - fix: {x}");
+                let _ = writeln!(o, "  - fix: {}", md(x));
             }
             let _ = writeln!(o, "  - more: `gdrdoctor explain {}`", f.id);
         }
@@ -276,8 +271,12 @@ pub fn render(r: &DiagnoseReport) -> String {
         for blk in blocks {
             let mine: Vec<&PastePair> = r.gdr.iter().filter(|p| p.block == blk).collect();
             let (gpus, nics) = axes(&mine);
-            let _ = writeln!(o, "From block `{blk}`:\n");
-            let _ = writeln!(o, "| | {} |", nics.join(" | "));
+            let _ = writeln!(o, "From block {}:\n", code(blk));
+            let _ = writeln!(
+                o,
+                "| | {} |",
+                nics.iter().map(|n| esc(n)).collect::<Vec<_>>().join(" | ")
+            );
             let _ = writeln!(o, "|---|{}", "---|".repeat(nics.len()));
             for g in &gpus {
                 let cells: Vec<String> = nics
@@ -289,7 +288,7 @@ pub fn render(r: &DiagnoseReport) -> String {
                             .unwrap_or_else(|| "?".into())
                     })
                     .collect();
-                let _ = writeln!(o, "| {g} | {} |", cells.join(" | "));
+                let _ = writeln!(o, "| {} | {} |", esc(g), cells.join(" | "));
             }
             let _ = writeln!(o);
             for l in legend(r) {
@@ -305,18 +304,18 @@ pub fn render(r: &DiagnoseReport) -> String {
                 let _ = writeln!(o, "{l}  ");
             }
             for n in &r.gdr_notes {
-                let _ = writeln!(o, "Note: {n}  ");
+                let _ = writeln!(o, "Note: {}  ", md(n));
             }
             let _ = writeln!(o);
             for g in &gpus {
                 let row: Vec<&PastePair> = mine.iter().copied().filter(|p| p.gpu == *g).collect();
-                let _ = writeln!(o, "- {}", gpu_line(g, &row));
+                let _ = writeln!(o, "- {}", md(&gpu_line(g, &row)));
             }
             let unk = unknowns(&mine);
             if !unk.is_empty() {
                 let _ = writeln!(o, "\nNot in the paste:");
                 for u in unk {
-                    let _ = writeln!(o, "- {u}");
+                    let _ = writeln!(o, "- {}", md(&u));
                 }
             }
             o.push('\n');
@@ -349,7 +348,7 @@ pub fn render(r: &DiagnoseReport) -> String {
         let _ = writeln!(
             o,
             "| {} | {} | {}:{}-{} | {} | {} |",
-            b.id,
+            esc(&b.id),
             esc(b.kind.as_str()),
             esc(&b.file),
             b.lines[0],

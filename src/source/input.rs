@@ -8,6 +8,29 @@ use std::path::Path;
 /// Pastes larger than this are refused (a whole `lspci -vvvxxxx` of a big node is ~3 MiB).
 const MAX_INPUT: u64 = 64 << 20;
 
+/// Open `path` for reading only if it is a regular file (a link to one is followed): opened
+/// without blocking (a FIFO without a writer would block for ever) and judged by what was
+/// opened, not by a look before (nothing can be swapped in between). A FIFO, a device (a link
+/// to `/dev/zero` never ends), a socket or a directory is refused, naming the path.
+pub fn open_regular(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let md = f
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if !md.is_file() {
+        return Err(format!(
+            "{}: not a regular file (a FIFO, device, socket or directory): not read",
+            path.display()
+        ));
+    }
+    Ok(f)
+}
+
 /// Read at most `cap` bytes of `r`; more is an error naming `what`.
 pub fn read_capped(mut r: impl Read, cap: u64, what: &str) -> Result<Vec<u8>, String> {
     let mut buf = Vec::new();

@@ -123,9 +123,50 @@ pub fn html(s: &str) -> String {
     o
 }
 
-/// A cell of a Markdown table: a `|` would end the cell, a line break the row.
+/// Markdown prose (GitHub-flavoured) that shows the text, never renders it: HTML is entities
+/// (`<img onerror=...>` is shown, not run), and the characters that start emphasis, links,
+/// images, code, strikethrough or a table cell are backslash-escaped; a line break becomes a
+/// space (the text stays in its list item or cell).
+pub fn markdown(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '~' | '#' | '!' => {
+                o.push('\\');
+                o.push(c);
+            }
+            '\n' | '\r' => o.push(' '),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// A cell of a Markdown table: [`markdown`], whose `|` would otherwise end the cell.
 pub fn markdown_cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    markdown(s)
+}
+
+/// A Markdown code span holding `s` verbatim: fenced by more backticks than any run inside
+/// it (padded with a space where it starts or ends with one); a line break becomes a space.
+pub fn markdown_code(s: &str) -> String {
+    let s = s.replace(['\n', '\r'], " ");
+    let mut longest = 0;
+    let mut run = 0;
+    for c in s.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{s}{pad}{fence}")
 }
 
 /// A Prometheus label value (text exposition format): backslash, double quote and line feed.
@@ -151,6 +192,13 @@ mod tests {
             "&lt;a href=&#39;x&#39;&gt;&amp;&quot;"
         );
         assert_eq!(markdown_cell("a|b\nc"), "a\\|b c");
+        assert_eq!(
+            markdown("<img src=x onerror=alert(1)> [x](javascript:y) **b**"),
+            "&lt;img src=x onerror=alert(1)&gt; \\[x\\](javascript:y) \\*\\*b\\*\\*"
+        );
+        assert_eq!(markdown_code("a`b"), "``a`b``");
+        assert_eq!(markdown_code("`x`"), "`` `x` ``");
+        assert_eq!(markdown_code("<b>"), "`<b>`");
         assert_eq!(prometheus_label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
         assert_eq!(text("ok"), "ok");
         assert_eq!(text("\u{1b}[31mFAIL\u{202e}"), "\\x1b[31mFAIL\\u{202e}");

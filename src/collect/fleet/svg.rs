@@ -1,6 +1,7 @@
 //! The topology pictures of `fleet --format html --svg-dir DIR`: which file is a node's, and
 //! whether it may be put in the page.
 
+use crate::source::input::{open_regular, read_capped};
 use std::path::Path;
 
 /// The largest picture read from `--svg-dir`.
@@ -38,24 +39,22 @@ pub enum SvgLookup {
 pub fn find_svg(dir: &Path, names: &[String]) -> SvgLookup {
     for n in names {
         let p = dir.join(n);
-        match std::fs::metadata(&p) {
-            Ok(m) if m.len() > SVG_MAX_BYTES => {
-                return SvgLookup::Bad(format!(
-                    "{}: {} bytes, more than {SVG_MAX_BYTES}",
-                    p.display(),
-                    m.len()
-                ))
-            }
+        match std::fs::symlink_metadata(&p) {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return SvgLookup::Bad(format!("{}: {e}", p.display())),
         }
-        return match std::fs::read_to_string(&p) {
+        // The rule of every file `fleet` finds in a directory: a regular file (or a link to
+        // one), never a FIFO or a device, and at most SVG_MAX_BYTES of it.
+        let read = open_regular(&p)
+            .and_then(|f| read_capped(f, SVG_MAX_BYTES, &p.display().to_string()))
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
+        return match read {
             Ok(t) => match check_svg(&t) {
                 Ok(()) => SvgLookup::Found(t),
                 Err(e) => SvgLookup::Bad(format!("{}: {e}", p.display())),
             },
-            Err(e) => SvgLookup::Bad(format!("{}: {e}", p.display())),
+            Err(e) => SvgLookup::Bad(e),
         };
     }
     SvgLookup::Missing
@@ -104,6 +103,24 @@ mod tests {
         let script = ok.replace("<title>t</title>", "<SCRIPT>alert(1)</SCRIPT>");
         assert!(check_svg(&script).unwrap_err().contains("<script"));
         assert!(check_svg("plain text").is_err());
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_never_read() {
+        let t = tempfile::tempdir().unwrap();
+        let fifo = t.path().join("f.svg");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/dev/zero", t.path().join("z.svg")).unwrap();
+        for n in ["f", "z"] {
+            let t0 = std::time::Instant::now();
+            match find_svg(t.path(), &[format!("{n}.svg")]) {
+                SvgLookup::Bad(e) => assert!(e.contains("not a regular file"), "{e}"),
+                _ => panic!("{n}: a FIFO or a device is refused"),
+            }
+            assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+        }
     }
 
     #[test]
