@@ -4,7 +4,7 @@
 #   scripts/ci-seats.sh install   # promtool, xmllint, slurm + munge (Debian); the xUnit
 #                                 # junit-10.xsd from pytest's sdist; kubernetes-validate (PyPI)
 #   export GDRDOCTOR_REQUIRE_PROMTOOL=1 GDRDOCTOR_JUNIT_XSD=$PWD/target/ci-tools/junit-10.xsd
-#   cargo test --workspace        # tests/contracts.rs and tests/fleet.rs then run promtool and
+#   cargo test --workspace        # tests/contracts/ and tests/fleet.rs then run promtool and
 #                                 # xmllint --schema junit-10.xsd on every output
 #   scripts/ci-seats.sh run       # real Slurm drain/resume, manifests, alert rules
 #

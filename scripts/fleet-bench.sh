@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 N=${1:-10000}
 BIN=${GDRDOCTOR:-target/release/gdrdoctor}
 WORK=${WORK:-$(mktemp -d /tmp/gdrdoctor-fleet-bench.XXXXXX)}
-FIX=fixtures/sysroots/hgx-h200x8-cx7x8-healthy
+FIX=$(scripts/fixture path hgx-h200x8-cx7x8-healthy)
 mkdir -p "$WORK/reports"
 for d in none gpu-gone slow-port odd-firmware cmdline; do
   python3 scripts/plant.py "$FIX" "$WORK/root-$d" "$d"

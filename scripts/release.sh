@@ -113,7 +113,7 @@ smoke() { # smoke ARCH BIN TARGET RUNNER...
   [[ "$v" =~ ^gdrdoctor\ $VERSION\ \(commit\ ([0-9a-f]{12}|unknown),\ target\ $target\)$ ]] ||
     die "$arch: --version says '$v', expected 'gdrdoctor $VERSION (commit ..., target $target)'"
   set +e
-  out=$("${run[@]}" check --sysroot fixtures/sysroots/hgx-h200x8-cx7x8-healthy --color never)
+  out=$("${run[@]}" check --sysroot fixtures/nodes/hgx-h200x8-cx7x8-healthy.tar.gz --color never)
   rc=$?
   set -e
   [ "$rc" = 0 ] || die "$arch: check on the healthy fixture exited $rc, expected 0:"$'\n'"$out"
@@ -122,7 +122,7 @@ smoke() { # smoke ARCH BIN TARGET RUNNER...
     die "$arch: no healthy summary line:"$'\n'"$out"
   echo "  check --sysroot hgx-h200x8-cx7x8-healthy: exit 0"
   set +e
-  out=$("${run[@]}" check --sysroot fixtures/sysroots/hgx-h200x8-cx7x8-port-down --format json)
+  out=$("${run[@]}" check --sysroot fixtures/nodes/hgx-h200x8-cx7x8-port-down.tar.gz --format json)
   rc=$?
   set -e
   [ "$rc" = 1 ] || die "$arch: check on the port-down fixture exited $rc, expected 1"
@@ -141,10 +141,12 @@ smoke() { # smoke ARCH BIN TARGET RUNNER...
   echo "  live check on this machine: exit $rc, a valid report"
   # The test-only overrides (src/live/stand_in.rs, docs/testing.md) are ignored by a release
   # build, which says so: the report is this machine's, not the fixture's.
+  local healthy
+  healthy=$(scripts/fixture path hgx-h200x8-cx7x8-healthy) || die "scripts/fixture path hgx-h200x8-cx7x8-healthy failed"
   set +e
-  err=$(GDRDOCTOR_LIVE_ROOT=fixtures/sysroots/hgx-h200x8-cx7x8-healthy GDRDOCTOR_LIB_DIR=/nonexistent \
+  err=$(GDRDOCTOR_LIVE_ROOT=$healthy GDRDOCTOR_LIB_DIR=/nonexistent \
     "${run[@]}" check --static --format json 2>&1 >/dev/null)
-  out=$(GDRDOCTOR_LIVE_ROOT=fixtures/sysroots/hgx-h200x8-cx7x8-healthy GDRDOCTOR_LIB_DIR=/nonexistent \
+  out=$(GDRDOCTOR_LIVE_ROOT=$healthy GDRDOCTOR_LIB_DIR=/nonexistent \
     "${run[@]}" check --static --format json 2>/dev/null)
   set -e
   grep -q 'is ignored: test-only overrides' <<<"$err" ||

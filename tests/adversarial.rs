@@ -198,7 +198,7 @@ fn every_dash_o_writes_a_device_in_place_and_dash_to_stdout() {
     let report = t.path().join("r.json");
     let (_, out, _) = run(&["check", "--sysroot", &root, "--format", "json"]);
     std::fs::write(&report, out).unwrap();
-    let paste = fixture("../pastes/nccl-1435-topo-pxb-numa.txt");
+    let paste = repo().join("fixtures/pastes/nccl-1435-topo-pxb-numa.txt");
     let report_s = report.display().to_string();
     let paste_s = paste.display().to_string();
     let cmds: [Vec<&str>; 5] = [

@@ -601,7 +601,10 @@ fn partial_config_reads_decode_as_the_whole_space() {
 fn partial_config_reads_of_every_fixture_sysroot_and_real_capture() {
     use std::collections::BTreeSet;
     let mut seen = BTreeSet::new();
-    let mut stack = vec![repo().join("fixtures/sysroots")];
+    let mut stack: Vec<_> = common::scenarios()
+        .iter()
+        .map(|s| common::fixture(s))
+        .collect();
     while let Some(d) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else {
             continue;

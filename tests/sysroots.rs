@@ -1,4 +1,4 @@
-//! Every constructed sysroot under fixtures/sysroots: the JSON report is compared with its golden
+//! Every fixture node (fixtures/nodes/<scenario>.tar.gz): the JSON report is compared with its golden
 //! file (fixtures/golden/<scenario>.json; regenerate with GDRDOCTOR_UPDATE_GOLDEN=1 and review
 //! the diff), and each planted defect is asserted explicitly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -33,6 +33,52 @@ fn golden_reports() {
         let _: Report = serde_json::from_str(&want).unwrap();
     }
     assert!(failures.is_empty(), "reports differ from fixtures/golden for {failures:?}; rerun with GDRDOCTOR_UPDATE_GOLDEN=1 and review");
+}
+
+/// The archives as users point at them: `check --sysroot fixtures/nodes/X.tar.gz` (gdrdoctor
+/// unpacks it itself) prints the golden report, timestamp aside, and exits with its exit code.
+/// `golden_reports` reads every node (unpacked once for all tests); here, since each run unpacks
+/// its archive again (seconds in a debug build), the captured node, the aarch64 one and one
+/// with a counter baseline.
+#[test]
+fn archives_read_directly_give_their_golden_reports() {
+    for s in [
+        "h200-vm-live",
+        "gh200x2-cx7x2-c2c",
+        "hgx-h200x8-cx7x8-port-flapping",
+    ] {
+        let archive = nodes::archive(s);
+        let (code, out, err) = run(&[
+            "check",
+            "--sysroot",
+            &archive.display().to_string(),
+            "--format",
+            "json",
+            "--no-state",
+        ]);
+        let mut got: serde_json::Value = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{s}: {e}: stdout {out:?}, stderr {err:?}"));
+        assert!(
+            got.as_object_mut()
+                .and_then(|o| o.remove("timestamp"))
+                .is_some(),
+            "{s}: check stamps its report"
+        );
+        let path = repo().join("fixtures/golden").join(format!("{s}.json"));
+        let want: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert!(
+            got == want,
+            "{s}: check --sysroot {} differs from {}",
+            archive.display(),
+            path.display()
+        );
+        assert_eq!(
+            i64::from(code),
+            want["summary"]["exit_code"].as_i64().unwrap(),
+            "{s}: exit code"
+        );
+    }
 }
 
 /// Issue 18's invariant on every fixture: a `pass` carries at least one evidence item with a
@@ -525,7 +571,7 @@ fn live_facts_from_the_snapshot_feed_the_checks_and_the_verdict() {
 #[test]
 fn gpu_pairs_nvlink_and_p2p_verdicts() {
     let status_of = |scenario: &str, id: &str| -> Vec<(String, String)> {
-        let r = report_for(&repo().join("fixtures/sysroots").join(scenario));
+        let r = report_for(&fixture(scenario));
         r.findings
             .iter()
             .filter(|f| f.id == id)
@@ -545,7 +591,7 @@ fn gpu_pairs_nvlink_and_p2p_verdicts() {
         .collect();
     assert_eq!(warned, vec!["0000:98:00.0"], "{n:?}");
     // No fabric manager: one node-level fail naming the cause.
-    let r = report_for(&repo().join("fixtures/sysroots/hgx-h200x8-cx7x8-no-fabricmanager"));
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-no-fabricmanager"));
     let f: Vec<_> = r.findings.iter().filter(|f| f.id == "gpu.p2p").collect();
     assert_eq!(f.len(), 1);
     assert!(
@@ -647,7 +693,7 @@ fn gpu_p2p_honours_the_nccl_p2p_environment() {
 #[test]
 fn p2p_theoretical_rates() {
     let node = |s: &str| {
-        let at = repo().join("fixtures/sysroots").join(s);
+        let at = fixture(s);
         let src =
             gdrdoctor::source::Source::open(gdrdoctor::source::Location::Sysroot(&at)).unwrap();
         gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip)

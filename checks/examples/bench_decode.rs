@@ -3,12 +3,30 @@
 use gdrdoctor_checks::pci::config::decode;
 use std::time::Instant;
 
+#[path = "../../tests/common/nodes.rs"]
+mod nodes;
+
 fn main() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/sysroots");
+    let at = |name: &str, rel: &str| nodes::fixture(name).join(rel).display().to_string();
     let cases = [
-        ("H200 GPU (captured, 4096 B)", format!("{root}/h200-vm-live/sys/devices/pci0000:00/0000:00:06.0/config")),
-        ("switch downstream port (ACS, AER)", format!("{root}/hgx-h200x8-cx7x8-acs-redirect/sys/devices/pci0000:35/0000:35:01.0/0000:36:00.0/0000:37:00.0/config")),
-        ("ConnectX-7 (ATS, AER)", format!("{root}/hgx-h200x8-cx7x8-healthy/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:19:00.0/config")),
+        (
+            "H200 GPU (captured, 4096 B)",
+            at("h200-vm-live", "sys/devices/pci0000:00/0000:00:06.0/config"),
+        ),
+        (
+            "switch downstream port (ACS, AER)",
+            at(
+                "hgx-h200x8-cx7x8-acs-redirect",
+                "sys/devices/pci0000:35/0000:35:01.0/0000:36:00.0/0000:37:00.0/config",
+            ),
+        ),
+        (
+            "ConnectX-7 (ATS, AER)",
+            at(
+                "hgx-h200x8-cx7x8-healthy",
+                "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:19:00.0/config",
+            ),
+        ),
     ];
     const N: u32 = 200_000;
     for (name, path) in cases {

@@ -21,6 +21,8 @@ const REALDATA: &str = concat!(
 // lspci availability
 // ---------------------------------------------------------------------------
 
+#[path = "../../tests/common/nodes.rs"]
+mod nodes;
 #[path = "../../tests/common/require.rs"]
 mod require;
 
@@ -1272,12 +1274,11 @@ fn lspci_text_parser_sanity() {
     assert_eq!((d.caps[1].offset, d.caps[1].version), (0x148, Some(1)));
 }
 
-/// Every binary `config` file under fixtures/sysroots (the H200 captured with `gdrdoctor
+/// Every binary `config` file of the fixture nodes (the H200 captured with `gdrdoctor
 /// snapshot`, and the constructed HGX switch ports, GPUs and NICs), written as an `lspci -xxxx`
 /// dump and compared with `lspci -F` field by field.
 #[test]
 fn sysroot_config_files_match_lspci() {
-    const SYSROOTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/sysroots");
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let Ok(rd) = std::fs::read_dir(dir) else {
             return;
@@ -1293,7 +1294,9 @@ fn sysroot_config_files_match_lspci() {
         }
     }
     let mut files = Vec::new();
-    walk(Path::new(SYSROOTS), &mut files);
+    for n in nodes::names() {
+        walk(&nodes::fixture(&n), &mut files);
+    }
     files.sort();
     assert!(
         files.len() >= 40,

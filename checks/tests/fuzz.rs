@@ -9,20 +9,19 @@
 
 #[path = "fuzz/harness.rs"]
 mod harness;
+#[path = "../../tests/common/nodes.rs"]
+mod nodes;
 
 use gdrdoctor_checks::model::{Fact, Node};
 use gdrdoctor_checks::paste::{self, topo as smi};
 use gdrdoctor_checks::report::{Finding, Status};
 use gdrdoctor_checks::{checks, klog, nccl, parse, pci, roce, testing, watch};
 use harness::{files, fuzz};
+use nodes::fixture;
 use std::path::{Path, PathBuf};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    repo().join("fixtures/sysroots").join(name)
 }
 
 /// `../shared/realdata/<dir>` when the checkout has it (the corpus is richer then).

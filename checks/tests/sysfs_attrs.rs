@@ -4,16 +4,18 @@
 //! space instead of their sysfs files. Here every PCI function that has both is compared, value
 //! by value, with the files the kernel wrote: this machine's `/sys/bus/pci/devices` (a real
 //! kernel, read live), the real captures under `shared/realdata` (non-root captures: 64 bytes of
-//! config space, so the ids), the snapshot of the H200 VM (`fixtures/sysroots/h200-vm-live`,
+//! config space, so the ids), the snapshot of the H200 VM (`fixtures/nodes/h200-vm-live.tar.gz`,
 //! 4 KiB: the ids and the link) and the constructed sysroots (which must be self-consistent).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../tests/common/nodes.rs"]
+mod nodes;
 
 use gdrdoctor_checks::parse;
 use gdrdoctor_checks::pci::attrs::{from_config, FromConfig};
 use gdrdoctor_checks::pci::config::decode;
 use std::path::{Path, PathBuf};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/sysroots");
 const REALDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/realdata");
 
 /// Every directory under `dir` that holds a `config` file (links not followed).
@@ -117,7 +119,9 @@ fn compare_all(dirs: &[PathBuf]) -> (usize, Vec<String>) {
 #[test]
 fn the_constructed_sysroots_agree_with_their_config_spaces() {
     let mut dirs = Vec::new();
-    functions(Path::new(FIXTURES), &mut dirs);
+    for n in nodes::names() {
+        functions(&nodes::fixture(&n), &mut dirs);
+    }
     let (n, bad) = compare_all(&dirs);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
     // 26 sysroots of 30-48 functions, seven attributes each.
@@ -126,7 +130,7 @@ fn the_constructed_sysroots_agree_with_their_config_spaces() {
 
 #[test]
 fn the_h200_snapshot_agrees_link_and_ids() {
-    let gpu = Path::new(FIXTURES).join("h200-vm-live/sys/devices/pci0000:00/0000:00:06.0");
+    let gpu = nodes::fixture("h200-vm-live").join("sys/devices/pci0000:00/0000:00:06.0");
     let (n, bad) = compare(&gpu);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
     assert_eq!(n, 7, "device, two subsystem ids, four link attributes");

@@ -83,7 +83,7 @@ munge -n --socket="$MUNGE_SOCKET" </dev/null | unmunge --socket="$MUNGE_SOCKET" 
 
 # Nodes to check: the healthy fixture, and a copy with one port at 200 Gb/s; a policy from the
 # healthy one (so that the slow port, which the static checks accept, fails).
-FIX=$REPO/fixtures/sysroots/hgx-h200x8-cx7x8-healthy
+FIX=$("$REPO/scripts/fixture" path hgx-h200x8-cx7x8-healthy)
 python3 "$REPO/scripts/plant.py" "$FIX" "$W/slow" slow-port
 "$BIN" policy init --sysroot "$FIX" -o "$W/policy.toml" 2>/dev/null
 

@@ -304,7 +304,7 @@ mod tests {
     #[test]
     fn every_collector_is_timed_and_a_snapshot_reads_its_own_live_facts() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/sysroots/hgx-h200x8-cx7x8-healthy");
+            .join("fixtures/nodes/hgx-h200x8-cx7x8-healthy.tar.gz");
         let src = Source::open(Location::Sysroot(&dir)).unwrap();
         let (node, timings) = node_timed(&src, Libraries::Query);
         let names: Vec<&str> = timings.iter().map(|t| t.collector).collect();

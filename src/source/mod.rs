@@ -214,7 +214,7 @@ mod tests {
     fn snapshots_foreign_captures_and_the_live_node_are_told_apart_once() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
         let snap = Source::open(Location::Sysroot(
-            &repo.join("fixtures/sysroots/hgx-h200x8-cx7x8-healthy"),
+            &repo.join("fixtures/nodes/hgx-h200x8-cx7x8-healthy.tar.gz"),
         ))
         .unwrap();
         assert_eq!(snap.origin, Origin::Snapshot);
@@ -234,10 +234,9 @@ mod tests {
     fn a_host_root_is_complete_without_metadata_and_needs_proc_and_sys() {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
         // Even a tree with gdrdoctor/meta.json is the live host here: its metadata is not read.
-        let h = Source::open(Location::HostRoot(
-            &repo.join("fixtures/sysroots/hgx-h200x8-cx7x8-healthy"),
-        ))
-        .unwrap();
+        let tree =
+            archive::unpack(&repo.join("fixtures/nodes/hgx-h200x8-cx7x8-healthy.tar.gz")).unwrap();
+        let h = Source::open(Location::HostRoot(tree.path())).unwrap();
         assert_eq!(h.origin, Origin::HostRoot);
         assert!(h.root.is_complete() && !h.root.is_live() && h.meta.is_none());
         assert_eq!(

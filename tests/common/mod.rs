@@ -7,69 +7,23 @@ use gdrdoctor::source::reader::Root;
 use gdrdoctor_checks::report::{Finding, Report};
 use gdrdoctor_checks::RunOptions;
 pub mod host_root;
+pub mod nodes;
 pub mod plant;
 pub mod tools;
+pub use nodes::{build_once, fixture};
 
 use std::path::{Path, PathBuf};
 
 pub mod require;
 pub mod stand_ins;
 
-/// `top/<key>`, built once by `build` into a private directory and renamed into place:
-/// test binaries (nextest: every test a process of its own) build concurrently, each into a
-/// directory of its own, and the first rename wins, so no test loads a file another is still
-/// writing. `build`'s error (a missing compiler, a skip) comes back; the half-built directory is
-/// removed.
-pub fn build_once(
-    top: &Path,
-    key: &str,
-    build: impl FnOnce(&Path) -> Result<(), String>,
-) -> Result<PathBuf, String> {
-    let done = top.join(key);
-    if done.join("complete").exists() {
-        return Ok(done);
-    }
-    std::fs::create_dir_all(top).unwrap_or_else(|e| panic!("create {}: {e}", top.display()));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let tmp = top.join(format!(".build-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("create {}: {e}", tmp.display()));
-    if let Err(e) = build(&tmp) {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
-    std::fs::write(tmp.join("complete"), b"").expect("mark the build complete");
-    if std::fs::rename(&tmp, &done).is_err() {
-        // Another test process finished first: use its build.
-        let _ = std::fs::remove_dir_all(&tmp);
-        assert!(
-            done.join("complete").exists(),
-            "{} exists but is not a complete build",
-            done.display()
-        );
-    }
-    Ok(done)
-}
-
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-pub fn fixture(name: &str) -> PathBuf {
-    repo().join("fixtures/sysroots").join(name)
-}
-
+/// Every fixture node's name, sorted (`fixtures/nodes/<name>.tar.gz`).
 pub fn scenarios() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(repo().join("fixtures/sysroots"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
+    nodes::names()
 }
 
 /// `check --sysroot DIR` in-process, exactly as the CLI does it.

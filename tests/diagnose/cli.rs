@@ -1,0 +1,109 @@
+//! The command line: formats, exit codes, stdin, and `topo --nvidia-smi` as the same reader.
+
+use super::*;
+
+#[test]
+fn cli_formats_exit_codes_and_stdin() {
+    let f = pastes().join("nccl-928-ib-error4.log");
+    let (code, out, _) = run(&["diagnose", &f.display().to_string(), "--format", "json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema"], "gdrdoctor.diagnose/v1");
+    assert_eq!(v["host"]["source"], "evidence");
+    assert!(v["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["kind"] == "nccl-log"));
+    let (code, out, _) = run(&["diagnose", &f.display().to_string(), "--format", "markdown"]);
+    assert_eq!(code, 1);
+    assert!(out.starts_with("### gdrdoctor diagnose"), "{out}");
+    assert!(out.contains("`nccl.ib-completion`"));
+    assert!(out.contains("<details>"));
+    // Table, from stdin.
+    let out = std::process::Command::new(bin())
+        .args(["diagnose", "-"])
+        .stdin(std::fs::File::open(&f).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains("nccl.ib-completion") && s.contains("source evidence"),
+        "{s}"
+    );
+    // Nothing recognisable, a missing file, an unknown --only: exit 2.
+    let t = tempfile::tempdir().unwrap();
+    let junk = t.path().join("junk.txt");
+    std::fs::write(&junk, "hello\nworld\n").unwrap();
+    let (code, _, err) = run(&["diagnose", &junk.display().to_string()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no command output"), "{err}");
+    let (code, _, err) = run(&["diagnose", "/nonexistent/x.txt"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/x.txt"), "{err}");
+    let (code, _, _) = run(&["diagnose", &f.display().to_string(), "--only", "nope"]);
+    assert_eq!(code, 2);
+    // --only narrows to a category.
+    let (code, out, _) = run(&[
+        "diagnose",
+        &f.display().to_string(),
+        "--only",
+        "paste",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["id"] == "paste.blocks"));
+    // An incomplete matrix is exit 3 unless allowed.
+    let m = pastes().join("deepep-128-topo-10nic-cut.txt");
+    let (code, _, _) = run(&["diagnose", &m.display().to_string()]);
+    assert_eq!(code, 3);
+    let (code, _, _) = run(&["diagnose", &m.display().to_string(), "--allow-incomplete"]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn topo_nvidia_smi_is_the_diagnose_reader() {
+    let m = pastes().join("nccl-2157-topo-18nic-cut.txt");
+    let (code, out, _) = run(&[
+        "topo",
+        "--nvidia-smi",
+        &m.display().to_string(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["schema"], "gdrdoctor.topo-paste/v1");
+    let close = v["close_nics"]["GPU0"].as_array().unwrap();
+    assert_eq!(close.len(), 4);
+    assert!(
+        !v["problems"].as_array().unwrap().is_empty(),
+        "the cut row is reported"
+    );
+    // A matrix alone: NCCL's rule allows GDR at PXB if peer memory or dma-buf and the ports
+    // are in place, which the matrix does not show (`?`); SYS cells get no mark.
+    let (code, out, _) = run(&["topo", "--nvidia-smi", &m.display().to_string()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("PXB?") && !out.contains("PXB*"), "{out}");
+    assert!(out.contains("Rules: NCCL 2.30.7 rules"), "{out}");
+    // --nccl-version picks the rules (the TODO of the first merge).
+    let (code, out, _) = run(&[
+        "topo",
+        "--nvidia-smi",
+        &m.display().to_string(),
+        "--nccl-version",
+        "2.18.6",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["nccl_rules"], "NCCL 2.18.6 rules (--nccl-version 2.18.6)");
+}
