@@ -412,13 +412,7 @@ fn live_interval_reads_twice_and_the_state_file_is_kept_per_boot() {
 // Real captures, read in place.
 
 fn realdata(rel: &str) -> Option<PathBuf> {
-    let p = repo().join("../shared/realdata").join(rel);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipping: {} is absent", p.display());
-        None
-    }
+    Some(require::realdata(&repo())?.join(rel))
 }
 
 #[test]

@@ -746,11 +746,9 @@ fn rehydrate(src: &std::path::Path, dst: &std::path::Path) {
 /// overlaps that parses, and the devices the capture holds are on it.
 #[test]
 fn real_captures_draw_cleanly() {
-    let rd = repo().join("../shared/realdata");
-    if !rd.is_dir() {
-        eprintln!("skipping: {} is absent", rd.display());
+    let Some(rd) = require::realdata(&repo()) else {
         return;
-    }
+    };
     for name in [
         "hwloc-sysfs-xeon4108-cx4-plx",
         "hwloc-sysfs-xeon-e5-2680-cx3-mlx4-mic",

@@ -807,12 +807,11 @@ fn the_nccl_wrapper_against_a_stand_in_library() {
 /// no channel line in an excerpt that has none.
 #[test]
 fn nccl_log_reader_on_a_real_log() {
-    let p = repo()
-        .join("../shared/realdata/nccl-1537-gdr-disabled-roce-excerpt/nccl-debug-excerpt.log");
-    let Ok(text) = std::fs::read_to_string(&p) else {
-        eprintln!("skipping: {} is absent", p.display());
+    let Some(rd) = require::realdata(&repo()) else {
         return;
     };
+    let p = rd.join("nccl-1537-gdr-disabled-roce-excerpt/nccl-debug-excerpt.log");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     // The one NCCL log parser (`diagnose`'s), as probe --nccl reads NCCL_DEBUG_FILE.
     let log = gdrdoctor_checks::paste::nccl::parse_file(&text);
     let listed: Vec<(&str, u32, &str)> = log

@@ -12,13 +12,7 @@ use gdrdoctor_checks::report::{Report, Status};
 use std::path::{Path, PathBuf};
 
 fn realdata() -> Option<PathBuf> {
-    let p = repo().join("../shared/realdata");
-    if p.is_dir() {
-        Some(p)
-    } else {
-        eprintln!("skipping: {} is absent", p.display());
-        None
-    }
+    require::realdata(&repo())
 }
 
 /// Copy `src` to `dst`, turning files whose whole content is a relative path without a newline

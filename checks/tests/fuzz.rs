@@ -11,6 +11,8 @@
 mod harness;
 #[path = "../../tests/common/nodes.rs"]
 mod nodes;
+#[path = "../../tests/common/require.rs"]
+mod require;
 
 use gdrdoctor_checks::model::{Fact, Node};
 use gdrdoctor_checks::paste::{self, topo as smi};
@@ -26,7 +28,7 @@ fn repo() -> PathBuf {
 
 /// `../shared/realdata/<dir>` when the checkout has it (the corpus is richer then).
 fn realdata(dir: &str) -> Option<PathBuf> {
-    let p = repo().join("../shared/realdata").join(dir);
+    let p = require::realdata(&repo())?.join(dir);
     p.exists().then_some(p)
 }
 

@@ -10,6 +10,8 @@
 
 #[path = "../../tests/common/nodes.rs"]
 mod nodes;
+#[path = "../../tests/common/require.rs"]
+mod require;
 
 use gdrdoctor_checks::parse;
 use gdrdoctor_checks::pci::attrs::{from_config, FromConfig};
@@ -138,8 +140,7 @@ fn the_h200_snapshot_agrees_link_and_ids() {
 
 #[test]
 fn the_real_captures_agree() {
-    if !Path::new(REALDATA).is_dir() {
-        eprintln!("SKIP sysfs attributes against realdata: {REALDATA} not present");
+    if require::realdata(&Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).is_none() {
         return;
     }
     let mut dirs = Vec::new();

@@ -30,6 +30,22 @@ pub fn require_all() -> bool {
     std::env::var(REQUIRE_ALL).is_ok_and(|v| v.trim() == "1")
 }
 
+/// `../shared/realdata` beside the repository at `repo` (the real captures tests read in
+/// place), or `None` after the group's visible SKIP line: a test that reads them never passes
+/// having read nothing unseen, and under `GDRDOCTOR_TEST_REQUIRE_ALL=1` their absence fails.
+pub fn realdata(repo: &std::path::Path) -> Option<std::path::PathBuf> {
+    let p = repo.join("../shared/realdata");
+    if p.is_dir() {
+        return Some(p);
+    }
+    skip(
+        "real captures",
+        &format!("{} is absent", p.display()),
+        "put the shared folder (shared/realdata) beside the repository, as CI has it",
+    );
+    None
+}
+
 /// The line printed (or the panic message) for a skipped group.
 pub fn skip_line(group: &str, missing: &str, install: &str) -> String {
     format!(

@@ -17,7 +17,7 @@ fn pastes() -> Vec<std::path::PathBuf> {
 /// The captures of ../shared/realdata, each with its files (not its subdirectories: sysfs
 /// trees and hwloc XML are no pastes); empty when the directory is absent.
 fn real_captures() -> Vec<(String, Vec<std::path::PathBuf>)> {
-    let Ok(rd) = std::fs::read_dir(repo().join("../shared/realdata")) else {
+    let Some(Ok(rd)) = require::realdata(&repo()).map(std::fs::read_dir) else {
         return Vec::new();
     };
     let mut out: Vec<(String, Vec<std::path::PathBuf>)> = rd

@@ -24,8 +24,7 @@ mod predictions;
 mod readers;
 
 fn realdata() -> Option<PathBuf> {
-    let p = repo().join("../shared/realdata");
-    p.is_dir().then_some(p)
+    require::realdata(&repo())
 }
 
 fn pastes() -> PathBuf {
