@@ -217,3 +217,43 @@ fn build_script_says_unknown_without_its_own_git() {
     let s = run(&tarball, &[("GDRDOCTOR_GIT_COMMIT", "0123456789ab")]);
     assert!(s.contains("GDRDOCTOR_GIT_COMMIT=0123456789ab\n"), "{s}");
 }
+
+/// `--help` of every command is wrapped to fit 100 columns (clap's `wrap_help`; 100 is its
+/// width when stdout is not a terminal), so a reader never scrolls sideways.
+#[test]
+fn every_help_fits_100_columns() {
+    let mut cmds: Vec<Vec<&str>> = vec![vec![]];
+    for c in [
+        "check",
+        "topo",
+        "diagnose",
+        "probe",
+        "watch",
+        "list",
+        "explain",
+        "completions",
+        "man",
+        "policy",
+        "fleet",
+        "snapshot",
+    ] {
+        cmds.push(vec![c]);
+    }
+    cmds.push(vec!["policy", "init"]);
+    cmds.push(vec!["policy", "validate"]);
+    for c in cmds {
+        for flag in ["--help", "-h"] {
+            let mut args = c.clone();
+            args.push(flag);
+            let (code, out, err) = run(&args);
+            assert_eq!(code, 0, "{args:?}: {err}");
+            for line in out.lines() {
+                assert!(
+                    line.chars().count() <= 100,
+                    "{args:?}: {} columns: {line}",
+                    line.chars().count()
+                );
+            }
+        }
+    }
+}
