@@ -2,7 +2,7 @@
 //! site policy, with the counters' growth since the last run or over `--interval`.
 
 use crate::collect::{self, Libraries};
-use crate::output::args::OutputArgs;
+use crate::output::args::{LiveArgs, OutputArgs};
 use crate::output::{deliver, fail};
 use crate::render::Format;
 use crate::source::{Location, Source};
@@ -76,17 +76,12 @@ pub struct Args {
     /// and judge how much they grew: a flapping link or a rising error rate shows up here
     #[arg(long, value_name = "DURATION", value_parser = crate::sys::clock::parse_duration)]
     pub interval: Option<std::time::Duration>,
-    /// Where periodic runs keep the last run's counters, to judge their growth since then
-    #[arg(long, value_name = "DIR", env = "GDRDOCTOR_STATE_DIR", default_value = crate::state::DEFAULT_DIR)]
-    pub state_dir: PathBuf,
+    #[command(flatten)]
+    pub live: LiveArgs,
     /// Neither read nor write the counter state file (counters are then judged on one reading
     /// unless --interval is given)
     #[arg(long)]
     pub no_state: bool,
-    /// Ask CUDA in this run instead of using the answers kept from an earlier run of this boot
-    /// (cuda-facts.json in the state directory; kept per driver and GPU set), and keep none
-    #[arg(long)]
-    pub no_cache: bool,
     /// Also judge the node against a site policy (TOML: the gpus, ports, firmware, driver,
     /// kernel command line the site expects, severity overrides, waivers; `gdrdoctor policy
     /// init` writes one). Live runs read /etc/gdrdoctor/policy.toml by default when it exists
@@ -139,14 +134,7 @@ pub fn run(args: &Args) -> i32 {
     } else {
         Libraries::Query
     };
-    let live_opts = collect::live::Options {
-        cache: if args.no_cache {
-            collect::live::CacheMode::Off
-        } else {
-            collect::live::CacheMode::Use
-        },
-        state_dir: Some(args.state_dir.clone()),
-    };
+    let live_opts = args.live.options();
     let location = Location::from_args(args.sysroot.as_deref(), args.host_root.as_deref());
     // The node as the run reads it: the files, the live libraries, `--nccl-version` applied.
     // `--interval` reads it again after the interval, the same way.
@@ -166,7 +154,7 @@ pub fn run(args: &Args) -> i32 {
         .any(|d| d.category() == "counters" && selection.wants(d));
     let rate_opts = crate::state::counters::RateOptions {
         interval: args.interval.filter(|_| counters_selected),
-        state_dir: (!args.no_state).then(|| args.state_dir.clone()),
+        state_dir: (!args.no_state).then(|| args.live.state_dir.clone()),
     };
     let again = || read_node().map(|(_, n)| n);
     let rates =

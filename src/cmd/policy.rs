@@ -1,6 +1,7 @@
 //! `gdrdoctor policy init|validate`: write a policy that a golden node passes, or check a file.
 
 use crate::collect::{self, Libraries};
+use crate::output::args::LiveArgs;
 use crate::output::{emit, fail, write_output, EXIT_USAGE};
 use crate::source::Location;
 use std::path::PathBuf;
@@ -32,6 +33,8 @@ gdrdoctor check --policy policy.toml --sysroot other-node.tar.gz"
         /// Do not query NVML, the CUDA driver and libibverbs
         #[arg(long = "static")]
         static_only: bool,
+        #[command(flatten)]
+        live: LiveArgs,
     },
     /// Check a policy file without a node: exit 0 when valid, 2 naming the line of the error
     #[command(
@@ -50,6 +53,7 @@ pub fn run(c: &Command) -> i32 {
             output,
             force,
             static_only,
+            live,
         } => {
             // Only a policy file is not overwritten by accident: a device, a FIFO and `-`
             // (stdout) take the text.
@@ -66,11 +70,14 @@ pub fn run(c: &Command) -> i32 {
             } else {
                 Libraries::Query
             };
-            let (_src, node) =
-                match collect::load_node(Location::from_arg(sysroot.as_deref()), libs) {
-                    Ok(x) => x,
-                    Err(e) => return fail(e),
-                };
+            let (_src, node) = match collect::load_node_with(
+                Location::from_arg(sysroot.as_deref()),
+                libs,
+                &live.options(),
+            ) {
+                Ok(x) => x,
+                Err(e) => return fail(e),
+            };
             let gdr = gdrdoctor_checks::gdr::verdicts(&node);
             let text =
                 gdrdoctor_checks::policy::init::render(&node, &gdr, crate::sys::clock::today());

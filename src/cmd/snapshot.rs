@@ -2,6 +2,7 @@
 //! for `--sysroot` and bug reports (`crate::collect::snapshot` writes it).
 
 use crate::collect::{self, Libraries};
+use crate::output::args::LiveArgs;
 use crate::output::fail;
 use crate::source::{Location, Source};
 use std::path::PathBuf;
@@ -25,6 +26,8 @@ pub struct Args {
     /// host's files, the container's libraries, the container runtime's RLIMIT_MEMLOCK
     #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
     pub host_root: Option<PathBuf>,
+    #[command(flatten)]
+    pub live: LiveArgs,
 }
 
 pub fn run(args: &Args) -> i32 {
@@ -38,15 +41,8 @@ pub fn run(args: &Args) -> i32 {
     // Live library facts: from the node's libraries, or carried over from the sysroot.
     // Keep the last periodic run's counters as the snapshot's baseline (issue 17).
     collect::health::SNAPSHOT_USES_STATE.store(true, std::sync::atomic::Ordering::Relaxed);
-    // Fresh CUDA answers for a bug report (and the cache refreshed with them).
-    let mut live = collect::live::collect_with(
-        &src,
-        Libraries::Query,
-        &collect::live::Options {
-            cache: collect::live::CacheMode::Refresh,
-            state_dir: None,
-        },
-    );
+    // CUDA's answers through the boot's cache, as `check` takes them (`--no-cache` asks CUDA).
+    let mut live = collect::live::collect_with(&src, Libraries::Query, &args.live.options());
     if src.origin == crate::source::Origin::HostRoot {
         // What the container's libraries cannot see of the host is not kept as the host's.
         collect::live::host_root_visibility(&mut live, &collect::files(&src));

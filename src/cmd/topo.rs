@@ -2,6 +2,7 @@
 //! or of a pasted `nvidia-smi topo -m` (`--nvidia-smi FILE`).
 
 use crate::collect::{self, Libraries};
+use crate::output::args::LiveArgs;
 use crate::output::{deliver_bytes, fail};
 use crate::render;
 use crate::source::{input, Location};
@@ -59,6 +60,8 @@ pub struct Args {
     /// with none found, the newest rules gdrdoctor knows)
     #[arg(long, value_name = "X.Y.Z", value_parser = crate::output::args::parse_nccl_version)]
     pub nccl_version: Option<String>,
+    #[command(flatten)]
+    pub live: LiveArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -88,6 +91,7 @@ pub fn run(args: &Args) -> i32 {
             args.format,
             args.output.as_deref(),
             args.nccl_version.as_deref(),
+            &args.live.options(),
         ),
     }
 }
@@ -97,12 +101,13 @@ fn node(
     format: TopoFormat,
     output: Option<&Path>,
     nccl_version: Option<&str>,
+    live: &collect::live::Options,
 ) -> i32 {
     // The live libraries' facts (NCCL's dma-buf probe per NIC, CUDA's GDR and dma-buf
     // attributes, NVML's GPU pairs) decide GDR and the GPU x GPU block, and colour the picture:
     // topo asks them as check does (the GPU x GPU block then says NV18 over NVLink, as
     // `nvidia-smi topo -m` does, not the PCIe path).
-    let (_src, mut node) = match collect::load_node(at, Libraries::Query) {
+    let (_src, mut node) = match collect::load_node_with(at, Libraries::Query, live) {
         Ok(x) => x,
         Err(e) => return fail(e),
     };

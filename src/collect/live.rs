@@ -41,11 +41,10 @@ pub enum Libraries {
 /// How a run uses the CUDA cache ([`crate::state::cuda_cache`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheMode {
-    /// Read it; start CUDA only when it has no valid answer, then write it (`check`).
+    /// Read it; start CUDA only when it has no valid answer, then write it (`check`, `topo`,
+    /// `snapshot`, `policy init`).
     Use,
-    /// Start CUDA and write the cache (`snapshot`: a bug report gets fresh answers).
-    Refresh,
-    /// Start CUDA; neither read nor write (`check --no-cache`, and library callers).
+    /// Start CUDA; neither read nor write (`--no-cache`, and library callers).
     #[default]
     Off,
 }

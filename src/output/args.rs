@@ -48,6 +48,35 @@ impl OutputArgs {
     }
 }
 
+/// Where gdrdoctor keeps what it carries between runs, and whether a run uses the CUDA answers
+/// kept there (`check`, `topo`, `snapshot`, `policy init`: every command that asks the live
+/// libraries).
+#[derive(Debug, Clone, Args)]
+pub struct LiveArgs {
+    /// Ask CUDA in this run instead of using the answers kept from an earlier run of this boot
+    /// (cuda-facts.json in the state directory; kept per driver and GPU set), and keep none
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Where gdrdoctor keeps what it carries between runs: the CUDA answers of this boot and
+    /// (`check`) the last run's counters, to judge their growth since then
+    #[arg(long, value_name = "DIR", env = "GDRDOCTOR_STATE_DIR", default_value = crate::state::DEFAULT_DIR)]
+    pub state_dir: PathBuf,
+}
+
+impl LiveArgs {
+    /// The live query's options: the CUDA cache read and written unless `--no-cache`.
+    pub fn options(&self) -> crate::collect::live::Options {
+        crate::collect::live::Options {
+            cache: if self.no_cache {
+                crate::collect::live::CacheMode::Off
+            } else {
+                crate::collect::live::CacheMode::Use
+            },
+            state_dir: Some(self.state_dir.clone()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ColorChoice {
     /// Color when stdout is a terminal, NO_COLOR is unset and TERM is not dumb
