@@ -313,7 +313,7 @@ pub fn apply_nccl_version(node: &mut gdrdoctor_checks::model::Node, version: Opt
         Fact::Known { value, .. } => value.requested = Some(v.to_string()),
         f @ Fact::Absent { .. } => {
             *f = Fact::known(
-                gdrdoctor_checks::nccl::NcclFacts {
+                gdrdoctor_checks::model::NcclFacts {
                     requested: Some(v.to_string()),
                     ..Default::default()
                 },

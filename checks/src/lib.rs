@@ -15,7 +15,6 @@ pub mod klog;
 pub mod model;
 pub mod names;
 pub mod nccl;
-pub mod p2p;
 pub mod parse;
 pub mod paste;
 pub mod pci;

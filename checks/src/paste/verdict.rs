@@ -24,9 +24,10 @@ use super::nccl::NcclLog;
 use super::Paste;
 use crate::derive::{self, PathAnswer};
 use crate::gdr::{self, Level};
+use crate::model::NcclFacts;
 use crate::model::{Fact, Node};
 use crate::nccl::rule::{self, Config, Decision, Support, System};
-use crate::nccl::{self, env::NcclEnv, Chosen, NcclFacts, PathKind};
+use crate::nccl::{self, env::NcclEnv, Chosen, PathKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
 

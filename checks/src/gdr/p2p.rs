@@ -8,7 +8,7 @@
 //! through NVSwitch needs the fabric manager on HGX boards. Pure functions of the node: the
 //! checks and `topo` share them.
 
-use crate::gdr::Context;
+use super::context::Context;
 use crate::model::{Node, NvmlGpu};
 use crate::topo;
 use serde::Serialize;

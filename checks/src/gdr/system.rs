@@ -1,136 +1,14 @@
-//! The GDR verdict per GPU x NIC pair for a node: the node's facts turned into the inputs of
-//! NCCL's rule ([`crate::nccl::rule::decide`], the one function `topo`, `gdr.gpu` and
-//! `diagnose` share), and its verdicts turned into the report's [`GdrPair`]s.
-//!
-//! What this module supplies from the node (gdr-ground-truth §1): NIC support (peer-memory
-//! client, or dma-buf with the per-GPU CUDA attribute and NCCL's per-NIC probe), GPU support
-//! (a live CUDA attribute), the PCIe path of every pair from NCCL's tree ([`crate::topo`]),
-//! NVLink between GPUs (NVML, else NVSwitches on the PCI bus), the compute capability (CUDA,
-//! else the GPU model), NVLink-C2C attachment (the GPU model on an Arm CPU), the NCCL version
-//! on the node and the `NCCL_*` environment.
+//! The rule's view of the node ([`System`]): per GPU its compute capability and NVLink-C2C
+//! attachment, per NIC its ports, the PCIe path and NVLink of every pair, and whether NCCL
+//! can register each GPU's memory with each NIC.
 
-use crate::derive::{self, PathAnswer};
-use crate::model::{CpuVendor, Fact, Node, RdmaDevice};
-use crate::nccl::env::Level as EnvLevel;
-use crate::nccl::rule::{self, Config, Decision, Support, System, Verdict};
-use crate::nccl::{self, PathKind};
-use crate::report::GdrPair;
-use crate::topo::{self, Endpoint, PciIndex};
-
-/// The distance threshold and where it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Level {
-    /// The threshold in NCCL 2.29+ numbering ([`crate::topo::PathType`] values), so that
-    /// `(path as u8) <= value` holds exactly for the PCIe paths within it.
-    pub value: u8,
-    /// NCCL's name of the threshold (`PXB`, `P2C`, `PHB`, ...).
-    pub name: String,
-    pub source: String,
-}
-
-/// The threshold of `cfg`, as a [`Level`].
-pub fn level_of(cfg: &Config) -> Level {
-    let (lvl, name, source) = rule::threshold(&cfg.env, cfg.rules.version);
-    let kind = match lvl {
-        EnvLevel::Kind(k) => k,
-        // 2.4-2.5: GDR below the integer (PIX 0, PXB 1, PHB 2, NODE 3, SYS 4).
-        EnvLevel::Legacy(n) => match n {
-            i64::MIN..=0 => PathKind::Loc,
-            1 => PathKind::Pix,
-            2 => PathKind::Pxb,
-            3 | 4 => PathKind::Phb,
-            _ => PathKind::Sys,
-        },
-    };
-    Level {
-        value: nccl::version::NEWEST.value(kind).unwrap_or(u8::MAX),
-        name,
-        source,
-    }
-}
-
-/// Everything the verdicts need, computed once.
-pub struct Context<'a> {
-    pub index: PciIndex<'a>,
-    pub gpus: Vec<Endpoint>,
-    pub nics: Vec<(&'a RdmaDevice, Option<Endpoint>)>,
-    pub level: Level,
-    pub peermem: PathAnswer,
-    pub dmabuf: PathAnswer,
-    /// The NCCL version and environment that apply.
-    pub config: Config,
-}
-
-impl<'a> Context<'a> {
-    /// The node's context. Within a [`MemoScope`] (one report) the costly part, every GPU's
-    /// and NIC's place in NCCL's tree, is computed once and copied to each check (the checks
-    /// of an 8-GPU report asked for it 13 times: 2.4 M of its 33 M instructions).
-    pub fn new(node: &'a Node) -> Self {
-        let index = PciIndex::new(node);
-        let placed = placed(node);
-        let nics = node
-            .rdma
-            .get()
-            .map(|r| {
-                r.iter()
-                    .enumerate()
-                    .map(|(i, d)| (d, placed.nics.get(i).cloned().flatten()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Context {
-            index,
-            gpus: placed.gpus.clone(),
-            nics,
-            level: level_of(&placed.config),
-            peermem: placed.peermem.clone(),
-            dmabuf: placed.dmabuf.clone(),
-            config: placed.config.clone(),
-        }
-    }
-}
-
-/// What [`Context::new`] derives from the node and keeps for a report: owned, so that the
-/// memo can hold it.
-#[derive(Debug)]
-struct Placed {
-    gpus: Vec<Endpoint>,
-    /// In the order of `node.rdma`.
-    nics: Vec<Option<Endpoint>>,
-    config: Config,
-    peermem: PathAnswer,
-    dmabuf: PathAnswer,
-}
-
-impl Placed {
-    fn compute(node: &Node) -> Placed {
-        let index = PciIndex::new(node);
-        let gpus = derive::gpus(node)
-            .iter()
-            .filter_map(|g| index.endpoint(&g.bdf, false))
-            .collect();
-        let nics = node
-            .rdma
-            .get()
-            .map(|r| {
-                r.iter()
-                    .map(|d| match d.pci_bdf.get() {
-                        Some(Some(b)) => index.endpoint(b, true),
-                        _ => None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let config = nccl::config(node);
-        Placed {
-            gpus,
-            nics,
-            peermem: derive::peermem_path_for(node, Some(config.rules.version)),
-            config,
-            dmabuf: derive::dmabuf_path(node),
-        }
-    }
-}
+use super::context::Context;
+use super::p2p;
+use crate::derive;
+use crate::model::{CpuVendor, Node, RdmaDevice};
+use crate::nccl::rule::{self, Support, System};
+use crate::nccl::PathKind;
+use crate::topo::{self, PciIndex};
 
 /// Compute capability from a GPU's name when CUDA did not say: the chip code name of a pci.ids
 /// name (`NVIDIA GH100 [H200 SXM 141GB]`), else the product name `nvidia-smi -q` prints
@@ -356,7 +234,7 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
         .get()
         .map(|n| n.gpus.iter().map(|g| g.bdf.as_str()).collect())
         .unwrap_or_default();
-    let switches = crate::p2p::nvswitches(node);
+    let switches = p2p::nvswitches(node);
     let nvlink_source = if !nvml_gpus.is_empty() {
         "NVML NVLink state".to_string()
     } else if switches > 0 {
@@ -370,7 +248,7 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
         )
     };
     let pairs = if !nvml_gpus.is_empty() {
-        crate::p2p::pairs(node)
+        p2p::pairs(node)
     } else {
         Vec::new()
     };
@@ -570,235 +448,10 @@ fn support(
     s
 }
 
-/// The context, the rule's inputs, and NCCL's decision for the node.
-pub fn decision(node: &Node) -> (Context<'_>, System, Decision) {
-    let cx = Context::new(node);
-    let sys = system(node, &cx);
-    let d = rule::decide(&sys, &cx.config);
-    (cx, sys, d)
-}
-
-/// NCCL's decision for a node and the report's pairs, as [`decision`] and [`verdicts`] compute
-/// them: computed once for all the checks of one report while a [`MemoScope`] for the node is
-/// open ([`shared`]), else each time.
-#[derive(Debug)]
-pub struct Shared {
-    pub system: System,
-    pub decision: Decision,
-    pub pairs: Vec<GdrPair>,
-}
-
-impl Shared {
-    fn compute(node: &Node) -> Shared {
-        let (_, system, decision) = self::decision(node);
-        let pairs = decision
-            .verdicts
-            .iter()
-            .map(|v| to_pair(&system, &decision, v))
-            .collect();
-        Shared {
-            system,
-            decision,
-            pairs,
-        }
-    }
-}
-
-/// A node's memo: its decision and its placed endpoints, each computed at the first ask.
-#[derive(Default)]
-struct Memo {
-    shared: std::sync::OnceLock<std::sync::Arc<Shared>>,
-    placed: std::sync::OnceLock<std::sync::Arc<Placed>>,
-}
-
-type Slot = std::sync::Arc<Memo>;
-
-/// The open scopes: (node address, scopes open for it, its slot). A node's address names it
-/// only while it is borrowed, which each [`MemoScope`] is for as long as it lives; the entry
-/// goes with the last one.
-static MEMO: std::sync::Mutex<Vec<(usize, usize, Slot)>> = std::sync::Mutex::new(Vec::new());
-
-fn memo() -> std::sync::MutexGuard<'static, Vec<(usize, usize, Slot)>> {
-    MEMO.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// While alive, [`shared`] computes the node's decision once (the checks of one report ask
-/// for it four times). It borrows the node, so the node cannot change or move under it. Only
-/// this crate opens one (`build_report`, `checks::run`), and never forgets it: a scope that
-/// is not dropped would leave its entry behind for another node at the same address.
-pub(crate) struct MemoScope<'a> {
-    key: usize,
-    _node: std::marker::PhantomData<&'a Node>,
-}
-
-pub(crate) fn memo_scope(node: &Node) -> MemoScope<'_> {
-    let key = node as *const Node as usize;
-    let mut m = memo();
-    match m.iter_mut().find(|e| e.0 == key) {
-        Some(e) => e.1 += 1,
-        None => m.push((key, 1, Slot::default())),
-    }
-    MemoScope {
-        key,
-        _node: std::marker::PhantomData,
-    }
-}
-
-impl Drop for MemoScope<'_> {
-    fn drop(&mut self) {
-        let mut m = memo();
-        if let Some(i) = m.iter().position(|e| e.0 == self.key) {
-            m[i].1 -= 1;
-            if m[i].1 == 0 {
-                m.swap_remove(i);
-            }
-        }
-    }
-}
-
-/// The node's decision and pairs: the one of its open [`MemoScope`], else computed now.
-pub fn shared(node: &Node) -> std::sync::Arc<Shared> {
-    memoized(node, |m| &m.shared, Shared::compute)
-}
-
-/// The node's placed endpoints: the ones of its open [`MemoScope`], else computed now.
-fn placed(node: &Node) -> std::sync::Arc<Placed> {
-    memoized(node, |m| &m.placed, Placed::compute)
-}
-
-/// `compute(node)` kept in `cell` of the node's memo while a scope for it is open, else
-/// computed each time.
-fn memoized<T>(
-    node: &Node,
-    cell: fn(&Memo) -> &std::sync::OnceLock<std::sync::Arc<T>>,
-    compute: fn(&Node) -> T,
-) -> std::sync::Arc<T> {
-    let key = node as *const Node as usize;
-    let slot = memo().iter().find(|e| e.0 == key).map(|e| e.2.clone());
-    match slot {
-        Some(s) => cell(&s)
-            .get_or_init(|| std::sync::Arc::new(compute(node)))
-            .clone(),
-        None => std::sync::Arc::new(compute(node)),
-    }
-}
-
-/// A verdict as the report's pair.
-pub fn to_pair(sys: &System, d: &Decision, v: &Verdict) -> GdrPair {
-    let mut reasons: Vec<String> = Vec::new();
-    for r in v.send.reasons.iter().chain(v.receive.reasons.iter()) {
-        if !reasons.contains(r) {
-            reasons.push(r.clone());
-        }
-    }
-    let pcie = v.pcie.map(|k| k.as_str().to_string());
-    GdrPair {
-        gpu: sys.gpus[v.gpu].id.clone(),
-        nic: sys.nics[v.nic].name.clone(),
-        path: pcie.clone().unwrap_or_else(|| "?".into()),
-        nvidia_smi: sys
-            .smi
-            .get(v.gpu)
-            .and_then(|r| r.get(v.nic))
-            .cloned()
-            .flatten(),
-        enabled: v.enabled(),
-        mechanism: if v.enabled() {
-            v.mechanism.map(str::to_string)
-        } else {
-            None
-        },
-        reasons,
-        assumptions: v.assumptions.clone(),
-        send: (!v.send.undecided).then_some(v.send.gdr),
-        receive: (!v.receive.undecided).then_some(v.receive.gdr),
-        nccl_path: v.path.map(|k| k.as_str().to_string()),
-        via: v.via.and_then(|p| sys.gpus.get(p)).map(|g| g.id.clone()),
-        pci_mode: v.send.pci_mode || v.receive.pci_mode,
-        threshold: Some(d.threshold.clone()),
-        threshold_source: Some(d.threshold_source.clone()),
-        rules: Some(d.rules.describe()),
-        undecided: v.undecided.clone(),
-        notes: v.notes.clone(),
-    }
-}
-
-/// The verdict for every GPU x RDMA device pair.
-pub fn verdicts(node: &Node) -> Vec<GdrPair> {
-    shared(node).pairs.clone()
-}
-
-/// The NUMA node of a fact, for messages.
-pub fn numa_text(n: &Fact<i32>) -> String {
-    n.get().map(|v| v.to_string()).unwrap_or_else(|| "?".into())
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
     use super::*;
-
-    #[test]
-    fn one_decision_per_scope_for_that_node_only_and_none_after_it() {
-        use crate::testing::*;
-        use std::sync::Arc;
-        let n = switch_pair();
-        let fresh = verdicts(&n);
-        assert!(!fresh.is_empty());
-        // No scope: computed each time.
-        assert!(!Arc::ptr_eq(&shared(&n), &shared(&n)));
-        {
-            let _outer = memo_scope(&n);
-            let a = shared(&n);
-            assert!(Arc::ptr_eq(&a, &shared(&n)));
-            assert_eq!(a.pairs, fresh);
-            assert_eq!(verdicts(&n), fresh);
-            {
-                let _inner = memo_scope(&n);
-                assert!(Arc::ptr_eq(&a, &shared(&n)));
-            }
-            // The inner scope's end leaves the outer one's answer.
-            assert!(Arc::ptr_eq(&a, &shared(&n)));
-            // A changed copy of the node is another node: not answered from the memo.
-            let mut m = n.clone();
-            m.rdma = Fact::known(Vec::new(), "/sys/class/infiniband");
-            let c = shared(&m);
-            assert!(!Arc::ptr_eq(&a, &c));
-            assert!(c.pairs.is_empty());
-        }
-        let key = &n as *const Node as usize;
-        assert!(
-            memo().iter().all(|e| e.0 != key),
-            "the scope's entry outlived it"
-        );
-        assert!(!Arc::ptr_eq(&shared(&n), &shared(&n)));
-    }
-
-    #[test]
-    fn one_placement_per_scope_the_same_as_a_fresh_one() {
-        use crate::testing::*;
-        use std::sync::Arc;
-        let n = switch_pair();
-        let fresh = Context::new(&n);
-        assert!(!fresh.gpus.is_empty() && !fresh.nics.is_empty());
-        assert!(!Arc::ptr_eq(&placed(&n), &placed(&n)));
-        {
-            let _scope = memo_scope(&n);
-            let p = placed(&n);
-            assert!(Arc::ptr_eq(&p, &placed(&n)));
-            let cx = Context::new(&n);
-            assert_eq!(cx.gpus, fresh.gpus);
-            assert_eq!(cx.nics, fresh.nics);
-            assert_eq!(cx.config, fresh.config);
-            assert_eq!((&cx.peermem, &cx.dmabuf), (&fresh.peermem, &fresh.dmabuf));
-            // Another node (a copy without its NICs) is placed on its own.
-            let mut m = n.clone();
-            m.rdma = Fact::known(Vec::new(), "/sys/class/infiniband");
-            assert!(Context::new(&m).nics.is_empty());
-            assert!(!Arc::ptr_eq(&p, &placed(&m)));
-        }
-        assert!(!Arc::ptr_eq(&placed(&n), &placed(&n)));
-    }
 
     #[test]
     fn compute_capability_from_the_model_name() {
@@ -873,52 +526,5 @@ mod tests {
             assert_eq!(cc_from_model(name), cc, "{name}");
         }
         assert!(grace_model("NVIDIA GH200 480GB") && !grace_model("NVIDIA H100 80GB HBM3"));
-    }
-
-    #[test]
-    fn a_nic_libibverbs_cannot_list_gets_no_gdr() {
-        use crate::model::{Fact, VerbsFacts};
-        let pair = |v: Option<VerbsFacts>| {
-            let mut n = crate::testing::switch_pair();
-            if let Some(v) = v {
-                n.live.verbs = Fact::known(v, "libibverbs.so.1");
-            }
-            verdicts(&n).into_iter().next().expect("one pair")
-        };
-        // The live facts list mlx5_0: GDR through peer memory, as without live facts.
-        let listed = VerbsFacts {
-            has_reg_dmabuf_mr: true,
-            devices: vec!["mlx5_0".into()],
-            ..Default::default()
-        };
-        assert!(pair(Some(listed.clone())).enabled);
-        assert!(pair(None).enabled);
-        // No kernel RDMA support: NCCL finds no device at all.
-        let p = pair(Some(VerbsFacts {
-            devices: vec![],
-            list_errno: Some(38),
-            ..listed.clone()
-        }));
-        assert!(!p.enabled, "{p:?}");
-        assert!(
-            p.reasons
-                .iter()
-                .any(|r| r.contains("errno 38") && r.contains("sockets")),
-            "{:?}",
-            p.reasons
-        );
-        // Listed devices without this one.
-        let p = pair(Some(VerbsFacts {
-            devices: vec!["mlx5_1".into()],
-            ..listed
-        }));
-        assert!(!p.enabled, "{p:?}");
-        assert!(
-            p.reasons
-                .iter()
-                .any(|r| r.contains("libibverbs does not list mlx5_0")),
-            "{:?}",
-            p.reasons
-        );
     }
 }
