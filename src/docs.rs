@@ -1,21 +1,16 @@
-//! The long-form pages (`docs/checks/<id>.md`) for `gdrdoctor explain`, found from the
-//! registries: each check row and each probe finding row embeds its own page, so there is no
+//! The long-form pages (`docs/checks/<id>.md`) for `gdrdoctor explain`: every finding family's
+//! rows embed their own pages in the pure crate (`gdrdoctor_checks::findings`), so there is no
 //! second list to keep in step.
 
 /// Every page: the checks in registry order, then the probe findings, then the findings of
 /// watch, the site policy and diagnose.
 pub fn pages() -> Vec<(&'static str, &'static str)> {
-    gdrdoctor_checks::checks::CHECKS
-        .iter()
-        .map(|c| (c.id, c.page))
-        .chain(crate::probe::finding_defs().map(|f| (f.id, f.page)))
-        .chain(crate::watch::PAGES.iter().copied())
-        .chain(crate::policy::PAGES.iter().copied())
-        .chain(crate::diagnose::PAGES.iter().copied())
+    gdrdoctor_checks::findings::all()
+        .map(|f| (f.id, f.page))
         .collect()
 }
 
-/// The page of a check, probe, watch or policy finding id.
+/// The page of a check, probe, watch, policy or diagnose finding id.
 pub fn page(id: &str) -> Option<&'static str> {
-    pages().into_iter().find(|(i, _)| *i == id).map(|(_, p)| p)
+    gdrdoctor_checks::findings::page(id)
 }

@@ -14,17 +14,17 @@ fn every_check_has_a_page_and_every_page_a_check() {
     let ids: Vec<&str> = pages.iter().map(|(i, _)| *i).collect();
     let checks: Vec<&str> = CHECKS.iter().map(|c| c.id).collect();
     let probes: Vec<&str> = gdrdoctor::probe::finding_defs().map(|f| f.id).collect();
-    let watch: Vec<&str> = gdrdoctor_checks::watch::IDS
+    let watch: Vec<&str> = gdrdoctor_checks::watch::FINDINGS
         .iter()
-        .map(|(i, _)| *i)
+        .map(|f| f.id)
         .collect();
-    let policy: Vec<&str> = gdrdoctor_checks::policy::POLICY_IDS
+    let policy: Vec<&str> = gdrdoctor_checks::policy::FINDINGS
         .iter()
-        .map(|(i, _)| *i)
+        .map(|f| f.id)
         .collect();
-    let pastes: Vec<&str> = gdrdoctor_checks::paste::findings::IDS
+    let pastes: Vec<&str> = gdrdoctor_checks::paste::findings::FINDINGS
         .iter()
-        .map(|(i, _)| *i)
+        .map(|f| f.id)
         .collect();
     assert_eq!(
         ids,

@@ -8,6 +8,7 @@
 //! generation instead of the probe's launch plan, the site table for who writes the awaited
 //! word, the area's own words for the memory's value. See docs/guides/watch.md.
 
+use crate::findings::def::{finding, FindingDef};
 use crate::report::{Finding, Status};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -1131,11 +1132,11 @@ fn classify(
 // Findings
 // ---------------------------------------------------------------------------------------------
 
-/// Every watch finding id, with its one-line title (docs/checks/<id>.md).
-pub const IDS: &[(&str, &str)] = &[
-    ("watch.area", "a progress area in /dev/shm is readable, valid and belongs to a running job"),
-    ("watch.stall", "no instrumented wait of the job stalls past the threshold; a stall says who waits on what, and why"),
-    ("watch.abort", "with --abort: every stalled waiter left its wait after the cooperative abort flag was set"),
+/// Every watch finding, with its one-line title and its page (docs/checks/<id>.md).
+pub static FINDINGS: &[FindingDef] = &[
+    finding!("watch.area", "a progress area in /dev/shm is readable, valid and belongs to a running job"),
+    finding!("watch.stall", "no instrumented wait of the job stalls past the threshold; a stall says who waits on what, and why"),
+    finding!("watch.abort", "with --abort: every stalled waiter left its wait after the cooperative abort flag was set"),
 ];
 
 /// One stall as watch followed it: detected once, then resolved or not.

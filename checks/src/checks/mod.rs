@@ -2,9 +2,10 @@
 //!
 //! A check is a pure function of the [`Node`](crate::model::Node) that returns findings. Adding
 //! one touches: the function (in the file of its category), one `check!` line in [`CHECKS`],
-//! its page `docs/checks/<id>.md` (embedded from the row: the registry is the only list), and a
-//! fixture-backed test. Ids are stable (`category.name`), never renumbered, never reused.
+//! its page `docs/checks/<id>.md` (embedded from the row, as every finding family's rows embed
+//! theirs: [`crate::findings`]), and a fixture-backed test. Ids are stable (`category.name`), never renumbered, never reused.
 
+use crate::findings::def::{finding, FindingDef};
 use crate::model::Node;
 use crate::report::Finding;
 
@@ -21,30 +22,27 @@ pub mod rdma;
 pub mod roce;
 pub mod topo;
 
-/// A registered check.
+/// A registered check: a finding row (id, title, page) with the function that judges it.
 pub struct CheckDef {
-    /// Stable id, `category.name`.
-    pub id: &'static str,
-    /// One lowercase line for `gdrdoctor list`.
-    pub title: &'static str,
+    /// Its id, title and page, as every finding family's row.
+    pub def: FindingDef,
     pub run: fn(&Node) -> Vec<Finding>,
-    /// The long-form page, `docs/checks/<id>.md` (what `gdrdoctor explain` prints).
-    pub page: &'static str,
 }
 
-/// A registry row: the page is found from the id.
+/// A check row reads as the finding row it is (`c.id`, `c.title`, `c.page`).
+impl std::ops::Deref for CheckDef {
+    type Target = FindingDef;
+    fn deref(&self) -> &FindingDef {
+        &self.def
+    }
+}
+
+/// A registry row: the finding row (its page found from the id) and the check.
 macro_rules! check {
     ($id:literal, $title:literal, $run:path) => {
         CheckDef {
-            id: $id,
-            title: $title,
+            def: finding!($id, $title),
             run: $run,
-            page: include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../docs/checks/",
-                $id,
-                ".md"
-            )),
         }
     };
 }

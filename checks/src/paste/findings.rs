@@ -6,39 +6,40 @@
 use super::nccl::{FailureKind, NcclLog};
 use super::verdict::{Gdr, PastePair};
 use super::{BlockStatus, Paste};
+use crate::findings::def::{finding, FindingDef};
 use crate::report::{Finding, Status};
 
-/// Finding ids that only `diagnose` produces, with what they verify (for `gdrdoctor list`).
-pub static IDS: &[(&str, &str)] = &[
-    (
+/// The findings only `diagnose` produces, with what they verify and their pages.
+pub static FINDINGS: &[FindingDef] = &[
+    finding!(
         "paste.blocks",
-        "each pasted block was recognised and read; what was repaired, what cannot be trusted",
+        "each pasted block was recognised and read; what was repaired, what cannot be trusted"
     ),
-    (
+    finding!(
         "nccl.gdr",
-        "nccl's logged gdr decisions agree with the topology and the node's gdr support",
+        "nccl's logged gdr decisions agree with the topology and the node's gdr support"
     ),
-    (
+    finding!(
         "nccl.reg-mr",
-        "nccl could register gpu memory with the nic (ibv_reg_mr)",
+        "nccl could register gpu memory with the nic (ibv_reg_mr)"
     ),
-    (
+    finding!(
         "nccl.dmabuf-mr",
-        "nccl could register gpu memory through dma-buf (ibv_reg_dmabuf_mr)",
+        "nccl could register gpu memory through dma-buf (ibv_reg_dmabuf_mr)"
     ),
-    ("nccl.system-error", "nccl hit no unhandled system error"),
-    ("nccl.cuda-failure", "nccl's cuda calls did not fail"),
-    (
+    finding!("nccl.system-error", "nccl hit no unhandled system error"),
+    finding!("nccl.cuda-failure", "nccl's cuda calls did not fail"),
+    finding!(
         "nccl.ib-completion",
-        "no infiniband work completion with an error status",
+        "no infiniband work completion with an error status"
     ),
-    (
+    finding!(
         "nccl.remote-error",
-        "no peer rank exited or lost its network",
+        "no peer rank exited or lost its network"
     ),
-    (
+    finding!(
         "nccl.timeout",
-        "no collective timed out (nccl or the pytorch watchdog)",
+        "no collective timed out (nccl or the pytorch watchdog)"
     ),
 ];
 

@@ -2,7 +2,7 @@
 //! summary and exit code again. Missing evidence is an `error` finding, never a pass.
 
 use super::types::*;
-use super::{glob, POLICY_IDS};
+use super::{glob, FINDINGS};
 use crate::derive;
 use crate::model::{Fact, Node, PciDevice, RdmaDevice};
 use crate::names;
@@ -47,7 +47,7 @@ pub fn apply(
 
 type Rule<'a> = Box<dyn Fn() -> Vec<Finding> + 'a>;
 
-/// Every expectation the policy states, in the order of [`POLICY_IDS`]. A rule that panics
+/// Every expectation the policy states, in the order of [`FINDINGS`]. A rule that panics
 /// becomes one `error` finding.
 pub fn expectations(node: &Node, gdr: &[GdrPair], p: &Policy, cx: &Context) -> Vec<Finding> {
     let mut rules: Vec<(&str, Rule)> = Vec::new();
@@ -94,7 +94,7 @@ pub fn expectations(node: &Node, gdr: &[GdrPair], p: &Policy, cx: &Context) -> V
             rules.push(("policy.cmdline", Box::new(move || cmdline(node, c, cx))));
         }
     }
-    let order = |id: &str| POLICY_IDS.iter().position(|(i, _)| *i == id);
+    let order = |id: &str| FINDINGS.iter().position(|f| f.id == id);
     rules.sort_by_key(|(id, _)| order(id));
     let mut out = Vec::new();
     for (id, rule) in rules {

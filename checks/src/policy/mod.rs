@@ -15,46 +15,48 @@ pub mod types;
 pub use eval::{apply, Context};
 pub use types::*;
 
+use crate::findings::def::{finding, FindingDef};
+
 /// The schema id a policy file may declare (`schema = "gdrdoctor.policy/v1"`).
 pub const POLICY_SCHEMA: &str = "gdrdoctor.policy/v1";
 
 /// Where `check` looks for a policy when `--policy` is not given (live runs only).
 pub const DEFAULT_PATH: &str = "/etc/gdrdoctor/policy.toml";
 
-/// The finding ids a policy produces, with one line each for `gdrdoctor list`.
-pub static POLICY_IDS: &[(&str, &str)] = &[
-    ("policy.gpu", "the gpu count and model the site expects"),
-    ("policy.rdma", "the rdma device count the site expects"),
-    (
+/// The findings a policy produces, with one line each for `gdrdoctor list` and their pages.
+pub static FINDINGS: &[FindingDef] = &[
+    finding!("policy.gpu", "the gpu count and model the site expects"),
+    finding!("policy.rdma", "the rdma device count the site expects"),
+    finding!(
         "policy.ports",
-        "rdma ports: state, link layer, rate and width the site expects",
+        "rdma ports: state, link layer, rate and width the site expects"
     ),
-    (
+    finding!(
         "policy.pcie",
-        "pcie link speed and width per device class (gpu, nic, switch)",
+        "pcie link speed and width per device class (gpu, nic, switch)"
     ),
-    ("policy.driver", "the nvidia driver flavor and version"),
-    (
+    finding!("policy.driver", "the nvidia driver flavor and version"),
+    finding!(
         "policy.firmware",
-        "nic firmware: an exact version, a minimum, or all equal",
+        "nic firmware: an exact version, a minimum, or all equal"
     ),
-    (
+    finding!(
         "policy.peer-memory",
-        "the peer-memory mechanism the site requires (peermem, dma-buf, either)",
+        "the peer-memory mechanism the site requires (peermem, dma-buf, either)"
     ),
-    ("policy.iommu", "the iommu mode the site requires"),
-    (
+    finding!("policy.iommu", "the iommu mode the site requires"),
+    finding!(
         "policy.gdr",
-        "the gpu x nic pairs with gpudirect rdma the site requires",
+        "the gpu x nic pairs with gpudirect rdma the site requires"
     ),
-    ("policy.kernel", "the kernel release the site expects"),
-    (
+    finding!("policy.kernel", "the kernel release the site expects"),
+    finding!(
         "policy.cmdline",
-        "the kernel command line: required, forbidden and unexpected parameters",
+        "the kernel command line: required, forbidden and unexpected parameters"
     ),
-    (
+    finding!(
         "policy.waiver",
-        "waivers: each carries a reason and an expiry date; expired ones stop waiving",
+        "waivers: each carries a reason and an expiry date; expired ones stop waiving"
     ),
 ];
 
@@ -64,7 +66,7 @@ pub fn known_check(s: &str) -> bool {
     crate::checks::CHECKS
         .iter()
         .any(|c| c.id == s || c.category() == s)
-        || POLICY_IDS.iter().any(|(id, _)| *id == s || s == "policy")
+        || FINDINGS.iter().any(|f| f.id == s || s == "policy")
 }
 
 /// `open` or `proprietary`, as the policy and the report's inventory spell a driver flavor.
@@ -122,7 +124,8 @@ mod tests {
 
     #[test]
     fn every_policy_id_is_well_formed() {
-        for (id, title) in POLICY_IDS {
+        for f in FINDINGS {
+            let (id, title) = (&f.id, &f.title);
             assert!(id.starts_with("policy."), "{id}");
             assert_eq!(*title, title.to_lowercase());
             assert!(!title.ends_with('.'));
