@@ -128,11 +128,11 @@ pub fn blocks(p: &Paste) -> Vec<Finding> {
     out
 }
 
-fn paste_again(cmd: Option<&str>, k: super::Kind) -> String {
+fn paste_again(cmd: Option<&str>, k: super::kind::Kind) -> String {
     let c = cmd.map(str::to_string).unwrap_or_else(|| match k {
-        super::Kind::TopoMatrix => "nvidia-smi topo -m".into(),
-        super::Kind::Lspci => "sudo lspci -vvv".into(),
-        super::Kind::IbvDevinfo => "ibv_devinfo -v".into(),
+        super::kind::Kind::TopoMatrix => "nvidia-smi topo -m".into(),
+        super::kind::Kind::Lspci => "sudo lspci -vvv".into(),
+        super::kind::Kind::IbvDevinfo => "ibv_devinfo -v".into(),
         other => other.as_str().to_string(),
     });
     format!("paste the whole output of `{c}` again inside a ``` code block (or attach `{c} > out.txt` as a file): terminals wrap and cut wide tables")

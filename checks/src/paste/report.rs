@@ -12,6 +12,7 @@ use super::nccl::{Direction, LoggedGdr, NcclLog};
 use super::node::{self, Provenance};
 use super::verdict::{self, Context, Gdr, Logged, PastePair};
 use super::{findings, BlockStatus, Input, Kind, Paste};
+use crate::checks::Needs;
 use crate::report::{self, Finding, Status};
 use crate::RunOptions;
 use serde::Serialize;
@@ -77,84 +78,16 @@ pub struct DiagnoseReport {
     pub inventory: report::Inventory,
 }
 
-/// What each registry check reads, and the command that shows it.
-fn needs(id: &str) -> (&'static [Kind], &'static str, &'static str) {
-    use Kind::*;
-    match id {
-        "gpu.present" => (&[Lspci], "pci devices", "sudo lspci -vvv"),
-        "topo.nic-numa" => (&[Lspci], "the nics' numa nodes", "sudo lspci -vvv"),
-        "driver.nvidia" | "kmod.dmabuf" => (
-            &[NvidiaVersion, Dmesg, Uname],
-            "nvidia driver flavor and kernel",
-            "cat /proc/driver/nvidia/version; uname -r",
-        ),
-        "driver.grdma-override" => (
-            &[],
-            "nvidia driver parameters",
-            "cat /proc/driver/nvidia/params",
-        ),
-        "kmod.nvidia-peermem" => (
-            &[Lsmod, ProcModules],
-            "peer memory",
-            "lsmod | grep -E 'peermem|peer_mem'",
-        ),
-        "kmod.nv-peer-mem" => (
-            &[Lsmod, ProcModules],
-            "the legacy nv_peer_mem module",
-            "lsmod | grep -E 'peermem|peer_mem'",
-        ),
-        "iommu.mode" => (
-            &[Cmdline, Dmesg],
-            "the iommu mode",
-            "cat /proc/cmdline; ls /sys/class/iommu",
-        ),
-        "rdma.devices" | "rdma.ports" | "rdma.firmware" => (
-            &[IbvDevinfo, Ibstat],
-            "rdma devices and ports",
-            "ibv_devinfo -v",
-        ),
-        "mem.memlock" => (&[Ulimit], "the locked-memory limit", "ulimit -l"),
-        "gpu.gdr-support" | "gpu.persistence" | "gpu.row-remap" | "gpu.nvlink" | "gpu.p2p" => {
-            (&[], "live gpu facts (cuda, nvml)", "gdrdoctor check")
-        }
-        "gpu.bar1" => (&[Lspci], "gpu bar1 size", "sudo lspci -vvv -d 10de:"),
-        "pcie.bars" | "pcie.link" | "pcie.mrrs" | "pcie.ats" => {
-            (&[Lspci], "pci config space", "sudo lspci -vvvxxxx")
-        }
-        "pcie.acs-redirect" => (
-            &[LspciTree],
-            "the pci tree with acs control",
-            "sudo lspci -vvvxxxx; lspci -tv",
-        ),
-        "topo.nic-distance" | "topo.rails" | "gdr.gpu" => {
-            (&[TopoMatrix], "the gpu-nic topology", "nvidia-smi topo -m")
-        }
-        "kernel.xid" | "kernel.iommu-fault" | "kernel.mlx5-health" => {
-            (&[Dmesg], "the kernel log", "sudo dmesg")
-        }
-        id if id.starts_with("counters.") => (
-            &[],
-            "error counters (judged on two readings)",
-            "gdrdoctor check --interval 10s",
-        ),
-        id if id.starts_with("roce.") => (
-            &[],
-            "the RoCE GID tables, netdevs and QoS",
-            "gdrdoctor check",
-        ),
-        _ => (&[], "its input", "gdrdoctor check"),
-    }
-}
-
-/// Turn the registry's findings into what a paste can say. `rdma_unplaced`: the paste shows
-/// RDMA devices but not their PCI addresses, so checks that pair NICs with PCI functions cannot
-/// be answered (their "no rdma nic on the pci bus" would be a claim the paste does not make).
 /// The words of a fact two pasted copies disagree on (`node::rdma_devices`).
 pub const TWICE: &str = "(two nodes' outputs?)";
 /// The words of a fact the pasted tool itself failed to read (`ibpanic: ... failed`).
 pub const UNREADABLE: &str = "the tool could not read";
 
-fn adapt(f: Finding, p: &Paste, prov: &Provenance, rdma_unplaced: bool) -> Finding {
+/// Turn a registry check's finding into what a paste can say. `needs`: what the check reads,
+/// as its row says. `rdma_unplaced`: the paste shows RDMA devices but not their PCI addresses,
+/// so checks that pair NICs with PCI functions cannot be answered (their "no rdma nic on the
+/// pci bus" would be a claim the paste does not make).
+fn adapt(f: Finding, needs: &Needs, p: &Paste, prov: &Provenance, rdma_unplaced: bool) -> Finding {
     let mut f = f;
     let pairs_nics = [
         "pcie.ats",
@@ -198,7 +131,7 @@ fn adapt(f: Finding, p: &Paste, prov: &Provenance, rdma_unplaced: bool) -> Findi
     {
         return f;
     }
-    let (kinds, what, cmd) = needs(&f.id);
+    let (kinds, what, cmd) = (needs.kinds, needs.what, needs.command);
     let blocks: Vec<&super::Block> = p
         .blocks
         .iter()
@@ -875,11 +808,13 @@ pub fn diagnose_paste(
         !r.is_empty() && r.iter().all(|d| !matches!(d.pci_bdf.get(), Some(Some(_))))
     });
     let mut fs: Vec<Finding> = findings::blocks(p);
-    for f in crate::checks::run(&node, &opts.selection) {
-        if has_topo && replaced.contains(&f.id.as_str()) {
-            continue;
+    for (def, found) in crate::checks::run_each(&node, &opts.selection) {
+        for f in found {
+            if has_topo && replaced.contains(&f.id.as_str()) {
+                continue;
+            }
+            fs.push(adapt(f, &def.needs, p, &prov, rdma_unplaced));
         }
-        fs.push(adapt(f, p, &prov, rdma_unplaced));
     }
     let wants = |id: &str| {
         (opts.selection.only.is_empty()

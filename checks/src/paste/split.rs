@@ -7,8 +7,8 @@
 //! (`lsmod | grep nvidia_peermem` printing nothing) becomes an empty block, which is evidence.
 
 use super::clean::Line;
+use super::kind::Kind;
 use super::topo;
-use super::Kind;
 
 /// One block before parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
