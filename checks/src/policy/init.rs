@@ -60,13 +60,13 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
         "# gdrdoctor site policy, written by `gdrdoctor policy init` from {host} ({}) on {today}.",
         node.root
     );
-    let _ = writeln!(o, "# `gdrdoctor check --policy FILE` judges a node against it (live runs read {} by default).", super::DEFAULT_PATH);
+    let _ = writeln!(o, "# `gdrdoctor check --policy FILE` judges a node against it (live runs read {} by default).", super::types::DEFAULT_PATH);
     o.push_str("# Every value below is what the golden node shows; every section is optional: delete what your\n");
     o.push_str("# site does not want to enforce. `gdrdoctor explain policy.gpu` (and the other policy.* ids)\n");
     o.push_str(
         "# explains each rule; `gdrdoctor policy validate FILE` checks a file without a node.\n",
     );
-    let _ = writeln!(o, "schema = {}", toml_str(super::POLICY_SCHEMA));
+    let _ = writeln!(o, "schema = {}", toml_str(super::types::POLICY_SCHEMA));
 
     // GPUs.
     o.push_str("\n[gpu]\n");
@@ -280,7 +280,7 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
     // Driver.
     if let Some((ver, flavor)) = derive::nvidia_driver(node) {
         o.push_str("\n[driver]\n");
-        let _ = writeln!(o, "flavor = {}", toml_str(super::flavor_str(flavor)));
+        let _ = writeln!(o, "flavor = {}", toml_str(super::types::flavor_str(flavor)));
         let _ = writeln!(
             o,
             "version = {}       # or: min_version = {}",
