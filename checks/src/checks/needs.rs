@@ -1,5 +1,5 @@
 //! What a check reads that a paste may hold (`gdrdoctor diagnose`), one value per input several
-//! checks share: each `check!` row of [`super::CHECKS`] states its own.
+//! checks share: each `check!` row of `CHECKS` states its own.
 
 use crate::paste::kind::Kind::{self, *};
 

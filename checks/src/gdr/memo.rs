@@ -41,8 +41,8 @@ pub(super) fn memo() -> MutexGuard<'static, Vec<(usize, usize, Slot)>> {
     MEMO.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// While alive, [`super::shared`] computes the node's decision once (the checks of one report
-/// ask for it four times). It borrows the node, so the node cannot change or move under it.
+/// While alive, `gdr::shared` computes the node's decision once (the checks of one report ask
+/// for it four times). It borrows the node, so the node cannot change or move under it.
 /// Only this crate opens one (`build_report`, `checks::run`), and never forgets it: a scope
 /// that is not dropped would leave its entry behind for another node at the same address.
 pub(crate) struct MemoScope<'a> {

@@ -3,9 +3,10 @@
 //! line). Every id has a page `docs/checks/<id>.md`. What the kernel logged is judged by the
 //! registry's `kernel.*` and `kmod.*` checks on the pasted lines (`crate::klog`).
 
+use super::block::BlockStatus;
 use super::nccl::{FailureKind, NcclLog};
+use super::pasted::Paste;
 use super::verdict::{Gdr, PastePair};
-use super::{BlockStatus, Paste};
 use crate::findings::def::{finding, FindingDef};
 use crate::report::{Finding, Status};
 

@@ -21,7 +21,7 @@
 //! a fact it lacks.
 
 use super::nccl::NcclLog;
-use super::Paste;
+use super::pasted::Paste;
 use crate::derive::{self, PathAnswer};
 use crate::gdr::{self, Level};
 use crate::model::NcclFacts;

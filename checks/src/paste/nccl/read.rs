@@ -2,6 +2,7 @@
 
 use super::lines::*;
 use super::log::*;
+use crate::paste::block::{status, Block, RawBlock, Whole};
 use crate::paste::clean::Line;
 
 pub fn parse_lines(lines: &[Line]) -> NcclLog {
@@ -187,4 +188,34 @@ pub fn parse_file(text: &str) -> NcclLog {
         &crate::paste::clean::clean(text).lines,
         text.ends_with('\n'),
     )
+}
+
+/// An NCCL log block (`w`: the input it was cut from; its last line is whole when the input
+/// goes on after it or ends with a newline).
+pub fn block(b: &mut Block, raw: &RawBlock, w: &Whole) -> NcclLog {
+    let file_last = w
+        .lines
+        .iter()
+        .rev()
+        .find(|l| !l.text.trim().is_empty())
+        .map(|l| l.no)
+        .unwrap_or(0);
+    let complete = b.lines[1] < file_last || w.text.ends_with('\n');
+    let l = parse_lines_with(&raw.lines, complete);
+    b.summary = format!(
+        "NCCL {}: {} NCCL line(s), {} host(s), {} connection line(s), {} failure line(s)",
+        l.versions
+            .first()
+            .map(String::as_str)
+            .unwrap_or("(version not logged)"),
+        l.nccl_lines,
+        l.hosts.len(),
+        l.connections.len(),
+        l.failures.len()
+    );
+    for (no, why) in &l.unreadable {
+        b.problems.push(format!("line {no}: {why}"));
+    }
+    b.status = status(&b.repairs, &b.problems);
+    l
 }

@@ -19,9 +19,11 @@
 //! has columns. Such cells get no verdict. The parser never panics (property-tested).
 //!
 //! The parts: [`atoms`] (a line's tokens), [`lines`] (the shapes of the lines), [`matrix`] (the
-//! parsed matrix) and [`parse`] (a block's lines into it).
+//! parsed matrix), [`parse`] (a block's lines into it) and [`block`] (a pasted block into it,
+//! with the block's status).
 
 pub mod atoms;
+pub mod block;
 pub mod lines;
 pub mod matrix;
 pub mod parse;
