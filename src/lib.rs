@@ -21,7 +21,6 @@ pub const VERSION: &str = concat!(
 pub mod app;
 pub mod cmd;
 pub mod collect;
-pub mod docs;
 pub mod live;
 pub mod output;
 pub mod probe;

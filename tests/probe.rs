@@ -543,7 +543,7 @@ fn nccl_probe_without_a_gpu_and_its_flags() {
 fn nccl_probe_chooses_the_loaders_first_library_or_skips() {
     let mut node = gdrdoctor_checks::testing::empty_node();
     node.live.nccl = gdrdoctor_checks::model::Fact::known(
-        gdrdoctor_checks::nccl::NcclFacts {
+        gdrdoctor_checks::model::NcclFacts {
             libraries: vec![],
             searched: vec!["LD_LIBRARY_PATH".into(), "/etc/ld.so.cache".into()],
             requested: None,
@@ -567,7 +567,7 @@ fn nccl_probe_chooses_the_loaders_first_library_or_skips() {
             "/usr/lib/x86_64-linux-gnu/libnccl.so.2",
             "/opt/b/libnccl.so.2",
         ] {
-            value.libraries.push(gdrdoctor_checks::nccl::NcclLibrary {
+            value.libraries.push(gdrdoctor_checks::model::NcclLibrary {
                 path: p.into(),
                 version: Some("2.28.3".into()),
                 ..Default::default()

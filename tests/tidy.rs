@@ -10,21 +10,23 @@ use gdrdoctor_checks::checks::CHECKS;
 fn every_check_has_a_page_and_every_page_a_check() {
     // The pages come from the registries (each row embeds its own page): every check and probe
     // finding id has one, and every page in docs/checks belongs to one of them.
-    let pages = gdrdoctor::docs::pages();
+    let pages = gdrdoctor_checks::findings::all()
+        .map(|f| (f.id, f.page))
+        .collect::<Vec<_>>();
     let ids: Vec<&str> = pages.iter().map(|(i, _)| *i).collect();
     let checks: Vec<&str> = CHECKS.iter().map(|c| c.id).collect();
     let probes: Vec<&str> = gdrdoctor::probe::finding_defs().map(|f| f.id).collect();
-    let watch: Vec<&str> = gdrdoctor_checks::watch::IDS
+    let watch: Vec<&str> = gdrdoctor_checks::watch::FINDINGS
         .iter()
-        .map(|(i, _)| *i)
+        .map(|f| f.id)
         .collect();
-    let policy: Vec<&str> = gdrdoctor_checks::policy::POLICY_IDS
+    let policy: Vec<&str> = gdrdoctor_checks::policy::FINDINGS
         .iter()
-        .map(|(i, _)| *i)
+        .map(|f| f.id)
         .collect();
-    let pastes: Vec<&str> = gdrdoctor_checks::paste::findings::IDS
+    let pastes: Vec<&str> = gdrdoctor_checks::paste::findings::FINDINGS
         .iter()
-        .map(|(i, _)| *i)
+        .map(|f| f.id)
         .collect();
     assert_eq!(
         ids,
@@ -48,7 +50,7 @@ fn every_check_has_a_page_and_every_page_a_check() {
     for (id, page) in &pages {
         assert_eq!(
             Some(*page),
-            gdrdoctor::docs::page(id),
+            gdrdoctor_checks::findings::page(id),
             "{id}: explain finds its page"
         );
         assert!(page.len() > 400, "{id}: page too short to teach anything");

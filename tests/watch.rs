@@ -527,7 +527,8 @@ fn the_help_teaches_and_explain_knows_the_ids() {
     ] {
         assert!(out.contains(want), "{want}: {out}");
     }
-    for (id, _) in w::IDS {
+    for f in w::FINDINGS {
+        let id = f.id;
         let (code, out, _) = run(&["explain", id]);
         assert_eq!(code, 0, "{id}");
         assert!(out.contains(id));

@@ -4,13 +4,8 @@
 use crate::model::{Flavor, Resource, Rlimit};
 use std::collections::BTreeMap;
 
-/// `4: ACTIVE` -> `ACTIVE`; text without a colon is returned trimmed.
-pub fn after_colon(s: &str) -> &str {
-    match s.split_once(':') {
-        Some((_, rest)) => rest.trim(),
-        None => s.trim(),
-    }
-}
+/// `4: ACTIVE` -> `ACTIVE` (the model's, where the port state is read).
+pub use crate::model::rdma::after_colon;
 
 /// `0x10de` (with or without `0x`, surrounding whitespace allowed).
 pub fn hex_u64(s: &str) -> Option<u64> {

@@ -77,7 +77,7 @@ fn known_pattern(p: &str) -> bool {
     let ids = CHECKS
         .iter()
         .map(|c| c.id)
-        .chain(paste::findings::IDS.iter().map(|(i, _)| *i));
+        .chain(paste::findings::FINDINGS.iter().map(|f| f.id));
     ids.clone()
         .any(|i| i == p || i.split('.').next() == Some(p))
 }
@@ -151,41 +151,3 @@ pub fn run(args: &Args) -> i32 {
         code => code,
     }
 }
-
-/// The pages of the finding ids only `diagnose` produces, in the order of
-/// `gdrdoctor_checks::paste::findings::IDS` (the tidy test holds the two to the same ids).
-pub static PAGES: &[(&str, &str)] = &[
-    (
-        "paste.blocks",
-        include_str!("../../docs/checks/paste.blocks.md"),
-    ),
-    ("nccl.gdr", include_str!("../../docs/checks/nccl.gdr.md")),
-    (
-        "nccl.reg-mr",
-        include_str!("../../docs/checks/nccl.reg-mr.md"),
-    ),
-    (
-        "nccl.dmabuf-mr",
-        include_str!("../../docs/checks/nccl.dmabuf-mr.md"),
-    ),
-    (
-        "nccl.system-error",
-        include_str!("../../docs/checks/nccl.system-error.md"),
-    ),
-    (
-        "nccl.cuda-failure",
-        include_str!("../../docs/checks/nccl.cuda-failure.md"),
-    ),
-    (
-        "nccl.ib-completion",
-        include_str!("../../docs/checks/nccl.ib-completion.md"),
-    ),
-    (
-        "nccl.remote-error",
-        include_str!("../../docs/checks/nccl.remote-error.md"),
-    ),
-    (
-        "nccl.timeout",
-        include_str!("../../docs/checks/nccl.timeout.md"),
-    ),
-];

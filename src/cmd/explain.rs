@@ -27,7 +27,7 @@ pub struct Args {
 /// width and shown through the pager (unless `--no-pager`).
 pub fn run(args: &Args) -> i32 {
     let (id, no_pager) = (args.id.as_str(), args.no_pager);
-    let Some(page) = crate::docs::page(id) else {
+    let Some(page) = gdrdoctor_checks::findings::page(id) else {
         let hint = suggest::hint(id, &suggest::explainable());
         return fail(format!(
             "no check `{id}`{hint}; `gdrdoctor list` shows them"

@@ -27,7 +27,7 @@ pub fn run(args: &Args) -> i32 {
             let w = CHECKS
                 .iter()
                 .map(|c| c.id)
-                .chain(crate::docs::pages().into_iter().map(|(id, _)| id))
+                .chain(gdrdoctor_checks::findings::all().map(|f| f.id))
                 .map(str::len)
                 .max()
                 .unwrap_or(10);
@@ -40,20 +40,20 @@ pub fn run(args: &Args) -> i32 {
                 s.push_str(&row(c.id, c.title));
             }
             s.push_str("\npolicy findings (gdrdoctor check --policy):\n");
-            for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
-                s.push_str(&row(id, title));
+            for f in gdrdoctor_checks::policy::FINDINGS {
+                s.push_str(&row(f.id, f.title));
             }
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
             for f in crate::probe::finding_defs() {
                 s.push_str(&row(f.id, f.title));
             }
             s.push_str("\nwatch findings (gdrdoctor watch):\n");
-            for (id, title) in gdrdoctor_checks::watch::IDS {
-                s.push_str(&row(id, title));
+            for f in gdrdoctor_checks::watch::FINDINGS {
+                s.push_str(&row(f.id, f.title));
             }
             s.push_str("\ndiagnose findings (gdrdoctor diagnose):\n");
-            for (id, title) in gdrdoctor_checks::paste::findings::IDS {
-                s.push_str(&row(id, title));
+            for f in gdrdoctor_checks::paste::findings::FINDINGS {
+                s.push_str(&row(f.id, f.title));
             }
             s
         }
@@ -86,7 +86,8 @@ pub fn markdown_list() -> String {
         ));
     }
     s.push_str("\n## Policy findings\n\n`gdrdoctor check --policy FILE` adds these (see [the fleet guide](guides/fleet.md)).\n\n| id | verifies |\n|---|---|\n");
-    for (id, title) in gdrdoctor_checks::policy::POLICY_IDS {
+    for f in gdrdoctor_checks::policy::FINDINGS {
+        let (id, title) = (f.id, f.title);
         s.push_str(&format!("| [`{id}`](checks/{id}.md) | {title} |\n"));
     }
     s

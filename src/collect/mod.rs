@@ -155,7 +155,7 @@ pub fn apply_nccl_version(node: &mut Node, version: Option<&str>) {
         Fact::Known { value, .. } => value.requested = Some(v.to_string()),
         f @ Fact::Absent { .. } => {
             *f = Fact::known(
-                gdrdoctor_checks::nccl::NcclFacts {
+                gdrdoctor_checks::model::NcclFacts {
                     requested: Some(v.to_string()),
                     ..Default::default()
                 },

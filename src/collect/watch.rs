@@ -752,23 +752,6 @@ pub fn findings(o: &Options, reports: &[AreaReport]) -> Vec<Finding> {
     reports.iter().flat_map(w::findings).collect()
 }
 
-/// The pages of the watch finding ids, in the order of `gdrdoctor_checks::watch::IDS` (the tidy
-/// test holds the two to the same ids): `gdrdoctor explain watch.stall` finds them here.
-pub static PAGES: &[(&str, &str)] = &[
-    (
-        "watch.area",
-        include_str!("../../docs/checks/watch.area.md"),
-    ),
-    (
-        "watch.stall",
-        include_str!("../../docs/checks/watch.stall.md"),
-    ),
-    (
-        "watch.abort",
-        include_str!("../../docs/checks/watch.abort.md"),
-    ),
-];
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

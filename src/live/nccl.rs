@@ -18,7 +18,8 @@
 //! `unsafe` of that is in this file.
 
 use gdrdoctor_checks::model::Fact;
-use gdrdoctor_checks::nccl::{NcclFacts, NcclLibrary, Version};
+use gdrdoctor_checks::model::{NcclFacts, NcclLibrary};
+use gdrdoctor_checks::nccl::Version;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 

@@ -39,38 +39,17 @@ pub type Plans = Vec<(&'static ProbeDef, Box<dyn Plan>)>;
 
 use crate::worker::protocol::{self, WorkerError};
 use clap::{ArgMatches, Args, Command, FromArgMatches};
+use gdrdoctor_checks::findings::probe as tables;
+use gdrdoctor_checks::findings::FindingDef;
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::report::Finding;
-
-/// A finding id a probe reports, with its one-line title and its page.
-pub struct FindingDef {
-    pub id: &'static str,
-    pub title: &'static str,
-    /// `docs/checks/<id>.md`, embedded (what `gdrdoctor explain` prints).
-    pub page: &'static str,
-}
-
-/// A finding row: the page is found from the id.
-macro_rules! finding {
-    ($id:literal, $title:literal) => {
-        FindingDef {
-            id: $id,
-            title: $title,
-            page: include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/docs/checks/",
-                $id,
-                ".md"
-            )),
-        }
-    };
-}
 
 /// A registered probe family.
 pub struct ProbeDef {
     /// The flag (`--<name>`), the worker task and the report's `probe.<name>` key.
     pub name: &'static str,
-    /// The finding ids it reports besides the shared ones ([`SHARED_FINDINGS`]).
+    /// The finding ids it reports besides the shared ones ([`tables::SHARED`]), with their
+    /// titles and pages: its table in the pure crate.
     pub findings: &'static [FindingDef],
     /// `gdrdoctor probe --help` examples: `command  # what it does`.
     pub examples: &'static [&'static str],
@@ -84,29 +63,11 @@ pub struct ProbeDef {
     pub replay: fn(&Node, &serde_json::Value) -> Result<Vec<Finding>, String>,
 }
 
-/// Finding ids every probe may report.
-pub static SHARED_FINDINGS: &[FindingDef] = &[
-    finding!(
-        "probe.cuda",
-        "the cuda driver can be loaded and sees the gpus the probes need"
-    ),
-    finding!(
-        "probe.gpu-health",
-        "the gpu is healthy in a fresh process after a probe worker was killed"
-    ),
-];
-
 /// Every probe family, in the order they run and report.
 pub static PROBES: &[ProbeDef] = &[
     ProbeDef {
         name: "registration",
-        findings: &[
-            finding!("probe.dmabuf-export", "cuMemAlloc'd gpu memory exports as a dma-buf at 4 KiB to 1 GiB and at a 4 KiB offset"),
-            finding!("probe.managed-memory", "managed memory is refused for export (use cudaMalloc for rdma buffers)"),
-            finding!("probe.host-register", "pinned host memory registers with cuMemHostRegister (the host baseline)"),
-            finding!("probe.verbs-registration", "gpu memory registers with the nic: ibv_reg_mr (peer memory) and ibv_reg_dmabuf_mr"),
-            finding!("probe.nccl-dmabuf", "nccl's own dma-buf probe (ibv_reg_dmabuf_mr with fd -1) on each rdma device"),
-        ],
+        findings: tables::REGISTRATION,
         examples: &[
             "gdrdoctor probe --registration            # can GPU memory be exported and registered for RDMA?",
             "gdrdoctor probe --registration --gpu 0 --format json",
@@ -118,10 +79,7 @@ pub static PROBES: &[ProbeDef] = &[
     },
     ProbeDef {
         name: "hang",
-        findings: &[
-            finding!("probe.hang", "spin-wait protocols complete without a stall (and how fast); a stall says who waits on what"),
-            finding!("probe.hang-inject", "each injected hang is detected, localised and classified, and the gpu recovers"),
-        ],
+        findings: tables::HANG,
         examples: &[
             "gdrdoctor probe --hang                    # healthy spin-wait protocols, timed",
             "gdrdoctor probe --hang --inject all       # every injected fault must be caught and classified",
@@ -135,10 +93,7 @@ pub static PROBES: &[ProbeDef] = &[
     },
     ProbeDef {
         name: "p2p",
-        findings: &[finding!(
-            "probe.p2p-bandwidth",
-            "peer copy bandwidth and latency per gpu pair, against the link's theoretical rate"
-        )],
+        findings: tables::P2P,
         examples: &["gdrdoctor probe --p2p                     # peer bandwidth per gpu pair vs the link rate"],
         args: p2p::Args::augment_args,
         plan: p2p::plan,
@@ -147,11 +102,7 @@ pub static PROBES: &[ProbeDef] = &[
     },
     ProbeDef {
         name: "nccl",
-        findings: &[
-            finding!("probe.nccl-run", "nccl itself runs one all-reduce over the node's gpus, and its sums are right"),
-            finding!("probe.nccl-topology", "nccl's topology dump agrees with gdrdoctor's view of the node (gpus, rdma devices, paths, nvlink, gdr support)"),
-            finding!("probe.nccl", "nccl's transports and gdr use, per gpu pair and per gpu x nic x direction, agree with gdrdoctor's prediction"),
-        ],
+        findings: tables::NCCL,
         examples: &[
             "gdrdoctor probe --nccl                    # ask NCCL itself: its transports and GDR use vs gdrdoctor's prediction",
             "gdrdoctor probe --nccl --nccl-lib /opt/app/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
@@ -163,11 +114,7 @@ pub static PROBES: &[ProbeDef] = &[
     },
     ProbeDef {
         name: "doorbell",
-        findings: &[
-            finding!("probe.doorbell-layout", "the gpu rings emulated mlx5 doorbells at the offsets the formula gives, and nowhere else"),
-            finding!("probe.doorbell-latency", "gpu doorbell write to host visibility per store flavour, and whether the payload lands first"),
-            finding!("probe.doorbell-mlx5", "a real mlx5 uar: doorbell address inside bar0 at a register offset, and mappable by the gpu"),
-        ],
+        findings: tables::DOORBELL,
         examples: &[
             "gdrdoctor probe --doorbell                # doorbell offsets, GPU write path, store latency",
             "gdrdoctor probe --doorbell --lspci nic.txt --allow-mmio-write",
@@ -234,7 +181,7 @@ pub fn find(name: &str) -> Option<&'static ProbeDef> {
 
 /// Every probe finding id, shared ones first, then each probe's in registry order.
 pub fn finding_defs() -> impl Iterator<Item = &'static FindingDef> {
-    SHARED_FINDINGS
+    tables::SHARED
         .iter()
         .chain(PROBES.iter().flat_map(|p| p.findings.iter()))
 }
@@ -339,6 +286,20 @@ mod tests {
         assert_eq!(
             flag_list(),
             "--registration, --hang, --p2p, --nccl or --doorbell"
+        );
+    }
+
+    #[test]
+    fn each_probe_reports_its_table_in_the_order_of_the_pure_crate() {
+        let ids = |t: &[FindingDef]| t.iter().map(|f| f.id).collect::<Vec<_>>();
+        let ours: Vec<Vec<&str>> = std::iter::once(tables::SHARED)
+            .chain(PROBES.iter().map(|p| p.findings))
+            .map(ids)
+            .collect();
+        let theirs: Vec<Vec<&str>> = tables::FAMILIES.iter().map(|t| ids(t)).collect();
+        assert_eq!(
+            ours, theirs,
+            "PROBES and findings::probe::FAMILIES in one order"
         );
     }
 }

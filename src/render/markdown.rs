@@ -526,7 +526,7 @@ fn link_note(url: &str) -> Option<String> {
     }
     let path = url.split('#').next().unwrap_or(url);
     if let Some(id) = path.strip_suffix(".md").filter(|p| !p.contains('/')) {
-        if crate::docs::page(id).is_some() {
+        if gdrdoctor_checks::findings::page(id).is_some() {
             return Some(format!("gdrdoctor explain {id}"));
         }
     }
@@ -694,7 +694,7 @@ modprobe nvidia-peermem   # a long command line that must never be wrapped by th
 
     #[test]
     fn every_check_page_renders_within_the_width() {
-        for (id, page) in crate::docs::pages() {
+        for (id, page) in gdrdoctor_checks::findings::all().map(|f| (f.id, f.page)) {
             for w in [80, 200] {
                 let out = render(page, w, false);
                 assert!(out.lines().count() > 5, "{id}");

@@ -38,7 +38,7 @@ pub struct Topo {
     pub nics: Vec<TopoNic>,
     pub pairs: Vec<GdrPair>,
     /// Every GPU pair: NVLink, PCIe path, NVML P2P status and CUDA peer access.
-    pub gpu_pairs: Vec<gdrdoctor_checks::p2p::GpuPair>,
+    pub gpu_pairs: Vec<gdrdoctor_checks::gdr::p2p::GpuPair>,
     /// Whose rules the verdicts follow: `NCCL 2.28.9 rules (libnccl.so.2 2.28.9 at ...)`.
     pub nccl_rules: String,
     /// Node-wide remarks from the environment (PXN disabled, ignored values, ...).
@@ -113,7 +113,7 @@ pub fn build(node: &Node) -> Topo {
             .iter()
             .map(|v| gdr::to_pair(&sys, &d, v))
             .collect(),
-        gpu_pairs: gdrdoctor_checks::p2p::pairs(node),
+        gpu_pairs: gdrdoctor_checks::gdr::p2p::pairs(node),
         nccl_rules: d.rules.describe(),
         notes: d.notes.clone(),
         gpu_p2p: p2p_of(&sys, &d),
@@ -188,7 +188,7 @@ fn render_gpu_pairs(t: &Topo, o: &mut String) {
         return;
     }
     // Indexed once: one lookup per cell, not a scan of every pair.
-    let by_pair: std::collections::HashMap<(&str, &str), &gdrdoctor_checks::p2p::GpuPair> = t
+    let by_pair: std::collections::HashMap<(&str, &str), &gdrdoctor_checks::gdr::p2p::GpuPair> = t
         .gpu_pairs
         .iter()
         .rev()

@@ -126,59 +126,6 @@ fn locate(text: &str, offset: usize) -> (usize, usize, &str) {
     )
 }
 
-/// The pages of the policy finding ids, in the order of `gdrdoctor_checks::policy::POLICY_IDS`
-/// (the tidy test holds the two to the same ids).
-pub static PAGES: &[(&str, &str)] = &[
-    (
-        "policy.gpu",
-        include_str!("../../docs/checks/policy.gpu.md"),
-    ),
-    (
-        "policy.rdma",
-        include_str!("../../docs/checks/policy.rdma.md"),
-    ),
-    (
-        "policy.ports",
-        include_str!("../../docs/checks/policy.ports.md"),
-    ),
-    (
-        "policy.pcie",
-        include_str!("../../docs/checks/policy.pcie.md"),
-    ),
-    (
-        "policy.driver",
-        include_str!("../../docs/checks/policy.driver.md"),
-    ),
-    (
-        "policy.firmware",
-        include_str!("../../docs/checks/policy.firmware.md"),
-    ),
-    (
-        "policy.peer-memory",
-        include_str!("../../docs/checks/policy.peer-memory.md"),
-    ),
-    (
-        "policy.iommu",
-        include_str!("../../docs/checks/policy.iommu.md"),
-    ),
-    (
-        "policy.gdr",
-        include_str!("../../docs/checks/policy.gdr.md"),
-    ),
-    (
-        "policy.kernel",
-        include_str!("../../docs/checks/policy.kernel.md"),
-    ),
-    (
-        "policy.cmdline",
-        include_str!("../../docs/checks/policy.cmdline.md"),
-    ),
-    (
-        "policy.waiver",
-        include_str!("../../docs/checks/policy.waiver.md"),
-    ),
-];
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -23,7 +23,7 @@ pub fn selectable() -> Vec<&'static str> {
 
 /// The ids `explain` knows: checks, probe and watch findings.
 pub fn explainable() -> Vec<&'static str> {
-    crate::docs::pages().into_iter().map(|(id, _)| id).collect()
+    gdrdoctor_checks::findings::all().map(|f| f.id).collect()
 }
 
 fn after_dot(s: &str) -> &str {

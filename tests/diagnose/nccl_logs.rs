@@ -183,7 +183,10 @@ fn failure_lines_map_to_their_findings() {
             assert!(f.message.contains(t), "{file}: {}", f.message);
         }
         assert!(f.remediation.is_some(), "{file}: {id} has no fix");
-        assert!(gdrdoctor::docs::page(id).is_some(), "{id} has no page");
+        assert!(
+            gdrdoctor_checks::findings::page(id).is_some(),
+            "{id} has no page"
+        );
         assert_eq!(r.summary.exit_code, 1, "{file}");
     }
     // The ib-completion fix for status 4 points at ACS and the IOMMU.

@@ -345,12 +345,11 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
     // NVSwitch systems without the fabric manager: CUDA itself refuses to start.
     if let Some(r) = node.live.cuda.reason() {
         if r.contains("SYSTEM_NOT_READY") {
-            let switched = crate::p2p::nvswitches(node) > 0
-                || node
-                    .live
-                    .nvml
-                    .get()
-                    .is_some_and(|n| n.gpus.iter().any(|g| crate::p2p::switch_links(g) > 0));
+            let switched =
+                crate::gdr::p2p::nvswitches(node) > 0
+                    || node.live.nvml.get().is_some_and(|n| {
+                        n.gpus.iter().any(|g| crate::gdr::p2p::switch_links(g) > 0)
+                    });
             let why = if switched {
                 "the nvlink fabric is not initialised: an nvswitch system without a running fabric manager"
             } else {
@@ -372,7 +371,7 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
     let (sys, decision) = (&shared.system, &shared.decision);
     let user_level = cx.config.env.p2p_level.clone().filter(|l| l.user);
     let mut out = Vec::new();
-    for p in crate::p2p::pairs(node) {
+    for p in crate::gdr::p2p::pairs(node) {
         let subject = format!("{}|{}", p.a, p.b);
         let links = p.nvlinks();
         let via = if p.nvlinks_direct >= p.nvlinks_switch {
@@ -394,11 +393,11 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
                 let why = match (rw_bad, nvl, cuda) {
                     (Some(s), _, _) => format!(
                         "nvml p2p read/write is `{s}` ({})",
-                        crate::p2p::explain_status(s)
+                        crate::gdr::p2p::explain_status(s)
                     ),
                     (_, Some(s), _) if s != "ok" => format!(
                         "nvml p2p over nvlink is `{s}` ({})",
-                        crate::p2p::explain_status(s)
+                        crate::gdr::p2p::explain_status(s)
                     ),
                     _ => "cuda refuses peer access (cuDeviceCanAccessPeer = 0)".to_string(),
                 };
@@ -429,7 +428,7 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
         } else if matches!(pcie.as_str(), "PIX" | "PXB") {
             if !rw_ok && !p.p2p.is_empty() || cuda == Some(false) {
                 let why = match rw_bad {
-                    Some(s) => format!("nvml p2p is `{s}`: {}", crate::p2p::explain_status(s)),
+                    Some(s) => format!("nvml p2p is `{s}`: {}", crate::gdr::p2p::explain_status(s)),
                     None => "cuda refuses peer access (cuDeviceCanAccessPeer = 0)".to_string(),
                 };
                 Finding::new(ID, Status::Warn, &subject, format!("gpus share a pcie switch ({pcie}) but {why}"))
@@ -451,7 +450,7 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
             )
         } else {
             let why = match rw_bad {
-                Some(s) => format!("nvml: {}", crate::p2p::explain_status(s)),
+                Some(s) => format!("nvml: {}", crate::gdr::p2p::explain_status(s)),
                 None => "cuda refuses peer access".to_string(),
             };
             Finding::new(ID, Status::Pass, &subject, format!("no peer access across {pcie} without nvlink ({why}); nccl stages these transfers through host memory, as expected"))
@@ -521,7 +520,7 @@ pub fn nvlink(node: &Node) -> Vec<Finding> {
         return vec![absent(ID, node, &node.live.nvml)];
     };
     let active = |g: &NvmlGpu| g.nvlinks.iter().filter(|l| l.active).count();
-    let switches = crate::p2p::nvswitches(node);
+    let switches = crate::gdr::p2p::nvswitches(node);
     let most = nvml.gpus.iter().map(active).max().unwrap_or(0);
     if nvml.gpus.iter().all(|g| g.nvlinks.is_empty()) {
         return vec![Finding::new(ID, Status::Skip, "node", "no gpu reports nvlinks (pcie-only gpus, or a virtual machine without nvlink passthrough)")];
@@ -544,7 +543,7 @@ pub fn nvlink(node: &Node) -> Vec<Finding> {
             .filter(|l| !l.active)
             .map(|l| l.link.to_string())
             .collect();
-        let sw = crate::p2p::switch_links(n);
+        let sw = crate::gdr::p2p::switch_links(n);
         let mut to_gpu: std::collections::BTreeMap<&str, usize> = Default::default();
         let mut other = 0usize;
         for l in n

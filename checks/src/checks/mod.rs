@@ -2,11 +2,13 @@
 //!
 //! A check is a pure function of the [`Node`](crate::model::Node) that returns findings. Adding
 //! one touches: the function (in the file of its category), one `check!` line in [`CHECKS`],
-//! its page `docs/checks/<id>.md` (embedded from the row: the registry is the only list), and a
-//! fixture-backed test. Ids are stable (`category.name`), never renumbered, never reused.
+//! its page `docs/checks/<id>.md` (embedded from the row, as every finding family's rows embed
+//! theirs: [`crate::findings`]), and a fixture-backed test. Ids are stable (`category.name`), never renumbered, never reused.
 
+use crate::findings::def::{finding, FindingDef};
 use crate::model::Node;
 use crate::report::Finding;
+pub use needs::Needs;
 
 pub mod counters;
 pub mod driver;
@@ -16,35 +18,37 @@ pub mod iommu;
 pub mod kernel;
 pub mod kmod;
 pub mod mem;
+pub mod needs;
 pub mod pcie;
 pub mod rdma;
 pub mod roce;
 pub mod topo;
 
-/// A registered check.
+/// A registered check: a finding row (id, title, page) with the function that judges it.
 pub struct CheckDef {
-    /// Stable id, `category.name`.
-    pub id: &'static str,
-    /// One lowercase line for `gdrdoctor list`.
-    pub title: &'static str,
+    /// Its id, title and page, as every finding family's row.
+    pub def: FindingDef,
     pub run: fn(&Node) -> Vec<Finding>,
-    /// The long-form page, `docs/checks/<id>.md` (what `gdrdoctor explain` prints).
-    pub page: &'static str,
+    /// What it reads that a paste may hold, and the command that shows it (`diagnose`).
+    pub needs: Needs,
 }
 
-/// A registry row: the page is found from the id.
+/// A check row reads as the finding row it is (`c.id`, `c.title`, `c.page`).
+impl std::ops::Deref for CheckDef {
+    type Target = FindingDef;
+    fn deref(&self) -> &FindingDef {
+        &self.def
+    }
+}
+
+/// A registry row: the finding row (its page found from the id), the check, and its input as
+/// a paste shows it.
 macro_rules! check {
-    ($id:literal, $title:literal, $run:path) => {
+    ($id:literal, $title:literal, $run:path, $needs:expr) => {
         CheckDef {
-            id: $id,
-            title: $title,
+            def: finding!($id, $title),
             run: $run,
-            page: include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../docs/checks/",
-                $id,
-                ".md"
-            )),
+            needs: $needs,
         }
     };
 }
@@ -60,188 +64,230 @@ pub static CHECKS: &[CheckDef] = &[
     check!(
         "gpu.present",
         "nvidia gpus are on the pci bus and bound to the nvidia driver",
-        gpu::present
+        gpu::present,
+        needs::PCI_DEVICES
     ),
     check!(
         "driver.nvidia",
         "the nvidia kernel driver is loaded; its version and flavor",
-        driver::driver
+        driver::driver,
+        needs::DRIVER_AND_KERNEL
     ),
     check!(
         "driver.grdma-override",
         "the nvidia driver does not refuse gpudirect rdma mappings by registry override",
-        driver::grdma_override
+        driver::grdma_override,
+        needs::DRIVER_PARAMS
     ),
     check!(
         "kmod.nvidia-peermem",
         "a peer-memory client (nvidia_peermem) serves ibv_reg_mr on gpu memory",
-        kmod::nvidia_peermem
+        kmod::nvidia_peermem,
+        needs::PEER_MEMORY
     ),
     check!(
         "kmod.nv-peer-mem",
         "the deprecated nv_peer_mem module is not loaded",
-        kmod::nv_peer_mem
+        kmod::nv_peer_mem,
+        needs::LEGACY_PEER_MEMORY
     ),
     check!(
         "kmod.dmabuf",
         "the dma-buf path is possible (open nvidia modules, kernel >= 5.12)",
-        kmod::dmabuf
+        kmod::dmabuf,
+        needs::DRIVER_AND_KERNEL
     ),
     check!(
         "iommu.mode",
         "the iommu does not translate gpu and nic dma (off or passthrough)",
-        iommu::mode
+        iommu::mode,
+        needs::IOMMU_MODE
     ),
-    check!("rdma.devices", "rdma devices are present", rdma::devices),
+    check!(
+        "rdma.devices",
+        "rdma devices are present",
+        rdma::devices,
+        needs::RDMA_DEVICES
+    ),
     check!(
         "rdma.ports",
         "rdma ports are active and their physical link is up",
-        rdma::ports
+        rdma::ports,
+        needs::RDMA_DEVICES
     ),
     check!(
         "rdma.firmware",
         "hcas of the same model run the same firmware",
-        rdma::firmware
+        rdma::firmware,
+        needs::RDMA_DEVICES
     ),
     check!(
         "roce.gid",
         "each roce port has the gid nccl will pick: routable, the right family, roce v2",
-        roce::gid
+        roce::gid,
+        needs::ROCE
     ),
     check!(
         "roce.netdev",
         "the netdev behind each roce port is up and carries an address",
-        roce::netdev
+        roce::netdev,
+        needs::ROCE
     ),
     check!(
         "roce.mtu",
         "the netdev mtu leaves room for a 4096-byte roce mtu",
-        roce::mtu
+        roce::mtu,
+        needs::ROCE
     ),
     check!(
         "roce.qos",
         "ecn congestion control is on for roce (mlx5, where sysfs exposes it)",
-        roce::qos
+        roce::qos,
+        needs::ROCE
     ),
     check!(
         "mem.memlock",
         "the locked-memory limit is unlimited",
-        mem::memlock
+        mem::memlock,
+        needs::MEMLOCK
     ),
     check!(
         "gpu.gdr-support",
         "cuda reports gpudirect rdma (and dma-buf) support for each gpu",
-        gpu::gdr_support
+        gpu::gdr_support,
+        needs::LIVE_GPU
     ),
     check!(
         "gpu.persistence",
         "gpus run in persistence mode",
-        gpu::persistence
+        gpu::persistence,
+        needs::LIVE_GPU
     ),
     check!(
         "gpu.row-remap",
         "no gpu has pending row remaps or retired pages",
-        gpu::row_remap
+        gpu::row_remap,
+        needs::LIVE_GPU
     ),
     check!(
         "gpu.nvlink",
         "every gpu has as many active nvlinks as its peers; where they go",
-        gpu::nvlink
+        gpu::nvlink,
+        needs::LIVE_GPU
     ),
     check!(
         "gpu.p2p",
         "gpu pairs joined by nvlink or a pcie switch have peer access (nvml and cuda)",
-        gpu::p2p
+        gpu::p2p,
+        needs::LIVE_GPU
     ),
     check!(
         "gpu.bar1",
         "each gpu's bar1 aperture is large enough to map its memory for rdma",
-        gpu::gpu_bar1
+        gpu::gpu_bar1,
+        needs::GPU_BAR1
     ),
     check!(
         "pcie.bars",
         "bars in sysfs and in config space agree for gpus and nics",
-        pcie::bars
+        pcie::bars,
+        needs::CONFIG_SPACE
     ),
     check!(
         "pcie.acs-redirect",
         "no bridge between paired gpus and nics redirects peer-to-peer (acs)",
-        pcie::acs_redirect
+        pcie::acs_redirect,
+        needs::PCI_TREE_ACS
     ),
     check!(
         "pcie.ats",
         "ats on nics is consistent with the iommu and acs on their paths",
-        pcie::ats
+        pcie::ats,
+        needs::CONFIG_SPACE
     ),
     check!(
         "pcie.link",
         "nic, gpu and switch links run at their full width and speed",
-        pcie::link
+        pcie::link,
+        needs::CONFIG_SPACE
     ),
     check!(
         "pcie.mrrs",
         "nics use a 4096-byte max read request",
-        pcie::mrrs
+        pcie::mrrs,
+        needs::CONFIG_SPACE
     ),
     check!(
         "topo.nic-distance",
         "every gpu has a nic within nccl's gdr distance (pix/pxb)",
-        topo::nic_distance
+        topo::nic_distance,
+        needs::TOPOLOGY
     ),
     check!(
         "topo.nic-numa",
         "nics sit on numa nodes that host gpus",
-        topo::nic_numa
+        topo::nic_numa,
+        needs::NIC_NUMA
     ),
     check!(
         "topo.rails",
         "every gpu has the same number of close nics",
-        topo::rails
+        topo::rails,
+        needs::TOPOLOGY
     ),
     check!(
         "gdr.gpu",
         "per gpu: nccl would use gpudirect rdma with at least one nic, and why not",
-        gdr::per_gpu
+        gdr::per_gpu,
+        needs::TOPOLOGY
     ),
     check!(
         "counters.aer",
         "no pcie errors on gpus, nics and the bridges between them (aer)",
-        counters::aer
+        counters::aer,
+        needs::COUNTERS
     ),
     check!(
         "counters.ib-port",
         "rdma port link counters (link_downed, symbol_error, ...) do not grow",
-        counters::ib_port
+        counters::ib_port,
+        needs::COUNTERS
     ),
     check!(
         "counters.rdma-transport",
         "rdma transport error counters (retransmissions, sequence errors) do not grow",
-        counters::rdma_transport
+        counters::rdma_transport,
+        needs::COUNTERS
     ),
     check!(
         "counters.nvlink",
         "nvlink crc, replay and recovery counters do not grow (nvml)",
-        counters::nvlink
+        counters::nvlink,
+        needs::COUNTERS
     ),
     check!(
         "counters.pcie-replay",
         "each gpu's pcie replay counter does not grow (nvml)",
-        counters::pcie_replay
+        counters::pcie_replay,
+        needs::COUNTERS
     ),
     check!(
         "kernel.xid",
         "no nvidia xid since boot that asks to drain the node",
-        kernel::xid
+        kernel::xid,
+        needs::KERNEL_LOG
     ),
     check!(
         "kernel.iommu-fault",
         "no iommu fault on a gpu or nic since boot (dmar, amd-vi)",
-        kernel::iommu_fault
+        kernel::iommu_fault,
+        needs::KERNEL_LOG
     ),
     check!(
         "kernel.mlx5-health",
         "no mlx5 health or firmware-fatal event since boot",
-        kernel::mlx5_health
+        kernel::mlx5_health,
+        needs::KERNEL_LOG
     ),
 ];
 
@@ -275,8 +321,16 @@ impl Selection {
 /// the whole report down, and a `pass` without evidence (no item with both a source and an
 /// observed value) becomes an `error` naming the check: a pass on nothing is no pass.
 pub fn run(node: &Node, sel: &Selection) -> Vec<Finding> {
+    run_each(node, sel)
+        .into_iter()
+        .flat_map(|(_, f)| f)
+        .collect()
+}
+
+/// [`run`], each check's findings beside its row, in table order.
+pub fn run_each(node: &Node, sel: &Selection) -> Vec<(&'static CheckDef, Vec<Finding>)> {
     let _memo = crate::gdr::memo_scope(node);
-    let defs: Vec<&CheckDef> = CHECKS.iter().filter(|d| sel.wants(d)).collect();
+    let defs: Vec<&'static CheckDef> = CHECKS.iter().filter(|d| sel.wants(d)).collect();
     let one = |def: &CheckDef| match std::panic::catch_unwind(|| (def.run)(node)) {
         Ok(f) => f
             .into_iter()
@@ -293,7 +347,7 @@ pub fn run(node: &Node, sel: &Selection) -> Vec<Finding> {
     // order (a live `check` waits for them).
     let threads = crate::cpus().clamp(1, 4);
     if threads < 2 || defs.len() < 16 {
-        return defs.into_iter().flat_map(one).collect();
+        return defs.into_iter().map(|d| (d, one(d))).collect();
     }
     // Each thread takes the next check in the table (their costs differ by a hundredfold: the
     // AER and GDR checks of an 8-GPU node against a version check), the findings are put back
@@ -325,14 +379,14 @@ pub fn run(node: &Node, sel: &Selection) -> Vec<Finding> {
     let mut at = 0;
     for (i, f) in done {
         while at < i {
-            out.extend(one(defs[at]));
+            out.push((defs[at], one(defs[at])));
             at += 1;
         }
-        out.extend(f);
+        out.push((defs[i], f));
         at = i + 1;
     }
     while at < defs.len() {
-        out.extend(one(defs[at]));
+        out.push((defs[at], one(defs[at])));
         at += 1;
     }
     out

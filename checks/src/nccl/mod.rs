@@ -1,5 +1,5 @@
 //! Agreeing with NCCL: its GDR rule per version ([`rule`]), the environment that changes it
-//! ([`env`]), which NCCL is on the node ([`NcclFacts`], found by `src/live/nccl.rs`), NCCL's
+//! ([`env`]), which NCCL is on the node (from the model's [`NcclFacts`], found by `src/live/nccl.rs`), NCCL's
 //! own topology dump ([`topo_dump`]) and the comparison of what NCCL did with what gdrdoctor
 //! predicted ([`compare`]).
 
@@ -9,39 +9,8 @@ pub mod rule;
 pub mod topo_dump;
 pub mod version;
 
-use serde::{Deserialize, Serialize};
+use crate::model::{NcclFacts, NcclLibrary};
 pub use version::{Chosen, PathKind, Version};
-
-/// One `libnccl.so.2` found on the node.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct NcclLibrary {
-    /// The file as found (symlinks not resolved), e.g. `/usr/lib/x86_64-linux-gnu/libnccl.so.2`.
-    pub path: String,
-    /// `2.28.9`, when it could be read.
-    pub version: Option<String>,
-    /// How the version was read: `version string in the file`, `file name`, `ncclGetVersion`.
-    pub how: Option<String>,
-    /// Where it was found: `loader path (LD_LIBRARY_PATH)`, `ld.so.cache`, `python wheel
-    /// (nvidia-nccl)`, ...
-    pub origin: String,
-    /// Why the version could not be read.
-    #[serde(default)]
-    pub error: Option<String>,
-}
-
-/// What gdrdoctor knows about NCCL on the node.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct NcclFacts {
-    /// Every NCCL found, in the order a process would load it: the loader's search (
-    /// `LD_LIBRARY_PATH`, `ld.so.cache`, the default directories), then Python environments.
-    pub libraries: Vec<NcclLibrary>,
-    /// Where gdrdoctor looked, for a "not found" message.
-    #[serde(default)]
-    pub searched: Vec<String>,
-    /// `--nccl-version`, when given: it wins over what was found.
-    #[serde(default)]
-    pub requested: Option<String>,
-}
 
 /// The rules of version `v`, found through `source`: clamped to the versions gdrdoctor models
 /// (a newer NCCL gets the newest rules, an older one 2.4's), and said so.

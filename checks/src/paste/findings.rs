@@ -3,42 +3,44 @@
 //! line). Every id has a page `docs/checks/<id>.md`. What the kernel logged is judged by the
 //! registry's `kernel.*` and `kmod.*` checks on the pasted lines (`crate::klog`).
 
+use super::block::BlockStatus;
 use super::nccl::{FailureKind, NcclLog};
+use super::pasted::Paste;
 use super::verdict::{Gdr, PastePair};
-use super::{BlockStatus, Paste};
+use crate::findings::def::{finding, FindingDef};
 use crate::report::{Finding, Status};
 
-/// Finding ids that only `diagnose` produces, with what they verify (for `gdrdoctor list`).
-pub static IDS: &[(&str, &str)] = &[
-    (
+/// The findings only `diagnose` produces, with what they verify and their pages.
+pub static FINDINGS: &[FindingDef] = &[
+    finding!(
         "paste.blocks",
-        "each pasted block was recognised and read; what was repaired, what cannot be trusted",
+        "each pasted block was recognised and read; what was repaired, what cannot be trusted"
     ),
-    (
+    finding!(
         "nccl.gdr",
-        "nccl's logged gdr decisions agree with the topology and the node's gdr support",
+        "nccl's logged gdr decisions agree with the topology and the node's gdr support"
     ),
-    (
+    finding!(
         "nccl.reg-mr",
-        "nccl could register gpu memory with the nic (ibv_reg_mr)",
+        "nccl could register gpu memory with the nic (ibv_reg_mr)"
     ),
-    (
+    finding!(
         "nccl.dmabuf-mr",
-        "nccl could register gpu memory through dma-buf (ibv_reg_dmabuf_mr)",
+        "nccl could register gpu memory through dma-buf (ibv_reg_dmabuf_mr)"
     ),
-    ("nccl.system-error", "nccl hit no unhandled system error"),
-    ("nccl.cuda-failure", "nccl's cuda calls did not fail"),
-    (
+    finding!("nccl.system-error", "nccl hit no unhandled system error"),
+    finding!("nccl.cuda-failure", "nccl's cuda calls did not fail"),
+    finding!(
         "nccl.ib-completion",
-        "no infiniband work completion with an error status",
+        "no infiniband work completion with an error status"
     ),
-    (
+    finding!(
         "nccl.remote-error",
-        "no peer rank exited or lost its network",
+        "no peer rank exited or lost its network"
     ),
-    (
+    finding!(
         "nccl.timeout",
-        "no collective timed out (nccl or the pytorch watchdog)",
+        "no collective timed out (nccl or the pytorch watchdog)"
     ),
 ];
 
@@ -127,11 +129,11 @@ pub fn blocks(p: &Paste) -> Vec<Finding> {
     out
 }
 
-fn paste_again(cmd: Option<&str>, k: super::Kind) -> String {
+fn paste_again(cmd: Option<&str>, k: super::kind::Kind) -> String {
     let c = cmd.map(str::to_string).unwrap_or_else(|| match k {
-        super::Kind::TopoMatrix => "nvidia-smi topo -m".into(),
-        super::Kind::Lspci => "sudo lspci -vvv".into(),
-        super::Kind::IbvDevinfo => "ibv_devinfo -v".into(),
+        super::kind::Kind::TopoMatrix => "nvidia-smi topo -m".into(),
+        super::kind::Kind::Lspci => "sudo lspci -vvv".into(),
+        super::kind::Kind::IbvDevinfo => "ibv_devinfo -v".into(),
         other => other.as_str().to_string(),
     });
     format!("paste the whole output of `{c}` again inside a ``` code block (or attach `{c} > out.txt` as a file): terminals wrap and cut wide tables")

@@ -4,6 +4,7 @@
 //! carries the same number and name each tool prints (`PORT_ACTIVE (4)`, `State: Active`,
 //! `phys_state: LINK_UP (5)`, `Physical state: LinkUp`).
 
+use super::block::{status, Block, BlockStatus, RawBlock};
 use super::clean::Line;
 use serde::Serialize;
 
@@ -270,6 +271,33 @@ pub fn parse_ibstat(lines: &[Line]) -> Vec<IbDevice> {
         }
     }
     out
+}
+
+/// An `ibv_devinfo` block: its devices.
+pub fn devinfo_block(b: &mut Block, raw: &RawBlock) -> Vec<IbDevice> {
+    devices_block(b, parse_devinfo(&raw.lines))
+}
+
+/// An `ibstat` / `ibstatus` block: its devices.
+pub fn ibstat_block(b: &mut Block, raw: &RawBlock) -> Vec<IbDevice> {
+    devices_block(b, parse_ibstat(&raw.lines))
+}
+
+fn devices_block(b: &mut Block, d: Vec<IbDevice>) -> Vec<IbDevice> {
+    b.summary = format!(
+        "{} RDMA device(s): {}",
+        d.len(),
+        d.iter()
+            .map(|x| x.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    b.status = if d.is_empty() {
+        BlockStatus::Refused
+    } else {
+        status(&b.repairs, &b.problems)
+    };
+    d
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! `/proc/driver/nvidia/version` (or the driver's `NVRM: loading ..` banner), `uname -a` /
 //! `uname -r` / `/proc/version`, `ulimit -a` / `ulimit -l`, and `NCCL_*=..` environment lines.
 
+use super::block::{status, Block, BlockStatus, RawBlock};
 use super::clean::Line;
 use crate::model::Rlimit;
 use serde::Serialize;
@@ -198,6 +199,130 @@ pub fn parse_env(lines: &[Line]) -> BTreeMap<String, String> {
         }
     }
     out
+}
+
+/// An environment block (`NCCL_*=...` lines): its variables.
+pub fn env_block(b: &mut Block, raw: &RawBlock) -> BTreeMap<String, String> {
+    let e = parse_env(&raw.lines);
+    b.summary = format!("{} environment variable(s)", e.len());
+    b.status = status(&b.repairs, &b.problems);
+    e
+}
+
+/// A `/proc/driver/nvidia/version` block: the version file's text.
+pub fn nvidia_version_block(b: &mut Block, raw: &RawBlock) -> Option<String> {
+    match nvidia_version_text(&raw.lines) {
+        Some((t, _)) => {
+            b.summary = t.chars().take(100).collect();
+            b.status = status(&b.repairs, &b.problems);
+            Some(t)
+        }
+        None => {
+            b.status = BlockStatus::Refused;
+            b.problems.push("no `NVRM version:` line".into());
+            None
+        }
+    }
+}
+
+/// A `/proc/cmdline` block (or a GRUB_CMDLINE_LINUX line).
+pub fn cmdline_block(b: &mut Block, raw: &RawBlock) -> Option<Cmdline> {
+    match parse_cmdline(&raw.lines) {
+        Some(c) => {
+            b.summary = if c.running {
+                format!("kernel command line ({} arguments)", c.args.len())
+            } else {
+                "GRUB_CMDLINE_LINUX (the boot configuration, not proof of the running kernel)"
+                    .into()
+            };
+            b.status = status(&b.repairs, &b.problems);
+            Some(c)
+        }
+        None => {
+            b.status = BlockStatus::Refused;
+            None
+        }
+    }
+}
+
+/// What a kernel log block holds.
+pub struct Dmesg {
+    /// Its lines, continuation lines joined: what `crate::klog` and the `kernel.*` checks read.
+    pub lines: Vec<String>,
+    /// The driver's version banner, when the log has it.
+    pub nvidia_version: Option<String>,
+    /// The lines about the driver, kernel or IOMMU setup.
+    pub events: Vec<DmesgEvent>,
+}
+
+/// A `dmesg` / `journalctl -k` block.
+pub fn dmesg_block(b: &mut Block, raw: &RawBlock) -> Dmesg {
+    let e = parse_dmesg(&raw.lines);
+    let lines = crate::klog::join_continuations(raw.lines.iter().map(|l| l.text.as_str()));
+    let events = lines
+        .iter()
+        .filter(|l| {
+            !matches!(
+                crate::klog::parse_line(l),
+                None | Some(crate::klog::Event::Boot)
+            )
+        })
+        .count();
+    b.summary = format!(
+        "{} kernel log line(s): {events} about Xids, IOMMU faults, mlx5 health or peer-memory modules, {} about the driver, kernel or IOMMU setup",
+        raw.lines.len(),
+        e.len()
+    );
+    b.status = status(&b.repairs, &b.problems);
+    Dmesg {
+        lines,
+        nvidia_version: nvidia_version_text(&raw.lines).map(|(t, _)| t),
+        events: e,
+    }
+}
+
+/// A `uname` block: the kernel release and the machine.
+pub fn uname_block(b: &mut Block, raw: &RawBlock) -> Option<(String, Option<String>)> {
+    match parse_uname(&raw.lines) {
+        Some((r, m, _)) => {
+            b.summary = format!("kernel {r}");
+            b.status = status(&b.repairs, &b.problems);
+            Some((r, m))
+        }
+        None => {
+            b.status = BlockStatus::Refused;
+            b.problems.push("no kernel release recognised".into());
+            None
+        }
+    }
+}
+
+/// A `ulimit` block: the locked-memory limit.
+pub fn ulimit_block(b: &mut Block, raw: &RawBlock) -> Option<Rlimit> {
+    // `ulimit -H...` shows the hard limit; the kernel enforces the soft one (what `ulimit -l`
+    // and `ulimit -a` show), which is what the check judges.
+    if raw.command.as_deref().is_some_and(ulimit_hard) {
+        b.status = BlockStatus::Ignored;
+        b.problems.push("the hard limit (`ulimit -H`): the soft limit, which the kernel enforces, is what counts; paste `ulimit -l`".into());
+        return None;
+    }
+    match parse_ulimit(&raw.lines) {
+        Some((r, _)) => {
+            b.summary = format!(
+                "max locked memory {}",
+                r.soft
+                    .map(|v| format!("{} KiB", v / 1024))
+                    .unwrap_or_else(|| "unlimited".into())
+            );
+            b.status = status(&b.repairs, &b.problems);
+            Some(r)
+        }
+        None => {
+            b.status = BlockStatus::Refused;
+            b.problems.push("no locked-memory limit recognised".into());
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! `nvidia_peermem` is not loaded). A listing with a header but few rows may be an excerpt:
 //! it proves what it shows, not what it does not.
 
+use super::block::{status, Block, RawBlock};
 use super::clean::Line;
 use crate::model::LoadedModule;
 use serde::Serialize;
@@ -199,6 +200,22 @@ pub fn parse_proc_modules(lines: &[Line], command: Option<&str>) -> ModuleList {
             m.modules.len()
         )
     };
+    m
+}
+
+/// An `lsmod` block (`cmd`: the command, when pasted).
+pub fn lsmod_block(b: &mut Block, raw: &RawBlock) -> ModuleList {
+    modules_block(b, parse_lsmod(&raw.lines, raw.command.as_deref()))
+}
+
+/// A `/proc/modules` block.
+pub fn proc_modules_block(b: &mut Block, raw: &RawBlock) -> ModuleList {
+    modules_block(b, parse_proc_modules(&raw.lines, raw.command.as_deref()))
+}
+
+fn modules_block(b: &mut Block, m: ModuleList) -> ModuleList {
+    b.summary = m.note.clone();
+    b.status = status(&b.repairs, &b.problems);
     m
 }
 

@@ -14,8 +14,9 @@
 //! device's sysfs path (`/sys/devices/pci0000:e0/0000:e0:01.1/0000:e1:00.0`) follows exactly
 //! as the kernel builds it, so NCCL's path types can be computed as for a live node.
 
+use super::block::{status, Block, BlockStatus, RawBlock};
 use super::clean::Line;
-use super::split::bdf_token;
+use super::line::bdf_token;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -591,6 +592,59 @@ pub fn parse_tree(lines: &[Line]) -> Tree {
             i += 1;
         }
     }
+    t
+}
+
+/// An `lspci -vvv` block: its functions, and the `ACSCtl:` lines of no function (line,
+/// flags).
+pub fn block(b: &mut Block, raw: &RawBlock) -> (Vec<LspciDevice>, Vec<(usize, AcsFlags)>) {
+    let d = parse(&raw.lines);
+    let orphans = orphan_acs(&raw.lines);
+    let hex = d.iter().filter(|x| x.config_bytes > 0).count();
+    b.summary = format!(
+        "{} PCI function(s){}{}",
+        d.len(),
+        if orphans.is_empty() {
+            String::new()
+        } else {
+            format!(", {} ACSCtl line(s) of unnamed functions", orphans.len())
+        },
+        if hex > 0 {
+            format!(", {hex} with a config-space hex dump")
+        } else {
+            String::new()
+        }
+    );
+    if d.iter().any(|x| x.access_denied) {
+        b.problems.push(
+            "lspci ran without root (`Capabilities: <access denied>`): capabilities are missing"
+                .into(),
+        );
+    }
+    for x in d.iter().filter(|x| x.vendor_id.is_none()) {
+        b.problems.push(format!(
+            "{}: vendor and device not found by name in pci.ids (paste `lspci -nn`)",
+            x.bdf
+        ));
+    }
+    if d.is_empty() && orphans.is_empty() {
+        b.status = BlockStatus::Refused;
+    } else {
+        b.status = status(&b.repairs, &b.problems);
+    }
+    (d, orphans)
+}
+
+/// An `lspci -tv` block: the tree.
+pub fn tree_block(b: &mut Block, raw: &RawBlock) -> Tree {
+    let t = parse_tree(&raw.lines);
+    b.summary = format!("PCI tree of {} function(s)", t.parent.len());
+    b.problems.extend(t.problems.iter().cloned());
+    b.status = if t.parent.is_empty() {
+        BlockStatus::Refused
+    } else {
+        status(&b.repairs, &b.problems)
+    };
     t
 }
 

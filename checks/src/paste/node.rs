@@ -8,7 +8,9 @@
 //! `memory_peers` entries exist; NCCL's `NET/IB : Using [0]mlx5_0:1/IB` lists only ports that
 //! are ACTIVE (`ncclIbInit` skips the others); NCCL 2.20+ prints each NIC's sysfs `pciPath`.
 
-use super::{BlockStatus, Paste};
+use super::block::BlockStatus;
+use super::nccl::NcclLog;
+use super::pasted::Paste;
 use crate::model::*;
 use std::collections::BTreeMap;
 
@@ -22,17 +24,75 @@ fn absent<T>(source: &str, reason: impl Into<String>) -> Fact<T> {
 /// Where each kind of kernel path the checks cite came from: (path prefix, block label).
 pub type Provenance = Vec<(String, String)>;
 
-/// Build the node, and the provenance of the kernel paths the checks cite.
+/// Build the node, and the provenance of the kernel paths the checks cite. Each fact comes
+/// from the blocks that show it, in an order of preference where several kinds do (a
+/// `uname` before the kernel log's banner, `ibv_devinfo` before NCCL's device list).
 pub fn build(p: &Paste) -> (Node, Provenance) {
     let mut prov: Provenance = Vec::new();
     let log = p.nccl_merged();
     let nccl_label = p.nccl.first().map(|(i, _)| p.label(*i));
+    let hostname = hostname(log.as_ref(), nccl_label.as_deref());
+    let (kernel_release, arch) = kernel_release(p);
+    let (proc_modules, peermem) = modules(p, &mut prov);
+    let cmdline = cmdline(p, &mut prov);
+    let memlock = match p.ulimit.first() {
+        Some((i, r)) => Fact::known(*r, p.label(*i)),
+        None => absent("getrlimit(RLIMIT_MEMLOCK)", NOT_PASTED),
+    };
+    let env = environment(p, log.as_ref(), nccl_label.as_deref());
+    let default_domain = default_domain(p);
+    let version_file = version_file(p, &mut prov);
+    let pci = pci_devices(p, &mut prov);
+    // RDMA devices: ibv_devinfo / ibstat, else what NCCL listed.
+    let rdma = rdma_devices(p, log.as_ref(), &mut prov);
+    let node = Node {
+        source: SourceKind::Evidence,
+        root: "paste".into(),
+        hostname,
+        kernel_release,
+        arch,
+        cpu_vendor: absent("/proc/cpuinfo", NOT_PASTED),
+        modules: Modules {
+            proc_modules,
+            sys_module: absent("/sys/module", NOT_PASTED),
+        },
+        cmdline,
+        hugepages: absent("/proc/meminfo", NOT_PASTED),
+        memlock,
+        euid: absent("geteuid(2)", NOT_PASTED),
+        env,
+        iommu: Iommu {
+            classes: absent(
+                "/sys/class/iommu",
+                format!("{NOT_PASTED} (`ls /sys/class/iommu`)"),
+            ),
+            groups: absent("/sys/kernel/iommu_groups", NOT_PASTED),
+            default_domain,
+        },
+        nvidia: NvidiaDriver {
+            version_file,
+            params: absent(
+                "/proc/driver/nvidia/params",
+                format!("{NOT_PASTED} (`cat /proc/driver/nvidia/params`)"),
+            ),
+            gpus: absent("/proc/driver/nvidia/gpus", NOT_PASTED),
+        },
+        peermem,
+        pci,
+        rdma,
+        live: LiveFacts::absent(NOT_PASTED),
+        health: Health {
+            kernel_log: kernel_log(p),
+            ..Health::absent(NOT_PASTED)
+        },
+    };
+    (node, prov)
+}
 
-    // Host name: only when the log comes from a single host.
-    let hostname = match log.as_ref().map(|l| l.hosts.clone()) {
-        Some(h) if h.len() == 1 => {
-            Fact::known(h[0].clone(), nccl_label.clone().unwrap_or_default())
-        }
+/// Host name: only when the log comes from a single host.
+fn hostname(log: Option<&NcclLog>, nccl_label: Option<&str>) -> Fact<String> {
+    match log.map(|l| l.hosts.clone()) {
+        Some(h) if h.len() == 1 => Fact::known(h[0].clone(), nccl_label.unwrap_or_default()),
         Some(h) if h.len() > 1 => absent(
             "hostname",
             format!(
@@ -42,9 +102,11 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
             ),
         ),
         _ => absent("hostname", NOT_PASTED),
-    };
+    }
+}
 
-    // Kernel release and machine.
+/// Kernel release and machine: `uname`, else the kernel log's banner.
+fn kernel_release(p: &Paste) -> (Fact<String>, Fact<String>) {
     let mut kernel_release = absent("/proc/sys/kernel/osrelease", NOT_PASTED);
     let mut arch = absent("uname -m", NOT_PASTED);
     if let Some((i, r, m)) = p.uname.first() {
@@ -59,7 +121,12 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
         kernel_release = Fact::known(r.clone(), p.label(*i));
     }
 
-    // Modules: a whole listing is /proc/modules.
+    (kernel_release, arch)
+}
+
+/// Modules: a whole listing is /proc/modules; what a listing (or a `grep` whose pattern covers
+/// the name) says of the peer-memory modules.
+fn modules(p: &Paste, prov: &mut Provenance) -> (Fact<BTreeMap<String, LoadedModule>>, PeerMem) {
     let whole = p.modules.iter().find(|(_, m)| m.complete);
     let proc_modules = match whole {
         Some((i, m)) => {
@@ -139,8 +206,22 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
         };
     let nv_mem_nc = nv_mem.clone();
 
-    // Command line: the running kernel's only.
-    let cmdline = match p
+    (
+        proc_modules,
+        PeerMem {
+            nv_mem_version: nv_mem,
+            nv_mem_nc_version: nv_mem_nc,
+            nvidia_peermem_version,
+            nv_peer_mem,
+            memory_peers,
+            nvidia_peermem_params: absent("/sys/module/nvidia_peermem/parameters", NOT_PASTED),
+        },
+    )
+}
+
+/// Command line: the running kernel's only.
+fn cmdline(p: &Paste, prov: &mut Provenance) -> Fact<Vec<String>> {
+    match p
         .cmdline
         .iter()
         .find(|(_, c)| c.running)
@@ -165,38 +246,42 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
             ),
             None => absent("/proc/cmdline", NOT_PASTED),
         },
-    };
+    }
+}
 
-    let memlock = match p.ulimit.first() {
-        Some((i, r)) => Fact::known(*r, p.label(*i)),
-        None => absent("getrlimit(RLIMIT_MEMLOCK)", NOT_PASTED),
-    };
-
-    // Environment: NCCL's own `set by environment` lines, and pasted `NCCL_*=` lines.
+/// Environment: NCCL's own `set by environment` lines, and pasted `NCCL_*=` lines.
+fn environment(
+    p: &Paste,
+    log: Option<&NcclLog>,
+    nccl_label: Option<&str>,
+) -> Fact<BTreeMap<String, String>> {
     let mut env_map: BTreeMap<String, String> = BTreeMap::new();
     let mut env_src: Vec<String> = Vec::new();
     for (i, e) in &p.env {
         env_map.extend(e.clone());
         env_src.push(p.label(*i));
     }
-    if let Some(l) = &log {
+    if let Some(l) = log {
         if !l.env.is_empty() {
             env_map.extend(l.env.clone());
         }
-        if let Some(lab) = &nccl_label {
-            env_src.push(lab.clone());
+        if let Some(lab) = nccl_label {
+            env_src.push(lab.to_string());
         }
     }
-    let env = if env_src.is_empty() {
+    if env_src.is_empty() {
         absent(
             "environment",
             "no NCCL log or NCCL_* lines in the paste: NCCL's defaults assumed",
         )
     } else {
         Fact::known(env_map, env_src.join(", "))
-    };
+    }
+}
 
-    let default_domain = match p.dmesg.iter().find_map(|(i, e)| match e {
+/// The kernel log's `iommu: Default domain type:` line.
+fn default_domain(p: &Paste) -> Fact<Option<String>> {
+    match p.dmesg.iter().find_map(|(i, e)| match e {
         super::kernel::DmesgEvent::IommuInfo { text, .. }
             if text.contains("Default domain type") =>
         {
@@ -206,10 +291,12 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
     }) {
         Some((i, t)) => Fact::known(Some(t), p.label(*i)),
         None => absent("kernel log", NOT_PASTED),
-    };
+    }
+}
 
-    // NVIDIA driver: the version file text, from the file or the driver's dmesg banner.
-    let version_file = match p.nvidia_version.first() {
+/// NVIDIA driver: the version file text, from the file or the driver's dmesg banner.
+fn version_file(p: &Paste, prov: &mut Provenance) -> Fact<Option<String>> {
+    match p.nvidia_version.first() {
         Some((i, t)) => {
             prov.push(("/proc/driver/nvidia/version".into(), p.label(*i)));
             Fact::known(Some(t.clone()), p.label(*i))
@@ -230,11 +317,13 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
                 None => absent("/proc/driver/nvidia/version", NOT_PASTED),
             }
         }
-    };
+    }
+}
 
-    // PCI functions from lspci, placed in the tree when lspci -tv is pasted too.
+/// PCI functions from lspci, placed in the tree when lspci -tv is pasted too.
+fn pci_devices(p: &Paste, prov: &mut Provenance) -> Fact<Vec<PciDevice>> {
     let tree = p.trees.first().map(|(i, t)| (*i, t));
-    let pci = if p.lspci.is_empty() {
+    if p.lspci.is_empty() {
         absent(
             "/sys/bus/pci/devices",
             format!("{NOT_PASTED} (`sudo lspci -vvv`)"),
@@ -256,60 +345,7 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
             devs.push(pci_device(d, &lab, path, tree.map(|(_, t)| t)));
         }
         Fact::known(devs, p.label(*first_i))
-    };
-
-    // RDMA devices: ibv_devinfo / ibstat, else what NCCL listed.
-    let rdma = rdma_devices(p, log.as_ref(), &mut prov);
-
-    let node = Node {
-        source: SourceKind::Evidence,
-        root: "paste".into(),
-        hostname,
-        kernel_release,
-        arch,
-        cpu_vendor: absent("/proc/cpuinfo", NOT_PASTED),
-        modules: Modules {
-            proc_modules,
-            sys_module: absent("/sys/module", NOT_PASTED),
-        },
-        cmdline,
-        hugepages: absent("/proc/meminfo", NOT_PASTED),
-        memlock,
-        euid: absent("geteuid(2)", NOT_PASTED),
-        env,
-        iommu: Iommu {
-            classes: absent(
-                "/sys/class/iommu",
-                format!("{NOT_PASTED} (`ls /sys/class/iommu`)"),
-            ),
-            groups: absent("/sys/kernel/iommu_groups", NOT_PASTED),
-            default_domain,
-        },
-        nvidia: NvidiaDriver {
-            version_file,
-            params: absent(
-                "/proc/driver/nvidia/params",
-                format!("{NOT_PASTED} (`cat /proc/driver/nvidia/params`)"),
-            ),
-            gpus: absent("/proc/driver/nvidia/gpus", NOT_PASTED),
-        },
-        peermem: PeerMem {
-            nv_mem_version: nv_mem,
-            nv_mem_nc_version: nv_mem_nc,
-            nvidia_peermem_version,
-            nv_peer_mem,
-            memory_peers,
-            nvidia_peermem_params: absent("/sys/module/nvidia_peermem/parameters", NOT_PASTED),
-        },
-        pci,
-        rdma,
-        live: LiveFacts::absent(NOT_PASTED),
-        health: Health {
-            kernel_log: kernel_log(p),
-            ..Health::absent(NOT_PASTED)
-        },
-    };
-    (node, prov)
+    }
 }
 
 /// The pasted kernel log lines, through the same keeper as every other kernel log

@@ -4,6 +4,7 @@
 //! The output is `Key : Value` lines nested by indentation (`PCI` > `GPU Link Info` >
 //! `PCIe Generation` > `Max : 4`); the parser keeps the path of section names.
 
+use super::block::{status, Block, RawBlock};
 use super::clean::Line;
 use serde::Serialize;
 
@@ -118,6 +119,18 @@ pub fn parse(lines: &[Line]) -> SmiQ {
             _ => {}
         }
     }
+    q
+}
+
+/// An `nvidia-smi -q` block.
+pub fn block(b: &mut Block, raw: &RawBlock) -> SmiQ {
+    let q = parse(&raw.lines);
+    b.summary = format!(
+        "driver {}, {} GPU section(s)",
+        q.driver_version.as_deref().unwrap_or("?"),
+        q.gpus.len()
+    );
+    b.status = status(&b.repairs, &b.problems);
     q
 }
 

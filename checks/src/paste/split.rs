@@ -5,550 +5,37 @@
 //! `[root@n1 ~]# nvidia-smi topo -m`, `lsmod | grep peermem` after a `# ` quote was removed)
 //! is kept as the command of the block that follows it; a command whose output is empty
 //! (`lsmod | grep nvidia_peermem` printing nothing) becomes an empty block, which is evidence.
+//!
+//! What each kind of block is like (the command that prints it, the lines that open and
+//! continue it, blank lines, one-line outputs) is its row of [`super::kinds::KINDS`]; the
+//! shape of a line is [`super::line::classify`]'s.
 
+use super::block::RawBlock;
 use super::clean::Line;
-use super::topo;
-use super::Kind;
-
-/// One block before parsing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawBlock {
-    pub kind: Kind,
-    pub lines: Vec<Line>,
-    /// The command line shown before the output, when the paste has one.
-    pub command: Option<String>,
-    /// Line number of the command (the block's first line when there is one).
-    pub command_line: Option<usize>,
-}
-
-/// Commands whose output we know, as their first word (after `sudo`).
-const COMMANDS: &[&str] = &[
-    "nvidia-smi",
-    "lsmod",
-    "lspci",
-    "ibv_devinfo",
-    "ibstat",
-    "ibstatus",
-    "cat",
-    "dmesg",
-    "uname",
-    "ulimit",
-    "modinfo",
-    "journalctl",
-    "grep",
-    "ibdev2netdev",
-    "show_gids",
-    "env",
-    "printenv",
-    "numactl",
-    "lscpu",
-    "mpirun",
-    "torchrun",
-    "python",
-    "python3",
-];
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Class {
-    Blank,
-    Command(String),
-    /// A shell prompt with nothing typed after it.
-    Prompt,
-    MatrixHeader,
-    MatrixRow(String),
-    Legend,
-    Nccl,
-    Env,
-    LspciHeader,
-    LspciHex,
-    /// `ACSCtl: ..` alone (`lspci -vvv | grep ACSCtl`).
-    AcsLine,
-    LspciTree,
-    Indented,
-    IbvHca,
-    IbstatCa,
-    IbstatusDev,
-    LsmodHeader,
-    LsmodRow,
-    ProcModulesRow,
-    SmiQ,
-    NvrmVersion,
-    Dmesg,
-    Cmdline,
-    Uname,
-    Ulimit,
-    Other,
-}
-
-fn is_hex_byte(s: &str) -> bool {
-    s.len() == 2 && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// `0000:17:00.0` or `17:00.0`.
-pub fn bdf_token(t: &str) -> Option<String> {
-    let b = t.as_bytes();
-    let short = |s: &[u8]| {
-        s.len() == 7
-            && s[0].is_ascii_hexdigit()
-            && s[1].is_ascii_hexdigit()
-            && s[2] == b':'
-            && s[3].is_ascii_hexdigit()
-            && s[4].is_ascii_hexdigit()
-            && s[5] == b'.'
-            && (b'0'..=b'7').contains(&s[6])
-    };
-    if short(b) {
-        return Some(format!("0000:{}", t.to_ascii_lowercase()));
-    }
-    if b.len() == 12 && b[4] == b':' && b[..4].iter().all(u8::is_ascii_hexdigit) && short(&b[5..]) {
-        return Some(t.to_ascii_lowercase());
-    }
-    None
-}
-
-/// The command after a shell prompt, or a bare known command line.
-pub fn command_of(line: &str) -> Option<String> {
-    let t = line.trim();
-    if t.is_empty() || t.len() > 300 {
-        return None;
-    }
-    // Prompts: `$ cmd`, `# cmd`, `user@host:~$ cmd`, `[root@h ~]# cmd`, `(env) [u@h d]$ cmd`.
-    let mut candidates: Vec<&str> = vec![t];
-    for sep in ["$ ", "# ", "> "] {
-        if let Some(p) = t.find(sep) {
-            let prefix = &t[..p];
-            let ok = prefix.is_empty()
-                || prefix.contains('@')
-                || prefix.ends_with(']')
-                || prefix.ends_with('~')
-                || prefix.ends_with(':')
-                || prefix
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.()[] ".contains(c));
-            if ok && p < 120 {
-                candidates.push(&t[p + sep.len()..]);
-            }
-        }
-    }
-    for c in candidates.into_iter().rev() {
-        let c = c.trim();
-        let mut words = c.split_whitespace();
-        let mut first = words.next()?;
-        if first == "sudo" {
-            first = words.next().unwrap_or("");
-        }
-        if COMMANDS.contains(&first) && c.split_whitespace().count() <= 16 {
-            // `nvidia-smi` alone prints a status table we do not read; still a command.
-            return Some(c.to_string());
-        }
-    }
-    None
-}
+use super::kind::Kind;
+use super::kinds::{self, KINDS};
+use super::line::{classify, Class};
 
 /// The kind a command's output has, when the command says it.
 pub fn command_kind(cmd: &str) -> Option<Kind> {
     let c: String = cmd.split_whitespace().collect::<Vec<_>>().join(" ");
     let c = c.strip_prefix("sudo ").unwrap_or(&c);
-    if c.starts_with("nvidia-smi topo") {
-        Some(Kind::TopoMatrix)
-    } else if c.starts_with("nvidia-smi -q") || c.starts_with("nvidia-smi --query") {
-        Some(Kind::NvidiaSmiQ)
-    } else if c.starts_with("lsmod") {
-        Some(Kind::Lsmod)
-    } else if c.starts_with("cat /proc/modules") {
-        Some(Kind::ProcModules)
-    } else if c.starts_with("cat /proc/cmdline") {
-        Some(Kind::Cmdline)
-    } else if c.starts_with("cat /proc/driver/nvidia/version") {
-        Some(Kind::NvidiaVersion)
-    } else if c.starts_with("uname") || c.starts_with("cat /proc/version") {
-        Some(Kind::Uname)
-    } else if c.starts_with("ulimit") {
-        Some(Kind::Ulimit)
-    } else if c.starts_with("ibv_devinfo") {
-        Some(Kind::IbvDevinfo)
-    } else if c.starts_with("ibstat") {
-        Some(Kind::Ibstat)
-    } else if c.starts_with("lspci") && (c.contains("-t") && !c.contains("-v")) {
-        Some(Kind::LspciTree)
-    } else if c.starts_with("lspci") {
-        Some(Kind::Lspci)
-    } else if c.starts_with("dmesg") || c.starts_with("journalctl") {
-        Some(Kind::Dmesg)
-    } else {
-        None
-    }
+    KINDS.iter().find(|k| (k.command)(c)).map(|k| k.kind)
 }
 
-/// A prompt alone: `[root@gpu3 ~]#`, `user@host:~$`, `(env) [u@h d]$`.
-fn is_prompt(t: &str) -> bool {
-    let t = t.trim();
-    (t.ends_with('#') || t.ends_with('$'))
-        && (t.contains('@') || t.ends_with("]#") || t.ends_with("]$"))
-        && !t.contains("  ")
-        && t.len() < 120
-}
-
-fn is_env(t: &str) -> bool {
-    let t = t.trim();
-    let t = t.strip_prefix("export ").unwrap_or(t).trim();
-    let Some((k, _)) = t.split_once('=') else {
-        return false;
-    };
-    [
-        "NCCL_",
-        "NVSHMEM_",
-        "UCX_",
-        "CUDA_VISIBLE_DEVICES",
-        "CUDA_DEVICE_MAX_CONNECTIONS",
-    ]
-    .iter()
-    .any(|p| k.starts_with(p))
-        && k.chars()
-            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-}
-
-fn is_dmesg(t: &str) -> bool {
-    let s = t.trim_start();
-    // A launcher's or collector's prefix (`0: `, `<4>`, an RFC 3339 time) before a kernel log
-    // line, or dmesg -x's `kern  :warn  : `: the line behind it decides. (Xid 79 behind such a
-    // prefix was dropped, and the paste passed.)
-    let bare = crate::klog::strip_log_prefixes(s);
-    if bare.len() < s.len() && (is_dmesg_core(bare) || bare.starts_with("NVRM: ")) {
-        return true;
-    }
-    if let Some(rest) = s.strip_prefix("kern") {
-        let mut parts = rest.splitn(3, ':');
-        if let (Some(gap), Some(level), Some(msg)) = (parts.next(), parts.next(), parts.next()) {
-            if gap.trim().is_empty()
-                && !level.trim().is_empty()
-                && level.trim().chars().all(|c| c.is_ascii_lowercase())
-                && is_dmesg_core(msg.trim_start())
-            {
-                return true;
-            }
-        }
-    }
-    is_dmesg_core(s)
-}
-
-fn is_dmesg_core(t: &str) -> bool {
-    let s = t.trim_start();
-    if let Some(r) = s.strip_prefix('[') {
-        // `[ 1234.567890] ...` or `[Fri Feb 12 11:47:20 2021] ...`
-        if let Some((inner, _)) = r.split_once(']') {
-            let inner = inner.trim();
-            if inner.contains('.') && inner.chars().all(|c| c.is_ascii_digit() || c == '.') {
-                return true;
-            }
-            if inner.split_whitespace().count() == 5 && inner.contains(':') {
-                return true;
-            }
-        }
-    }
-    // journalctl -k / syslog: `Feb 14 05:03:41 host kernel: ...`
-    s.contains(" kernel: ")
-}
-
-fn is_cmdline(t: &str) -> bool {
-    let s = t.trim();
-    if s.starts_with("BOOT_IMAGE=") || s.starts_with("GRUB_CMDLINE_LINUX") {
-        return true;
-    }
-    let toks: Vec<&str> = s.split_whitespace().collect();
-    if toks.len() < 3 {
-        return false;
-    }
-    let known = toks
-        .iter()
-        .filter(|w| {
-            let k = w.split('=').next().unwrap_or("");
-            [
-                "root",
-                "ro",
-                "rw",
-                "quiet",
-                "splash",
-                "console",
-                "iommu",
-                "intel_iommu",
-                "amd_iommu",
-                "crashkernel",
-                "nomodeset",
-                "pci",
-                "hugepagesz",
-                "hugepages",
-                "default_hugepagesz",
-                "init",
-                "rd.driver.blacklist",
-                "modprobe.blacklist",
-                "iommu.passthrough",
-                "iommu.strict",
-                "biosdevname",
-                "net.ifnames",
-                "resume",
-            ]
-            .contains(&k)
-        })
-        .count();
-    known >= 2 && toks.iter().all(|w| !w.ends_with(':'))
-}
-
-fn is_lsmod_row(t: &str) -> bool {
-    let toks: Vec<&str> = t.split_whitespace().collect();
-    (toks.len() == 3 || toks.len() == 4)
-        && toks[0]
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        && toks[0]
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic())
-        && toks[1].len() >= 4
-        && toks[1].bytes().all(|b| b.is_ascii_digit())
-        && toks[2].bytes().all(|b| b.is_ascii_digit() || b == b'-')
-}
-
-fn is_proc_modules_row(t: &str) -> bool {
-    let toks: Vec<&str> = t.split_whitespace().collect();
-    toks.len() >= 6
-        && toks[1].bytes().all(|b| b.is_ascii_digit())
-        && toks[2].bytes().all(|b| b.is_ascii_digit())
-        && ["Live", "Loading", "Unloading"].contains(&toks[4])
-        && toks[5].starts_with("0x")
-}
-
-fn is_smiq(t: &str) -> bool {
-    let s = t.trim();
-    if s.contains("NVSMI LOG") {
-        return true;
-    }
-    if let Some(r) = s.strip_prefix("GPU ") {
-        return r.len() >= 12 && r.contains(':') && r.contains('.') && !r.contains(' ');
-    }
-    for k in [
-        "Driver Version",
-        "Attached GPUs",
-        "CUDA Version",
-        "Timestamp",
-    ] {
-        if let Some(r) = s.strip_prefix(k) {
-            if r.trim_start().starts_with(':') && !t.starts_with(char::is_whitespace) {
-                return true;
-            }
-        }
-    }
-    false
-}
-
-fn is_tree(t: &str) -> bool {
-    let s = t.trim_start();
-    if s.starts_with("-[") || s.starts_with("+-[") || s.starts_with("\\-[") || s.starts_with("-+-[")
-    {
-        return true;
-    }
-    // A device marker `+-dd.f`, `\-dd.f` or `--dd.f` somewhere in a `|`/`+-`/`\-` line.
-    let b = s.as_bytes();
-    let marker = b.windows(6).any(|w| {
-        (w[0] == b'+' || w[0] == b'\\' || w[0] == b'-')
-            && w[1] == b'-'
-            && w[2].is_ascii_hexdigit()
-            && w[3].is_ascii_hexdigit()
-            && w[4] == b'.'
-            && (b'0'..=b'7').contains(&w[5])
-    });
-    marker && (s.starts_with('|') || s.starts_with("+-") || s.starts_with("\\-"))
-}
-
-fn classify(text: &str) -> Class {
-    let t = text.trim_end();
-    let s = t.trim_start();
-    if s.is_empty() {
-        return Class::Blank;
-    }
-    if s.contains("NCCL INFO")
-        || s.contains("NCCL WARN")
-        || s.contains("NCCL ERROR")
-        || s.contains("ProcessGroupNCCL")
-        || s.contains("Watchdog caught collective")
-        || s.contains("ncclUnhandled")
-        || s.contains("ncclSystemError")
-        || s.contains("ncclRemoteError")
-        || s.contains("ncclInternalError")
-        || s.contains("NCCL error")
-        || s.starts_with("NCCL version")
-    {
-        return Class::Nccl;
-    }
-    if topo::is_header(s) {
-        return Class::MatrixHeader;
-    }
-    if let Some(l) = topo::row_label(s) {
-        // A row has a cell right after its label (`GPU0  X  NV8`, or glued `GPU0X`).
-        let after = s[s.find(char::is_whitespace).unwrap_or(s.len())..].trim_start();
-        let glued = s
-            .split_whitespace()
-            .next()
-            .is_some_and(|f| f.len() > l.len());
-        let first_cell = after.split_whitespace().next().unwrap_or("");
-        let cellish = ["X", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "P2C", "C2C"]
-            .iter()
-            .any(|c| first_cell.starts_with(c))
-            || first_cell.starts_with("NV");
-        if glued || cellish {
-            return Class::MatrixRow(l);
-        }
-    }
-    if topo::is_legend_line(s) {
-        return Class::Legend;
-    }
-    if let Some(c) = command_of(s) {
-        return Class::Command(c);
-    }
-    if is_prompt(s) {
-        return Class::Prompt;
-    }
-    if is_env(s) {
-        return Class::Env;
-    }
-    if s.starts_with("ACSCtl:") || s.starts_with("ACSCap:") {
-        return Class::AcsLine;
-    }
-    if s.starts_with("hca_id:") {
-        return Class::IbvHca;
-    }
-    if s.starts_with("CA '") {
-        return Class::IbstatCa;
-    }
-    if s.starts_with("Infiniband device '") {
-        return Class::IbstatusDev;
-    }
-    if s.starts_with("Module") && s.contains("Size") && s.contains("Used by") {
-        return Class::LsmodHeader;
-    }
-    if is_proc_modules_row(s) {
-        return Class::ProcModulesRow;
-    }
-    if s.starts_with("NVRM version:") {
-        return Class::NvrmVersion;
-    }
-    if is_dmesg(s) {
-        return Class::Dmesg;
-    }
-    if is_smiq(t) {
-        return Class::SmiQ;
-    }
-    if is_tree(t) {
-        return Class::LspciTree;
-    }
-    let first = s.split_whitespace().next().unwrap_or("");
-    if bdf_token(first).is_some()
-        && s[first.len()..].contains(':')
-        && !t.starts_with(char::is_whitespace)
-    {
-        return Class::LspciHeader;
-    }
-    {
-        let toks: Vec<&str> = s.split_whitespace().collect();
-        if toks.len() >= 2
-            && toks[0].len() >= 3
-            && toks[0].ends_with(':')
-            && toks[0][..toks[0].len() - 1]
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit())
-            && toks[1..].iter().all(|x| is_hex_byte(x))
-        {
-            return Class::LspciHex;
-        }
-    }
-    if s.starts_with("Linux version ")
-        || (s.starts_with("Linux ") && (s.contains(" SMP") || s.contains("GNU/Linux")))
-    {
-        return Class::Uname;
-    }
-    if s.starts_with("max locked memory") {
-        return Class::Ulimit;
-    }
-    if is_cmdline(s) {
-        return Class::Cmdline;
-    }
-    if is_lsmod_row(t) {
-        return Class::LsmodRow;
-    }
-    if t.starts_with(char::is_whitespace) {
-        return Class::Indented;
-    }
-    Class::Other
-}
-
+/// The kind a line of shape `c` opens a block of.
 fn starts(c: &Class) -> Option<Kind> {
-    Some(match c {
-        Class::MatrixHeader | Class::MatrixRow(_) => Kind::TopoMatrix,
-        Class::Nccl => Kind::NcclLog,
-        Class::Env => Kind::Env,
-        Class::LspciHeader | Class::AcsLine => Kind::Lspci,
-        Class::LspciTree => Kind::LspciTree,
-        Class::IbvHca => Kind::IbvDevinfo,
-        Class::IbstatCa | Class::IbstatusDev => Kind::Ibstat,
-        Class::LsmodHeader | Class::LsmodRow => Kind::Lsmod,
-        Class::ProcModulesRow => Kind::ProcModules,
-        Class::SmiQ => Kind::NvidiaSmiQ,
-        Class::NvrmVersion => Kind::NvidiaVersion,
-        Class::Dmesg => Kind::Dmesg,
-        Class::Cmdline => Kind::Cmdline,
-        Class::Uname => Kind::Uname,
-        Class::Ulimit => Kind::Ulimit,
-        _ => return None,
-    })
+    KINDS.iter().find(|k| (k.opens)(c)).map(|k| k.kind)
 }
 
 /// Whether a line of class `c` continues a block of kind `k`.
 fn continues(k: Kind, c: &Class, text: &str) -> bool {
-    match k {
-        Kind::TopoMatrix => {
-            matches!(c, Class::MatrixRow(_) | Class::Legend)
-            // wrapped parts of a row or header
-            || (matches!(c, Class::Other | Class::Indented | Class::Cmdline)
-                && text.split_whitespace().all(|w| w.len() <= 24))
-        }
-        Kind::NcclLog => matches!(c, Class::Nccl | Class::Other | Class::Indented),
-        Kind::Env => matches!(c, Class::Env),
-        Kind::Lspci => matches!(
-            c,
-            Class::LspciHeader | Class::LspciHex | Class::Indented | Class::AcsLine
-        ),
-        Kind::LspciTree => matches!(c, Class::LspciTree | Class::Indented),
-        // ibstat's own failure lines (`ibpanic: ... stat of IB device 'mlx5_8' failed`) belong
-        // to its output: a device it could not read.
-        Kind::Ibstat | Kind::IbvDevinfo
-            if text.trim_start().starts_with("ibpanic:")
-                || text.trim_start().starts_with("ibwarn:") =>
-        {
-            true
-        }
-        Kind::IbvDevinfo => matches!(c, Class::IbvHca | Class::Indented),
-        Kind::Ibstat => matches!(c, Class::IbstatCa | Class::IbstatusDev | Class::Indented),
-        Kind::Lsmod => matches!(c, Class::LsmodRow),
-        Kind::ProcModules => matches!(c, Class::ProcModulesRow),
-        Kind::NvidiaSmiQ => matches!(c, Class::SmiQ | Class::Indented),
-        // The driver's multi-line reports continue on indented lines.
-        Kind::Dmesg => matches!(c, Class::Dmesg | Class::Indented),
-        Kind::NvidiaVersion => matches!(c, Class::Other) && text.trim_start().starts_with("GCC"),
-        _ => false,
-    }
+    (kinds::def(k).continues)(c, text)
 }
 
 /// Blank lines a block of this kind may contain.
 fn blank_ok(k: Kind) -> bool {
-    matches!(
-        k,
-        Kind::TopoMatrix
-            | Kind::NcclLog
-            | Kind::Lspci
-            | Kind::IbvDevinfo
-            | Kind::Ibstat
-            | Kind::NvidiaSmiQ
-    )
+    kinds::def(k).blank_ok
 }
 
 /// Split cleaned lines into blocks.
@@ -659,9 +146,8 @@ pub fn split(lines: &[Line]) -> Vec<RawBlock> {
                     | Class::NvrmVersion
                     | Class::LsmodHeader
             ) && starts(&c).is_some_and(|k| k != fk);
-            let shape_agrees = starts(&c).is_none_or(|k| k == fk)
-                || (matches!(fk, Kind::Lsmod | Kind::Uname | Kind::Ulimit | Kind::Cmdline)
-                    && !opens_other);
+            let shape_agrees =
+                starts(&c).is_none_or(|k| k == fk) || (kinds::def(fk).forced_any && !opens_other);
             if fits && shape_agrees && !matches!(c, Class::Nccl) {
                 match cur.as_mut() {
                     Some(b) => b.lines.push(l.clone()),
@@ -679,10 +165,7 @@ pub fn split(lines: &[Line]) -> Vec<RawBlock> {
                     }
                 }
                 // single-line outputs end at once
-                if matches!(
-                    fk,
-                    Kind::Cmdline | Kind::Uname | Kind::Ulimit | Kind::NvidiaVersion
-                ) {
+                if kinds::def(fk).one_line {
                     close(&mut cur, &mut out);
                     forced = None;
                 }
@@ -753,6 +236,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::paste::clean::clean;
+    use crate::paste::line::bdf_token;
     use proptest::prelude::*;
 
     fn kinds(t: &str) -> Vec<(Kind, Option<String>, usize)> {

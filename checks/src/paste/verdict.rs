@@ -21,12 +21,13 @@
 //! a fact it lacks.
 
 use super::nccl::NcclLog;
-use super::Paste;
+use super::pasted::Paste;
 use crate::derive::{self, PathAnswer};
 use crate::gdr::{self, Level};
+use crate::model::NcclFacts;
 use crate::model::{Fact, Node};
 use crate::nccl::rule::{self, Config, Decision, Support, System};
-use crate::nccl::{self, env::NcclEnv, Chosen, NcclFacts, PathKind};
+use crate::nccl::{self, env::NcclEnv, Chosen, PathKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
 

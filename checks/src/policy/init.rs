@@ -60,14 +60,34 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
         "# gdrdoctor site policy, written by `gdrdoctor policy init` from {host} ({}) on {today}.",
         node.root
     );
-    let _ = writeln!(o, "# `gdrdoctor check --policy FILE` judges a node against it (live runs read {} by default).", super::DEFAULT_PATH);
+    let _ = writeln!(o, "# `gdrdoctor check --policy FILE` judges a node against it (live runs read {} by default).", super::types::DEFAULT_PATH);
     o.push_str("# Every value below is what the golden node shows; every section is optional: delete what your\n");
     o.push_str("# site does not want to enforce. `gdrdoctor explain policy.gpu` (and the other policy.* ids)\n");
     o.push_str(
         "# explains each rule; `gdrdoctor policy validate FILE` checks a file without a node.\n",
     );
-    let _ = writeln!(o, "schema = {}", toml_str(super::POLICY_SCHEMA));
+    let _ = writeln!(o, "schema = {}", toml_str(super::types::POLICY_SCHEMA));
 
+    gpu_section(&mut o, node);
+    rdma_section(&mut o, node);
+    pcie_section(&mut o, node);
+    driver_section(&mut o, node);
+    peer_memory_section(&mut o, node);
+    iommu_section(&mut o, node);
+    gdr_section(&mut o, node, gdr);
+    kernel_section(&mut o, node);
+
+    o.push_str(
+        "\n# Severity overrides: the status a check's non-passing findings get (warn or fail).\n",
+    );
+    o.push_str("# [severity]\n# \"topo.nic-numa\" = \"fail\"\n# \"pcie.mrrs\" = \"warn\"\n");
+    o.push_str("\n# Waivers: a finding accepted for a while, with the reason; from the day after `expires` it counts again.\n");
+    o.push_str("# [[waiver]]\n# check = \"pcie.acs-redirect\"\n# subject = \"0000:18:00.0\"   # optional; * and ? allowed\n# hosts = [\"gpu-017\"]         # optional\n# reason = \"vendor case 12345: bios fix due\"\n# expires = 2026-06-30\n");
+    o
+}
+
+/// `[gpu]`: the GPU count, model and device id.
+fn gpu_section(o: &mut String, node: &Node) {
     // GPUs.
     o.push_str("\n[gpu]\n");
     match node.pci.get() {
@@ -118,7 +138,10 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
             );
         }
     }
+}
 
+/// `[rdma]`: the RDMA devices, their ports and firmware.
+fn rdma_section(o: &mut String, node: &Node) {
     // RDMA devices, ports and firmware.
     o.push_str("\n[rdma]\n");
     match node.rdma.get() {
@@ -220,7 +243,10 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
             }
         }
     }
+}
 
+/// `[pcie]`: the slowest and narrowest link per device class.
+fn pcie_section(o: &mut String, node: &Node) {
     // PCIe links per class: the slowest and narrowest link the golden node shows.
     if node.pci.get().is_some() {
         for (class, devs) in pcie_classes(node) {
@@ -276,11 +302,14 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
             }
         }
     }
+}
 
+/// `[driver]`: the NVIDIA driver flavor and version.
+fn driver_section(o: &mut String, node: &Node) {
     // Driver.
     if let Some((ver, flavor)) = derive::nvidia_driver(node) {
         o.push_str("\n[driver]\n");
-        let _ = writeln!(o, "flavor = {}", toml_str(super::flavor_str(flavor)));
+        let _ = writeln!(o, "flavor = {}", toml_str(super::types::flavor_str(flavor)));
         let _ = writeln!(
             o,
             "version = {}       # or: min_version = {}",
@@ -290,7 +319,10 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
     } else {
         o.push_str("\n# [driver]: no nvidia driver version on the golden node\n");
     }
+}
 
+/// `[peer_memory]`: the peer-memory mechanism.
+fn peer_memory_section(o: &mut String, node: &Node) {
     // Peer memory.
     let pm = derive::peermem_path(node).available == Some(true);
     let db = derive::dmabuf_path(node).available == Some(true);
@@ -306,7 +338,10 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
         }
         None => o.push_str("\n# [peer_memory]: neither nvidia_peermem nor dma-buf is available on the golden node\n"),
     }
+}
 
+/// `[iommu]`: the IOMMU mode.
+fn iommu_section(o: &mut String, node: &Node) {
     // IOMMU.
     let (mode, _) = derive::iommu_mode(node);
     if mode != derive::IommuMode::Unknown {
@@ -318,7 +353,10 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
     } else {
         o.push_str("\n# [iommu]: the golden node's iommu mode could not be told\n");
     }
+}
 
+/// `[gdr]`: the GPU x NIC pairs with GPUDirect RDMA.
+fn gdr_section(o: &mut String, node: &Node, gdr: &[GdrPair]) {
     // GDR pairs.
     let gpus = derive::gpus(node);
     if !gpus.is_empty() && !gdr.is_empty() {
@@ -353,7 +391,10 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
             "min_pairs = {n}  # gpu x nic pairs with gpudirect rdma on the golden node"
         );
     }
+}
 
+/// `[kernel]`: the kernel release and command line.
+fn kernel_section(o: &mut String, node: &Node) {
     // Kernel.
     o.push_str("\n[kernel]\n");
     match node.kernel_release.get() {
@@ -390,14 +431,6 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
         );
         o.push_str("allow_extra = false  # a parameter not listed here fails the node\n");
     }
-
-    o.push_str(
-        "\n# Severity overrides: the status a check's non-passing findings get (warn or fail).\n",
-    );
-    o.push_str("# [severity]\n# \"topo.nic-numa\" = \"fail\"\n# \"pcie.mrrs\" = \"warn\"\n");
-    o.push_str("\n# Waivers: a finding accepted for a while, with the reason; from the day after `expires` it counts again.\n");
-    o.push_str("# [[waiver]]\n# check = \"pcie.acs-redirect\"\n# subject = \"0000:18:00.0\"   # optional; * and ? allowed\n# hosts = [\"gpu-017\"]         # optional\n# reason = \"vendor case 12345: bios fix due\"\n# expires = 2026-06-30\n");
-    o
 }
 
 #[cfg(test)]

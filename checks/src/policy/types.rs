@@ -8,6 +8,20 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
+/// The schema id a policy file may declare (`schema = "gdrdoctor.policy/v1"`).
+pub const POLICY_SCHEMA: &str = "gdrdoctor.policy/v1";
+
+/// Where `check` looks for a policy when `--policy` is not given (live runs only).
+pub const DEFAULT_PATH: &str = "/etc/gdrdoctor/policy.toml";
+
+/// `open` or `proprietary`, as the policy and the report's inventory spell a driver flavor.
+pub fn flavor_str(f: crate::model::Flavor) -> &'static str {
+    match f {
+        crate::model::Flavor::Open => "open",
+        crate::model::Flavor::Proprietary => "proprietary",
+    }
+}
+
 /// A whole policy file. Every section is optional: a policy states only what the site cares
 /// about.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -87,12 +101,12 @@ pub struct SchemaId;
 impl<'de> Deserialize<'de> for SchemaId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        if s == super::POLICY_SCHEMA {
+        if s == POLICY_SCHEMA {
             Ok(SchemaId)
         } else {
             Err(de::Error::custom(format!(
                 "unsupported policy schema `{s}`: this gdrdoctor reads `{}`",
-                super::POLICY_SCHEMA
+                POLICY_SCHEMA
             )))
         }
     }
@@ -473,7 +487,7 @@ impl CheckRef {
 impl<'de> Deserialize<'de> for CheckRef {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        if super::known_check(&s) {
+        if super::findings::known_check(&s) {
             Ok(CheckRef(s))
         } else {
             Err(de::Error::custom(format!(

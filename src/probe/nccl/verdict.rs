@@ -5,11 +5,12 @@
 use super::{Output, Record, Run, Sums};
 use crate::probe::common::{self, WorkerRecord};
 use crate::worker::protocol::WorkerError;
+use gdrdoctor_checks::model::{NcclFacts, NcclLibrary};
+use gdrdoctor_checks::nccl;
 use gdrdoctor_checks::nccl::compare::{self, is_rdma, Observation, Observed};
 use gdrdoctor_checks::nccl::env::NcclEnv;
 use gdrdoctor_checks::nccl::rule::{decide, Config, Decision, System};
 use gdrdoctor_checks::nccl::topo_dump::{self, Dump};
-use gdrdoctor_checks::nccl::{self, NcclFacts, NcclLibrary};
 use gdrdoctor_checks::paste::nccl::{parse_file, NcclLog};
 use gdrdoctor_checks::report::{Finding, Status};
 

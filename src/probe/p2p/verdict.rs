@@ -76,7 +76,7 @@ pub fn carried(o: &P2pOutput, a: &str, b: &str) -> Option<Rate> {
     let direct = to(la, b).max(to(lb, a));
     let n = direct.max(la.nvlinks_switch.min(lb.nvlinks_switch));
     if n > 0 {
-        let (table, name) = gdrdoctor_checks::p2p::nvlink_rate(la.cc_major, la.nvlink_version);
+        let (table, name) = gdrdoctor_checks::gdr::p2p::nvlink_rate(la.cc_major, la.nvlink_version);
         let (per, src) = match la.nvlink_speed_mbps {
             Some(mbps) => (mbps as f64 / 1000.0, "NVML link speed"),
             None => (table, "the generation's rate: NVML gave no link speed"),
@@ -104,7 +104,7 @@ pub fn theoretical(node: &Node, o: &P2pOutput, a: &str, b: &str) -> Option<Rate>
     if let Some(r) = carried(o, a, b) {
         return Some(r);
     }
-    let pair = gdrdoctor_checks::p2p::pairs(node)
+    let pair = gdrdoctor_checks::gdr::p2p::pairs(node)
         .into_iter()
         .find(|p| (p.a == a && p.b == b) || (p.a == b && p.b == a))?;
     let nvml = node.live.nvml.get()?;
@@ -122,7 +122,7 @@ pub fn theoretical(node: &Node, o: &P2pOutput, a: &str, b: &str) -> Option<Rate>
             .get()
             .and_then(|c| c.devices.iter().find(|d| d.bdf == a))
             .map(|d| d.cc_major);
-        let (per, name) = gdrdoctor_checks::p2p::nvlink_rate(cc, code);
+        let (per, name) = gdrdoctor_checks::gdr::p2p::nvlink_rate(cc, code);
         let n = pair.nvlinks();
         return Some(Rate {
             gbps: per * n as f64,
@@ -187,7 +187,7 @@ pub fn findings(node: &Node, o: &P2pOutput) -> Vec<Finding> {
         let mut f = match (&p.error, p.uni_gbps) {
             (Some(e), _) if !p.can_access => {
                 // Across the CPU without NVLink that is the platform, not a fault (gpu.p2p agrees).
-                let expected = gdrdoctor_checks::p2p::pairs(node)
+                let expected = gdrdoctor_checks::gdr::p2p::pairs(node)
                     .into_iter()
                     .find(|x| {
                         (x.a == p.a_bdf && x.b == p.b_bdf) || (x.a == p.b_bdf && x.b == p.a_bdf)

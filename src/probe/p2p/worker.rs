@@ -117,7 +117,7 @@ fn links(bdfs: &[(String, i32)]) -> Result<Vec<GpuLinks>, String> {
         out.push(GpuLinks {
             bdf: bdf.clone(),
             cc_major: (*cc_major > 0).then_some(*cc_major),
-            nvlinks_switch: gdrdoctor_checks::p2p::switch_links(g),
+            nvlinks_switch: gdrdoctor_checks::gdr::p2p::switch_links(g),
             nvlinks_to: to,
             nvlink_version: active.iter().find_map(|l| l.version),
             nvlink_speed_mbps: speeds.iter().find(|s| &s.0 == bdf).and_then(|s| s.1),

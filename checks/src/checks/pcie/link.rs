@@ -1,0 +1,130 @@
+//! `pcie.link`: NIC, GPU and switch links run at their full width and speed.
+
+use super::trust::*;
+use crate::gdr::Context;
+use crate::model::{Fact, Node, PciDevice};
+use crate::names;
+use crate::parse;
+use crate::pci::config::{self, ConfigSpace};
+use crate::report::{Finding, Status};
+
+/// Devices whose upstream link we judge: NICs, GPUs, and switch upstream ports on their paths.
+/// Downstream and root ports report the link below them, which the device below already covers.
+fn is_upstream_port(d: &PciDevice, cs: Option<&ConfigSpace>, depth: usize) -> bool {
+    match cs.and_then(|c| c.pcie.as_ref()) {
+        Some(p) => p.device_type == config::PCIE_TYPE_UPSTREAM,
+        // Without config space: bridges alternate root port, upstream, downstream, upstream...
+        None => d.is_bridge() && depth % 2 == 1,
+    }
+}
+
+pub fn link(node: &Node) -> Vec<Finding> {
+    const ID: &str = "pcie.link";
+    let cx = Context::new(node);
+    let mut subjects: Vec<(String, &'static str)> = Vec::new();
+    for g in &cx.gpus {
+        subjects.push((g.bdf.clone(), "gpu"));
+    }
+    for (nic, _) in &cx.nics {
+        if let Some(Some(b)) = nic.pci_bdf.get() {
+            if !subjects.iter().any(|(s, _)| s == b) {
+                subjects.push((b.clone(), "nic"));
+            }
+        }
+    }
+    let endpoints: Vec<(String, &'static str)> = subjects.clone();
+    for (bdf, _) in &endpoints {
+        let Some(d) = cx.index.get(bdf) else { continue };
+        let comps: Vec<&str> = d
+            .sysfs_path
+            .split('/')
+            .filter(|c| parse::is_bdf(c))
+            .collect();
+        for (depth, b) in comps.iter().enumerate().take(comps.len().saturating_sub(1)) {
+            let b = b.to_lowercase();
+            let Some(bd) = cx.index.get(&b) else { continue };
+            if is_upstream_port(bd, readable(bd, 0).ok().as_ref(), depth)
+                && !subjects.iter().any(|(s, _)| *s == b)
+            {
+                subjects.push((b, "switch"));
+            }
+        }
+    }
+    if subjects.is_empty() {
+        return vec![Finding::new(
+            ID,
+            Status::Skip,
+            "node",
+            "no gpu or nic on the pci bus",
+        )];
+    }
+    let mut out = Vec::new();
+    for (bdf, kind) in subjects {
+        let Some(d) = cx.index.get(&bdf) else {
+            continue;
+        };
+        let parent = d.parent.as_deref().and_then(|p| cx.index.get(p));
+        let speed = |f: &Fact<String>| f.get().and_then(|s| parse::link_speed_gts(s));
+        let (cur_s, max_s, cur_w, max_w) = (
+            speed(&d.cur_link_speed),
+            speed(&d.max_link_speed),
+            d.cur_link_width.get().copied(),
+            d.max_link_width.get().copied(),
+        );
+        let (Some(cur_s), Some(max_s), Some(cur_w), Some(max_w)) = (cur_s, max_s, cur_w, max_w)
+        else {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    &bdf,
+                    format!("cannot read the link of this {kind}"),
+                )
+                .evidence(
+                    d.cur_link_speed.source(),
+                    d.cur_link_speed.describe(|s| s.clone()),
+                ),
+            );
+            continue;
+        };
+        // What the link can do: the lower of the two ends (NCCL reads both, xml.cc).
+        let p_s = parent
+            .and_then(|p| speed(&p.max_link_speed))
+            .unwrap_or(max_s);
+        let p_w = parent
+            .and_then(|p| p.max_link_width.get().copied())
+            .unwrap_or(max_w);
+        let (exp_s, exp_w) = (max_s.min(p_s), max_w.min(p_w));
+        let observed = format!("{cur_s} GT/s x{cur_w}");
+        let expected = format!("{exp_s} GT/s x{exp_w}");
+        let src = match d.link_from_config() {
+            Some(reg) => reg.to_string(),
+            None => format!("{}/current_link_{{speed,width}}", d.sysfs_path),
+        };
+        let name = names::device_name(d);
+        let slow = cur_s + 0.01 < exp_s;
+        let narrow = cur_w < exp_w;
+        let f = if narrow {
+            Finding::new(ID, Status::Warn, &bdf, format!("{kind} link runs at x{cur_w} of x{exp_w}: half or less of its bandwidth ({name})"))
+                .expected(src, observed, expected)
+                .fix("reseat the card or cable; check the slot's electrical width in the board manual (`dmidecode -t slot`) and the BIOS bifurcation setting; `lspci -vv -s <bdf>` shows LnkSta (downgraded)")
+        } else if slow && kind == "gpu" {
+            Finding::new(ID, Status::Pass, &bdf, format!("gpu link x{cur_w} at {cur_s} GT/s of {exp_s}: idle gpus lower their link speed to save power; width is full"))
+                .evidence(src, observed)
+        } else if slow {
+            Finding::new(ID, Status::Warn, &bdf, format!("{kind} link trained at {cur_s} GT/s of {exp_s} GT/s ({name})"))
+                .expected(src, observed, expected)
+                .fix("check the BIOS PCIe speed setting for the slot and reseat; a link that trains low after a reset may need `setpci` retraining or a cold boot; AER errors (`lspci -vv`) point at signal problems")
+        } else {
+            Finding::new(
+                ID,
+                Status::Pass,
+                &bdf,
+                format!("{kind} link at {cur_s} GT/s x{cur_w}, its full capability"),
+            )
+            .evidence(src, observed)
+        };
+        out.push(f);
+    }
+    out
+}

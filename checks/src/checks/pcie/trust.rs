@@ -1,0 +1,118 @@
+//! Whether a device's config space can be trusted, and what an absent capability means: a
+//! capture that holds too little, config space that is not the device's, a chain that cannot
+//! be walked to its end.
+
+use crate::model::{Fact, Node, PciDevice};
+use crate::pci::config::ConfigSpace;
+
+/// Why config space cannot answer, or `None` when it can (`need` bytes).
+fn config_gap(d: &PciDevice, need: usize) -> Option<String> {
+    match &d.config {
+        Fact::Absent { reason, source } => Some(format!("{source}: {reason}")),
+        Fact::Known { value, source } if value.len() < need => {
+            Some(if value.len() <= 64 {
+                format!("{source}: only {} bytes readable: needs root to read config space beyond 64 bytes", value.len())
+            } else {
+                format!(
+                    "{source}: {} bytes readable, extended config space (4096) needed",
+                    value.len()
+                )
+            })
+        }
+        Fact::Known { .. } => None,
+    }
+}
+
+/// Config space that cannot be believed: the device's config space, decoded, does not belong
+/// to the device sysfs lists (vendor or device id differ), or reads all-ones (the device does
+/// not answer). `None` when the ids agree (or sysfs does not know them).
+pub(crate) fn untrusted(d: &PciDevice, cs: &ConfigSpace) -> Option<String> {
+    if cs.vendor_id == Some(0xffff) {
+        return Some(
+            "config space reads all-ones (vendor 0xffff): the device does not answer config reads"
+                .to_string(),
+        );
+    }
+    let pairs = [
+        ("vendor", d.vendor_id.get(), cs.vendor_id),
+        ("device", d.device_id.get(), cs.device_id),
+    ];
+    for (what, sysfs, config) in pairs {
+        if let (Some(s), Some(c)) = (sysfs, config) {
+            if *s != c {
+                return Some(format!(
+                    "config space {what} id 0x{c:04x} differs from sysfs {what} 0x{s:04x}: the config space is not this device's"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// A bridge whose config space does not fit its place in the tree: its primary bus number
+/// (0x18) is not the bus it sits on, or a function right below it is not on its secondary bus
+/// (0x19). The ports of one switch have the same vendor and device ids, so [`untrusted`]
+/// cannot tell their config spaces apart: a snapshot whose `config` files of an upstream and
+/// a downstream port were swapped moved a set ACS redirect off the GPU-NIC path and the node
+/// exited 0 (the mutation test, seed 692234378); two downstream ports swapped would move it
+/// to another path. The bus numbers tell every such swap, and unlike the port type in the
+/// PCIe capability (which Linux corrects for some ports that misstate it, leaving the raw
+/// config as it is) they are what the kernel itself enumerated. `None` for a function that is
+/// not a bridge, and where the bus numbers were never programmed (secondary bus 0).
+pub(super) fn misplaced(node: &Node, d: &PciDevice) -> Option<String> {
+    let raw = d.config.get()?;
+    if raw.len() < 0x1b || raw[0x0e] & 0x7f != 1 {
+        return None;
+    }
+    let (pri, sec, sub) = (raw[0x18], raw[0x19], raw[0x1a]);
+    if sec == 0 {
+        return None;
+    }
+    let bus_of = |bdf: &str| {
+        bdf.split(':')
+            .nth(1)
+            .and_then(|b| u8::from_str_radix(b, 16).ok())
+    };
+    let bus = bus_of(&d.bdf)?;
+    if pri != bus {
+        return Some(format!(
+            "config space says primary bus {pri:02x}, but {} is on bus {bus:02x}: the config space is not this device's",
+            d.bdf
+        ));
+    }
+    let below = node.pci.get().into_iter().flatten();
+    for e in below.filter(|e| e.parent.as_deref() == Some(d.bdf.as_str())) {
+        if let Some(cb) = bus_of(&e.bdf).filter(|cb| *cb != sec) {
+            return Some(format!(
+                "config space says secondary bus {sec:02x} (subordinate {sub:02x}), but {} right below {} is on bus {cb:02x}: the config space is not this device's",
+                e.bdf, d.bdf
+            ));
+        }
+    }
+    None
+}
+
+/// The decoded config space of `d` when `need` bytes of it are readable and it is this
+/// device's; otherwise the reason (for the evidence of an `error`).
+pub(super) fn readable(d: &PciDevice, need: usize) -> Result<ConfigSpace, String> {
+    if let Some(gap) = config_gap(d, need) {
+        return Err(gap);
+    }
+    let cs = d
+        .decoded()
+        .ok_or_else(|| format!("{}/config: not readable", d.sysfs_path))?;
+    match untrusted(d, &cs) {
+        Some(why) => Err(why),
+        None => Ok(cs),
+    }
+}
+
+/// Why the absence of a capability cannot be concluded: the list that holds it could not be
+/// walked to its end. `extended`: the capability lives in the extended list (ACS, ATS), which
+/// is reached only through a readable standard list (the PCI Express capability).
+pub(super) fn absence_unknown(cs: &ConfigSpace, extended: bool) -> Option<String> {
+    cs.chain_breaks
+        .iter()
+        .find(|b| extended || !b.extended)
+        .map(|b| b.to_string())
+}

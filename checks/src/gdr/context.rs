@@ -1,0 +1,167 @@
+//! What the verdicts need from the node, computed once per report: every GPU's and NIC's
+//! place in NCCL's tree, the NCCL version and environment, the distance threshold, and the
+//! peer-memory and dma-buf paths.
+
+use super::memo::memoized;
+use crate::derive::{self, PathAnswer};
+use crate::model::{Node, RdmaDevice};
+use crate::nccl::env::Level as EnvLevel;
+use crate::nccl::rule::{self, Config};
+use crate::nccl::{self, PathKind};
+use crate::topo::{Endpoint, PciIndex};
+
+/// The distance threshold and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Level {
+    /// The threshold in NCCL 2.29+ numbering ([`crate::topo::PathType`] values), so that
+    /// `(path as u8) <= value` holds exactly for the PCIe paths within it.
+    pub value: u8,
+    /// NCCL's name of the threshold (`PXB`, `P2C`, `PHB`, ...).
+    pub name: String,
+    pub source: String,
+}
+
+/// The threshold of `cfg`, as a [`Level`].
+pub fn level_of(cfg: &Config) -> Level {
+    let (lvl, name, source) = rule::threshold(&cfg.env, cfg.rules.version);
+    let kind = match lvl {
+        EnvLevel::Kind(k) => k,
+        // 2.4-2.5: GDR below the integer (PIX 0, PXB 1, PHB 2, NODE 3, SYS 4).
+        EnvLevel::Legacy(n) => match n {
+            i64::MIN..=0 => PathKind::Loc,
+            1 => PathKind::Pix,
+            2 => PathKind::Pxb,
+            3 | 4 => PathKind::Phb,
+            _ => PathKind::Sys,
+        },
+    };
+    Level {
+        value: nccl::version::NEWEST.value(kind).unwrap_or(u8::MAX),
+        name,
+        source,
+    }
+}
+
+/// Everything the verdicts need, computed once.
+pub struct Context<'a> {
+    pub index: PciIndex<'a>,
+    pub gpus: Vec<Endpoint>,
+    pub nics: Vec<(&'a RdmaDevice, Option<Endpoint>)>,
+    pub level: Level,
+    pub peermem: PathAnswer,
+    pub dmabuf: PathAnswer,
+    /// The NCCL version and environment that apply.
+    pub config: Config,
+}
+
+impl<'a> Context<'a> {
+    /// The node's context. Within a [`MemoScope`](super::memo::MemoScope) (one report) the
+    /// costly part, every GPU's and NIC's place in NCCL's tree, is computed once and copied to
+    /// each check (the checks of an 8-GPU report asked for it 13 times: 2.4 M of its 33 M
+    /// instructions).
+    pub fn new(node: &'a Node) -> Self {
+        let index = PciIndex::new(node);
+        let placed = placed(node);
+        let nics = node
+            .rdma
+            .get()
+            .map(|r| {
+                r.iter()
+                    .enumerate()
+                    .map(|(i, d)| (d, placed.nics.get(i).cloned().flatten()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Context {
+            index,
+            gpus: placed.gpus.clone(),
+            nics,
+            level: level_of(&placed.config),
+            peermem: placed.peermem.clone(),
+            dmabuf: placed.dmabuf.clone(),
+            config: placed.config.clone(),
+        }
+    }
+}
+
+/// What [`Context::new`] derives from the node and keeps for a report: owned, so that the
+/// memo can hold it.
+#[derive(Debug)]
+struct Placed {
+    gpus: Vec<Endpoint>,
+    /// In the order of `node.rdma`.
+    nics: Vec<Option<Endpoint>>,
+    config: Config,
+    peermem: PathAnswer,
+    dmabuf: PathAnswer,
+}
+
+impl Placed {
+    fn compute(node: &Node) -> Placed {
+        let index = PciIndex::new(node);
+        let gpus = derive::gpus(node)
+            .iter()
+            .filter_map(|g| index.endpoint(&g.bdf, false))
+            .collect();
+        let nics = node
+            .rdma
+            .get()
+            .map(|r| {
+                r.iter()
+                    .map(|d| match d.pci_bdf.get() {
+                        Some(Some(b)) => index.endpoint(b, true),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let config = nccl::config(node);
+        Placed {
+            gpus,
+            nics,
+            peermem: derive::peermem_path_for(node, Some(config.rules.version)),
+            config,
+            dmabuf: derive::dmabuf_path(node),
+        }
+    }
+}
+
+/// The node's placed endpoints: the ones of its open [`MemoScope`](super::memo::MemoScope), else
+/// computed now.
+fn placed(node: &Node) -> std::sync::Arc<Placed> {
+    memoized(node, Placed::compute)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::expect_used)]
+    use super::super::memo::memo_scope;
+    use super::*;
+    use crate::model::Fact;
+
+    #[test]
+    fn one_placement_per_scope_the_same_as_a_fresh_one() {
+        use crate::testing::*;
+        use std::sync::Arc;
+        let n = switch_pair();
+        let fresh = Context::new(&n);
+        assert!(!fresh.gpus.is_empty() && !fresh.nics.is_empty());
+        assert!(!Arc::ptr_eq(&placed(&n), &placed(&n)));
+        {
+            let _scope = memo_scope(&n);
+            let p = placed(&n);
+            assert!(Arc::ptr_eq(&p, &placed(&n)));
+            let cx = Context::new(&n);
+            assert_eq!(cx.gpus, fresh.gpus);
+            assert_eq!(cx.nics, fresh.nics);
+            assert_eq!(cx.config, fresh.config);
+            assert_eq!((&cx.peermem, &cx.dmabuf), (&fresh.peermem, &fresh.dmabuf));
+            // Another node (a copy without its NICs) is placed on its own.
+            let mut m = n.clone();
+            m.rdma = Fact::known(Vec::new(), "/sys/class/infiniband");
+            assert!(Context::new(&m).nics.is_empty());
+            assert!(!Arc::ptr_eq(&p, &placed(&m)));
+        }
+        assert!(!Arc::ptr_eq(&placed(&n), &placed(&n)));
+    }
+}

@@ -1,0 +1,243 @@
+//! What only a live call can see, one library each: NVML, the CUDA driver, libibverbs, and
+//! the NCCL libraries on the node (read from their files).
+
+use super::fact::{Fact, DAMAGED};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Facts only a live call can see, one per library.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveFacts {
+    pub nvml: Fact<NvmlFacts>,
+    pub cuda: Fact<CudaFacts>,
+    pub verbs: Fact<VerbsFacts>,
+    /// The NCCL libraries on the node and their versions (read from the files, nothing
+    /// initialised), or `--nccl-version`.
+    #[serde(default = "nccl_not_recorded")]
+    pub nccl: Fact<NcclFacts>,
+}
+
+fn nccl_not_recorded() -> Fact<NcclFacts> {
+    Fact::absent("libnccl.so.2", "not recorded in this snapshot")
+}
+
+/// The start of `live.cuda`'s source when the CUDA answers came from gdrdoctor's cache (CUDA
+/// asked earlier in the same boot, same driver, same GPUs) rather than from CUDA in this run.
+pub const CUDA_CACHE_SOURCE_PREFIX: &str = "cache ";
+
+impl LiveFacts {
+    /// The evidence source of a CUDA answer of `call`: the call, and the cache when the answer
+    /// came from it.
+    pub fn cuda_evidence(&self, call: &str) -> String {
+        let s = self.cuda.source();
+        if s.starts_with(CUDA_CACHE_SOURCE_PREFIX) {
+            format!("{call} via {s}")
+        } else {
+            call.to_string()
+        }
+    }
+
+    /// Every live fact absent because its record is damaged (`reason` names the file and what
+    /// is wrong with it).
+    pub fn damaged(reason: &str) -> Self {
+        LiveFacts::absent(&format!("{DAMAGED}{reason}"))
+    }
+
+    pub fn absent(reason: &str) -> Self {
+        LiveFacts {
+            nvml: Fact::absent("libnvidia-ml.so.1", reason),
+            cuda: Fact::absent("libcuda.so.1", reason),
+            verbs: Fact::absent("libibverbs.so.1", reason),
+            nccl: Fact::absent("libnccl.so.2", reason),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct NvmlFacts {
+    pub driver_version: Option<String>,
+    /// `nvmlSystemGetCudaDriverVersion`, e.g. 13000.
+    pub cuda_driver_version: Option<i32>,
+    pub nvml_version: Option<String>,
+    pub gpus: Vec<NvmlGpu>,
+    /// Every GPU pair (a < b in NVML order): topology and P2P status.
+    #[serde(default)]
+    pub pairs: Vec<NvmlPair>,
+}
+
+/// One GPU pair as NVML sees it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct NvmlPair {
+    pub a: String,
+    pub b: String,
+    /// `nvmlDeviceGetTopologyCommonAncestor`: `internal`, `single` (one PCIe switch), `multiple`
+    /// (several switches), `hostbridge`, `node` (same NUMA node), `system` (across sockets).
+    pub common_ancestor: Option<String>,
+    /// `nvmlDeviceGetP2PStatus` per capability (`read`, `write`, `nvlink`, `atomics`, `prop`):
+    /// `ok`, `chipset-not-supported`, `gpu-not-supported`, `ioh-topology-not-supported`,
+    /// `disabled-by-regkey`, `not-supported`, `unknown`.
+    pub p2p: BTreeMap<String, String>,
+    #[serde(default)]
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct NvmlGpu {
+    /// PCI address, lower case, 4-digit domain (`0000:00:06.0`).
+    pub bdf: String,
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    pub memory_total: Option<u64>,
+    pub bar1_total: Option<u64>,
+    pub bar1_used: Option<u64>,
+    pub pcie_gen_current: Option<u32>,
+    pub pcie_gen_max: Option<u32>,
+    pub pcie_width_current: Option<u32>,
+    pub pcie_width_max: Option<u32>,
+    pub persistence_mode: Option<bool>,
+    pub ecc_enabled: Option<bool>,
+    pub retired_pages_pending: Option<bool>,
+    pub remapped_rows: Option<RemappedRows>,
+    pub nvlinks: Vec<NvLink>,
+    /// `nvmlDeviceGetPcieReplayCounter`: PCIe data-link replays of this GPU since the driver
+    /// loaded.
+    #[serde(default)]
+    pub pcie_replay_counter: Option<u64>,
+    /// `nvmlDeviceGetComputeMode`: `default`, `exclusive-process`, `exclusive-thread` or
+    /// `prohibited`. gdrdoctor does not start CUDA on a GPU in one of the last three (a job may
+    /// hold it).
+    #[serde(default)]
+    pub compute_mode: Option<String>,
+    /// `nvmlDeviceGetCudaComputeCapability` (the same numbers CUDA reports, without CUDA).
+    #[serde(default)]
+    pub cc_major: Option<i32>,
+    #[serde(default)]
+    pub cc_minor: Option<i32>,
+    /// Calls that failed, with NVML's error (`nvmlDeviceGetRemappedRows: Not Supported`).
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RemappedRows {
+    pub correctable: u32,
+    pub uncorrectable: u32,
+    pub pending: bool,
+    pub failure: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NvLink {
+    pub link: u32,
+    pub active: bool,
+    pub remote_bdf: Option<String>,
+    /// `nvmlDeviceGetNvLinkRemoteDeviceType`: `gpu`, `switch`, `ibmnpu`, `unknown`.
+    #[serde(default)]
+    pub remote_type: Option<String>,
+    /// `nvmlDeviceGetNvLinkVersion`, the raw `nvmlNvlinkVersion_t` code: 1 = 1.0, 2 = 2.0,
+    /// 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0 (H100/H200), 7 = 5.0 (B200).
+    #[serde(default)]
+    pub version: Option<u32>,
+    /// `nvmlDeviceGetNvLinkErrorCounter`: data-link replays, recoveries (link retrains), and
+    /// CRC errors in flits and in data; since the driver loaded. `None` where not supported.
+    #[serde(default)]
+    pub replay_errors: Option<u64>,
+    #[serde(default)]
+    pub recovery_errors: Option<u64>,
+    #[serde(default)]
+    pub crc_flit_errors: Option<u64>,
+    #[serde(default)]
+    pub crc_data_errors: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CudaFacts {
+    /// `cuDriverGetVersion`, e.g. 13000.
+    pub driver_version: i32,
+    pub devices: Vec<CudaDevice>,
+    /// The library file that was loaded (from /proc/self/maps), to spot toolkit stubs.
+    pub library: Option<String>,
+    /// Every ordered GPU pair: `cuDeviceCanAccessPeer` and `cuDeviceGetP2PAttribute`.
+    #[serde(default)]
+    pub peers: Vec<CudaPeer>,
+    /// GPUs CUDA was deliberately not started on (PCI address -> why: the compute mode says a
+    /// job may hold it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_asked: BTreeMap<String, String>,
+}
+
+/// Peer access from `a` to `b` (CUDA ordinals; PCI addresses beside them).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CudaPeer {
+    pub a: i32,
+    pub b: i32,
+    pub a_bdf: String,
+    pub b_bdf: String,
+    /// `cuDeviceCanAccessPeer`.
+    pub can_access: Option<bool>,
+    /// `CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK` (0 is best).
+    pub performance_rank: Option<i32>,
+    /// `CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`.
+    pub native_atomic: Option<bool>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct CudaDevice {
+    pub ordinal: i32,
+    pub bdf: String,
+    pub name: String,
+    pub cc_major: i32,
+    pub cc_minor: i32,
+    pub multiprocessors: i32,
+    /// Attribute values, `None` where the driver does not know the attribute.
+    pub gpu_direct_rdma_supported: Option<i32>,
+    pub gpu_direct_rdma_flush_writes_options: Option<i32>,
+    pub gpu_direct_rdma_writes_ordering: Option<i32>,
+    pub gpu_direct_rdma_with_cuda_vmm_supported: Option<i32>,
+    pub dma_buf_supported: Option<i32>,
+    pub host_register_supported: Option<i32>,
+    pub can_use_host_pointer_for_registered_mem: Option<i32>,
+    pub virtual_memory_management_supported: Option<i32>,
+    pub total_memory: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct VerbsFacts {
+    /// `ibv_reg_dmabuf_mr@IBVERBS_1.12` exported (rdma-core >= 34).
+    pub has_reg_dmabuf_mr: bool,
+    /// Devices `ibv_get_device_list` returned (or the errno it failed with).
+    pub devices: Vec<String>,
+    pub list_errno: Option<i32>,
+    /// NCCL's dma-buf probe per device: `ibv_reg_dmabuf_mr(fd=-1)` errno; 95/93 mean unsupported.
+    pub dmabuf_probe: BTreeMap<String, Option<i32>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NcclLibrary {
+    /// The file as found (symlinks not resolved), e.g. `/usr/lib/x86_64-linux-gnu/libnccl.so.2`.
+    pub path: String,
+    /// `2.28.9`, when it could be read.
+    pub version: Option<String>,
+    /// How the version was read: `version string in the file`, `file name`, `ncclGetVersion`.
+    pub how: Option<String>,
+    /// Where it was found: `loader path (LD_LIBRARY_PATH)`, `ld.so.cache`, `python wheel
+    /// (nvidia-nccl)`, ...
+    pub origin: String,
+    /// Why the version could not be read.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// What gdrdoctor knows about NCCL on the node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NcclFacts {
+    /// Every NCCL found, in the order a process would load it: the loader's search (
+    /// `LD_LIBRARY_PATH`, `ld.so.cache`, the default directories), then Python environments.
+    pub libraries: Vec<NcclLibrary>,
+    /// Where gdrdoctor looked, for a "not found" message.
+    #[serde(default)]
+    pub searched: Vec<String>,
+    /// `--nccl-version`, when given: it wins over what was found.
+    #[serde(default)]
+    pub requested: Option<String>,
+}

@@ -1,0 +1,484 @@
+//! One line of an NCCL log: its origin (host, pid, device) and what it says, one parser per
+//! format (the NCCL source lines that print each are listed in [`super`]).
+
+use super::log::*;
+
+pub(super) fn num(s: &str) -> Option<u32> {
+    s.trim().parse().ok()
+}
+
+/// The digits a token starts with (`4)` -> 4, `4)\`` -> 4).
+fn lead_num(s: &str) -> Option<u32> {
+    let d: String = s
+        .trim()
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    d.parse().ok()
+}
+
+/// Split a line at the NCCL marker: (origin, level, message).
+pub(super) fn split_line(text: &str, line: usize) -> Option<(Origin, &'static str, String)> {
+    let (pos, level, mlen) = ["NCCL INFO ", "NCCL WARN ", "NCCL ERROR ", "NCCL TRACE "]
+        .iter()
+        .filter_map(|m| text.find(m).map(|p| (p, &m[5..m.len() - 1], m.len())))
+        .min_by_key(|x| x.0)?;
+    let level: &'static str = match level {
+        "INFO" => "INFO",
+        "WARN" => "WARN",
+        "ERROR" => "ERROR",
+        _ => "TRACE",
+    };
+    let prefix = &text[..pos];
+    let msg = text[pos + mlen..].trim().to_string();
+    Some((origin(prefix, line), level, msg))
+}
+
+/// Find `host:pid:tid [dev]` in a prefix.
+pub(super) fn origin(prefix: &str, line: usize) -> Origin {
+    let toks: Vec<&str> = prefix.split_whitespace().collect();
+    for (i, t) in toks.iter().enumerate() {
+        let Some(dev) = toks
+            .get(i + 1)
+            .and_then(|d| d.strip_prefix('['))
+            .and_then(|d| d.strip_suffix(']'))
+            .and_then(num)
+        else {
+            continue;
+        };
+        let parts: Vec<&str> = t.rsplitn(3, ':').collect();
+        if parts.len() == 3 {
+            let (tid, pid, host) = (parts[0], parts[1], parts[2]);
+            if tid.bytes().all(|b| b.is_ascii_digit()) && pid.bytes().all(|b| b.is_ascii_digit()) {
+                return Origin {
+                    host: Some(host.to_string()).filter(|h| !h.is_empty()),
+                    pid: num(pid),
+                    dev: Some(dev),
+                    line,
+                };
+            }
+        }
+        return Origin {
+            host: None,
+            pid: None,
+            dev: Some(dev),
+            line,
+        };
+    }
+    Origin {
+        line,
+        ..Origin::default()
+    }
+}
+
+/// `0[1c000]` -> (0, Some("1c000")); `3` -> (3, None).
+fn rank_dev(s: &str) -> Option<(u32, Option<String>)> {
+    let s = s.trim();
+    match s.split_once('[') {
+        Some((r, d)) => Some((num(r)?, Some(d.trim_end_matches(']').to_string()))),
+        None => Some((num(s)?, None)),
+    }
+}
+
+pub(super) fn parse_transport(via: &str) -> Transport {
+    let v = via.trim();
+    if let Some(rest) = v.strip_prefix("NET/") {
+        // NET/<net>/<dev>[(<proxy>)][/GDRDMA][(PCI)][/Shared]
+        let parts: Vec<&str> = rest.split('/').collect();
+        let net = parts.first().copied().unwrap_or("").to_string();
+        let devp = parts.get(1).copied().unwrap_or("");
+        let (dev, proxy) = match devp.split_once('(') {
+            Some((d, p)) => (num(d), num(p.trim_end_matches(')'))),
+            None => (num(devp), None),
+        };
+        let tail: Vec<&str> = parts.iter().skip(2).copied().collect();
+        // Only the suffixes NCCL prints; anything else is a line cut inside its tail
+        // (`/GDR` of a wrapped `/GDRDMA`), which must not read as "no GDR".
+        let known = |t: &&str| ["GDRDMA", "GDRDMA(PCI)", "Shared", "(PCI)"].contains(t);
+        if !tail.iter().all(known) {
+            return Transport::Other {
+                text: format!("unreadable (cut?): {v}"),
+            };
+        }
+        if let Some(dev) = dev {
+            return Transport::Net {
+                net,
+                dev,
+                proxy,
+                gdr: tail.iter().any(|t| t.starts_with("GDRDMA")),
+                gdr_pci: tail.iter().any(|t| t.contains("(PCI)")),
+                shared: tail.contains(&"Shared"),
+            };
+        }
+    }
+    if let Some(rest) = v.strip_prefix("P2P/") {
+        let read = rest.ends_with("/read");
+        let mode = rest.trim_end_matches("/read").to_string();
+        let known = ["CUMEM", "IPC", "direct pointer", "common device"].contains(&mode.as_str())
+            || mode.starts_with("indirect/");
+        if known {
+            return Transport::P2p { mode, read };
+        }
+    }
+    if let Some(rest) = v.strip_prefix("SHM/") {
+        let ok =
+            rest.split('/').all(|m| m == "direct" || m == "CE") && rest.split('/').count() == 2;
+        if ok {
+            return Transport::Shm {
+                mode: rest.to_string(),
+            };
+        }
+    }
+    if v == "direct shared memory" {
+        return Transport::Shm {
+            mode: "direct".into(),
+        };
+    }
+    Transport::Other {
+        text: format!("unreadable (cut?): {v}"),
+    }
+}
+
+pub(super) fn parse_connection(msg: &str, o: &Origin) -> Option<Connection> {
+    let body = msg
+        .strip_prefix("Channel ")
+        .or_else(|| msg.strip_prefix("Ring "))?;
+    let (head, rest) = body.split_once(" : ")?;
+    let (chan, conn) = match head.trim().split_once('/') {
+        Some((c, k)) => (num(c)?, num(k)),
+        None => (num(head)?, None),
+    };
+    let (pair, via) = rest.split_once(" via ")?;
+    let (lhs, rhs) = pair.split_once("->")?;
+    let mut rhs = rhs.trim();
+    let mut direction = None;
+    for (tag, d) in [
+        ("[send]", Direction::Send),
+        ("[receive]", Direction::Receive),
+    ] {
+        if let Some(r) = rhs.strip_suffix(tag) {
+            rhs = r.trim();
+            direction = Some(d);
+        }
+    }
+    let (from_rank, from_dev) = rank_dev(lhs)?;
+    let (to_rank, to_dev) = rank_dev(rhs)?;
+    Some(Connection {
+        origin: o.clone(),
+        channel: chan,
+        conn,
+        from_rank,
+        from_dev,
+        to_rank,
+        to_dev,
+        direction,
+        transport: parse_transport(via),
+    })
+}
+
+/// `[0]mlx5_0:1/IB/SHARP` or `[0]ib0:192.168.1.1<0>`.
+pub(super) fn parse_using(msg: &str, o: &Origin) -> Vec<NetDevice> {
+    let net = msg
+        .strip_prefix("NET/")
+        .and_then(|r| r.split([' ', ':']).next())
+        .unwrap_or("")
+        .to_string();
+    let list = msg
+        .split_once("Using")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("");
+    let mut out = Vec::new();
+    for tok in list.split_whitespace() {
+        let Some(r) = tok.strip_prefix('[') else {
+            continue;
+        };
+        let Some((idx, rest)) = r.split_once(']') else {
+            continue;
+        };
+        let Some(index) = num(idx) else { continue };
+        if rest.is_empty() {
+            continue;
+        }
+        if net == "Socket" {
+            let (name, addr) = rest.split_once(':').unwrap_or((rest, ""));
+            out.push(NetDevice {
+                origin: o.clone(),
+                net: net.clone(),
+                index,
+                name: name.to_string(),
+                port: None,
+                link: Some(addr.to_string()).filter(|a| !a.is_empty()),
+                extras: vec![],
+                speed_mbps: None,
+                pci_path: None,
+            });
+            continue;
+        }
+        let (name, after) = rest.split_once(':').unwrap_or((rest, ""));
+        let mut parts = after.split('/');
+        let port = parts.next().and_then(num);
+        let link = parts.next().map(str::to_string);
+        let extras = parts.map(str::to_string).collect();
+        out.push(NetDevice {
+            origin: o.clone(),
+            net: net.clone(),
+            index,
+            name: name.to_string(),
+            port,
+            link,
+            extras,
+            speed_mbps: None,
+            pci_path: None,
+        });
+    }
+    out
+}
+
+/// `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=.. pciPath=.. ar=0`.
+pub(super) fn parse_device_line(msg: &str, o: &Origin) -> Option<NetDevice> {
+    let rest = msg.strip_prefix("NET/")?;
+    let (net, rest) = rest.split_once(':')?;
+    let rest = rest.trim();
+    let r = rest.strip_prefix('[')?;
+    let (idx, rest) = r.split_once(']')?;
+    let index = num(idx)?;
+    let mut toks = rest.split_whitespace();
+    let first = toks.next()?;
+    if !rest.contains("speed=") {
+        return None;
+    }
+    let fields: Vec<&str> = first.split(':').collect();
+    let name = fields.first()?.to_string();
+    let (port, link) = match fields.last().and_then(|p| p.split_once('/')) {
+        Some((p, l)) => (num(p), Some(l.to_string())),
+        None => (None, None),
+    };
+    let mut d = NetDevice {
+        origin: o.clone(),
+        net: net.trim().to_string(),
+        index,
+        name,
+        port,
+        link,
+        extras: vec![],
+        speed_mbps: None,
+        pci_path: None,
+    };
+    for t in toks {
+        if let Some(v) = t.strip_prefix("speed=") {
+            d.speed_mbps = v.parse().ok();
+        } else if let Some(v) = t.strip_prefix("pciPath=") {
+            d.pci_path = Some(v.to_string());
+        }
+    }
+    Some(d)
+}
+
+pub(super) fn quoted(s: &str) -> Option<String> {
+    let a = s.find('\'')?;
+    let b = s[a + 1..].find('\'')?;
+    Some(s[a + 1..a + 1 + b].to_string())
+}
+
+fn after_word<'a>(s: &'a str, w: &str) -> Option<&'a str> {
+    let p = s.find(w)?;
+    s[p + w.len()..].split_whitespace().next()
+}
+
+pub(super) fn parse_gdr(msg: &str, o: &Origin) -> (Option<NicGdr>, Option<GpuGdr>) {
+    let Some(p) = msg.find("GPU Direct RDMA ") else {
+        return (None, None);
+    };
+    let net = msg
+        .strip_prefix("NET/")
+        .and_then(|r| r.split([' ', ':']).next())
+        .unwrap_or("IB")
+        .to_string();
+    let rest = &msg[p + "GPU Direct RDMA ".len()..];
+    let enabled = rest.starts_with("Enabled") || rest.starts_with("enabled");
+    if !enabled && !rest.starts_with("Disabled") && !rest.starts_with("disabled") {
+        return (None, None);
+    }
+    let hca_name = quoted(rest);
+    let has_gpu = rest.contains("for GPU");
+    // NIC level: `for HCA n 'name'`, and 2.4's `for GPU c[n] / HCA n 'name' (no module ..)`.
+    if let Some(name) = hca_name {
+        let index = after_word(rest, "HCA ").and_then(num).unwrap_or(0);
+        let reason = rest
+            .rsplit_once('(')
+            .map(|(_, r)| r.trim_end_matches(')').to_string())
+            .filter(|r| r.contains("module") || r.contains("support"));
+        if !has_gpu || reason.is_some() {
+            return (
+                Some(NicGdr {
+                    origin: o.clone(),
+                    net,
+                    index,
+                    name,
+                    enabled,
+                    reason,
+                }),
+                None,
+            );
+        }
+    }
+    if !has_gpu {
+        return (None, None);
+    }
+    let gpu = after_word(rest, "for GPU ").unwrap_or("?").to_string();
+    let hca = after_word(rest, "HCA ")
+        .unwrap_or("?")
+        .trim_end_matches(',')
+        .to_string();
+    let (mut distance, mut threshold, mut op) = (None, None, None);
+    if let Some(d) = rest.split("distance ").nth(1) {
+        let mut t = d.split_whitespace();
+        distance = t.next().and_then(lead_num);
+        op = t.next().map(str::to_string);
+        threshold = t.next().and_then(lead_num);
+    }
+    let read = rest
+        .split("read ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(lead_num)
+        .map(|r| r != 0);
+    let mode = after_word(rest, "mode ").map(str::to_string);
+    (
+        None,
+        Some(GpuGdr {
+            origin: o.clone(),
+            gpu,
+            hca,
+            enabled,
+            distance,
+            threshold,
+            op,
+            read,
+            mode,
+        }),
+    )
+}
+
+pub(super) fn parse_rank(msg: &str, o: &Origin) -> Option<Rank> {
+    if !msg.contains("comm 0x") || !(msg.contains("Init START") || msg.contains("Init COMPLETE")) {
+        return None;
+    }
+    let toks: Vec<&str> = msg.split_whitespace().collect();
+    let get = |k: &str| -> Option<&str> {
+        toks.iter()
+            .position(|t| *t == k)
+            .and_then(|i| toks.get(i + 1))
+            .copied()
+    };
+    Some(Rank {
+        origin: o.clone(),
+        rank: get("rank").and_then(num)?,
+        nranks: get("nranks").and_then(num),
+        cuda_dev: get("cudaDev").and_then(num),
+        nvml_dev: get("nvmlDev").and_then(num),
+        bus_id: get("busId").map(str::to_string),
+    })
+}
+
+pub(super) fn classify_failure(text: &str) -> Option<FailureKind> {
+    let t = text;
+    if t.contains("ibv_reg_dmabuf_mr") && t.contains("fail") {
+        Some(FailureKind::DmabufMr)
+    } else if (t.contains("ibv_reg_mr") || t.contains("ibv_reg_mr_iova2")) && t.contains("fail") {
+        Some(FailureKind::RegMr)
+    } else if t.contains("Got completion") && (t.contains("with error") || t.contains("status=")) {
+        Some(FailureKind::IbCompletion)
+    } else if t.contains("Cuda failure") {
+        Some(FailureKind::CudaFailure)
+    } else if t.contains("Watchdog caught collective operation timeout")
+        || (t.contains("NCCL WARN") && (t.contains("timeout") || t.contains("Timeout")))
+        || t.contains("timed out")
+    {
+        Some(FailureKind::Timeout)
+    } else if t.contains("remote process exited or there was a network error")
+        || t.contains("ncclRemoteError")
+        || t.contains("Connection closed by remote peer")
+        || (t.contains("NCCL WARN") && t.contains("remote error"))
+    {
+        Some(FailureKind::RemoteError)
+    } else if t.contains("unhandled system error") || t.contains("ncclSystemError") {
+        Some(FailureKind::SystemError)
+    } else {
+        None
+    }
+}
+
+pub(super) fn failure(kind: FailureKind, text: &str, o: &Origin) -> Failure {
+    let short: String = text.trim().chars().take(300).collect();
+    let mut f = Failure {
+        kind,
+        origin: o.clone(),
+        text: short,
+        error: None,
+        status: None,
+        vendor_err: None,
+    };
+    match kind {
+        FailureKind::RegMr | FailureKind::DmabufMr => {
+            f.error = text
+                .split_once("failed with error ")
+                .map(|(_, e)| e.trim().to_string());
+        }
+        FailureKind::CudaFailure => {
+            f.error = text.split_once("Cuda failure").and_then(|(_, r)| quoted(r));
+        }
+        FailureKind::IbCompletion => {
+            f.status = text
+                .split_once("with error ")
+                .and_then(|(_, r)| r.split([',', ' ']).next())
+                .and_then(num)
+                .or_else(|| {
+                    text.split_once("status=").and_then(|(_, r)| {
+                        let v = r.split([' ', ',']).next().unwrap_or("");
+                        // `status=12` or `status=NAME(12)`
+                        num(v).or_else(|| {
+                            v.split_once('(')
+                                .and_then(|(_, n)| num(n.trim_end_matches(')')))
+                        })
+                    })
+                });
+            f.vendor_err = text
+                .split_once("vendor err ")
+                .or_else(|| text.split_once("vendor_err="))
+                .and_then(|(_, r)| r.split([' ', ',', '(']).next())
+                .and_then(num);
+        }
+        _ => {}
+    }
+    f
+}
+
+/// `NCCL version 2.18.5+cuda12.2` anywhere in a line.
+pub(super) fn version_in(text: &str) -> Option<String> {
+    let p = text.find("NCCL version ")?;
+    let v = text[p + "NCCL version ".len()..]
+        .split([' ', ',', ')'])
+        .next()?
+        .trim_end_matches('.');
+    Version::parse(v).map(|_| v.to_string())
+}
+
+/// Parse the lines of an NCCL log block.
+/// Whether `next` completes a transport cut by a hard wrap at the end of `cur`
+/// (`.. via NET/IB/0/GDR` + `DMA`, `.. via NET/IB/0` + `/GDRDMA`).
+pub(super) fn completes_transport(cur: &str, next: &str) -> Option<String> {
+    if !cur.contains(" via ") || next.contains("NCCL ") || next.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let tok = next.split_whitespace().next()?;
+    let joined = format!("{cur}{tok}");
+    let before = cur.rsplit_once(" via ")?.1;
+    let after = joined.rsplit_once(" via ")?.1;
+    let (t0, t1) = (parse_transport(before), parse_transport(after));
+    let readable = |t: &Transport| !matches!(t, Transport::Other { .. });
+    (readable(&t1) && t0 != t1).then(|| format!("{joined}{}", &next[tok.len()..]))
+}

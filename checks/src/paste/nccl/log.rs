@@ -1,0 +1,383 @@
+//! What an NCCL log holds, as [`NcclLog`]: its version, environment, ranks and devices, the
+//! GDR decisions NCCL logged, its connections and failures.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// NCCL's version: the one type the rule ([`crate::nccl::rule`]) and every reader share.
+pub use crate::nccl::Version;
+
+/// The `host:pid:tid [dev]` prefix of a line.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Origin {
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    /// The CUDA device of the printing thread (`[3]`).
+    pub dev: Option<u32>,
+    /// Line number in the pasted file.
+    pub line: usize,
+}
+
+/// A rank as NCCL announced it (`Init START` / `Init COMPLETE`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rank {
+    pub origin: Origin,
+    pub rank: u32,
+    pub nranks: Option<u32>,
+    pub cuda_dev: Option<u32>,
+    pub nvml_dev: Option<u32>,
+    /// PCI bus id as NCCL prints it (`1c000` = 0000:1c:00.0).
+    pub bus_id: Option<String>,
+}
+
+/// A network device NCCL said it uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NetDevice {
+    pub origin: Origin,
+    /// `IB`, `Socket`, a plugin's name.
+    pub net: String,
+    pub index: u32,
+    pub name: String,
+    pub port: Option<u32>,
+    /// `IB`, `RoCE`, or the socket address for NET/Socket.
+    pub link: Option<String>,
+    /// `SHARP` and other suffixes.
+    pub extras: Vec<String>,
+    pub speed_mbps: Option<u64>,
+    pub pci_path: Option<String>,
+}
+
+/// NCCL's NIC-level GDR answer (`GPU Direct RDMA Enabled|Disabled for HCA n 'name'`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NicGdr {
+    pub origin: Origin,
+    pub net: String,
+    pub index: u32,
+    pub name: String,
+    pub enabled: bool,
+    /// `no module`, `no module or not supported by GPU`.
+    pub reason: Option<String>,
+}
+
+/// NCCL's per GPU x NIC distance decision (`GPU Direct RDMA Enabled for GPU x / HCA y ..`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuGdr {
+    pub origin: Origin,
+    /// The GPU as printed: a bus id (`1c000`), a rank (2.28+), or `cudaDev[nvmlDev]` (2.4).
+    pub gpu: String,
+    /// The HCA index (`0`) or NCCL's net id.
+    pub hca: String,
+    pub enabled: bool,
+    pub distance: Option<u32>,
+    pub threshold: Option<u32>,
+    /// The comparison NCCL printed (`<=`, `>`, `<`, `>=`).
+    pub op: Option<String>,
+    /// `read 1`: NCCL lets the NIC read GPU memory directly (the send side).
+    pub read: Option<bool>,
+    pub mode: Option<String>,
+}
+
+/// Which side of a network connection a line describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    Send,
+    Receive,
+}
+
+impl Direction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Send => "send",
+            Direction::Receive => "receive",
+        }
+    }
+}
+
+/// The transport NCCL chose for one connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Transport {
+    /// `NET/IB/0/GDRDMA`: network device `dev`; `proxy` is the PXN rank (`NET/IB/0(1)`).
+    Net {
+        net: String,
+        dev: u32,
+        proxy: Option<u32>,
+        gdr: bool,
+        /// `/GDRDMA(PCI)` (2.27+: GDR forced over PCIe on a C2C platform).
+        gdr_pci: bool,
+        shared: bool,
+    },
+    /// `P2P/CUMEM`, `P2P/IPC`, `P2P/direct pointer`, `P2P/indirect/..`; `read` for `/read`.
+    P2p { mode: String, read: bool },
+    /// `SHM/direct/direct`, `SHM/CE/direct`, the 2.4-2.18 `direct shared memory`.
+    Shm { mode: String },
+    /// Anything else, as printed.
+    Other { text: String },
+}
+
+impl Transport {
+    /// The transport as NCCL prints it after `via` (`NET/IB/0(2)/GDRDMA(PCI)/Shared`,
+    /// `P2P/CUMEM/read`, `SHM/direct/direct`).
+    pub fn label(&self) -> String {
+        match self {
+            Transport::Net {
+                net,
+                dev,
+                proxy,
+                gdr,
+                gdr_pci,
+                shared,
+            } => format!(
+                "NET/{net}/{dev}{}{}{}{}",
+                proxy.map(|p| format!("({p})")).unwrap_or_default(),
+                if *gdr { "/GDRDMA" } else { "" },
+                if *gdr_pci { "(PCI)" } else { "" },
+                if *shared { "/Shared" } else { "" }
+            ),
+            Transport::P2p { mode, read } => {
+                format!("P2P/{mode}{}", if *read { "/read" } else { "" })
+            }
+            Transport::Shm { mode } => format!("SHM/{mode}"),
+            Transport::Other { text } => text.clone(),
+        }
+    }
+}
+
+/// One `Channel .. via ..` line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Connection {
+    pub origin: Origin,
+    pub channel: u32,
+    pub conn: Option<u32>,
+    pub from_rank: u32,
+    /// The bracket after the rank: bus id (2.7-2.18.1) or nvmlDev (2.18.3+).
+    pub from_dev: Option<String>,
+    pub to_rank: u32,
+    pub to_dev: Option<String>,
+    pub direction: Option<Direction>,
+    pub transport: Transport,
+}
+
+impl Connection {
+    /// The line as NCCL prints it from `Channel` on (`Channel 00/0 : 0[0] -> 1[1] [send] via
+    /// NET/IB/0/GDRDMA`), rebuilt from what was read.
+    pub fn describe(&self) -> String {
+        let side = |r: u32, d: &Option<String>| match d {
+            Some(d) => format!("{r}[{d}]"),
+            None => r.to_string(),
+        };
+        format!(
+            "Channel {:02}{} : {} -> {}{} via {}",
+            self.channel,
+            self.conn.map(|c| format!("/{c}")).unwrap_or_default(),
+            side(self.from_rank, &self.from_dev),
+            side(self.to_rank, &self.to_dev),
+            self.direction
+                .map(|d| format!(" [{}]", d.as_str()))
+                .unwrap_or_default(),
+            self.transport.label()
+        )
+    }
+
+    /// The rank on this host: the sender for `[send]`, the receiver for `[receive]`.
+    pub fn local(&self) -> (u32, Option<&str>) {
+        match self.direction {
+            Some(Direction::Receive) => (self.to_rank, self.to_dev.as_deref()),
+            _ => (self.from_rank, self.from_dev.as_deref()),
+        }
+    }
+}
+
+/// Kinds of failure lines, each mapped to a finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    RegMr,
+    DmabufMr,
+    SystemError,
+    CudaFailure,
+    IbCompletion,
+    RemoteError,
+    Timeout,
+}
+
+impl FailureKind {
+    /// The finding id it maps to.
+    pub fn id(self) -> &'static str {
+        match self {
+            FailureKind::RegMr => "nccl.reg-mr",
+            FailureKind::DmabufMr => "nccl.dmabuf-mr",
+            FailureKind::SystemError => "nccl.system-error",
+            FailureKind::CudaFailure => "nccl.cuda-failure",
+            FailureKind::IbCompletion => "nccl.ib-completion",
+            FailureKind::RemoteError => "nccl.remote-error",
+            FailureKind::Timeout => "nccl.timeout",
+        }
+    }
+}
+
+/// A failure line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub origin: Origin,
+    /// The line, trimmed to 300 characters.
+    pub text: String,
+    /// The error NCCL quoted (`Bad address`, `out of memory`), when it quoted one.
+    pub error: Option<String>,
+    /// `NET/IB : Got completion ..`: the `ibv_wc_status` number and the vendor error.
+    pub status: Option<u32>,
+    pub vendor_err: Option<u32>,
+}
+
+/// A `NCCL WARN` line: NCCL's own words for what went wrong, failure kind or not
+/// (`Net : No interface found in the same subnet as remote address`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    pub origin: Origin,
+    /// The text after `NCCL WARN`.
+    pub text: String,
+}
+
+/// A parsed NCCL log.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct NcclLog {
+    /// Every distinct version string (`2.18.5+cuda12.2`), in order of appearance.
+    pub versions: Vec<String>,
+    /// `NCCL_*` variables NCCL said were set by the environment (last value wins).
+    pub env: BTreeMap<String, String>,
+    pub hosts: Vec<String>,
+    pub ranks: Vec<Rank>,
+    pub net_devices: Vec<NetDevice>,
+    /// `Using network IB` / `IBext_v8` / `Socket`.
+    pub networks: Vec<String>,
+    pub nic_gdr: Vec<NicGdr>,
+    pub gpu_gdr: Vec<GpuGdr>,
+    /// `DMA-BUF is available on GPU device N` (host, device).
+    pub dmabuf_gpus: Vec<(String, u32)>,
+    pub connections: Vec<Connection>,
+    pub failures: Vec<Failure>,
+    /// Every `NCCL WARN` line, in order.
+    pub warnings: Vec<Warning>,
+    /// Lines that carried an NCCL marker.
+    pub nccl_lines: usize,
+    /// Lines with an NCCL decision that cannot be trusted (cut), with the reason: not used.
+    pub unreadable: Vec<(usize, String)>,
+}
+
+/// One logged GDR decision: a local GPU (rank) talking through a NIC in one direction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoggedGdr {
+    pub host: Option<String>,
+    pub rank: u32,
+    /// Bus id or nvmlDev from the connection line, else from the rank's Init line.
+    pub gpu: Option<String>,
+    pub net: String,
+    pub nic_dev: u32,
+    /// The device name by NCCL's `Using [n]name` list on the same host.
+    pub nic: Option<String>,
+    pub direction: Option<Direction>,
+    pub proxy: Option<u32>,
+    pub gdr: bool,
+    /// Channels that showed this decision.
+    pub channels: Vec<u32>,
+    /// First line in the paste.
+    pub line: usize,
+}
+
+impl NcclLog {
+    /// The NCCL version (the first one logged).
+    pub fn version(&self) -> Option<Version> {
+        self.versions.first().and_then(|v| Version::parse(v))
+    }
+
+    /// The device NCCL lists at `index` for a host (`NET/IB : Using [index]name`).
+    pub fn net_device(&self, host: Option<&str>, net: &str, index: u32) -> Option<&NetDevice> {
+        let same_net = |d: &&NetDevice| {
+            d.index == index && (d.net == net || net.starts_with(&d.net) || d.net.starts_with(net))
+        };
+        self.net_devices
+            .iter()
+            .filter(same_net)
+            .find(|d| d.origin.host.as_deref() == host)
+            .or_else(|| {
+                // One host's listing stands for all when every host lists the same device.
+                let all: Vec<&NetDevice> = self.net_devices.iter().filter(same_net).collect();
+                let first = all.first()?;
+                all.iter().all(|d| d.name == first.name).then_some(*first)
+            })
+    }
+
+    /// The GPU of a rank on a host, from its Init line (bus id, else nvmlDev, else cudaDev).
+    pub fn rank_gpu(&self, host: Option<&str>, rank: u32) -> Option<String> {
+        let r = self
+            .ranks
+            .iter()
+            .find(|r| r.rank == rank && (host.is_none() || r.origin.host.as_deref() == host))?;
+        r.bus_id
+            .clone()
+            .or_else(|| r.nvml_dev.map(|d| d.to_string()))
+            .or_else(|| r.cuda_dev.map(|d| d.to_string()))
+    }
+
+    /// NCCL's GDR decision per local GPU (rank), NIC and direction, from the connection lines.
+    pub fn logged_gdr(&self) -> Vec<LoggedGdr> {
+        let mut out: Vec<LoggedGdr> = Vec::new();
+        for c in &self.connections {
+            let Transport::Net {
+                net,
+                dev,
+                proxy,
+                gdr,
+                ..
+            } = &c.transport
+            else {
+                continue;
+            };
+            let (rank, gpu) = c.local();
+            let host = c.origin.host.clone();
+            let gpu = gpu
+                .map(str::to_string)
+                .or_else(|| self.rank_gpu(host.as_deref(), rank));
+            match out.iter_mut().find(|x| {
+                x.host == host
+                    && x.rank == rank
+                    && x.nic_dev == *dev
+                    && x.direction == c.direction
+                    && x.proxy == *proxy
+                    && x.gdr == *gdr
+                    && x.net == *net
+            }) {
+                Some(x) => {
+                    if !x.channels.contains(&c.channel) {
+                        x.channels.push(c.channel);
+                    }
+                }
+                None => out.push(LoggedGdr {
+                    nic: self
+                        .net_device(host.as_deref(), net, *dev)
+                        .map(|d| d.name.clone()),
+                    host,
+                    rank,
+                    gpu,
+                    net: net.clone(),
+                    nic_dev: *dev,
+                    direction: c.direction,
+                    proxy: *proxy,
+                    gdr: *gdr,
+                    channels: vec![c.channel],
+                    line: c.origin.line,
+                }),
+            }
+        }
+        out
+    }
+
+    /// Whether the log shows NCCL using a network at all (NET connections or a `Using` line).
+    pub fn uses_net(&self) -> bool {
+        self.connections
+            .iter()
+            .any(|c| matches!(c.transport, Transport::Net { .. }))
+    }
+}

@@ -1,0 +1,78 @@
+//! Everything read from the inputs ([`Paste`]): the blocks, and what each kind of block held,
+//! each with the index of its block.
+
+use super::block::Block;
+use super::kind::Kind;
+use super::{ibv, kernel, lsmod, lspci, nccl, smiq, topo};
+use crate::model::Rlimit;
+use std::collections::BTreeMap;
+
+/// Everything read from the inputs. Parsed contents carry the index of their block.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Paste {
+    pub blocks: Vec<Block>,
+    pub matrices: Vec<(usize, topo::Matrix)>,
+    pub nccl: Vec<(usize, nccl::NcclLog)>,
+    pub lspci: Vec<(usize, lspci::LspciDevice)>,
+    /// `ACSCtl:` lines of no device (`lspci -vvv | grep ACSCtl`): (block, line, flags).
+    pub acs_lines: Vec<(usize, usize, lspci::AcsFlags)>,
+    pub trees: Vec<(usize, lspci::Tree)>,
+    pub ib: Vec<(usize, ibv::IbDevice)>,
+    pub modules: Vec<(usize, lsmod::ModuleList)>,
+    pub smiq: Vec<(usize, smiq::SmiQ)>,
+    pub cmdline: Vec<(usize, kernel::Cmdline)>,
+    pub dmesg: Vec<(usize, kernel::DmesgEvent)>,
+    /// The lines of each kernel log block, continuation lines joined
+    /// ([`crate::klog::join_continuations`]): what `crate::klog` and the `kernel.*` checks read.
+    pub kernel_log: Vec<(usize, Vec<String>)>,
+    pub nvidia_version: Vec<(usize, String)>,
+    /// (block, kernel release, machine)
+    pub uname: Vec<(usize, String, Option<String>)>,
+    pub ulimit: Vec<(usize, Rlimit)>,
+    pub env: Vec<(usize, BTreeMap<String, String>)>,
+}
+
+impl Paste {
+    pub fn has(&self, k: Kind) -> bool {
+        self.blocks
+            .iter()
+            .any(|b| b.kind == k && b.status != super::block::BlockStatus::Refused)
+    }
+    pub fn label(&self, block: usize) -> String {
+        self.blocks
+            .get(block)
+            .map(Block::label)
+            .unwrap_or_else(|| format!("b{}", block + 1))
+    }
+    /// All NCCL log blocks merged into one view (several pastes of one job).
+    pub fn nccl_merged(&self) -> Option<nccl::NcclLog> {
+        let mut it = self.nccl.iter();
+        let (_, first) = it.next()?;
+        let mut m = first.clone();
+        for (_, l) in it {
+            for v in &l.versions {
+                if !m.versions.contains(v) {
+                    m.versions.push(v.clone());
+                }
+            }
+            m.env.extend(l.env.clone());
+            for h in &l.hosts {
+                if !m.hosts.contains(h) {
+                    m.hosts.push(h.clone());
+                }
+            }
+            m.ranks.extend(l.ranks.iter().cloned());
+            m.net_devices.extend(l.net_devices.iter().cloned());
+            m.networks.extend(l.networks.iter().cloned());
+            m.nic_gdr.extend(l.nic_gdr.iter().cloned());
+            m.gpu_gdr.extend(l.gpu_gdr.iter().cloned());
+            m.dmabuf_gpus.extend(l.dmabuf_gpus.iter().cloned());
+            m.connections.extend(l.connections.iter().cloned());
+            m.failures.extend(l.failures.iter().cloned());
+            m.warnings.extend(l.warnings.iter().cloned());
+            m.nccl_lines += l.nccl_lines;
+            m.unreadable.extend(l.unreadable.iter().cloned());
+        }
+        Some(m)
+    }
+}
