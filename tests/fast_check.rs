@@ -14,7 +14,7 @@
 //!   the real captures in ../shared/realdata, this machine's own devices, and random mutations
 //!   of an H200's) is the same whether the whole file or only the bytes it reads were fetched.
 //! * The live-facts path calls no CUDA function that creates a context (a source scan of
-//!   `src/live/cuda.rs`, beside the stand-in's run-time check).
+//!   `src/live/cuda/`, beside the stand-in's run-time check).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -432,7 +432,7 @@ const CHECK_MAY_CALL: [&str; 10] = [
 fn body<'a>(src: &'a str, sig: &str) -> &'a str {
     let start = src
         .find(sig)
-        .unwrap_or_else(|| panic!("`{sig}` not found in src/live/cuda.rs"));
+        .unwrap_or_else(|| panic!("`{sig}` not found in src/live/cuda/"));
     let mut depth = 0i32;
     let mut seen = false;
     for (i, c) in src[start..].char_indices() {
@@ -466,7 +466,17 @@ fn sys_calls(text: &str) -> Vec<String> {
 
 #[test]
 fn the_live_facts_path_creates_no_context() {
-    let src = std::fs::read_to_string(repo().join("src/live/cuda.rs")).unwrap();
+    // The safe CUDA layer: every file of src/live/cuda/, in name order.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("src/live/cuda"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    files.sort();
+    let src: String = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
     let facts = body(&src, "pub fn facts() -> Result<CudaFacts, String>");
     let peer = body(&src, "fn peer(drv: &Driver");
     // Every function of the safe layer these two call, by name, and what each calls.

@@ -95,7 +95,7 @@ static const struct {
 };
 
 /* The device attributes the stand-in answers, by the scenario's option name, with their
- * CUdevice_attribute numbers (tests/stand_ins.rs checks them against the bindings through
+ * CUdevice_attribute numbers (tests/stand_ins/ checks them against the bindings through
  * gdrstub_cuda_attribute) and the value a `gpu` line without the option gets. */
 static const struct {
 	const char *option;
