@@ -16,8 +16,10 @@ fn stand_in_cuda_numbers_are_the_bindings_numbers() {
     // SAFETY: loads the stand-in (no scenario: it neither hangs nor reads one).
     let lib = unsafe { libloading::Library::new(l.current.join("libcuda.so.1")) }.unwrap();
     type Q = unsafe extern "C" fn(*const std::ffi::c_char) -> i32;
-    // SAFETY: the helpers are C functions taking a string and returning an int.
+    // SAFETY: gdrstub_cuda_attribute is `int f(const char *)` in tests/stubs/libcuda.c, which
+    // is `Q`; the symbol does not outlive `lib`.
     let attr: libloading::Symbol<Q> = unsafe { lib.get(b"gdrstub_cuda_attribute\0") }.unwrap();
+    // SAFETY: gdrstub_cuda_result has the same prototype, and also lives as long as `lib`.
     let res: libloading::Symbol<Q> = unsafe { lib.get(b"gdrstub_cuda_result\0") }.unwrap();
     let q = |f: &libloading::Symbol<Q>, s: &str| {
         let c = std::ffi::CString::new(s).unwrap();
