@@ -12,10 +12,12 @@
 // waiter, a loop that ignores abort) is detected, localised and classified, and the GPU is left
 // healthy.
 //
-// Record layout (must match src/probe/hang.rs): one 64-byte HangRecord per waiting agent
-// (phase_site = phase:8 | cmp:8 | site:16)
-// (thread 0 of each block), single writer, published with a seqlock: seq odd while a multi-
-// field update is in flight, st.release.sys of the even value orders the fields before it.
+// Record layout: one 64-byte HangRecord per waiting agent (thread 0 of each block), the progress
+// record of kernels/include/gdrdoctor/progress.cuh (gdrdoctor_record: the same fields at the same
+// offsets; checks/src/progress_record.rs, which tests/watch.rs compares with both structs), with
+// kernel_gen always 0 and sm_warp = smid << 8 | warpid. Single writer, published with a seqlock:
+// seq odd while a multi-field update is in flight, st.release.sys of the even value orders the
+// fields before it.
 // Waits publish lazily: a wait that completes within 1024 polls writes only `iter` (+0.6% in
 // the H200 measurements of knowledge/hang-probe.md section 4.3; here `iter` is published every 256
 // waits); a wait still unsatisfied after 1024 polls publishes WAITING with address/expected/
@@ -33,8 +35,9 @@ struct HangRecord {
     u32 seq;
     u32 phase_site;   // phase:8 | cmp:8 | site:16
     u32 block;
-    u32 smid_warp;    // smid << 8 | warpid
-    u64 iter;         // completed waits (the progress counter)
+    u32 sm_warp;      // smid << 8 | warpid
+    u32 kernel_gen;   // 0: the probe knows its launches
+    u32 iter;         // completed waits, mod 2^32 (the progress counter)
     u64 addr;         // device address of the awaited word
     u64 expected;
     u64 observed;     // last value the waiter saw (heartbeat)
@@ -150,7 +153,7 @@ __device__ __forceinline__ void enter(Ctx& c, HangRecord* recs, Control* ctl, La
     c.iter = 0;
     u64 now = gtimer();
     st_relaxed_u32(&c.rec->block, blockIdx.x);
-    st_relaxed_u32(&c.rec->smid_warp, (smid() << 8) | warpid());
+    st_relaxed_u32(&c.rec->sm_warp, (smid() << 8) | warpid());
     publish(c.rec, PH_STARTED, 0, 0, 0, 0, 0, now);
     if (blockIdx.x == 0) {
         st_relaxed_u64(&lr->start_gt, now);
@@ -161,7 +164,7 @@ __device__ __forceinline__ void enter(Ctx& c, HangRecord* recs, Control* ctl, La
 
 __device__ __forceinline__ void leave(Ctx& c, LaunchRecord* lr, u32 phase) {
     u64 now = gtimer();
-    st_relaxed_u64(&c.rec->iter, c.iter);
+    st_relaxed_u32(&c.rec->iter, (u32)c.iter);
     publish(c.rec, phase, 0, 0, 0, 0, 0, now);
     __threadfence_system();
     u32 done = atomicAdd(&lr->blocks_done, 1u) + 1u;
@@ -210,7 +213,7 @@ __device__ __noinline__ int hp_wait_slow(HangRecord* rec, Control* ctl, const u6
             if (RELOAD) {
                 v = load<GPU_SCOPE>(a);
                 if (satisfied<CMP>(v, want)) {
-                    st_relaxed_u64(&rec->iter, iter + 1);
+                    st_relaxed_u32(&rec->iter, (u32)(iter + 1));
                     publish(rec, PH_PROGRESS, site, (u64)a, want, v, t0, gtimer());
                     return 0;
                 }
@@ -262,7 +265,7 @@ __device__ __forceinline__ int hp_wait(Ctx& c, const u64* a, u64 want, u32 site)
     // The progress counter is published every 256 completed waits (and by every slow wait):
     // a stall is a published WAITING record, so the fast path needs no store per wait.
     c.iter += 1;
-    if ((c.iter & 255u) == 0) st_relaxed_u64(&c.rec->iter, c.iter);
+    if ((c.iter & 255u) == 0) st_relaxed_u32(&c.rec->iter, (u32)c.iter);
     return 0;
 }
 

@@ -1,11 +1,12 @@
 //! Issue 16: a live `check` that pays for CUDA only when its answer is not known, never
 //! disturbs a running job, and reads only the config space the checks use.
 //!
-//! * The CUDA cache, end to end: `gdrdoctor check` against stand-in `libcuda.so.1` and
-//!   `libnvidia-ml.so.1` (tests/standin/*.c, built here with `cc`; issue 20 is building fuller
-//!   stand-ins, these are the minimum these tests need). The stand-ins log every call, with the
-//!   `CUDA_VISIBLE_DEVICES` the process had, so a test sees whether a run started CUDA, on
-//!   which GPUs, and that no context-creating or allocating function was ever called.
+//! * The CUDA cache, end to end: `gdrdoctor check` against the stand-in `libcuda.so.1` and
+//!   `libnvidia-ml.so.1` of tests/stubs (`GDRDOCTOR_LIB_DIR`, on this machine's own files).
+//!   The scenario has them log every call, with the `CUDA_VISIBLE_DEVICES` and
+//!   `CUDA_MPS_PIPE_DIRECTORY` the process had (`log_env`), and catch every context-creating or
+//!   allocating call (`forbid contexts`), so a test sees whether a run started CUDA, on which
+//!   GPUs, and that no such function was ever called.
 //! * The key: a changed driver version, GPU UUID or PCI address makes the next run ask CUDA
 //!   again (the boot id and the kernel-module inputs, which a test process cannot change, are
 //!   covered by `state::cuda_cache`'s unit tests over the same code).
@@ -13,7 +14,7 @@
 //!   the real captures in ../shared/realdata, this machine's own devices, and random mutations
 //!   of an H200's) is the same whether the whole file or only the bytes it reads were fetched.
 //! * The live-facts path calls no CUDA function that creates a context (a source scan of
-//!   `src/live/cuda.rs`, beside the stand-in's run-time check).
+//!   `src/live/cuda/`, beside the stand-in's run-time check).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -22,7 +23,6 @@ use gdrdoctor::source::reader::Root;
 use gdrdoctor_checks::pci::config::{decode, parse_hex_dump, touched};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -32,57 +32,29 @@ fn repo() -> PathBuf {
 // Stand-in libraries
 // ---------------------------------------------------------------------------------------------
 
-/// The directory holding the stand-in libcuda and libnvidia-ml, or a visible skip.
+/// The directory holding the stand-in libcuda and libnvidia-ml (with the rest of
+/// tests/stubs), or a visible skip.
 fn standins() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        // nextest runs every test in a process of its own: each builds into a directory of its
-        // own and renames it into place, so no test loads a library another is still writing
-        // (a `cc -o` over a library being loaded lost cuInit calls from the log, 2026-12-01).
-        let src = repo().join("tests/standin");
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        for f in ["cuda.c", "nvml.c", "common.h"] {
-            std::hash::Hash::hash(&std::fs::read(src.join(f)).unwrap(), &mut h);
-        }
-        let top = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("standin-libs");
-        let key = format!("{:016x}", std::hash::Hasher::finish(&h));
-        let built = common::build_once(&top, &key, |dir| {
-            for (c, lib, links) in [
-                ("cuda.c", "libcuda.so.1", &["libcuda.so"][..]),
-                ("nvml.c", "libnvidia-ml.so.1", &[][..]),
-            ] {
-                let out = Command::new("cc")
-                    .args(["-shared", "-fPIC", "-Wall", "-O1", "-o"])
-                    .arg(dir.join(lib))
-                    .arg(src.join(c))
-                    .output();
-                match out {
-                    Ok(o) if o.status.success() => {}
-                    Ok(o) => panic!(
-                        "building the stand-in {lib}: {}",
-                        String::from_utf8_lossy(&o.stderr)
-                    ),
-                    Err(e) => return Err(format!("`cc` cannot be run ({e})")),
-                }
-                for l in links {
-                    std::os::unix::fs::symlink(lib, dir.join(l)).unwrap();
-                }
-            }
-            Ok(())
-        });
-        match built {
-            Ok(done) => Some(done),
-            Err(why) => {
-                require::skip(
-                    "the CUDA cache against stand-in libcuda and libnvidia-ml",
-                    &why,
-                    "apt-get install gcc",
-                );
-                None
-            }
-        }
-    })
-    .as_deref()
+    common::stand_ins::build().map(|l| l.current.as_path())
+}
+
+/// The scenario of the stand-ins for `gpus` ("BDF=UUID=MODE;..."), NVML's driver and a slow
+/// `cuInit` (tests/stubs/README.md): every call logged with the environment CUDA reads, and
+/// every context-creating or allocating call of libcuda caught.
+fn scenario(gpus: &str, driver: &str, cuinit_ms: Option<u32>) -> String {
+    let mut s =
+        String::from("log_env CUDA_MPS_PIPE_DIRECTORY CUDA_VISIBLE_DEVICES\nforbid contexts\n");
+    s.push_str(&format!("nvml driver={driver}\n"));
+    if let Some(ms) = cuinit_ms {
+        s.push_str(&format!("cuda init_ms={ms}\n"));
+    }
+    for g in gpus.split(';').filter(|g| !g.is_empty()) {
+        let mut f = g.splitn(3, '=');
+        let (bdf, uuid) = (f.next().unwrap(), f.next().unwrap());
+        let mode = f.next().unwrap_or("default");
+        s.push_str(&format!("gpu bdf={bdf} uuid={uuid} mode={mode}\n"));
+    }
+    s
 }
 
 /// One live `check` against the stand-ins: (exit code, stderr, the calls the stand-ins logged).
@@ -91,8 +63,8 @@ struct Node {
     log: PathBuf,
     gpus: String,
     driver: String,
-    /// More environment for the stand-ins (`GDRDOCTOR_STANDIN_CUINIT_MS`).
-    env: Vec<(&'static str, &'static str)>,
+    /// How long the stand-in's `cuInit` takes (`cuda init_ms=`).
+    cuinit_ms: Option<u32>,
 }
 
 impl Node {
@@ -104,7 +76,7 @@ impl Node {
             log,
             gpus: gpus.into(),
             driver: "580.159.04".into(),
-            env: Vec::new(),
+            cuinit_ms: None,
         }
     }
 
@@ -116,17 +88,21 @@ impl Node {
     fn check(&self, args: &[&str]) -> (String, Vec<String>) {
         let _ = std::fs::remove_file(&self.log);
         let dir = standins().unwrap();
+        let scenario_file = self.state.path().join("scenario");
+        std::fs::write(
+            &scenario_file,
+            scenario(&self.gpus, &self.driver, self.cuinit_ms),
+        )
+        .unwrap();
         let out = Command::new(common::bin())
             .arg("check")
             .args(["--format", "json", "--only", "gpu"])
             .args(args)
-            .env("LD_LIBRARY_PATH", dir)
+            .env(gdrdoctor::live::stand_in::LIB_DIR_ENV, dir)
             .env("GDRDOCTOR_STATE_DIR", self.state.path().join("state"))
-            .env("GDRDOCTOR_STANDIN_GPUS", &self.gpus)
-            .env("GDRDOCTOR_STANDIN_DRIVER", &self.driver)
-            .env("GDRDOCTOR_STANDIN_LOG", &self.log)
+            .env("GDRDOCTOR_STUB_SCENARIO", &scenario_file)
+            .env("GDRDOCTOR_STUB_LOG", &self.log)
             .env("GDRDOCTOR_TRACE", "1")
-            .envs(self.env.iter().copied())
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("GDRDOCTOR_COLLECT_TIMING")
             .output()
@@ -156,7 +132,7 @@ impl Node {
 fn cu_inits(calls: &[String]) -> Vec<&String> {
     calls
         .iter()
-        .filter(|c| c.starts_with("cuda cuInit"))
+        .filter(|c| c.starts_with("libcuda cuInit"))
         .collect()
 }
 
@@ -195,7 +171,7 @@ fn a_cold_run_fills_the_cache_and_a_warm_run_starts_no_cuda() {
         "warm run started CUDA: {calls:?}"
     );
     assert!(
-        calls.iter().any(|c| c.starts_with("nvml nvmlInit")),
+        calls.iter().any(|c| c.starts_with("libnvidia-ml nvmlInit")),
         "{calls:?}"
     );
     assert!(err.contains("cache.load") && err.contains("hit"), "{err}");
@@ -315,7 +291,10 @@ fn gpus_in_exclusive_or_prohibited_mode_are_hidden_from_cuda() {
     );
     let (err, calls) = all.check(&[]);
     assert!(cu_inits(&calls).is_empty(), "{calls:?}\n{err}");
-    assert!(!calls.iter().any(|c| c.starts_with("cuda ")), "{calls:?}");
+    assert!(
+        !calls.iter().any(|c| c.starts_with("libcuda ")),
+        "{calls:?}"
+    );
 }
 
 #[test]
@@ -416,7 +395,7 @@ fn a_slow_cuinit_says_why_in_the_trace() {
     let (err, _) = fast.check(&[]);
     assert!(!init_line(&err).contains("slow"), "{err}");
     let mut slow = Node::new(TWO);
-    slow.env.push(("GDRDOCTOR_STANDIN_CUINIT_MS", "150"));
+    slow.cuinit_ms = Some(150);
     let (err, _) = slow.check(&[]);
     let line = init_line(&err);
     assert!(
@@ -453,7 +432,7 @@ const CHECK_MAY_CALL: [&str; 10] = [
 fn body<'a>(src: &'a str, sig: &str) -> &'a str {
     let start = src
         .find(sig)
-        .unwrap_or_else(|| panic!("`{sig}` not found in src/live/cuda.rs"));
+        .unwrap_or_else(|| panic!("`{sig}` not found in src/live/cuda/"));
     let mut depth = 0i32;
     let mut seen = false;
     for (i, c) in src[start..].char_indices() {
@@ -487,7 +466,17 @@ fn sys_calls(text: &str) -> Vec<String> {
 
 #[test]
 fn the_live_facts_path_creates_no_context() {
-    let src = std::fs::read_to_string(repo().join("src/live/cuda.rs")).unwrap();
+    // The safe CUDA layer: every file of src/live/cuda/, in name order.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("src/live/cuda"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    files.sort();
+    let src: String = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect();
     let facts = body(&src, "pub fn facts() -> Result<CudaFacts, String>");
     let peer = body(&src, "fn peer(drv: &Driver");
     // Every function of the safe layer these two call, by name, and what each calls.

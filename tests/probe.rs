@@ -775,13 +775,18 @@ fn the_nccl_wrapper_against_a_stand_in_library() {
         e.to_string(),
         "ncclCommInitAll failed: unhandled system error (2): Net : No interface found"
     );
-    // SAFETY (test): the stand-in's own counter, `int fake_destroyed(void)`.
+    // SAFETY: the fake libnccl built above (FAKE_NCCL: plain C, no initialiser to run), already
+    // loaded by `Nccl::load`: this takes one more reference to the same mapping.
     let raw = unsafe { libloading::Library::new(&lib) }.unwrap();
     let destroyed: libloading::Symbol<unsafe extern "C" fn() -> i32> =
+        // SAFETY: the stand-in's own counter is `int fake_destroyed(void)`, the type named
+        // here; the symbol does not outlive `raw`.
         unsafe { raw.get(b"fake_destroyed\0") }.unwrap();
+    // SAFETY: a C function of no arguments that only reads a counter.
     assert_eq!(unsafe { destroyed() }, 0);
     drop(comms);
     assert_eq!(
+        // SAFETY: as above.
         unsafe { destroyed() },
         2,
         "one ncclCommDestroy per communicator"

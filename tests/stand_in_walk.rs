@@ -1,4 +1,4 @@
-//! The verbs FFI (`src/live/verbs.rs`) walked in-process against the stand-in libibverbs and
+//! The verbs FFI (`src/live/verbs/`) walked in-process against the stand-in libibverbs and
 //! libmlx5: every struct gdrdoctor reads (ports, device attributes, memory regions, the DEVX
 //! UAR) comes back from a C library compiled against the system's rdma-core headers with the
 //! values the scenario put in, which complements the layout oracle (tests/verbs.rs) with

@@ -1,4 +1,4 @@
-//! The runtime-loaded verbs FFI (`src/live/verbs.rs`) against the real rdma-core.
+//! The runtime-loaded verbs FFI (`src/live/verbs/`) against the real rdma-core.
 //!
 //! Needs (Debian): `libibverbs1` and `ibverbs-providers` (the libraries), `libibverbs-dev`
 //! (the headers for the layout oracle `tests/verbs_layout.c`) and `gcc` (`cc`). Without them
@@ -448,7 +448,7 @@ macro_rules! fields {
     };
 }
 
-/// Every size, offset and constant src/live/verbs.rs declares, keyed as verbs_layout.c prints them.
+/// Every size, offset and constant src/live/verbs/ declares, keyed as verbs_layout.c prints them.
 fn rust_layout() -> BTreeMap<String, i64> {
     let mut m = BTreeMap::new();
     fields!(m, "ibv_pd", IbvPd, size, [context, handle]);

@@ -45,6 +45,16 @@ fn build(name: &str, src: &Path) -> PathBuf {
     exe
 }
 
+/// Compile the C program `text` with the header and run it; its standard output.
+fn build_and_run(name: &str, text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join(format!("{name}.c"));
+    std::fs::write(&src, text).unwrap();
+    let exe = build(name, &src);
+    let out = Command::new(&exe).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn emu_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| build("watch_emu", &repo().join("tests/watch_emu.c")))
@@ -147,12 +157,7 @@ fn the_headers_layout_is_the_one_watch_reads() {
         ));
     }
     c.push_str("  return 0;\n}\n");
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("layout.c");
-    std::fs::write(&src, c).unwrap();
-    let exe = build("layout", &src);
-    let out = Command::new(&exe).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = build_and_run("layout", &c);
     let mut n = 0;
     for line in text.lines() {
         let parts: Vec<&str> = line.split_whitespace().collect();
@@ -170,6 +175,46 @@ fn the_headers_layout_is_the_one_watch_reads() {
         n += 1;
     }
     assert_eq!(n, w::FIELDS.len() + w::SIZES.len() + 10);
+}
+
+#[test]
+fn the_hang_probes_record_is_the_progress_record() {
+    // One Rust definition of the 64-byte record (gdrdoctor_checks::progress_record), read by
+    // watch and by probe --hang: every field's offset and width against progress.cuh's
+    // gdrdoctor_record and against kernels/hang.cu's struct HangRecord (its text, compiled as C).
+    use gdrdoctor_checks::progress_record as rec;
+    let hang = std::fs::read_to_string(repo().join("kernels/hang.cu")).unwrap();
+    let start = hang
+        .find("struct HangRecord {")
+        .expect("kernels/hang.cu defines struct HangRecord");
+    let end = start + hang[start..].find("};").expect("the struct ends") + 2;
+    let mut c = String::from(
+        "#define _GNU_SOURCE\n#define GDRDOCTOR_PROGRESS_NO_CUDA\n#include \"gdrdoctor/progress.cuh\"\n#include <stddef.h>\n#include <stdio.h>\ntypedef unsigned int u32;\ntypedef unsigned long long u64;\n",
+    );
+    c.push_str(&hang[start..end]);
+    c.push_str("\nint main(void) {\n");
+    for ty in ["gdrdoctor_record", "struct HangRecord"] {
+        for (field, _, _) in rec::FIELDS {
+            c.push_str(&format!(
+                "  printf(\"{ty}.{field} %zu %zu\\n\", offsetof({ty}, {field}), sizeof((({ty}*)0)->{field}));\n"
+            ));
+        }
+        c.push_str(&format!("  printf(\"{ty} %zu\\n\", sizeof({ty}));\n"));
+    }
+    c.push_str("  return 0;\n}\n");
+    let text = build_and_run("record", &c);
+    let mut lines = text.lines();
+    for ty in ["gdrdoctor_record", "struct HangRecord"] {
+        for (field, off, width) in rec::FIELDS {
+            assert_eq!(
+                lines.next(),
+                Some(format!("{ty}.{field} {off} {width}").as_str()),
+                "{ty}.{field} vs checks/src/progress_record.rs"
+            );
+        }
+        assert_eq!(lines.next(), Some(format!("{ty} {}", rec::SIZE).as_str()));
+    }
+    assert_eq!(lines.next(), None);
 }
 
 #[test]

@@ -214,6 +214,7 @@ pub(super) fn from_meta<T>(
 }
 
 fn uname_machine() -> Option<String> {
+    // SAFETY: `struct utsname` is arrays of C chars: all-zero is a valid value.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: uname fills the struct we own; the fields are NUL-terminated C strings.
     if unsafe { libc::uname(&mut u) } != 0 {

@@ -555,8 +555,9 @@ impl Nccl {
             // SAFETY: ncclGetLastError accepts NULL (the library-wide last error) or a live comm.
             .map(|f| unsafe { f(comm) })
             .filter(|p| !p.is_null())
-            // SAFETY: a NUL-terminated buffer inside NCCL.
             .map(|p| {
+                // SAFETY: a non-null result of ncclGetLastError is a NUL-terminated buffer
+                // inside NCCL, valid until the next NCCL call on this thread; copied at once.
                 unsafe { CStr::from_ptr(p) }
                     .to_string_lossy()
                     .trim()
@@ -663,9 +664,10 @@ impl Comms<'_> {
             return Err(refuse(format!("{count} floats do not fit a buffer")));
         }
         let n = self.nccl;
-        // SAFETY: no arguments.
         n.check(
             "ncclGroupStart",
+            // SAFETY: ncclGroupStart takes no arguments; it only opens this thread's group,
+            // which the ncclGroupEnd below closes on every path.
             unsafe { (n.group_start)() },
             std::ptr::null_mut(),
         )?;

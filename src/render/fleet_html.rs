@@ -235,9 +235,6 @@ const JS: &str = r#"
 /// The page.
 pub fn render(p: &FleetPage) -> String {
     let mut o = String::new();
-    let cell = |c: usize, n: usize| -> Option<Status> {
-        p.cells.get(c).and_then(|r| r.get(n)).copied().flatten()
-    };
     let _ = write!(
         o,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -249,7 +246,21 @@ pub fn render(p: &FleetPage) -> String {
     for s in &p.summary {
         let _ = writeln!(o, "<p class=\"fl-summary\">{}</p>", esc(s));
     }
-    // Heat map.
+    heat_map(p, &mut o);
+    drift_table(p, &mut o);
+    node_sections(p, &mut o);
+    let _ = writeln!(o, "<script>{JS}</script>\n</body>\n</html>");
+    o
+}
+
+/// The worst status of check `c` on node `n` (`None`: not in its report).
+fn cell(p: &FleetPage, c: usize, n: usize) -> Option<Status> {
+    p.cells.get(c).and_then(|r| r.get(n)).copied().flatten()
+}
+
+/// The heat map: a row per node, a column per check, with the filters above it and the count
+/// of nodes not passing below.
+fn heat_map(p: &FleetPage, o: &mut String) {
     let _ = writeln!(o, "<h2 id=\"heat\">Checks on every node</h2>");
     let _ = writeln!(
         o,
@@ -276,7 +287,7 @@ Click a column to sort by it; a cell opens the node's findings.</p>"
 <th class=\"fl-num\" tabindex=\"0\" scope=\"col\">warn</th>"
     );
     for (ci, c) in p.checks.iter().enumerate() {
-        let bad = (0..p.nodes.len()).any(|n| rank(cell(ci, n)) >= 3);
+        let bad = (0..p.nodes.len()).any(|n| rank(cell(p, ci, n)) >= 3);
         let _ = write!(
             o,
             "<th class=\"fl-check\" data-check=\"{}\" data-bad=\"{}\" tabindex=\"0\" scope=\"col\" title=\"{}\"><div>{}</div></th>",
@@ -307,7 +318,7 @@ Click a column to sort by it; a cell opens the node's findings.</p>"
             n.warn
         );
         for (ci, c) in p.checks.iter().enumerate() {
-            let s = cell(ci, ni);
+            let s = cell(p, ci, ni);
             let _ = write!(
                 o,
                 "<td class=\"fl-cell {}\" data-v=\"{}\" title=\"{} on {}: {}\"><a href=\"#n{ni}\">{}</a></td>",
@@ -327,7 +338,7 @@ Click a column to sort by it; a cell opens the node's findings.</p>"
     );
     for ci in 0..p.checks.len() {
         let bad = (0..p.nodes.len())
-            .filter(|n| rank(cell(ci, *n)) >= 3)
+            .filter(|n| rank(cell(p, ci, *n)) >= 3)
             .count();
         let _ = write!(
             o,
@@ -340,7 +351,10 @@ Click a column to sort by it; a cell opens the node's findings.</p>"
         );
     }
     let _ = writeln!(o, "</tr></tfoot></table></div>");
-    // Drift.
+}
+
+/// Drift from the majority: a row per field, with the nodes that differ.
+fn drift_table(p: &FleetPage, o: &mut String) {
     let _ = writeln!(o, "<h2 id=\"drift\">Drift from the majority</h2>");
     if p.drift.is_empty() {
         let _ = writeln!(
@@ -382,7 +396,10 @@ Click a column to sort by it; a cell opens the node's findings.</p>"
         }
         let _ = writeln!(o, "</tbody></table>");
     }
-    // Nodes.
+}
+
+/// A section per node: its findings, its report, its topology picture.
+fn node_sections(p: &FleetPage, o: &mut String) {
     let _ = writeln!(o, "<h2 id=\"nodes\">Nodes</h2>");
     for (ni, n) in p.nodes.iter().enumerate() {
         let open = if n.exit_code != 0 { " open" } else { "" };
@@ -439,8 +456,6 @@ Click a column to sort by it; a cell opens the node's findings.</p>"
         }
         let _ = writeln!(o, "</details>");
     }
-    let _ = writeln!(o, "<script>{JS}</script>\n</body>\n</html>");
-    o
 }
 
 #[cfg(test)]

@@ -128,8 +128,24 @@ pub fn render_width(report: &Report, style: &Style, width: usize) -> String {
     );
     out.push_str(&wrap::hanging("", 0, 2, &head, max));
     out.push('\n');
+    let rows = rows(report, style.verbose);
+    out.push_str(&layout(&rows, style.color, width));
+    if !report.gdr.is_empty() {
+        gdr_lines(report, style, max, &mut out);
+    }
+    details(report, style, max, &mut out);
+    let s = &report.summary;
+    let line = format!(
+        "summary: {} pass, {} warn, {} fail, {} skip, {} error · exit code {}",
+        s.pass, s.warn, s.fail, s.skip, s.error, s.exit_code
+    );
+    out.push_str(&wrap::hanging("", 0, 2, &line, max));
+    out
+}
+
+/// One row per finding; a check whose findings all pass folds into one row (unless -v).
+fn rows(report: &Report, verbose: bool) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
-    // One row per finding; a check whose findings all pass folds into one row (unless -v).
     let mut ids: Vec<&str> = Vec::new();
     for f in &report.findings {
         if !ids.contains(&f.id.as_str()) {
@@ -138,7 +154,7 @@ pub fn render_width(report: &Report, style: &Style, width: usize) -> String {
     }
     for id in ids {
         let fs: Vec<&Finding> = report.findings.iter().filter(|f| f.id == id).collect();
-        if !style.verbose && fs.len() > 1 && fs.iter().all(|f| f.status == Status::Pass) {
+        if !verbose && fs.len() > 1 && fs.iter().all(|f| f.status == Status::Pass) {
             let same = fs.iter().all(|f| f.message == fs[0].message);
             let msg = if same {
                 fs[0].message.clone()
@@ -167,81 +183,87 @@ pub fn render_width(report: &Report, style: &Style, width: usize) -> String {
             });
         }
     }
-    out.push_str(&layout(&rows, style.color, width));
-    if !report.gdr.is_empty() {
-        out.push('\n');
-        let on = report.gdr.iter().filter(|p| p.enabled).count();
-        let mut mech: Vec<&str> = report
-            .gdr
+    rows
+}
+
+/// The GPUDirect RDMA lines: how many pairs, and per GPU its pairs or why it has none.
+fn gdr_lines(report: &Report, style: &Style, max: usize, out: &mut String) {
+    out.push('\n');
+    let on = report.gdr.iter().filter(|p| p.enabled).count();
+    let mut mech: Vec<&str> = report
+        .gdr
+        .iter()
+        .filter_map(|p| p.mechanism.as_deref())
+        .collect();
+    mech.sort();
+    mech.dedup();
+    let line = format!(
+        "gpudirect rdma: {on} of {} gpu-nic pairs{} (`gdrdoctor topo` shows the matrix)",
+        report.gdr.len(),
+        if mech.is_empty() {
+            String::new()
+        } else {
+            format!(", via {}", mech.join("/"))
+        }
+    );
+    out.push_str(&wrap::hanging("", 0, 2, &line, max));
+    let mut gpus: Vec<&str> = report.gdr.iter().map(|p| p.gpu.as_str()).collect();
+    gpus.dedup();
+    for g in gpus {
+        let pairs: Vec<_> = report.gdr.iter().filter(|p| p.gpu == g).collect();
+        let on: Vec<String> = pairs
             .iter()
-            .filter_map(|p| p.mechanism.as_deref())
+            .filter(|p| p.enabled)
+            .map(|p| format!("{} {}", p.nic, p.path))
             .collect();
-        mech.sort();
-        mech.dedup();
-        let line = format!(
-            "gpudirect rdma: {on} of {} gpu-nic pairs{} (`gdrdoctor topo` shows the matrix)",
-            report.gdr.len(),
-            if mech.is_empty() {
-                String::new()
-            } else {
-                format!(", via {}", mech.join("/"))
-            }
-        );
-        out.push_str(&wrap::hanging("", 0, 2, &line, max));
-        let mut gpus: Vec<&str> = report.gdr.iter().map(|p| p.gpu.as_str()).collect();
-        gpus.dedup();
-        for g in gpus {
-            let pairs: Vec<_> = report.gdr.iter().filter(|p| p.gpu == g).collect();
-            let on: Vec<String> = pairs
+        if on.is_empty() {
+            let best = pairs
                 .iter()
-                .filter(|p| p.enabled)
-                .map(|p| format!("{} {}", p.nic, p.path))
-                .collect();
-            if on.is_empty() {
-                let best = pairs.iter().min_by_key(|p| {
-                    gdrdoctor_checks::topo::parse_level(&p.path).unwrap_or(u8::MAX)
-                });
-                let why = best
-                    .map(|p| {
-                        format!(
-                            "nearest {} {}: {}",
-                            p.nic,
-                            p.path,
-                            p.reasons.first().cloned().unwrap_or_default()
-                        )
-                    })
-                    .unwrap_or_default();
-                let first = format!("  {g} -> ");
-                let text = wrap::hanging(
-                    &first,
-                    wrap::width(&first),
-                    4,
-                    &format!("no gdr ({why})"),
-                    max,
+                .min_by_key(|p| gdrdoctor_checks::topo::parse_level(&p.path).unwrap_or(u8::MAX));
+            let why = best
+                .map(|p| {
+                    format!(
+                        "nearest {} {}: {}",
+                        p.nic,
+                        p.path,
+                        p.reasons.first().cloned().unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            let first = format!("  {g} -> ");
+            let text = wrap::hanging(
+                &first,
+                wrap::width(&first),
+                4,
+                &format!("no gdr ({why})"),
+                max,
+            );
+            for line in text.lines() {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    if style.color {
+                        line.red().to_string()
+                    } else {
+                        line.to_string()
+                    }
                 );
-                for line in text.lines() {
-                    let _ = writeln!(
-                        out,
-                        "{}",
-                        if style.color {
-                            line.red().to_string()
-                        } else {
-                            line.to_string()
-                        }
-                    );
-                }
-            } else {
-                let first = format!("  {g} -> ");
-                out.push_str(&wrap::hanging(
-                    &first,
-                    wrap::width(&first),
-                    4,
-                    &on.join(", "),
-                    max,
-                ));
             }
+        } else {
+            let first = format!("  {g} -> ");
+            out.push_str(&wrap::hanging(
+                &first,
+                wrap::width(&first),
+                4,
+                &on.join(", "),
+                max,
+            ));
         }
     }
+}
+
+/// The details of every finding that is not a pass or skip (every finding with -v).
+fn details(report: &Report, style: &Style, max: usize, out: &mut String) {
     let details: Vec<&Finding> = report
         .findings
         .iter()
@@ -298,11 +320,4 @@ pub fn render_width(report: &Report, style: &Style, width: usize) -> String {
         ));
         out.push('\n');
     }
-    let s = &report.summary;
-    let line = format!(
-        "summary: {} pass, {} warn, {} fail, {} skip, {} error · exit code {}",
-        s.pass, s.warn, s.fail, s.skip, s.error, s.exit_code
-    );
-    out.push_str(&wrap::hanging("", 0, 2, &line, max));
-    out
 }

@@ -17,9 +17,10 @@ pub const MIN_WIDTH: usize = 40;
 
 /// The columns of the terminal on `fd`, if `fd` is a terminal that reports a size.
 pub fn tty_columns(fd: libc::c_int) -> Option<usize> {
+    // SAFETY: `struct winsize` is four integers: all-zero is a valid value.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
     // SAFETY: TIOCGWINSZ writes one `struct winsize` into the pointed-to, properly sized and
     // aligned local; it reads nothing else and fails harmlessly on a non-terminal fd.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws as *mut libc::winsize) };
     (rc == 0 && ws.ws_col > 0).then_some(ws.ws_col as usize)
 }
@@ -84,12 +85,15 @@ pub fn page(text: &str) -> bool {
     // pager fighting the shell for the terminal.
     // SAFETY: setting a signal disposition to SIG_IGN and back has no memory effects.
     let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    // SAFETY: as for SIGINT: a disposition change, restored below, touches no memory of ours.
     let old_quit = unsafe { libc::signal(libc::SIGQUIT, libc::SIG_IGN) };
     if let Some(mut stdin) = child.stdin.take() {
         // The user may quit the pager before reading everything: a closed pipe is not an error.
         let _ = stdin.write_all(text.as_bytes());
     }
     let status = child.wait();
+    // SAFETY: puts back the dispositions signal() returned above (a handler gdrdoctor
+    // installed, SIG_DFL or SIG_IGN): no memory effects.
     unsafe {
         libc::signal(libc::SIGINT, old_int);
         libc::signal(libc::SIGQUIT, old_quit);
@@ -146,6 +150,7 @@ mod tests {
         // SAFETY: pipe() fills the two-element array.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         assert_eq!(tty_columns(fds[1]), None);
+        // SAFETY: closes the two descriptors pipe() just opened, which nothing else owns.
         unsafe {
             libc::close(fds[0]);
             libc::close(fds[1]);

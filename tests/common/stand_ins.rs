@@ -244,7 +244,9 @@ impl<'a> Scenario<'a> {
             .env_remove(gdrdoctor::live::stand_in::PAGE_SIZE_ENV)
             .env_remove("NO_COLOR")
             .env_remove("COLUMNS")
-            .env_remove("NCCL_DMABUF_ENABLE");
+            .env_remove("NCCL_DMABUF_ENABLE")
+            // The stand-in libcuda reads it as CUDA does; gdrdoctor sets it for its CUDA worker.
+            .env_remove("CUDA_VISIBLE_DEVICES");
         for (k, v) in &self.env {
             c.env(k, v);
         }

@@ -14,9 +14,18 @@
  *   host thread that does what the kernel does, with release/acquire atomics. A kernel pointer
  *   outside the memory the "GPU" was given does not write: the stream reports
  *   CUDA_ERROR_ILLEGAL_ADDRESS at the next synchronisation, as a real GPU fault does.
+ * - CUDA_VISIBLE_DEVICES, read by cuInit as CUDA reads it: a comma-separated list of GPU
+ *   UUIDs (or their prefixes: each `gpu` line's `uuid=`, the same NVML reports) or indices of
+ *   `gpu` lines, in the order given; the list ends at the first entry that names no GPU.
+ *   Unset: every GPU. The ordinals are those of the visible GPUs.
+ * - `cuda init_ms=N`: cuInit takes N ms (the first CUDA client of an idle GPU).
  * - Failures: `fail CALL [type=T] [min_len=N] result=CUDA_ERROR_...` (names only: gdrdoctor's
  *   bindings are a Rust enum of CUDA 12.4's codes, and the stand-in never hands back a code
  *   outside it); `hang libcuda [once]` wedges dlopen.
+ * - `forbid CALL...` (`contexts`: every call that creates or makes current a context, or
+ *   allocates): a named call logs `FORBIDDEN <call>` and fails with CUDA_ERROR_INVALID_VALUE,
+ *   for the tests of a command that must never make one (this and the visible GPUs:
+ *   cuda_gpus.h).
  *
  * The soname is libcuda.so, not libcuda.so.1: gdrdoctor's test override preloads this file by
  * path, and the CUDA bindings (cudarc) then dlopen "libcuda.so" first, which the dynamic loader
@@ -86,7 +95,7 @@ static const struct {
 };
 
 /* The device attributes the stand-in answers, by the scenario's option name, with their
- * CUdevice_attribute numbers (tests/stand_ins.rs checks them against the bindings through
+ * CUdevice_attribute numbers (tests/stand_ins/ checks them against the bindings through
  * gdrstub_cuda_attribute) and the value a `gpu` line without the option gets. */
 static const struct {
 	const char *option;
@@ -165,6 +174,8 @@ static __thread struct stub_ctx *current_;
 static pthread_mutex_t lock_ = PTHREAD_MUTEX_INITIALIZER;
 static struct region *regions_;
 
+#include "cuda_gpus.h"
+
 __attribute__((constructor)) static void on_load(void)
 {
 	stub_maybe_hang(LIB);
@@ -192,19 +203,6 @@ static CUresult scripted(const char *call, const char *type, long long len)
 	return result_of(l, r);
 }
 
-static int ngpus(void)
-{
-	int n = stub_count("gpu");
-	if (n > MAX_GPUS)
-		stub_die("%s: more than %d gpus", stub_path_, MAX_GPUS);
-	return n;
-}
-
-static const struct stub_line *gpu(int ordinal)
-{
-	return stub_nth("gpu", ordinal);
-}
-
 static const struct stub_line *cuda_line(void)
 {
 	return stub_nth("cuda", 0);
@@ -219,11 +217,14 @@ static const struct stub_line *cuda_line(void)
 
 CUresult cuInit(unsigned int flags)
 {
+	long long ms = stub_opt_num(cuda_line(), "init_ms", 0);
+	if (ms > 0)
+		usleep((useconds_t)ms * 1000);
 	CUresult r = scripted("cuInit", NULL, -1);
 	if (r == CUDA_SUCCESS && flags != 0)
 		r = CUDA_ERROR_INVALID_VALUE;
 	if (r == CUDA_SUCCESS) {
-		ngpus();
+		set_visible();
 		pthread_mutex_lock(&lock_);
 		initialised_ = 1;
 		pthread_mutex_unlock(&lock_);
@@ -312,7 +313,7 @@ CUresult cuDeviceGetPCIBusId(char *bus_id, int len, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	const char *bdf = stub_opt(gpu(dev), "bdf");
 	char dflt[16];
-	snprintf(dflt, sizeof dflt, "0000:%02x:00.0", 0x18 + 0x10 * dev);
+	snprintf(dflt, sizeof dflt, "0000:%02x:00.0", 0x18 + 0x10 * line_index(dev));
 	snprintf(bus_id, (size_t)len, "%s", bdf ? bdf : dflt);
 	return CUDA_SUCCESS;
 }
@@ -371,6 +372,7 @@ CUresult cuDeviceGetP2PAttribute(int *value, int attribute, CUdevice dev, CUdevi
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 {
+	FORBID("cuDevicePrimaryCtxRetain");
 	CUresult r = check_device(dev);
 	if (!r)
 		r = scripted("cuDevicePrimaryCtxRetain", NULL, -1);
@@ -391,10 +393,41 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 CUresult cuCtxSetCurrent(CUcontext ctx)
 {
+	FORBID("cuCtxSetCurrent");
 	if (ctx && (ctx < ctxs_ || ctx >= ctxs_ + MAX_GPUS))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	current_ = ctx;
 	return CUDA_SUCCESS;
+}
+
+/* Context calls gdrdoctor never makes: there to be caught (`forbid`), else not supported. */
+CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev)
+{
+	(void)ctx, (void)flags, (void)dev;
+	FORBID("cuCtxCreate");
+	LOGRET(CUDA_ERROR_NOT_SUPPORTED, "cuCtxCreate_v2 -> 801");
+}
+
+CUresult cuCtxCreate_v3(CUcontext *ctx, void *params, int nparams, unsigned int flags,
+			CUdevice dev)
+{
+	(void)ctx, (void)params, (void)nparams, (void)flags, (void)dev;
+	FORBID("cuCtxCreate");
+	LOGRET(CUDA_ERROR_NOT_SUPPORTED, "cuCtxCreate_v3 -> 801");
+}
+
+CUresult cuCtxCreate_v4(CUcontext *ctx, void *params, unsigned int flags, CUdevice dev)
+{
+	(void)ctx, (void)params, (void)flags, (void)dev;
+	FORBID("cuCtxCreate");
+	LOGRET(CUDA_ERROR_NOT_SUPPORTED, "cuCtxCreate_v4 -> 801");
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	(void)ctx;
+	FORBID("cuCtxPushCurrent");
+	LOGRET(CUDA_ERROR_NOT_SUPPORTED, "cuCtxPushCurrent -> 801");
 }
 
 CUresult cuCtxSetLimit(int limit, size_t value)
@@ -478,6 +511,7 @@ static void *map_memfd(const char *name, size_t len, int *fd_out)
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 {
+	FORBID("cuMemAlloc");
 	if (!current_)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!dptr || !bytes)
@@ -497,6 +531,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
 {
 	(void)flags;
+	FORBID("cuMemAllocManaged");
 	if (!current_)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!dptr || !bytes)
@@ -572,6 +607,7 @@ CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t si
 CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
 {
 	(void)flags;
+	FORBID("cuMemHostAlloc");
 	if (!current_)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!pp || !bytes)
@@ -616,6 +652,7 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigned int f
 CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
 {
 	struct region r;
+	FORBID("cuMemHostRegister");
 	if (!current_)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!p || !bytes)
@@ -628,6 +665,14 @@ CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags)
 		LOGRET(res, "cuMemHostRegister %s %zu -> %d", type, bytes, res);
 	add_region((uintptr_t)p, bytes, HOST_REGISTERED);
 	LOGRET(CUDA_SUCCESS, "cuMemHostRegister %s %zu -> 0", type, bytes);
+}
+
+/* Virtual memory management: gdrdoctor allocates with cuMemAlloc. */
+CUresult cuMemCreate(void *handle, size_t bytes, const void *prop, unsigned long long flags)
+{
+	(void)handle, (void)prop, (void)flags;
+	FORBID("cuMemCreate");
+	LOGRET(CUDA_ERROR_NOT_SUPPORTED, "cuMemCreate %zu -> 801", bytes);
 }
 
 CUresult cuMemHostUnregister(void *p)

@@ -5,7 +5,7 @@
  * nvml-wrapper-sys declares them.
  *
  * Scenario: the `gpu` lines (shared with the stand-in libcuda: bdf, name, mem, bar1,
- * persistence), `nvml [driver=580.159.04] [cuda=13000]`, `fail nvmlInit result=NVML_ERROR_...`
+ * persistence, uuid, mode), `nvml [driver=580.159.04] [cuda=13000]`, `fail nvmlInit result=NVML_ERROR_...`
  * (names only), `hang libnvidia-ml [once]`. */
 #include "stub.h"
 
@@ -254,9 +254,29 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
 		return r;
 	if (!l)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	char buf[64];
-	snprintf(buf, sizeof buf, "GPU-5ab1e000-0000-4000-8000-%012x", device->index);
+	char buf[96];
+	stub_gpu_uuid(device->index, buf, sizeof buf);
 	return copy_out(uuid, len, buf);
+}
+
+/* `mode=default|exclusive-thread|prohibited|exclusive-process`: NVML_COMPUTEMODE_* 0..3. */
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, int *mode)
+{
+	static const char *const modes[] = { "default", "exclusive-thread", "prohibited",
+					     "exclusive-process" };
+	const struct stub_line *l = gpu_of(device);
+	nvmlReturn_t r = ready();
+	if (!r && (!l || !mode))
+		r = NVML_ERROR_INVALID_ARGUMENT;
+	if (r)
+		return r;
+	const char *m = stub_opt(l, "mode");
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(m ? m : "default", modes[i])) {
+			*mode = i;
+			return NVML_SUCCESS;
+		}
+	stub_die("%s:%d: `mode=%s` is not a compute mode", stub_path_, l->no, m);
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *m)

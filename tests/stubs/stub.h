@@ -9,8 +9,9 @@
  * guesses, so a typo in a test cannot turn into a silent pass.
  *
  * Every call a stand-in serves is appended to the file named by GDRDOCTOR_STUB_LOG (when set),
- * one line per call: `<library> <call> <arguments> -> <result>`. Tests read it to prove what
- * was (or was not) called, e.g. that `check` never creates a CUDA context. */
+ * one line per call: `<library> <call> <arguments> -> <result>`, then ` VAR=value` for each
+ * variable a `log_env` line names. Tests read it to prove what was (or was not) called, and in
+ * which environment, e.g. that `check` never creates a CUDA context. */
 #ifndef GDRDOCTOR_STUB_H
 #define GDRDOCTOR_STUB_H
 
@@ -54,7 +55,7 @@ __attribute__((noreturn, format(printf, 1, 2))) static inline void stub_die(cons
 /* The directives every stand-in knows; a line starting with anything else is a typo. */
 static const char *const stub_kinds_[] = {
 	"device", "port", "gid", "uar", "peer_memory", "memlock", "fail", "hang", "list",
-	"gpu", "cuda", "nvml", NULL,
+	"gpu", "cuda", "nvml", "forbid", "log_env", NULL,
 };
 
 static inline void stub_parse_(void)
@@ -228,6 +229,17 @@ __attribute__((format(printf, 2, 3))) static inline void stub_log(const char *li
 	va_start(ap, fmt);
 	n += vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
 	va_end(ap);
+	/* `log_env VAR...`: the process's value of each (what a worker was started with). */
+	for (int k = 0;; k++) {
+		const struct stub_line *l = stub_nth("log_env", k);
+		if (!l)
+			break;
+		for (int i = 1; i < l->nwords && n < (int)sizeof buf - 2; i++) {
+			const char *v = getenv(l->words[i]);
+			n += snprintf(buf + n, sizeof buf - (size_t)n - 1, " %s=%s", l->words[i],
+				      v ? v : "(unset)");
+		}
+	}
 	if (n > (int)sizeof buf - 2)
 		n = (int)sizeof buf - 2;
 	buf[n++] = '\n';
@@ -239,6 +251,17 @@ __attribute__((format(printf, 2, 3))) static inline void stub_log(const char *li
 		close(fd);
 	}
 	errno = saved;
+}
+
+/* The UUID of the GPU of `gpu` line `index` (from 0): its `uuid=`, else one made from the
+ * index. NVML reports it; libcuda matches CUDA_VISIBLE_DEVICES against it. */
+static inline void stub_gpu_uuid(int index, char *buf, size_t cap)
+{
+	const char *u = stub_opt(stub_nth("gpu", index), "uuid");
+	if (u)
+		snprintf(buf, cap, "%s", u);
+	else
+		snprintf(buf, cap, "GPU-5ab1e000-0000-4000-8000-%012x", index);
 }
 
 /* `hang LIB [once]`: the library's constructor never returns (a wedged driver: the process

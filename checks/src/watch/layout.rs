@@ -1,6 +1,7 @@
 //! The record-area layout of `kernels/include/gdrdoctor/progress.cuh` (section 1), and its
 //! validation: the header, the site and kernel tables, the records and a stable read of them.
 
+use crate::progress_record as rec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -18,7 +19,7 @@ pub const CONTROL_SIZE: usize = 64;
 /// The abort word: the only bytes `watch --abort` writes.
 pub const ABORT_OFFSET: usize = CONTROL_OFFSET;
 
-pub const RECORD_SIZE: usize = 64;
+pub const RECORD_SIZE: usize = rec::SIZE;
 
 pub const SITE_SIZE: usize = 64;
 
@@ -119,17 +120,17 @@ pub const FIELDS: &[(&str, usize)] = &[
     ("gdrdoctor_kernel.grid_blocks", 48),
     ("gdrdoctor_kernel.device", 52),
     ("gdrdoctor_kernel.flags", 56),
-    ("gdrdoctor_record.seq", 0),
-    ("gdrdoctor_record.phase_site", 4),
-    ("gdrdoctor_record.block", 8),
-    ("gdrdoctor_record.sm_warp", 12),
-    ("gdrdoctor_record.kernel_gen", 16),
-    ("gdrdoctor_record.iter", 20),
-    ("gdrdoctor_record.addr", 24),
-    ("gdrdoctor_record.expected", 32),
-    ("gdrdoctor_record.observed", 40),
-    ("gdrdoctor_record.wait_start_gt", 48),
-    ("gdrdoctor_record.beat_gt", 56),
+    ("gdrdoctor_record.seq", rec::SEQ),
+    ("gdrdoctor_record.phase_site", rec::PHASE_SITE),
+    ("gdrdoctor_record.block", rec::BLOCK),
+    ("gdrdoctor_record.sm_warp", rec::SM_WARP),
+    ("gdrdoctor_record.kernel_gen", rec::KERNEL_GEN),
+    ("gdrdoctor_record.iter", rec::ITER),
+    ("gdrdoctor_record.addr", rec::ADDR),
+    ("gdrdoctor_record.expected", rec::EXPECTED),
+    ("gdrdoctor_record.observed", rec::OBSERVED),
+    ("gdrdoctor_record.wait_start_gt", rec::WAIT_START_GT),
+    ("gdrdoctor_record.beat_gt", rec::BEAT_GT),
     ("gdrdoctor_launch_t.records", 0),
     ("gdrdoctor_launch_t.control", 8),
     ("gdrdoctor_launch_t.sites", 16),
@@ -582,33 +583,33 @@ impl Record {
 }
 
 pub fn decode_record(index: u32, b: &[u8]) -> Record {
-    let ps = u32_at(b, 4);
-    let sw = u32_at(b, 12);
-    let kg = u32_at(b, 16);
+    let ps = u32_at(b, rec::PHASE_SITE);
+    let sw = u32_at(b, rec::SM_WARP);
+    let kg = u32_at(b, rec::KERNEL_GEN);
     Record {
         index,
-        seq: u32_at(b, 0),
+        seq: u32_at(b, rec::SEQ),
         phase: ps >> 24,
         cmp: (ps >> 16) & 0xff,
         site: ps & 0xffff,
-        block: u32_at(b, 8),
+        block: u32_at(b, rec::BLOCK),
         sm: sw >> 16,
         warp: sw & 0xffff,
         kernel: kg >> 24,
         gen: kg & 0xff_ffff,
-        iter: u32_at(b, 20),
-        addr: u64_at(b, 24),
-        expected: u64_at(b, 32),
-        observed: u64_at(b, 40),
-        wait_start_gt: u64_at(b, 48),
-        beat_gt: u64_at(b, 56),
+        iter: u32_at(b, rec::ITER),
+        addr: u64_at(b, rec::ADDR),
+        expected: u64_at(b, rec::EXPECTED),
+        observed: u64_at(b, rec::OBSERVED),
+        wait_start_gt: u64_at(b, rec::WAIT_START_GT),
+        beat_gt: u64_at(b, rec::BEAT_GT),
     }
 }
 
 /// Two reads of one record agree and its seqlock is even: a consistent copy (the seqlock of
 /// progress.cuh: seq odd while an update is in flight, a fence after the odd store).
 pub fn stable(first: &[u8], second: &[u8]) -> bool {
-    first.len() == RECORD_SIZE && first == second && u32_at(first, 0) & 1 == 0
+    first.len() == RECORD_SIZE && first == second && u32_at(first, rec::SEQ) & 1 == 0
 }
 
 /// A record that cannot come from progress.cuh: a phase past ABORTED, a kernel slot nobody

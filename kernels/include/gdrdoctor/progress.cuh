@@ -549,16 +549,14 @@ __device__ __forceinline__ int wait_load(Ctx& c, const volatile T* a, int cmp, U
     return wait_impl<T, Loader<T, L> >(c, (const T*)a, cmp, (T)want, site, line, ld);
 }
 
-/* Has the job been aborted? One read of host memory: call it every few thousand iterations of
- * a loop of your own, not on every one. */
+/* Aborted? One read of host memory: call it every few thousand iterations of your own loop, not on every one. */
 __device__ __forceinline__ bool aborted(Ctx& c) {
     if (c.aborted) return true;
     if (c.ctl && ld_volatile_u32(&c.ctl->abort)) c.aborted = 1;
     return c.aborted != 0;
 }
 
-/* Publish WAITING once for a loop of your own that cannot use GDRDOCTOR_WAIT (no heartbeat:
- * if it lasts, watch reports it as `silent`), then GDRDOCTOR_MARK_DONE after it. */
+/* For your own loop that cannot use GDRDOCTOR_WAIT: WAITING once (no heartbeat: `silent`), MARK_DONE after. */
 __device__ __forceinline__ void mark_waiting(Ctx& c, const void* a, int cmp, u64 want, u64 seen, u32 site, u32 line,
                                              int wide) {
     gdrdoctor_record* r = record_of(c);
@@ -576,9 +574,8 @@ __device__ __forceinline__ void mark_done(Ctx& c) {
 
 }  // namespace gdrdoctor
 
-/* The device API. GDRDOCTOR_ENTER(h) at the top of the kernel (h: its gdrdoctor_launch_t
- * parameter) declares the thread's context; the waits use it. Each wait evaluates to 0 when
- * satisfied, 1 when the job was aborted (leave the kernel then: its results are invalid). */
+/* The device API. GDRDOCTOR_ENTER(h) atop the kernel (h: its gdrdoctor_launch_t parameter) declares the context
+ * the waits use. A wait is 0 when satisfied, 1 when the job was aborted (leave then: results are invalid). */
 #define GDRDOCTOR_ENTER(h) gdrdoctor::Ctx gdrdoctor_ctx_ = gdrdoctor::enter(h)
 #define GDRDOCTOR_LEAVE() gdrdoctor::leave(gdrdoctor_ctx_)
 /* ld.acquire.sys: correct for every writer (host, NIC, peer GPU, same GPU). */
@@ -598,8 +595,7 @@ __device__ __forceinline__ void mark_done(Ctx& c) {
 #define GDRDOCTOR_WAIT_RELAXED_SYS(addr, cmp, value, site)                                               \
     gdrdoctor::wait_load<gdrdoctor::RELAXED_SYS>(gdrdoctor_ctx_, (addr), (cmp), (value), (unsigned)(site), \
                                                  (unsigned)__LINE__)
-/* Your own load: `load` is a callable returning the word's type (a lambda, cuda::atomic_ref...);
- * `addr` is only recorded. */
+/* `load`: a callable returning the word's type (a lambda, cuda::atomic_ref...); `addr` is only recorded. */
 #define GDRDOCTOR_WAIT_LOAD(addr, cmp, value, site, load) \
     gdrdoctor::wait(gdrdoctor_ctx_, (addr), (cmp), (value), (unsigned)(site), (unsigned)__LINE__, (load))
 #define GDRDOCTOR_ABORTED() gdrdoctor::aborted(gdrdoctor_ctx_)
@@ -654,8 +650,7 @@ static inline unsigned long long gdrdoctor_realtime_ns_(void) {
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
-/* Field 22 of /proc/self/stat (starttime, clock ticks since boot): with the pid, it tells
- * gdrdoctor watch whether the pid was reused. */
+/* Field 22 of /proc/self/stat (starttime, ticks since boot): with the pid, watch tells a reused pid. */
 static inline unsigned long long gdrdoctor_start_ticks_(void) {
     char buf[1024];
     FILE* f = fopen("/proc/self/stat", "r");
@@ -729,10 +724,9 @@ static inline int gdrdoctor_calibrate_(gdrdoctor_progress_t* p) {
 }
 #endif
 
-/* Create the area, register it for the GPU, publish it. Returns 0 when the area is on, 1 when
- * GDRDOCTOR_PROGRESS=off in the environment, -1 on failure (p->error says why). In both
- * non-zero cases the program runs on with bare spins. Call it before the first launch of an
- * instrumented kernel, after selecting the device (the calibration runs on it). */
+/* Create the area, register it for the GPU, publish it. 0: the area is on; 1: GDRDOCTOR_PROGRESS=off; -1: failed
+ * (p->error says why); if non-zero the program runs on with bare spins. Call it before the first instrumented
+ * launch, after selecting the device (the calibration runs on it). */
 static inline int gdrdoctor_progress_init(gdrdoctor_progress_t* p, const char* job,
                                           const gdrdoctor_progress_options_t* opt) {
     memset(p, 0, sizeof(*p));
@@ -870,10 +864,9 @@ static inline unsigned long long gdrdoctor_progress_device(const gdrdoctor_progr
     return p->host ? p->dev : 0ull;
 }
 
-/* Name site `id` (what it waits for, at most 39 characters) and say who writes its word:
- * writer_kind GDRDOCTOR_WRITER_*, writer_device the writer's CUDA ordinal (a peer GPU) or -1,
- * writer_kernel the slot of the kernel that writes it (gdrdoctor_progress_kernel) or -1.
- * Returns 0, or -1 when the area is off or id is out of range. */
+/* Name site `id` (what it waits for, at most 39 characters) and say who writes its word: writer_kind
+ * GDRDOCTOR_WRITER_*, writer_device the writer's CUDA ordinal (a peer GPU) or -1, writer_kernel the slot of the
+ * kernel that writes it (gdrdoctor_progress_kernel) or -1. 0, or -1 when the area is off or id out of range. */
 static inline int gdrdoctor_progress_site(gdrdoctor_progress_t* p, unsigned int id, const char* name,
                                           unsigned int writer_kind, int writer_device, int writer_kernel) {
     if (!p->host) return -1;
@@ -888,8 +881,7 @@ static inline int gdrdoctor_progress_site(gdrdoctor_progress_t* p, unsigned int 
     return 0;
 }
 
-/* Declare a kernel: reserves max_blocks x ceil(threads_per_block / 32) records. Returns its
- * slot, or -1 (area off or full: its launches then run with bare spins, and watch says so). */
+/* Declare a kernel of max_blocks x ceil(threads_per_block / 32) records: its slot, or -1 (off or full: bare spins). */
 static inline int gdrdoctor_progress_kernel(gdrdoctor_progress_t* p, const char* name, unsigned int max_blocks,
                                             unsigned int threads_per_block) {
     if (!p->host) return -1;
@@ -920,8 +912,7 @@ static inline int gdrdoctor_progress_kernel(gdrdoctor_progress_t* p, const char*
     return (int)slot;
 }
 
-/* The launch handle of one launch of kernel `slot`: pass it to the kernel by value. Counts the
- * launch (its generation), which is how watch tells an enqueued launch that never started. */
+/* The handle of one launch of kernel `slot` (pass it by value), counted: watch tells a launch that never started. */
 static inline gdrdoctor_launch_t gdrdoctor_progress_launch(gdrdoctor_progress_t* p, int slot) {
     gdrdoctor_launch_t l;
     memset(&l, 0, sizeof(l));
@@ -970,8 +961,7 @@ static inline gdrdoctor_launch_t gdrdoctor_launch(gdrdoctor_progress_t* p, const
 }
 #endif
 
-/* 8-byte words inside the area, for flags you want watch to be able to read (the stale-read
- * class needs the memory's value): the device address, and the same words on the host. */
+/* 8-byte words in the area for flags watch can read (stale reads need the value): device and host address. */
 static inline unsigned long long gdrdoctor_progress_words_device(const gdrdoctor_progress_t* p) {
     return p->host ? p->dev + gdrdoctor_header_(p)->words_offset : 0ull;
 }

@@ -175,10 +175,64 @@ fn container_of<'k>(present: &HashMap<&str, &Vec<u32>>, k: &'k str) -> Option<&'
 
 pub fn build(
     parts: Vec<Partial>,
-    mut unreadable: Vec<(u32, Unreadable)>,
+    unreadable: Vec<(u32, Unreadable)>,
     reports: usize,
     opts: &Options,
 ) -> Rollup {
+    let Merged {
+        nodes,
+        checks,
+        order,
+        fields,
+        unreadable,
+    } = merge(parts, unreadable);
+    let names = Names::of_nodes(&nodes);
+    let out_checks = checks_in_order(order, checks, &names);
+    let (drift, odd_nodes) = drift(&fields, &nodes, &names);
+    let s = summary(&nodes, &unreadable, &drift, &odd_nodes, reports, opts);
+    Rollup {
+        schema: FLEET_SCHEMA,
+        tool: Tool {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        },
+        timestamp: crate::sys::clock::now_rfc3339(),
+        summary: s,
+        nodes: nodes
+            .into_iter()
+            .map(|(i, n)| Node {
+                name: names.of(&i),
+                hostname: n.hostname,
+                input: n.input,
+                timestamp: n.timestamp,
+                source: n.source,
+                command: n.command,
+                exit_code: n.exit_code,
+                pass: n.counts[0],
+                warn: n.counts[1],
+                fail: n.counts[2],
+                skip: n.counts[3],
+                error: n.counts[4],
+                detail: n.detail,
+            })
+            .collect(),
+        checks: out_checks,
+        drift,
+        odd_nodes,
+        unreadable: unreadable.into_iter().map(|(_, u)| u).collect(),
+    }
+}
+
+/// The partials of every thread, merged: nodes and unreadable inputs in input order, the
+/// checks and their order of first appearance, every field's values with their nodes.
+struct Merged {
+    nodes: Vec<(u32, NodeInfo)>,
+    checks: HashMap<String, CheckAgg>,
+    order: Vec<String>,
+    fields: HashMap<String, FieldAgg>,
+    unreadable: Vec<(u32, Unreadable)>,
+}
+
+fn merge(parts: Vec<Partial>, mut unreadable: Vec<(u32, Unreadable)>) -> Merged {
     // Nodes, in input order.
     let mut nodes: Vec<(u32, NodeInfo)> = Vec::new();
     let mut checks: HashMap<String, CheckAgg> = HashMap::new();
@@ -208,26 +262,51 @@ pub fn build(
     }
     nodes.sort_by_key(|(i, _)| *i);
     unreadable.sort_by_key(|(i, _)| *i);
-    // Names: the hostname, made unique with the input where hostnames repeat.
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for (_, n) in &nodes {
-        *seen.entry(n.hostname.as_deref().unwrap_or("")).or_insert(0) += 1;
+    Merged {
+        nodes,
+        checks,
+        order,
+        fields,
+        unreadable,
     }
-    let names: HashMap<u32, String> = nodes
-        .iter()
-        .map(|(i, n)| {
-            let name = match n.hostname.as_deref() {
-                Some(h) if !h.is_empty() && seen.get(h) == Some(&1) => h.to_string(),
-                Some(h) if !h.is_empty() => format!("{h}@{}", n.input),
-                _ => n.input.clone(),
-            };
-            (*i, name)
-        })
-        .collect();
-    let name = |i: &u32| names.get(i).cloned().unwrap_or_else(|| format!("#{i}"));
-    let total = nodes.len();
+}
 
-    // Checks, in the order the reports list them.
+/// The nodes' names: the hostname, made unique with the input where hostnames repeat.
+struct Names(HashMap<u32, String>);
+
+impl Names {
+    fn of_nodes(nodes: &[(u32, NodeInfo)]) -> Names {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (_, n) in nodes {
+            *seen.entry(n.hostname.as_deref().unwrap_or("")).or_insert(0) += 1;
+        }
+        Names(
+            nodes
+                .iter()
+                .map(|(i, n)| {
+                    let name = match n.hostname.as_deref() {
+                        Some(h) if !h.is_empty() && seen.get(h) == Some(&1) => h.to_string(),
+                        Some(h) if !h.is_empty() => format!("{h}@{}", n.input),
+                        _ => n.input.clone(),
+                    };
+                    (*i, name)
+                })
+                .collect(),
+        )
+    }
+
+    /// The name of node `i`.
+    fn of(&self, i: &u32) -> String {
+        self.0.get(i).cloned().unwrap_or_else(|| format!("#{i}"))
+    }
+}
+
+/// Checks, in the order the reports list them.
+fn checks_in_order(
+    order: Vec<String>,
+    mut checks: HashMap<String, CheckAgg>,
+    names: &Names,
+) -> Vec<Check> {
     let mut out_checks = Vec::new();
     for id in order {
         let Some(mut a) = checks.remove(&id) else {
@@ -246,7 +325,7 @@ pub fn build(
                 .not_passing
                 .into_iter()
                 .map(|(i, s, subjects)| NotPassing {
-                    node: name(&i),
+                    node: names.of(&i),
                     status: s,
                     subjects,
                 })
@@ -254,11 +333,20 @@ pub fn build(
             id,
         });
     }
+    out_checks
+}
 
-    // Drift. A field's population is every node where the container it sits in is present
-    // (the nearest ancestor that is a container: a list element, an object, the command line),
-    // or every node for top-level fields. A container that is null on some node (an object the
-    // collector could not read) is one drift row, not one row per field inside it.
+/// Drift, and the odd nodes out. A field's population is every node where the container it
+/// sits in is present (the nearest ancestor that is a container: a list element, an object,
+/// the command line), or every node for top-level fields. A container that is null on some
+/// node (an object the collector could not read) is one drift row, not one row per field
+/// inside it.
+fn drift(
+    fields: &HashMap<String, FieldAgg>,
+    nodes: &[(u32, NodeInfo)],
+    names: &Names,
+) -> (Vec<Drift>, Vec<OddNode>) {
+    let total = nodes.len();
     let present: HashMap<&str, &Vec<u32>> = fields
         .iter()
         .filter_map(|(k, f)| f.get(PRESENT).map(|n| (k.as_str(), n)))
@@ -317,7 +405,7 @@ pub fn build(
             rest.push(DriftValue {
                 value: v.to_string(),
                 count: *n,
-                nodes: who.iter().map(&name).collect(),
+                nodes: who.iter().map(|i| names.of(i)).collect(),
             });
         }
         drift.push(Drift {
@@ -344,11 +432,24 @@ pub fn build(
     let odd_nodes: Vec<OddNode> = odd
         .into_iter()
         .map(|(i, fields)| OddNode {
-            node: name(&i),
+            node: names.of(&i),
             fields,
         })
         .collect();
+    (drift, odd_nodes)
+}
 
+/// The summary: the nodes by their findings and exit code, the report timestamps, and the
+/// fleet's exit code.
+fn summary(
+    nodes: &[(u32, NodeInfo)],
+    unreadable: &[(u32, Unreadable)],
+    drift: &[Drift],
+    odd_nodes: &[OddNode],
+    reports: usize,
+    opts: &Options,
+) -> FleetSummary {
+    let total = nodes.len();
     let mut s = FleetSummary {
         reports,
         nodes: total,
@@ -357,7 +458,7 @@ pub fn build(
         odd_nodes: odd_nodes.len(),
         ..Default::default()
     };
-    for (_, n) in &nodes {
+    for (_, n) in nodes {
         // The node's own findings, not only its exit code: a report written with `--fail-on
         // never` or `--allow-incomplete` exits 0 with failures or errors in it, and a report
         // without a single finding shows nothing of the node.
@@ -386,36 +487,7 @@ pub fn build(
     } else {
         0
     };
-    Rollup {
-        schema: FLEET_SCHEMA,
-        tool: Tool {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-        },
-        timestamp: crate::sys::clock::now_rfc3339(),
-        summary: s,
-        nodes: nodes
-            .into_iter()
-            .map(|(i, n)| Node {
-                name: name(&i),
-                hostname: n.hostname,
-                input: n.input,
-                timestamp: n.timestamp,
-                source: n.source,
-                command: n.command,
-                exit_code: n.exit_code,
-                pass: n.counts[0],
-                warn: n.counts[1],
-                fail: n.counts[2],
-                skip: n.counts[3],
-                error: n.counts[4],
-                detail: n.detail,
-            })
-            .collect(),
-        checks: out_checks,
-        drift,
-        odd_nodes,
-        unreadable: unreadable.into_iter().map(|(_, u)| u).collect(),
-    }
+    s
 }
 
 #[cfg(test)]

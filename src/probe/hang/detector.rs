@@ -8,6 +8,7 @@ use super::layout::*;
 use super::model::{Options, Stalled, Verdict};
 use crate::live::cuda::KernelArg;
 use crate::live::shared::Region;
+use gdrdoctor_checks::progress_record as rec;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,7 @@ impl<'a> View<'a> {
         self.mem.u64_at(OFF_FLAGS + 64 * i)
     }
     pub(super) fn rec(&self, i: usize) -> HangRecord<'a> {
-        HangRecord::at(self.mem, OFF_RECS + 64 * i)
+        HangRecord::at(self.mem, OFF_RECS + rec::SIZE * i)
     }
     pub(super) fn reset(&self) {
         // Zero the mapped region between scenarios (no kernel is running).

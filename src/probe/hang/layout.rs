@@ -1,9 +1,11 @@
 //! The memory the hang kernels share with the host (kernels/hang.cu): the control block, the
 //! launch records, the flags and one 64-byte record per waiting agent, in host-mapped memory
 //! that the host reads only through atomics ([`Region`]). Record layouts mirror the `struct`s
-//! of kernels/hang.cu field by field.
+//! of kernels/hang.cu field by field; the waiter's record is the progress record of
+//! `gdrdoctor_checks::progress_record`, the one layout `gdrdoctor watch` reads too.
 
 use crate::live::shared::Region;
+use gdrdoctor_checks::progress_record as rec;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -20,7 +22,8 @@ pub(super) const L_STARTED: u32 = 2;
 pub(super) const L_DONE: u32 = 3;
 
 /// One waiting agent's record (64 bytes, device-written, host-read): `struct HangRecord` of
-/// kernels/hang.cu, seen through the shared region's atomics.
+/// kernels/hang.cu (the progress record, [`rec`]), seen through the shared region's atomics.
+/// Its `kernel_gen` is always 0 here: the probe knows its launches.
 #[derive(Clone, Copy)]
 pub struct HangRecord<'a> {
     pub seq: &'a AtomicU32,
@@ -29,7 +32,8 @@ pub struct HangRecord<'a> {
     pub block: &'a AtomicU32,
     /// smid << 8 | warpid
     pub smid_warp: &'a AtomicU32,
-    pub iter: &'a AtomicU64,
+    /// Completed waits, mod 2^32.
+    pub iter: &'a AtomicU32,
     pub addr: &'a AtomicU64,
     pub expected: &'a AtomicU64,
     pub observed: &'a AtomicU64,
@@ -62,16 +66,16 @@ pub struct LaunchRecord<'a> {
 impl<'a> HangRecord<'a> {
     pub(super) fn at(m: Region<'a>, o: usize) -> HangRecord<'a> {
         HangRecord {
-            seq: m.u32_at(o),
-            phase_site: m.u32_at(o + 4),
-            block: m.u32_at(o + 8),
-            smid_warp: m.u32_at(o + 12),
-            iter: m.u64_at(o + 16),
-            addr: m.u64_at(o + 24),
-            expected: m.u64_at(o + 32),
-            observed: m.u64_at(o + 40),
-            wait_start_gt: m.u64_at(o + 48),
-            beat_gt: m.u64_at(o + 56),
+            seq: m.u32_at(o + rec::SEQ),
+            phase_site: m.u32_at(o + rec::PHASE_SITE),
+            block: m.u32_at(o + rec::BLOCK),
+            smid_warp: m.u32_at(o + rec::SM_WARP),
+            iter: m.u32_at(o + rec::ITER),
+            addr: m.u64_at(o + rec::ADDR),
+            expected: m.u64_at(o + rec::EXPECTED),
+            observed: m.u64_at(o + rec::OBSERVED),
+            wait_start_gt: m.u64_at(o + rec::WAIT_START_GT),
+            beat_gt: m.u64_at(o + rec::BEAT_GT),
         }
     }
 }
@@ -110,7 +114,7 @@ pub(super) const OFF_LAUNCH: usize = 64;
 pub(super) const OFF_FLAGS: usize = OFF_LAUNCH + 64 * MAX_LAUNCHES;
 pub(super) const OFF_CALIB: usize = OFF_FLAGS + 64 * MAX_FLAGS;
 pub(super) const OFF_RECS: usize = 4096;
-pub(super) const MAPPED_SIZE: usize = OFF_RECS + 64 * MAX_REC;
+pub(super) const MAPPED_SIZE: usize = OFF_RECS + rec::SIZE * MAX_REC;
 
 /// A consistent copy of a record (seqlock read).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,7 +150,7 @@ impl HangRecord<'_> {
                 block: self.block.load(Ordering::Relaxed),
                 smid: sw >> 8,
                 warp: sw & 0xff,
-                iter: self.iter.load(Ordering::Relaxed),
+                iter: u64::from(self.iter.load(Ordering::Relaxed)),
                 addr: self.addr.load(Ordering::Relaxed),
                 expected: self.expected.load(Ordering::Relaxed),
                 observed: self.observed.load(Ordering::Relaxed),
@@ -163,7 +167,7 @@ impl HangRecord<'_> {
         Snap {
             phase: ps >> 24,
             site: ps & 0xffff,
-            iter: self.iter.load(Ordering::Relaxed),
+            iter: u64::from(self.iter.load(Ordering::Relaxed)),
             ..Default::default()
         }
     }

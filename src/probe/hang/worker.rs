@@ -14,6 +14,7 @@ use crate::live::cuda::{Context, DeviceBuffer, Driver, Event, Stream};
 use crate::live::os;
 use crate::probe::kernels::{self, Kernels};
 use crate::worker::protocol::{self, WorkerError};
+use gdrdoctor_checks::progress_record as rec;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -90,7 +91,7 @@ impl Gpu<'_> {
                     let f = module.get(l.func)?;
                     let mut args = vec![
                         Arg::U64(self.dev(OFF_CTRL)),
-                        Arg::U64(self.dev(OFF_RECS + 64 * l.rec_base)),
+                        Arg::U64(self.dev(OFF_RECS + rec::SIZE * l.rec_base)),
                         Arg::U64(self.dev(OFF_LAUNCH + 64 * li)),
                     ];
                     args.extend(l.args.iter().copied());

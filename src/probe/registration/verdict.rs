@@ -1,7 +1,7 @@
 //! The verdict of `probe --registration`: findings from the worker's record, a pure function
 //! (replayed from saved reports by the tests).
 
-use super::{Record, Step};
+use super::{GpuResult, Record, Result_, Step};
 use crate::live::verbs::explain_errno;
 use crate::probe::common::{self, explain_cuda};
 use gdrdoctor_checks::report::{Finding, Status};
@@ -53,196 +53,7 @@ pub fn findings(r: &Record) -> Vec<Finding> {
         ),
     ));
     for g in &res.gpus {
-        let subject = g.bdf.clone();
-        let find = |name: &str| {
-            g.steps
-                .iter()
-                .filter(|s| s.step == name)
-                .collect::<Vec<_>>()
-        };
-        // dma-buf export at every size, and at the 4 KiB offset.
-        let exports = find("dmabuf-export");
-        let offset = find("dmabuf-export-offset-4k");
-        let failed: Vec<String> = exports
-            .iter()
-            .chain(offset.iter())
-            .filter(|s| !s.ok)
-            .map(|s| {
-                format!(
-                    "{} {}: {}",
-                    s.step,
-                    gdrdoctor_checks::parse::human_bytes(s.bytes),
-                    s.error.clone().unwrap_or_default()
-                )
-            })
-            .collect();
-        let timings = exports
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} {:.0} us",
-                    gdrdoctor_checks::parse::human_bytes(s.bytes),
-                    s.us
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let allocs = find("cuMemAlloc")
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} {:.0} us",
-                    gdrdoctor_checks::parse::human_bytes(s.bytes),
-                    s.us
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let repeated = g
-            .timing
-            .iter()
-            .map(|t| {
-                format!(
-                    "{}: alloc {:.0} us, export {:.0} us (median of {}; p90 {:.0}/{:.0})",
-                    gdrdoctor_checks::parse::human_bytes(t.bytes),
-                    t.alloc_us_median,
-                    t.export_us_median,
-                    t.runs,
-                    t.alloc_us_p90,
-                    t.export_us_p90
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        if exports.is_empty() {
-            out.push(
-                Finding::new(
-                    "probe.dmabuf-export",
-                    Status::Error,
-                    &subject,
-                    "no allocation succeeded, nothing to export",
-                )
-                .evidence("cuMemAlloc", allocs),
-            );
-        } else if failed.is_empty() {
-            out.push(
-                Finding::new(
-                    "probe.dmabuf-export",
-                    Status::Pass,
-                    &subject,
-                    format!(
-                        "gpu memory exports as dma-buf at {} sizes{}",
-                        exports.len(),
-                        if offset.is_empty() {
-                            ""
-                        } else {
-                            " and at a 4 KiB offset"
-                        }
-                    ),
-                )
-                .evidence("cuMemGetHandleForAddressRange", timings)
-                .evidence("cuMemAlloc", allocs)
-                .evidence(
-                    "repeated",
-                    if repeated.is_empty() {
-                        "use --repeat N for medians".to_string()
-                    } else {
-                        repeated
-                    },
-                ),
-            );
-        } else {
-            let hint = failed.first().map(|f| explain_cuda(f)).unwrap_or("");
-            let mut f = Finding::new(
-                "probe.dmabuf-export",
-                Status::Fail,
-                &subject,
-                format!("dma-buf export failed: {}", failed.join("; ")),
-            )
-            .evidence("cuMemGetHandleForAddressRange", timings);
-            if !hint.is_empty() {
-                f = f.fix(format!("{hint}; NCCL has no fallback once dma-buf is chosen: set NCCL_DMABUF_ENABLE=0 to use nvidia-peermem instead"));
-            }
-            out.push(f);
-        }
-        // Managed memory.
-        match (find("cuMemAllocManaged").first(), find("dmabuf-export-managed").first()) {
-            (Some(a), _) if !a.ok => out.push(Finding::new("probe.managed-memory", Status::Skip, &subject, format!("cuMemAllocManaged failed: {}", a.error.clone().unwrap_or_default()))),
-            (_, Some(e)) if !e.ok => out.push(Finding::new("probe.managed-memory", Status::Pass, &subject, "managed memory cannot be exported as dma-buf (nor pinned by a peer-memory client): rdma buffers must come from cudaMalloc/cuMemAlloc or cuMemCreate")
-                .evidence("cuMemGetHandleForAddressRange(managed)", e.error.clone().unwrap_or_default())),
-            (_, Some(_)) => out.push(Finding::new("probe.managed-memory", Status::Warn, &subject, "managed memory exported as dma-buf on this platform: registration may still migrate pages under the nic; prefer cudaMalloc for rdma buffers")),
-            _ => {}
-        }
-        // Host register baseline.
-        if let Some(h) = find("cuMemHostRegister").first() {
-            if h.ok {
-                out.push(Finding::new(
-                    "probe.host-register",
-                    Status::Pass,
-                    &subject,
-                    format!(
-                        "pinned host memory registers ({} in {:.0} us)",
-                        gdrdoctor_checks::parse::human_bytes(h.bytes),
-                        h.us
-                    ),
-                ));
-            } else {
-                out.push(Finding::new("probe.host-register", Status::Fail, &subject, format!("cuMemHostRegister failed: {}", h.error.clone().unwrap_or_default()))
-                    .fix("check that the driver supports host registration (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, gpu.gdr-support evidence) and that the host has free memory to pin"));
-            }
-        }
-        // Verbs: one finding per NIC this GPU was registered with.
-        if let Some(why) = &res.verbs_skipped {
-            out.push(Finding::new(
-                "probe.verbs-registration",
-                Status::Skip,
-                &subject,
-                format!("verbs registration not run: {why}"),
-            ));
-        } else if g.verbs.is_empty() {
-            out.push(Finding::new(
-                "probe.verbs-registration",
-                Status::Error,
-                &subject,
-                "no registration was attempted (no gpu buffer of 4 KiB or 2 MiB could be allocated)",
-            ));
-        } else {
-            let peers = match (&g.memory_peers_before, &g.memory_peers_after) {
-                (Some(b), Some(a)) => format!(
-                    "num_alloc_mrs {} -> {}",
-                    b.get("num_alloc_mrs").copied().unwrap_or(0),
-                    a.get("num_alloc_mrs").copied().unwrap_or(0)
-                ),
-                _ => "no /sys/kernel/mm/memory_peers/nv_mem".into(),
-            };
-            let mut devs: Vec<&str> = Vec::new();
-            for s in &g.verbs {
-                let d = step_device(s);
-                if !devs.contains(&d) {
-                    devs.push(d);
-                }
-            }
-            for dev in devs {
-                let probe = res.nccl_dmabuf_probe.get(dev).copied().flatten();
-                out.push(
-                    verbs_finding(&g.bdf, dev, &g.verbs, probe)
-                        .evidence("/sys/kernel/mm/memory_peers/nv_mem", peers.clone()),
-                );
-            }
-        }
-        if let (Some(b), Some(a)) = (g.bar1_used_before, g.bar1_used_after) {
-            if let Some(last) = out.last_mut() {
-                last.evidence.push(gdrdoctor_checks::report::Evidence {
-                    source: "NVML BAR1 used".into(),
-                    observed: format!(
-                        "{} before, {} after",
-                        gdrdoctor_checks::parse::human_bytes(b),
-                        gdrdoctor_checks::parse::human_bytes(a)
-                    ),
-                    expected: None,
-                });
-            }
-        }
+        gpu_findings(res, g, &mut out);
     }
     if res.rdma_devices.is_empty() {
         out.push(Finding::new(
@@ -259,6 +70,209 @@ pub fn findings(r: &Record) -> Vec<Finding> {
         out.push(nccl_dmabuf_finding(dev, *errno));
     }
     out
+}
+
+/// The steps of one GPU called `name`.
+fn steps<'a>(g: &'a GpuResult, name: &str) -> Vec<&'a Step> {
+    g.steps
+        .iter()
+        .filter(|s| s.step == name)
+        .collect::<Vec<_>>()
+}
+
+/// The findings of one GPU: dma-buf export, managed memory, host registration, verbs
+/// registration per NIC, and the BAR1 use around them.
+fn gpu_findings(res: &Result_, g: &GpuResult, out: &mut Vec<Finding>) {
+    let subject = g.bdf.clone();
+    out.push(export_finding(g, &subject));
+    // Managed memory.
+    match (steps(g, "cuMemAllocManaged").first(), steps(g, "dmabuf-export-managed").first()) {
+        (Some(a), _) if !a.ok => out.push(Finding::new("probe.managed-memory", Status::Skip, &subject, format!("cuMemAllocManaged failed: {}", a.error.clone().unwrap_or_default()))),
+        (_, Some(e)) if !e.ok => out.push(Finding::new("probe.managed-memory", Status::Pass, &subject, "managed memory cannot be exported as dma-buf (nor pinned by a peer-memory client): rdma buffers must come from cudaMalloc/cuMemAlloc or cuMemCreate")
+            .evidence("cuMemGetHandleForAddressRange(managed)", e.error.clone().unwrap_or_default())),
+        (_, Some(_)) => out.push(Finding::new("probe.managed-memory", Status::Warn, &subject, "managed memory exported as dma-buf on this platform: registration may still migrate pages under the nic; prefer cudaMalloc for rdma buffers")),
+        _ => {}
+    }
+    // Host register baseline.
+    if let Some(h) = steps(g, "cuMemHostRegister").first() {
+        if h.ok {
+            out.push(Finding::new(
+                "probe.host-register",
+                Status::Pass,
+                &subject,
+                format!(
+                    "pinned host memory registers ({} in {:.0} us)",
+                    gdrdoctor_checks::parse::human_bytes(h.bytes),
+                    h.us
+                ),
+            ));
+        } else {
+            out.push(Finding::new("probe.host-register", Status::Fail, &subject, format!("cuMemHostRegister failed: {}", h.error.clone().unwrap_or_default()))
+                .fix("check that the driver supports host registration (CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, gpu.gdr-support evidence) and that the host has free memory to pin"));
+        }
+    }
+    verbs_findings(res, g, &subject, out);
+    if let (Some(b), Some(a)) = (g.bar1_used_before, g.bar1_used_after) {
+        if let Some(last) = out.last_mut() {
+            last.evidence.push(gdrdoctor_checks::report::Evidence {
+                source: "NVML BAR1 used".into(),
+                observed: format!(
+                    "{} before, {} after",
+                    gdrdoctor_checks::parse::human_bytes(b),
+                    gdrdoctor_checks::parse::human_bytes(a)
+                ),
+                expected: None,
+            });
+        }
+    }
+}
+
+/// `probe.dmabuf-export`: GPU memory exported as dma-buf at every size, and at the 4 KiB
+/// offset.
+fn export_finding(g: &GpuResult, subject: &str) -> Finding {
+    // dma-buf export at every size, and at the 4 KiB offset.
+    let exports = steps(g, "dmabuf-export");
+    let offset = steps(g, "dmabuf-export-offset-4k");
+    let failed: Vec<String> = exports
+        .iter()
+        .chain(offset.iter())
+        .filter(|s| !s.ok)
+        .map(|s| {
+            format!(
+                "{} {}: {}",
+                s.step,
+                gdrdoctor_checks::parse::human_bytes(s.bytes),
+                s.error.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    let timings = exports
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {:.0} us",
+                gdrdoctor_checks::parse::human_bytes(s.bytes),
+                s.us
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let allocs = steps(g, "cuMemAlloc")
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {:.0} us",
+                gdrdoctor_checks::parse::human_bytes(s.bytes),
+                s.us
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let repeated = g
+        .timing
+        .iter()
+        .map(|t| {
+            format!(
+                "{}: alloc {:.0} us, export {:.0} us (median of {}; p90 {:.0}/{:.0})",
+                gdrdoctor_checks::parse::human_bytes(t.bytes),
+                t.alloc_us_median,
+                t.export_us_median,
+                t.runs,
+                t.alloc_us_p90,
+                t.export_us_p90
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    if exports.is_empty() {
+        Finding::new(
+            "probe.dmabuf-export",
+            Status::Error,
+            subject,
+            "no allocation succeeded, nothing to export",
+        )
+        .evidence("cuMemAlloc", allocs)
+    } else if failed.is_empty() {
+        Finding::new(
+            "probe.dmabuf-export",
+            Status::Pass,
+            subject,
+            format!(
+                "gpu memory exports as dma-buf at {} sizes{}",
+                exports.len(),
+                if offset.is_empty() {
+                    ""
+                } else {
+                    " and at a 4 KiB offset"
+                }
+            ),
+        )
+        .evidence("cuMemGetHandleForAddressRange", timings)
+        .evidence("cuMemAlloc", allocs)
+        .evidence(
+            "repeated",
+            if repeated.is_empty() {
+                "use --repeat N for medians".to_string()
+            } else {
+                repeated
+            },
+        )
+    } else {
+        let hint = failed.first().map(|f| explain_cuda(f)).unwrap_or("");
+        let mut f = Finding::new(
+            "probe.dmabuf-export",
+            Status::Fail,
+            subject,
+            format!("dma-buf export failed: {}", failed.join("; ")),
+        )
+        .evidence("cuMemGetHandleForAddressRange", timings);
+        if !hint.is_empty() {
+            f = f.fix(format!("{hint}; NCCL has no fallback once dma-buf is chosen: set NCCL_DMABUF_ENABLE=0 to use nvidia-peermem instead"));
+        }
+        f
+    }
+}
+
+/// `probe.verbs-registration`: one finding per NIC this GPU was registered with.
+fn verbs_findings(res: &Result_, g: &GpuResult, subject: &str, out: &mut Vec<Finding>) {
+    if let Some(why) = &res.verbs_skipped {
+        out.push(Finding::new(
+            "probe.verbs-registration",
+            Status::Skip,
+            subject,
+            format!("verbs registration not run: {why}"),
+        ));
+    } else if g.verbs.is_empty() {
+        out.push(Finding::new(
+            "probe.verbs-registration",
+            Status::Error,
+            subject,
+            "no registration was attempted (no gpu buffer of 4 KiB or 2 MiB could be allocated)",
+        ));
+    } else {
+        let peers = match (&g.memory_peers_before, &g.memory_peers_after) {
+            (Some(b), Some(a)) => format!(
+                "num_alloc_mrs {} -> {}",
+                b.get("num_alloc_mrs").copied().unwrap_or(0),
+                a.get("num_alloc_mrs").copied().unwrap_or(0)
+            ),
+            _ => "no /sys/kernel/mm/memory_peers/nv_mem".into(),
+        };
+        let mut devs: Vec<&str> = Vec::new();
+        for s in &g.verbs {
+            let d = step_device(s);
+            if !devs.contains(&d) {
+                devs.push(d);
+            }
+        }
+        for dev in devs {
+            let probe = res.nccl_dmabuf_probe.get(dev).copied().flatten();
+            out.push(
+                verbs_finding(&g.bdf, dev, &g.verbs, probe)
+                    .evidence("/sys/kernel/mm/memory_peers/nv_mem", peers.clone()),
+            );
+        }
+    }
 }
 
 /// The NIC a verbs step is about: the last word of its name (`ibv_reg_mr mlx5_0`).
