@@ -4,7 +4,7 @@
 
 use super::memo::memoized;
 use crate::derive::{self, PathAnswer};
-use crate::model::{Node, RdmaDevice};
+use crate::model::{Node, PciDevice, RdmaDevice};
 use crate::nccl::env::Level as EnvLevel;
 use crate::nccl::rule::{self, Config};
 use crate::nccl::{self, PathKind};
@@ -42,6 +42,17 @@ pub fn level_of(cfg: &Config) -> Level {
     }
 }
 
+/// One RDMA NIC's PCI function ([`Context::nic_functions`]).
+pub struct NicFunction<'a, 'c> {
+    /// The first NIC on the function.
+    pub nic: &'a RdmaDevice,
+    /// Its place in NCCL's tree, when known.
+    pub ep: Option<&'c Endpoint>,
+    /// The address as the NIC names it.
+    pub bdf: &'a String,
+    pub dev: &'a PciDevice,
+}
+
 /// Everything the verdicts need, computed once.
 pub struct Context<'a> {
     pub index: PciIndex<'a>,
@@ -59,6 +70,33 @@ impl<'a> Context<'a> {
     /// costly part, every GPU's and NIC's place in NCCL's tree, is computed once and copied to
     /// each check (the checks of an 8-GPU report asked for it 13 times: 2.4 M of its 33 M
     /// instructions).
+    /// The PCI functions of the RDMA NICs, each once and in NIC order (two NICs on one
+    /// function, a PF and its sub-functions, are judged once, as the first that names it),
+    /// with that NIC and its place in NCCL's tree; a NIC whose function is unknown or not on
+    /// the bus is left out.
+    pub fn nic_functions(&self) -> Vec<NicFunction<'a, '_>> {
+        let mut out: Vec<NicFunction<'a, '_>> = Vec::new();
+        let mut seen: Vec<&String> = Vec::new();
+        for (nic, ep) in &self.nics {
+            let Some(Some(bdf)) = nic.pci_bdf.get() else {
+                continue;
+            };
+            if seen.contains(&bdf) {
+                continue;
+            }
+            seen.push(bdf);
+            if let Some(dev) = self.index.get(bdf) {
+                out.push(NicFunction {
+                    nic,
+                    ep: ep.as_ref(),
+                    bdf,
+                    dev,
+                });
+            }
+        }
+        out
+    }
+
     pub fn new(node: &'a Node) -> Self {
         let index = PciIndex::new(node);
         let placed = placed(node);

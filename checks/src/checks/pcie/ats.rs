@@ -11,31 +11,12 @@ pub fn ats(node: &Node) -> Vec<Finding> {
     let cx = Context::new(node);
     let (mode, _) = crate::derive::iommu_mode(node);
     let mut out = Vec::new();
-    let mut seen = Vec::new();
-    for (nic, ep) in &cx.nics {
-        let Some(Some(bdf)) = nic.pci_bdf.get() else {
-            continue;
-        };
-        if seen.contains(bdf) {
-            continue;
-        }
-        seen.push(bdf.clone());
-        let Some(d) = cx.index.get(bdf) else { continue };
+    for f in cx.nic_functions() {
+        let (nic, ep, bdf, d) = (f.nic, f.ep, f.bdf, f.dev);
         let src = format!("{}/config", d.sysfs_path);
-        let cs = match readable(d, 4096) {
-            Ok(cs) => cs,
-            Err(why) => {
-                out.push(
-                    Finding::new(
-                        ID,
-                        Status::Error,
-                        bdf,
-                        format!("cannot read the ats capability of {}", nic.name),
-                    )
-                    .evidence(src, why),
-                );
-                continue;
-            }
+        let what = format!("ats capability of {}", nic.name);
+        let Some(cs) = readable_or_error(ID, bdf, d, 4096, what, &mut out) else {
+            continue;
         };
         let Some(a) = cs.ats.clone().filter(|a| a.enabled) else {
             if cs.ats.is_none() {

@@ -15,13 +15,9 @@ pub fn bars(node: &Node) -> Vec<Finding> {
         .iter()
         .filter_map(|g| cx.index.get(&g.bdf))
         .collect();
-    for (nic, _) in &cx.nics {
-        if let Some(Some(b)) = nic.pci_bdf.get() {
-            if let Some(d) = cx.index.get(b) {
-                if !devs.iter().any(|x| x.bdf == d.bdf) {
-                    devs.push(d);
-                }
-            }
+    for f in cx.nic_functions() {
+        if !devs.iter().any(|x| x.bdf == f.dev.bdf) {
+            devs.push(f.dev);
         }
     }
     if devs.is_empty() {

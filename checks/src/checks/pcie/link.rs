@@ -25,11 +25,9 @@ pub fn link(node: &Node) -> Vec<Finding> {
     for g in &cx.gpus {
         subjects.push((g.bdf.clone(), "gpu"));
     }
-    for (nic, _) in &cx.nics {
-        if let Some(Some(b)) = nic.pci_bdf.get() {
-            if !subjects.iter().any(|(s, _)| s == b) {
-                subjects.push((b.clone(), "nic"));
-            }
+    for f in cx.nic_functions() {
+        if !subjects.iter().any(|(s, _)| s == f.bdf) {
+            subjects.push((f.bdf.clone(), "nic"));
         }
     }
     let endpoints: Vec<(String, &'static str)> = subjects.clone();

@@ -8,32 +8,13 @@ use crate::report::{Finding, Status};
 pub fn mrrs(node: &Node) -> Vec<Finding> {
     const ID: &str = "pcie.mrrs";
     let cx = Context::new(node);
-    let mut seen = Vec::new();
     let mut out = Vec::new();
-    for (nic, _) in &cx.nics {
-        let Some(Some(bdf)) = nic.pci_bdf.get() else {
-            continue;
-        };
-        if seen.contains(bdf) {
-            continue;
-        }
-        seen.push(bdf.clone());
-        let Some(d) = cx.index.get(bdf) else { continue };
+    for f in cx.nic_functions() {
+        let (nic, bdf, d) = (f.nic, f.bdf, f.dev);
         let src = format!("{}/config", d.sysfs_path);
-        let cs = match readable(d, 256) {
-            Ok(cs) => cs,
-            Err(why) => {
-                out.push(
-                    Finding::new(
-                        ID,
-                        Status::Error,
-                        bdf,
-                        format!("cannot read the pcie device control of {}", nic.name),
-                    )
-                    .evidence(src, why),
-                );
-                continue;
-            }
+        let what = format!("pcie device control of {}", nic.name);
+        let Some(cs) = readable_or_error(ID, bdf, d, 256, what, &mut out) else {
+            continue;
         };
         let Some(p) = cs.pcie.clone() else {
             let (msg, why) = match absence_unknown(&cs, false) {

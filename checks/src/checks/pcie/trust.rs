@@ -4,6 +4,7 @@
 
 use crate::model::{Fact, Node, PciDevice};
 use crate::pci::config::ConfigSpace;
+use crate::report::{Finding, Status};
 
 /// Why config space cannot answer, or `None` when it can (`need` bytes).
 fn config_gap(d: &PciDevice, need: usize) -> Option<String> {
@@ -90,6 +91,33 @@ pub(super) fn misplaced(node: &Node, d: &PciDevice) -> Option<String> {
         }
     }
     None
+}
+
+/// [`readable`], or an `error` finding of `id` on `subject` saying `cannot read the <what>`,
+/// with the reason as its evidence, pushed to `out`.
+pub(super) fn readable_or_error(
+    id: &str,
+    subject: &str,
+    d: &PciDevice,
+    need: usize,
+    what: String,
+    out: &mut Vec<Finding>,
+) -> Option<ConfigSpace> {
+    match readable(d, need) {
+        Ok(cs) => Some(cs),
+        Err(why) => {
+            out.push(
+                Finding::new(
+                    id,
+                    Status::Error,
+                    subject,
+                    format!("cannot read the {what}"),
+                )
+                .evidence(format!("{}/config", d.sysfs_path), why),
+            );
+            None
+        }
+    }
 }
 
 /// The decoded config space of `d` when `need` bytes of it are readable and it is this
