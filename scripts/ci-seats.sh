@@ -37,7 +37,7 @@ install_debian() {
     fi
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
       prometheus libxml2-utils slurmctld slurmd slurm-client munge >/dev/null
-    [ "$ours" = 1 ] && $SUDO rm -f "$policy"
+    if [ "$ours" = 1 ]; then $SUDO rm -f "$policy"; fi
   fi
 }
 

@@ -803,3 +803,39 @@ fn an_older_nccl_does_not_see_nvidia_peermem_without_the_registry_file() {
         assert_eq!(g.status == Status::Pass, on > 0, "NCCL {v}: {g:?}");
     }
 }
+
+/// A NIC whose Link Capabilities 2 is zero (no Supported Link Speeds Vector) still has its
+/// link judged: its maximum speed is Link Capabilities' Max Link Speed field, and with that
+/// field reserved too, its width alone still tells an x8 link of x16. Before, `pcie.link` said
+/// "cannot read the link" and the x8 NIC went unreported.
+#[test]
+fn a_nic_without_link_capabilities_2_is_still_judged() {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("hgx-h200x8-cx7x8-nic-x8"), t.path());
+    let cfg = std::fs::read_link(t.path().join("sys/bus/pci/devices/0000:a9:00.0"))
+        .map(|l| t.path().join("sys/bus/pci/devices").join(l).join("config"))
+        .unwrap();
+    let mut b = std::fs::read(&cfg).unwrap();
+    // The PCI Express capability, from the capability pointer.
+    let mut pos = usize::from(b[0x34]);
+    while b[pos] != 0x10 {
+        pos = usize::from(b[pos + 1]);
+    }
+    let finding = |b: &[u8]| {
+        std::fs::write(&cfg, b).unwrap();
+        let r = report_for(t.path());
+        r.findings
+            .into_iter()
+            .find(|f| f.id == "pcie.link" && f.subject == "0000:a9:00.0")
+            .unwrap()
+    };
+    b[pos + 0x2c..pos + 0x30].copy_from_slice(&[0, 0, 0, 0]);
+    let f = finding(&b);
+    assert_eq!(f.status, Status::Warn, "{f:?}");
+    assert!(f.message.contains("x8 of x16"), "{}", f.message);
+    // The Max Link Speed field reserved as well: the width still tells.
+    b[pos + 0x0c] &= 0xf0;
+    let f = finding(&b);
+    assert_eq!(f.status, Status::Warn, "{f:?}");
+    assert!(f.message.contains("x8 of x16"), "{}", f.message);
+}

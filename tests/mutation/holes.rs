@@ -218,3 +218,85 @@ fn swapped_switch_port_config_spaces_are_not_good_news() {
     assert_eq!(statuses(&r).get(&key), Some(&Status::Error));
     assert_ne!(r.summary.exit_code, 0);
 }
+
+/// Every bridge's capability list damaged where it starts, one bridge and one way at a time:
+/// the Capabilities List bit of Status cleared, the capability pointer (0x34) set to 0x00 and
+/// to 0xff, the PCI Express capability's id byte overwritten. A PCIe port without a PCI Express
+/// capability is impossible, so each is damaged config space: never a pass that was not one,
+/// never a healthier exit code. Before, the acs-redirect node's redirect on 0000:37:00.0 read as
+/// "no acs capability" and the node exited 0.
+#[test]
+fn every_bridges_capability_header_pointer_and_status_bit_damaged_is_never_good_news() {
+    let mut problems = Vec::new();
+    let mut runs = 0;
+    for name in [
+        "hgx-h200x8-cx7x8-acs-redirect",
+        "pcie-h200x8-cx7x4-p2p-blocked",
+    ] {
+        let b = base(name);
+        let mut configs = Vec::new();
+        walk(b.dir.path(), &mut |p, t| {
+            if t.is_file() && p.file_name().is_some_and(|n| n == "config") {
+                configs.push(p.to_path_buf());
+            }
+        });
+        configs.sort();
+        for cfg in configs {
+            let orig = std::fs::read(&cfg).unwrap();
+            // Bridges only (header type 1), whose config space holds the capability list.
+            if orig.len() < 0x100 || orig[0x0e] & 0x7f != 1 {
+                continue;
+            }
+            let pcie_at = {
+                let mut pos = usize::from(orig[0x34] & 0xfc);
+                let mut found = None;
+                for _ in 0..48 {
+                    if pos < 0x40 || pos + 1 >= orig.len() {
+                        break;
+                    }
+                    if orig[pos] == 0x10 {
+                        found = Some(pos);
+                        break;
+                    }
+                    pos = usize::from(orig[pos + 1] & 0xfc);
+                }
+                found
+            };
+            let mut damages: Vec<(&str, Vec<u8>)> = Vec::new();
+            let mut d = orig.clone();
+            d[0x06] &= !0x10;
+            damages.push(("status capability-list bit cleared", d));
+            for ptr in [0x00u8, 0xff] {
+                let mut d = orig.clone();
+                d[0x34] = ptr;
+                damages.push((
+                    if ptr == 0 {
+                        "capability pointer 0x00"
+                    } else {
+                        "capability pointer 0xff"
+                    },
+                    d,
+                ));
+            }
+            if let Some(at) = pcie_at {
+                let mut d = orig.clone();
+                d[at] = 0x00;
+                damages.push(("pci express capability id overwritten", d));
+            }
+            for (how, bytes) in damages {
+                std::fs::write(&cfg, &bytes).unwrap();
+                let what = format!("{name}: {} {how}", cfg.display());
+                if let Some(r) = report(b.dir.path()) {
+                    check_invariants(&what, &r, (&b.status, b.exit), true, true, &mut problems);
+                }
+                runs += 1;
+            }
+            std::fs::write(&cfg, &orig).unwrap();
+        }
+    }
+    assert!(runs >= 40, "{runs} damaged bridges only");
+    conclude(
+        format!("capability headers: {runs} damaged bridge config spaces"),
+        &problems,
+    );
+}

@@ -97,14 +97,13 @@ pub fn from_config(cs: &ConfigSpace, sysfs_vendor: Option<u16>) -> FromConfig {
                 let vector = (v >> 1) & 0x7f;
                 Some(speed_text(32 - vector.leading_zeros()).to_string())
             }
-            Some(_) => Some(
-                match cap & 0xf {
-                    2 => speed_text(2),
-                    1 => speed_text(1),
-                    _ => "Unknown",
-                }
-                .to_string(),
-            ),
+            // No Supported Link Speeds Vector: the Max Link Speed field of Link Capabilities
+            // (the kernel's fallback, `pcie_get_speed_cap`). A reserved value there: unknown
+            // here, and the sysfs file is read instead.
+            Some(_) => match speed_text(cap & 0xf) {
+                "Unknown" => None,
+                s => Some(s.to_string()),
+            },
             // A version 2 capability cut before Link Capabilities 2: unknown, read the file.
             None => None,
         };
@@ -152,10 +151,19 @@ mod tests {
 
     #[test]
     fn max_speed_from_lnkcap_when_lnkcap2_is_zero() {
-        for (sls, want) in [(1, "2.5 GT/s PCIe"), (2, "5.0 GT/s PCIe"), (3, "Unknown")] {
+        // The Max Link Speed field of Link Capabilities, as lspci decodes it; a reserved value
+        // is unknown here (the sysfs file is read instead).
+        for (sls, want) in [
+            (1, Some("2.5 GT/s PCIe")),
+            (2, Some("5.0 GT/s PCIe")),
+            (3, Some("8.0 GT/s PCIe")),
+            (5, Some("32.0 GT/s PCIe")),
+            (0, None),
+            (7, None),
+        ] {
             let cs = decode(&space(0, 0x100 | sls, 0x1011, 0));
             let a = from_config(&cs, Some(0x10de));
-            assert_eq!(a.max_link_speed.as_deref(), Some(want), "sls {sls}");
+            assert_eq!(a.max_link_speed.as_deref(), want, "sls {sls}");
         }
         // The vector's highest bit, not LNKCAP: a 64 GT/s vector beside a 32 GT/s LNKCAP.
         let cs = decode(&space(0, 0x105, 0x1015, 0x7e));

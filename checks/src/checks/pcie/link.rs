@@ -69,20 +69,71 @@ pub fn link(node: &Node) -> Vec<Finding> {
             d.cur_link_width.get().copied(),
             d.max_link_width.get().copied(),
         );
+        let name = names::device_name(d);
+        // A narrow link is told even when a speed cannot be read: the width alone halves the
+        // bandwidth (an x8 NIC must not go unreported because its Link Capabilities 2 is 0).
+        if let (Some(cw), Some(mw), true) = (cur_w, max_w, cur_s.is_none() || max_s.is_none()) {
+            let pw = parent
+                .and_then(|p| p.max_link_width.get().copied())
+                .unwrap_or(mw);
+            let exp_w = mw.min(pw);
+            if cw < exp_w {
+                let speed_of =
+                    |f: &Fact<String>| format!("{} ({})", f.describe(|s| s.clone()), f.source());
+                out.push(
+                    Finding::new(ID, Status::Warn, &bdf, format!("{kind} link runs at x{cw} of x{exp_w}: half or less of its bandwidth ({name}); its speed cannot be read"))
+                        .expected(d.cur_link_width.source(), format!("x{cw}"), format!("x{exp_w}"))
+                        .evidence("current speed", speed_of(&d.cur_link_speed))
+                        .evidence("maximum speed", speed_of(&d.max_link_speed))
+                        .fix("reseat the card or cable; check the slot's electrical width in the board manual (`dmidecode -t slot`) and the BIOS bifurcation setting; `lspci -vv -s <bdf>` shows LnkSta (downgraded)"),
+                );
+                continue;
+            }
+        }
         let (Some(cur_s), Some(max_s), Some(cur_w), Some(max_w)) = (cur_s, max_s, cur_w, max_w)
         else {
-            out.push(
-                Finding::new(
-                    ID,
-                    Status::Error,
-                    &bdf,
-                    format!("cannot read the link of this {kind}"),
-                )
-                .evidence(
+            // Name each value that cannot be read, with where it was read from (the register,
+            // or the sysfs file the register's absence sent the reader to).
+            let mut missing = Vec::new();
+            let mut f = Finding::new(ID, Status::Error, &bdf, String::new());
+            let text = |x: &Fact<String>| x.describe(|s| s.clone());
+            let num = |x: &Fact<u32>| x.describe(|w| format!("x{w}"));
+            for (what, ok, source, seen) in [
+                (
+                    "current speed",
+                    cur_s.is_some(),
                     d.cur_link_speed.source(),
-                    d.cur_link_speed.describe(|s| s.clone()),
+                    text(&d.cur_link_speed),
                 ),
+                (
+                    "maximum speed",
+                    max_s.is_some(),
+                    d.max_link_speed.source(),
+                    text(&d.max_link_speed),
+                ),
+                (
+                    "current width",
+                    cur_w.is_some(),
+                    d.cur_link_width.source(),
+                    num(&d.cur_link_width),
+                ),
+                (
+                    "maximum width",
+                    max_w.is_some(),
+                    d.max_link_width.source(),
+                    num(&d.max_link_width),
+                ),
+            ] {
+                if !ok {
+                    missing.push(what);
+                    f = f.evidence(source, seen);
+                }
+            }
+            f.message = format!(
+                "cannot read the link of this {kind}: its {} cannot be read",
+                missing.join(", ")
             );
+            out.push(f);
             continue;
         };
         // What the link can do: the lower of the two ends (NCCL reads both, xml.cc).
@@ -99,7 +150,6 @@ pub fn link(node: &Node) -> Vec<Finding> {
             Some(reg) => reg.to_string(),
             None => format!("{}/current_link_{{speed,width}}", d.sysfs_path),
         };
-        let name = names::device_name(d);
         let slow = cur_s + 0.01 < exp_s;
         let narrow = cur_w < exp_w;
         let f = if narrow {

@@ -47,7 +47,44 @@ pub(crate) fn untrusted(d: &PciDevice, cs: &ConfigSpace) -> Option<String> {
             }
         }
     }
-    None
+    pcie_capability_lost(d, cs)
+}
+
+/// A PCI Express function always has a PCI Express capability. When sysfs (the kernel, which
+/// read the capability at enumeration) names a PCIe link, or the extended config space holds
+/// capability headers (only PCIe and PCI-X 2.0 functions have one), a capability list without
+/// it (a capability pointer of 0x00 or 0xff, the Capabilities List bit cleared in Status, a
+/// chain that ends before it) is damaged config space, not a device without capabilities:
+/// otherwise a switch port's ACS redirect would read as "no ACS capability" and pass.
+fn pcie_capability_lost(d: &PciDevice, cs: &ConfigSpace) -> Option<String> {
+    if cs.limited || cs.pcie.is_some() || !cs.chain_breaks.is_empty() {
+        return None;
+    }
+    let link = [&d.cur_link_speed, &d.max_link_speed]
+        .into_iter()
+        .find_map(|f| {
+            f.get()
+                .filter(|s| crate::parse::link_speed_gts(s).is_some())
+                .map(|s| format!("{} says a PCIe link at {s}", f.source()))
+        });
+    let raw = d.config.get()?;
+    let ext = raw
+        .get(0x100..0x104)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .filter(|h| *h != 0 && *h != 0xffff_ffff && (1..=0x30).contains(&(h & 0xffff)))
+        .map(|h| {
+            format!(
+                "its extended config space holds capability 0x{:04x} at 0x100",
+                h & 0xffff
+            )
+        });
+    let why = link.or(ext)?;
+    let status = cs.status.unwrap_or(0);
+    let ptr = raw.get(0x34).copied().unwrap_or(0);
+    Some(format!(
+        "{why}, but its config space has no PCI Express capability (Status 0x{status:04x}: Capabilities List bit {}; capability pointer 0x{ptr:02x}): the config space is damaged",
+        if status & 0x10 != 0 { "set" } else { "clear" }
+    ))
 }
 
 /// A bridge whose config space does not fit its place in the tree: its primary bus number
