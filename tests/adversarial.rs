@@ -970,3 +970,68 @@ fn pasted_html_and_markdown_are_shown_not_rendered() {
     assert!(out.contains("onerror"), "the text is still shown: {out}");
     assert!(out.contains("&lt;img"), "{out}");
 }
+
+/// `snapshot X.tar.gz` never overwrites an existing file unless `--force`, and a symbolic link
+/// planted at X is never followed: without `--force` refused, with it the link itself is
+/// replaced and its target is untouched. A directory snapshot into a symlink is refused.
+#[test]
+fn a_snapshot_never_overwrites_or_follows_what_is_at_its_path() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture("h200-vm-live");
+    let victim = t.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let out = t.path().join("snap.tar.gz");
+    std::os::unix::fs::symlink(&victim, &out).unwrap();
+    let args = |force: bool| {
+        let mut a = vec![
+            "snapshot".to_string(),
+            "--sysroot".into(),
+            src.display().to_string(),
+            out.display().to_string(),
+        ];
+        if force {
+            a.push("--force".into());
+        }
+        a
+    };
+    let a = args(false);
+    let (code, _, err) = run_tmp(t.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("exists; pass --force"), "{err}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    let a = args(true);
+    let (code, _, err) = run_tmp(t.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        std::fs::read(&victim).unwrap(),
+        b"precious",
+        "the link's target is untouched"
+    );
+    assert!(std::fs::symlink_metadata(&out)
+        .unwrap()
+        .file_type()
+        .is_file());
+    // An existing archive without --force: refused, kept.
+    let before = std::fs::read(&out).unwrap();
+    let a = args(false);
+    let (code, _, _) = run_tmp(t.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 2);
+    assert_eq!(std::fs::read(&out).unwrap(), before);
+    // A directory snapshot into a symbolic link to a directory: refused, nothing written there.
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let dir_out = t.path().join("snapdir");
+    std::os::unix::fs::symlink(&elsewhere, &dir_out).unwrap();
+    let (code, _, err) = run_tmp(
+        t.path(),
+        &[
+            "snapshot",
+            "--sysroot",
+            &src.display().to_string(),
+            &dir_out.display().to_string(),
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}

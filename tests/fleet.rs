@@ -544,3 +544,31 @@ fn hostile_files_are_not_read_and_nodes_are_judged_by_their_findings() {
         "{sm}"
     );
 }
+
+/// A line break in a report's field name or value (a hostile or damaged report) stays inside
+/// its row of the table: every line of the table is one of its rows, escaped.
+#[test]
+fn a_line_break_in_a_report_stays_in_its_row() {
+    let t = tempfile::tempdir().unwrap();
+    let reports = t.path().join("r");
+    std::fs::create_dir(&reports).unwrap();
+    for i in 0..3 {
+        let text = report_json("hgx-h200x8-cx7x8-healthy", None, &format!("node{i}"));
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        if i == 2 {
+            v["inventory"]["driver"]["nvidia_version"] =
+                serde_json::Value::from("580.1\nINJECTED ROW");
+            v["inventory"]["driver"]["x\nINJECTED FIELD"] = serde_json::Value::from("y");
+            v["host"]["hostname"] = serde_json::Value::from("node2\nINJECTED HOST");
+        }
+        std::fs::write(reports.join(format!("n{i}.json")), v.to_string()).unwrap();
+    }
+    let (_, out, err) = run(&["fleet", &s(&reports), "--allow-drift"]);
+    assert!(out.contains("INJECTED"), "shown: {out}\n{err}");
+    for line in out.lines() {
+        assert!(
+            !line.starts_with("INJECTED"),
+            "a row of its own: {line}\n{out}"
+        );
+    }
+}

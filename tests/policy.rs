@@ -535,3 +535,33 @@ fn a_policy_that_cannot_mean_anything_is_refused() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("larger than 4 MiB"), "{err}");
 }
+
+/// `policy init` on a hostile snapshot: a line break in a firmware string or the hostname,
+/// which the written policy quotes in comments, must not start a line of TOML (a planted key).
+#[test]
+fn policy_init_comments_carry_no_line_break_from_the_node() {
+    let t = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("hgx-h200x8-cx7x8-mixed-fw"), t.path());
+    std::fs::write(
+        t.path().join("sys/class/infiniband/mlx5_5/fw_ver"),
+        "28.39.1002\n[waiver]\nINJECTED = 1\n",
+    )
+    .unwrap();
+    let meta = t.path().join("gdrdoctor/meta.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&meta).unwrap()).unwrap();
+    m["hostname"] = serde_json::Value::from("golden\n[severity]\nINJECTED_HOST = \"fail\"");
+    std::fs::write(&meta, serde_json::to_vec(&m).unwrap()).unwrap();
+    let (code, out, err) = run(&["policy", "init", "--sysroot", &s(t.path()), "-o", "-"]);
+    assert_eq!(code, 0, "{err}");
+    for line in out.lines() {
+        assert!(
+            !line.trim_start().starts_with("INJECTED") && line.trim() != "[waiver]",
+            "a line the node wrote: {line}\n{out}"
+        );
+    }
+    assert!(
+        out.contains("INJECTED"),
+        "the text is still shown, escaped: {out}"
+    );
+}

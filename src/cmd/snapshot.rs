@@ -26,12 +26,23 @@ pub struct Args {
     /// host's files, the container's libraries, the container runtime's RLIMIT_MEMLOCK
     #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
     pub host_root: Option<PathBuf>,
+    /// Replace OUT when it exists (a file, or a symbolic link, which is replaced, never
+    /// followed); without it an existing OUT is refused
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub live: LiveArgs,
 }
 
 pub fn run(args: &Args) -> i32 {
     let out = args.out.as_path();
+    let tgz = out.extension().is_some_and(|e| e == "gz" || e == "tgz");
+    if tgz && std::fs::symlink_metadata(out).is_ok() && !args.force {
+        return fail(format!(
+            "{}: exists; pass --force to replace it (a symbolic link there is replaced, never followed)",
+            out.display()
+        ));
+    }
     let at = Location::from_args(args.sysroot.as_deref(), args.host_root.as_deref());
     let src = match Source::open(at) {
         Ok(s) => s,

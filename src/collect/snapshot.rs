@@ -3,7 +3,7 @@
 //! directory or a `.tar.gz` ([`crate::source::archive`] packs it).
 
 use crate::collect;
-use crate::source::archive::{write_tgz, SnapshotError, TempTree};
+use crate::source::archive::{pack_tgz, SnapshotError, TempTree};
 use crate::source::meta::{Meta, META_PATH, META_SCHEMA};
 use crate::source::reader::{Recorded, Root};
 use crate::source::Source;
@@ -63,6 +63,12 @@ pub fn take_source(
         None => out.to_path_buf(),
     };
     if !tgz {
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(SnapshotError(format!(
+                "{}: is a symbolic link: not followed (remove it or choose another directory)",
+                dir.display()
+            )));
+        }
         if let Ok(mut rd) = std::fs::read_dir(&dir) {
             if rd.next().is_some() {
                 return Err(SnapshotError(format!(
@@ -150,6 +156,14 @@ pub fn take_source(
     }
     drop(staging);
     Ok((node, w))
+}
+
+/// The archive of `dir` written to `out` through the one atomic writer: a new file beside it,
+/// renamed over it, so a symlink planted at `out` is replaced, never followed.
+fn write_tgz(dir: &Path, out: &Path) -> Result<(), SnapshotError> {
+    let bytes = pack_tgz(dir, out)?;
+    crate::state::atomic::replace(out, &bytes, crate::state::atomic::Kind::Output)
+        .map_err(SnapshotError)
 }
 
 /// Put [`KEEP_MARKER`](crate::source::reader::KEEP_MARKER) in every empty directory: an empty

@@ -4,7 +4,14 @@ use crate::collect::fleet::rollup::Rollup;
 use crate::sys::escape::prometheus_label as esc;
 use std::fmt::Write;
 
+/// Text from the reports (node names, field names, values, messages) as one line: a line
+/// break in a report's field name would otherwise start a row of its own.
+fn t(s: &str) -> String {
+    crate::sys::escape::text(s).into_owned()
+}
+
 fn names(list: &[String], max: usize) -> String {
+    let list: Vec<String> = list.iter().map(|n| t(n)).collect();
     if list.len() <= max {
         list.join(" ")
     } else {
@@ -13,6 +20,7 @@ fn names(list: &[String], max: usize) -> String {
 }
 
 fn clip(s: &str, max: usize) -> String {
+    let s = t(s);
     if s.chars().count() <= max {
         s.to_string()
     } else {
@@ -89,7 +97,7 @@ pub fn table(r: &Rollup, max_names: usize) -> String {
             }
             let row = format!(
                 " {:<w$}  {:>5} {:>5} {:>5} {:>5} {:>5}  {}",
-                c.id,
+                t(&c.id),
                 c.pass,
                 c.warn,
                 c.fail,
@@ -164,12 +172,12 @@ pub fn table(r: &Rollup, max_names: usize) -> String {
             let f: Vec<String> = n
                 .fields
                 .iter()
-                .map(|f| format!("{}={}", f.field, clip(&f.value, 24)))
+                .map(|f| format!("{}={}", t(&f.field), clip(&f.value, 24)))
                 .collect();
             let _ = writeln!(
                 o,
                 " {:<w$}  {} field(s): {}",
-                n.node,
+                t(&n.node),
                 n.fields.len(),
                 clip(&f.join(", "), 160)
             );
@@ -186,7 +194,7 @@ pub fn table(r: &Rollup, max_names: usize) -> String {
     if !r.unreadable.is_empty() {
         let _ = writeln!(o, "\nUNREADABLE ({})", r.unreadable.len());
         for u in &r.unreadable {
-            let _ = writeln!(o, " {}: {}", u.input, u.error);
+            let _ = writeln!(o, " {}: {}", t(&u.input), t(&u.error));
         }
     }
     let _ = writeln!(

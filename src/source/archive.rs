@@ -1,4 +1,4 @@
-//! Snapshot archives: a `.tar.gz` packed from a tree ([`write_tgz`]) and unpacked, within
+//! Snapshot archives: a `.tar.gz` packed from a tree ([`pack_tgz`]) and unpacked, within
 //! [`Limits`], into a private temporary tree ([`TempTree`], [`unpack`]) that `--sysroot x.tar.gz`
 //! reads.
 
@@ -14,11 +14,10 @@ impl std::fmt::Display for SnapshotError {
     }
 }
 
-/// Pack the tree `dir` into the gzip-compressed tar `out` (symlinks kept as symlinks).
-pub fn write_tgz(dir: &Path, out: &Path) -> Result<(), SnapshotError> {
-    let f =
-        std::fs::File::create(out).map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
-    let gz = flate2::write::GzEncoder::new(f, flate2::Compression::default());
+/// Pack the tree `dir` into a gzip-compressed tar (symlinks kept as symlinks), in memory (a
+/// snapshot is a few MiB); `out` names it in errors. The caller writes it.
+pub fn pack_tgz(dir: &Path, out: &Path) -> Result<Vec<u8>, SnapshotError> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut t = tar::Builder::new(gz);
     t.follow_symlinks(false);
     t.append_dir_all(".", dir)
@@ -27,8 +26,7 @@ pub fn write_tgz(dir: &Path, out: &Path) -> Result<(), SnapshotError> {
         .into_inner()
         .map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
     gz.finish()
-        .map_err(|e| SnapshotError(format!("{}: {e}", out.display())))?;
-    Ok(())
+        .map_err(|e| SnapshotError(format!("{}: {e}", out.display())))
 }
 
 /// What a `.tar.gz` snapshot may unpack to.

@@ -44,6 +44,22 @@ fn number(v: f64) -> String {
     }
 }
 
+/// Text from the node inside a TOML comment: a comment ends at the line break, so a line break
+/// (or any control character) in a hostname, a firmware string or a reason would start a line of
+/// TOML the node wrote (a hostile snapshot could plant keys). Control characters are written
+/// visibly (`\n`, `\u{7f}`), as Rust escapes them.
+pub fn toml_comment(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
 /// Command-line keys that differ from node to node: ignored by the written policy.
 pub const PER_NODE_CMDLINE_KEYS: &[&str] = &["root", "resume", "rd.luks.uuid", "rd.lvm.lv"];
 
@@ -54,11 +70,12 @@ pub fn render(node: &Node, gdr: &[GdrPair], today: Date) -> String {
         .hostname
         .get()
         .cloned()
+        .map(|h| toml_comment(&h))
         .unwrap_or_else(|| "an unnamed node".into());
     let _ = writeln!(
         o,
         "# gdrdoctor site policy, written by `gdrdoctor policy init` from {host} ({}) on {today}.",
-        node.root
+        toml_comment(&node.root.to_string())
     );
     let _ = writeln!(o, "# `gdrdoctor check --policy FILE` judges a node against it (live runs read {} by default).", super::types::DEFAULT_PATH);
     o.push_str("# Every value below is what the golden node shows; every section is optional: delete what your\n");
@@ -121,7 +138,7 @@ fn gpu_section(o: &mut String, node: &Node) {
                 let _ = writeln!(
                     o,
                     "# model: the golden node mixes gpu models ({}); not enforced",
-                    models.keys().cloned().collect::<Vec<_>>().join(", ")
+                    toml_comment(&models.keys().cloned().collect::<Vec<_>>().join(", "))
                 );
             }
             if ids.len() == 1 {
@@ -134,7 +151,7 @@ fn gpu_section(o: &mut String, node: &Node) {
             let _ = writeln!(
                 o,
                 "# count: the golden node's pci devices could not be read ({})",
-                node.pci.reason().unwrap_or("?")
+                toml_comment(node.pci.reason().unwrap_or("?"))
             );
         }
     }
@@ -149,7 +166,7 @@ fn rdma_section(o: &mut String, node: &Node) {
             let _ = writeln!(
                 o,
                 "# count: the golden node's rdma devices could not be read ({})",
-                node.rdma.reason().unwrap_or("?")
+                toml_comment(node.rdma.reason().unwrap_or("?"))
             );
         }
         Some(devs) => {
@@ -211,7 +228,7 @@ fn rdma_section(o: &mut String, node: &Node) {
                 let _ = writeln!(
                     o,
                     "# not in the policy (not ACTIVE on the golden node): {}",
-                    left_out.join(", ")
+                    toml_comment(&left_out.join(", "))
                 );
             }
             let fws: Vec<&String> = devs.iter().filter_map(|d| d.fw_ver.get()).collect();
@@ -232,11 +249,13 @@ fn rdma_section(o: &mut String, node: &Node) {
                     let _ = writeln!(
                         o,
                         "# the golden node runs several firmware versions: {}",
-                        distinct
-                            .iter()
-                            .map(|s| s.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        toml_comment(
+                            &distinct
+                                .iter()
+                                .map(|s| s.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
                     );
                     let _ = writeln!(o, "all_equal = false");
                 }
@@ -298,7 +317,7 @@ fn pcie_section(o: &mut String, node: &Node) {
                 .map(|d| d.bdf.clone())
                 .collect();
             if !below.is_empty() {
-                let _ = writeln!(o, "# note: {} run(s) below capability on the golden node; raise the values above if that is a defect", below.join(" "));
+                let _ = writeln!(o, "# note: {} run(s) below capability on the golden node; raise the values above if that is a defect", toml_comment(&below.join(" ")));
             }
         }
     }
@@ -438,6 +457,16 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn comments_carry_no_line_break_from_the_node() {
+        assert_eq!(
+            toml_comment("fw 1.2\n[gpu]\ncount = 0"),
+            "fw 1.2\\n[gpu]\\ncount = 0"
+        );
+        assert_eq!(toml_comment("a\u{7f}b\tc"), "a\\u{7f}b\\tc");
+        assert_eq!(toml_comment("plain"), "plain");
+    }
 
     #[test]
     fn toml_strings_escape() {
