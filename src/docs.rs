@@ -12,6 +12,7 @@ pub fn pages() -> Vec<(&'static str, &'static str)> {
         .chain(crate::collect::watch::PAGES.iter().copied())
         .chain(crate::source::policy::PAGES.iter().copied())
         .chain(crate::cmd::diagnose::PAGES.iter().copied())
+        .chain(crate::cmd::preflight::PAGES.iter().copied())
         .collect()
 }
 

@@ -20,6 +20,7 @@ pub mod parse;
 pub mod paste;
 pub mod pci;
 pub mod policy;
+pub mod preflight;
 pub mod report;
 pub mod roce;
 pub mod stall;

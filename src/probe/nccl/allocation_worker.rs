@@ -1,0 +1,337 @@
+//! The worker side of NCCL across an allocation ([`super::allocation`]): this node's GPUs as
+//! NCCL ranks `first_rank ..`, CUDA through `live::cuda`, NCCL through `live::nccl`. NCCL's own
+//! failures are part of the output (with the log the parent reads, they are what the verdict
+//! reports), not worker errors; every step is announced before it is entered.
+
+use super::allocation::Params;
+use crate::collect::allocation::wire;
+use crate::live::cuda::{Context, DeviceBuffer, Driver, Stream};
+use crate::live::nccl::{Comms, Exchange, Nccl, UniqueId};
+use crate::worker::protocol::{self, WorkerError};
+use gdrdoctor_checks::preflight::model::{
+    Collective, LocalRank, NcclOutput, RailOutput, RoundOutput, Sums,
+};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Elements read back per GPU to check the sums and the pairs' data.
+const CHECKED: usize = 4096;
+
+struct Gpu {
+    ctx: Context,
+    send: DeviceBuffer,
+    recv: DeviceBuffer,
+    one_send: DeviceBuffer,
+    one_recv: DeviceBuffer,
+    stream: Stream,
+}
+
+fn enter(out: &mut NcclOutput, step: &str) {
+    out.step = step.to_string();
+    protocol::progress(&format!("step {step}"));
+}
+
+/// Wait for every stream, polling NCCL's asynchronous error as PyTorch's watchdog does: a
+/// peer that went away is reported there while the stream may never finish.
+fn sync_all(gpus: &[Gpu], comms: &Comms<'_>) -> Result<(), String> {
+    let t = Instant::now();
+    loop {
+        if let Some(e) = comms.async_error() {
+            return Err(e.to_string());
+        }
+        let mut all = true;
+        for g in gpus {
+            let done = g
+                .ctx
+                .make_current()
+                .and_then(|()| g.stream.query())
+                .map_err(|e| e.to_string())?;
+            if !done {
+                all = false;
+                break;
+            }
+        }
+        if all {
+            return Ok(());
+        }
+        if t.elapsed() < Duration::from_millis(20) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Words of `buf` (its first `n` floats) that are not `want`.
+fn wrong_words(
+    buf: &DeviceBuffer,
+    n: usize,
+    want: f32,
+) -> Result<(u64, Option<(u64, f32)>), WorkerError> {
+    let mut host = vec![0u8; n * 4];
+    buf.copy_to_host(&mut host)?;
+    let mut wrong = 0u64;
+    let mut first = None;
+    for (i, w) in host.chunks_exact(4).enumerate() {
+        let v = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        if v != want {
+            wrong += 1;
+            first.get_or_insert((i as u64, v));
+        }
+    }
+    Ok((wrong, first))
+}
+
+pub fn worker(p: Params) -> Result<NcclOutput, WorkerError> {
+    let mut out = NcclOutput::default();
+    enter(&mut out, "start");
+    // NCCL reads its environment once, when it first initialises: set it before loading it.
+    // The worker is single-threaded here.
+    for (k, v) in &p.env {
+        std::env::set_var(k, v);
+    }
+    let spec = &p.spec;
+    enter(&mut out, "cuda");
+    let drv = Driver::init()?;
+    let n = drv.device_count()?;
+    let want = i32::try_from(spec.gpus).unwrap_or(i32::MAX);
+    if want > n || want == 0 {
+        return Err(WorkerError::Failed {
+            detail: format!(
+                "NCCL's layout gives this node {} GPU(s); CUDA sees {n} (CUDA_VISIBLE_DEVICES?)",
+                spec.gpus
+            ),
+        });
+    }
+    let count = usize::try_from(spec.count).unwrap_or(1).clamp(1, 1 << 28);
+    let pair_count = usize::try_from(spec.pair_bytes / 4)
+        .unwrap_or(1)
+        .clamp(1, 1 << 28);
+    let words = count.max(pair_count);
+    let mut gpus = Vec::new();
+    for i in 0..want {
+        let rank = spec.first_rank + i as u32;
+        let d = drv.device(i)?;
+        out.ranks.push(LocalRank {
+            rank,
+            cuda: i,
+            bdf: d.bdf().unwrap_or_default().to_ascii_lowercase(),
+        });
+        let ctx = d.primary_context()?;
+        let send = ctx.alloc(words * 4)?;
+        let recv = ctx.alloc(words * 4)?;
+        send.memset_d32((rank as f32 + 1.0).to_bits())?;
+        recv.memset_d32(0)?;
+        let one_send = ctx.alloc(4)?;
+        let one_recv = ctx.alloc(4)?;
+        one_send.memset_d32(1.0f32.to_bits())?;
+        let stream = ctx.stream()?;
+        gpus.push(Gpu {
+            ctx,
+            send,
+            recv,
+            one_send,
+            one_recv,
+            stream,
+        });
+    }
+    enter(&mut out, "load");
+    let nccl = Nccl::load(Path::new(&p.library)).map_err(|detail| WorkerError::LibraryMissing {
+        library: p.library.clone(),
+        detail,
+    })?;
+    match nccl.version() {
+        Ok(code) => {
+            out.version =
+                gdrdoctor_checks::nccl::Version::from_code(i64::from(code)).map(|v| v.to_string())
+        }
+        Err(e) => {
+            out.error = Some(e.to_string());
+            return Ok(out);
+        }
+    }
+    let id = match &spec.id {
+        None => {
+            enter(&mut out, "unique-id");
+            match nccl.unique_id() {
+                Ok(id) => {
+                    protocol::progress(&format!("nccl-id {}", wire::hex(&id.0)));
+                    id
+                }
+                Err(e) => {
+                    out.error = Some(e.to_string());
+                    return Ok(out);
+                }
+            }
+        }
+        Some(h) => {
+            let b = wire::unhex(h).filter(|b| b.len() == 128).ok_or_else(|| {
+                WorkerError::BadRequest {
+                    detail: "the NCCL id is not 128 bytes of hex".into(),
+                }
+            })?;
+            let mut id = UniqueId([0u8; 128]);
+            id.0.copy_from_slice(&b);
+            id
+        }
+    };
+    enter(&mut out, "init");
+    let t0 = Instant::now();
+    let ctxs: Vec<(u32, &Context)> = gpus
+        .iter()
+        .zip(&out.ranks)
+        .map(|(g, r)| (r.rank, &g.ctx))
+        .collect();
+    let comms = match nccl.init_ranks(&id, spec.nranks, &ctxs) {
+        Ok(c) => c,
+        Err(e) => {
+            out.init_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
+            out.error = Some(e.to_string());
+            return Ok(out);
+        }
+    };
+    out.init_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
+
+    // The all-reduce: one warm-up (it connects the channels), then the timed ones.
+    enter(&mut out, "allreduce");
+    let bufs: Vec<(&DeviceBuffer, &DeviceBuffer, &Stream)> =
+        gpus.iter().map(|g| (&g.send, &g.recv, &g.stream)).collect();
+    let iters = spec.iterations.clamp(1, 1000);
+    let mut timed = 0.0f64;
+    for it in 0..=iters {
+        let t = Instant::now();
+        if let Err(e) = comms.all_reduce_sum_f32(&bufs, count) {
+            out.error = Some(e.to_string());
+            return Ok(out);
+        }
+        if it == 0 {
+            enter(&mut out, "allreduce-wait");
+        }
+        if let Err(e) = sync_all(&gpus, &comms) {
+            out.error = Some(e);
+            return Ok(out);
+        }
+        if it > 0 {
+            timed += t.elapsed().as_secs_f64();
+        }
+    }
+    let nr = spec.nranks.max(1) as f64;
+    let expected = nr * (nr + 1.0) / 2.0;
+    let mut sums = Sums {
+        expected,
+        checked: 0,
+        wrong: 0,
+        first_wrong: None,
+    };
+    for (g, r) in gpus.iter().zip(&out.ranks) {
+        let k = count.min(CHECKED);
+        let (wrong, first) = wrong_words(&g.recv, k, expected as f32)?;
+        sums.checked += k as u64;
+        sums.wrong += wrong;
+        if let (None, Some((i, v))) = (sums.first_wrong, first) {
+            sums.first_wrong = Some((r.rank, i, f64::from(v)));
+        }
+    }
+    let ms = timed * 1e3 / f64::from(iters);
+    let bytes = (count * 4) as u64;
+    let algbw = if ms > 0.0 {
+        bytes as f64 / (ms / 1e3) / 1e9
+    } else {
+        0.0
+    };
+    out.allreduce = Some(Collective {
+        bytes,
+        ms,
+        iterations: iters,
+        busbw_gbs: algbw * 2.0 * (nr - 1.0) / nr,
+        sums,
+    });
+
+    // The pairs: a one-float all-reduce as the barrier, then every rail of the pair at once.
+    let ones: Vec<(&DeviceBuffer, &DeviceBuffer, &Stream)> = gpus
+        .iter()
+        .map(|g| (&g.one_send, &g.one_recv, &g.stream))
+        .collect();
+    for ps in &spec.pairs {
+        enter(&mut out, &format!("round {}", ps.round));
+        if let Err(e) = comms.all_reduce_sum_f32(&ones, 1) {
+            out.error = Some(e.to_string());
+            return Ok(out);
+        }
+        if let Err(e) = sync_all(&gpus, &comms) {
+            out.error = Some(e);
+            return Ok(out);
+        }
+        let Some(peer) = &ps.peer else {
+            enter(&mut out, &format!("round-wait {}", ps.round));
+            continue;
+        };
+        let rails = spec.gpus.min(peer.gpus) as usize;
+        for g in gpus.iter().take(rails) {
+            g.recv.memset_d32(0)?;
+        }
+        let ops: Vec<Exchange<'_>> = gpus
+            .iter()
+            .take(rails)
+            .enumerate()
+            .map(|(i, g)| Exchange {
+                comm: i,
+                send: &g.send,
+                recv: &g.recv,
+                count: pair_count,
+                peer: peer.first_rank + i as u32,
+                stream: &g.stream,
+            })
+            .collect();
+        let mut timed = 0.0f64;
+        for it in 0..=iters {
+            let t = Instant::now();
+            if let Err(e) = comms.exchange_f32(&ops) {
+                out.error = Some(e.to_string());
+                return Ok(out);
+            }
+            if it == 0 {
+                enter(&mut out, &format!("round-wait {}", ps.round));
+            }
+            if let Err(e) = sync_all(&gpus[..rails], &comms) {
+                out.error = Some(e);
+                return Ok(out);
+            }
+            if it > 0 {
+                timed += t.elapsed().as_secs_f64();
+            }
+        }
+        let ms = timed * 1e3 / f64::from(iters);
+        let bytes = (pair_count * 4) as u64;
+        let mut rails_out = Vec::new();
+        for (i, g) in gpus.iter().take(rails).enumerate() {
+            let peer_rank = peer.first_rank + i as u32;
+            let (wrong, _) = wrong_words(&g.recv, pair_count.min(CHECKED), peer_rank as f32 + 1.0)?;
+            rails_out.push(RailOutput {
+                rail: i as u32,
+                rank: spec.first_rank + i as u32,
+                peer_rank,
+                bytes,
+                ms,
+                busbw_gbs: if ms > 0.0 {
+                    bytes as f64 / (ms / 1e3) / 1e9
+                } else {
+                    0.0
+                },
+                wrong,
+            });
+        }
+        out.rounds.push(RoundOutput {
+            round: ps.round,
+            peer: peer.member,
+            rails: rails_out,
+        });
+    }
+    enter(&mut out, "destroy");
+    drop(bufs);
+    drop(ones);
+    drop(comms);
+    drop(gpus);
+    enter(&mut out, "done");
+    Ok(out)
+}
