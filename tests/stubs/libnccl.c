@@ -681,14 +681,16 @@ static int op_send(struct op *o)
 	double t0 = now_s();
 	for (size_t off = 0; off < o->bytes; off += CHUNK) {
 		size_t k = o->bytes - off < CHUNK ? o->bytes - off : CHUNK;
-		if (send_all(c->out_fd[o->peer], (const char *)o->sbuf + off, k))
-			goto bad;
+		/* A slow link: a chunk leaves when the link would have carried it, so that the
+		 * last byte arrives at bytes / rate (both ends finish together). */
 		if (mbps > 0) {
 			double due = t0 + (double)(off + k) / (mbps * 1e6);
 			double left = due - now_s();
 			if (left > 0)
 				usleep((useconds_t)(left * 1e6));
 		}
+		if (send_all(c->out_fd[o->peer], (const char *)o->sbuf + off, k))
+			goto bad;
 	}
 	return 0;
 bad:

@@ -545,13 +545,16 @@ fn is_remote(text: &str) -> bool {
     text.contains("remote process exited") || text.contains("(6)")
 }
 
-/// Who broke a run, without trusting any clock: a node that failed (or hung) at an earlier
-/// step than every other failing node started it; the others, which reached further, were
-/// waiting for it or failed because it went away (NCCL reports a vanished peer as
-/// `remote process exited or there was a network error` on every other rank). At the lowest
-/// step an NCCL error wins over a timeout (the timed-out ones were waiting for it), and an
-/// error of its own wins over a remote one. When every node timed out at the same step,
-/// nobody is behind and nobody is named.
+/// Who broke a run, without comparing clocks across nodes.
+///
+/// A node whose NCCL failed while every node was still within its deadline (its worker's own
+/// run time well under the deadline) started it; errors that came at the deadline are the
+/// others' reaction to a node killed there (NCCL reports a vanished peer as `remote process
+/// exited or there was a network error` on every other rank) and count as waiting. Among the
+/// nodes that started it, the lowest step wins, and an error of its own wins over a remote
+/// one. With no such error, a node that timed out (or failed late) at an earlier step than
+/// the others reached hung; when every node stopped at the same step, nobody is behind and
+/// nobody is named.
 pub fn blame(run: &RunInput) -> Blame {
     let order = |n: &NodeRun| step_order(step_of(n).as_deref().unwrap_or(""));
     let failing: Vec<&NodeRun> = run
@@ -568,14 +571,13 @@ pub fn blame(run: &RunInput) -> Blame {
         step: String::new(),
         furthest,
     };
-    let Some(low) = failing.iter().map(|n| order(n)).min() else {
+    if failing.is_empty() {
         return b;
+    }
+    let late = |n: &NodeRun| match (n.elapsed_ms, run.deadline_ms) {
+        (Some(e), Some(d)) => e >= 0.8 * d,
+        _ => false,
     };
-    let at: Vec<&&NodeRun> = failing.iter().filter(|n| order(n) == low).collect();
-    b.step = at
-        .first()
-        .and_then(|n| step_of(n))
-        .unwrap_or_else(|| "start".into());
     let err_text = |n: &NodeRun| {
         n.output
             .as_ref()
@@ -583,21 +585,31 @@ pub fn blame(run: &RunInput) -> Blame {
             .or_else(|| n.problem.clone())
             .unwrap_or_default()
     };
-    let errs: Vec<&&NodeRun> = at
+    let early: Vec<&&NodeRun> = failing
         .iter()
-        .copied()
-        .filter(|n| run_status(n) != "timed-out")
+        .filter(|n| run_status(n) != "timed-out" && !late(n))
         .collect();
-    if !errs.is_empty() {
-        let own: Vec<&&NodeRun> = errs
+    if let Some(low) = early.iter().map(|n| order(n)).min() {
+        let at: Vec<&&NodeRun> = early.iter().copied().filter(|n| order(n) == low).collect();
+        let own: Vec<&&NodeRun> = at
             .iter()
             .copied()
             .filter(|n| !is_remote(&err_text(n)))
             .collect();
-        let pick = if own.is_empty() { errs } else { own };
+        let pick = if own.is_empty() { at } else { own };
         b.kind = BlameKind::Failed;
+        b.step = pick
+            .first()
+            .and_then(|n| step_of(n))
+            .unwrap_or_else(|| "start".into());
         b.culprits = pick.iter().map(|n| n.member).collect();
     } else {
+        let low = failing.iter().map(|n| order(n)).min().unwrap_or((0, 0));
+        let at: Vec<&&NodeRun> = failing.iter().filter(|n| order(n) == low).collect();
+        b.step = at
+            .first()
+            .and_then(|n| step_of(n))
+            .unwrap_or_else(|| "start".into());
         let max = run.nodes.iter().map(order).max().unwrap_or(low);
         if low < max {
             b.kind = BlameKind::Hung;

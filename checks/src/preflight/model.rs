@@ -113,7 +113,7 @@ pub struct Sums {
 pub struct Collective {
     /// Bytes per GPU.
     pub bytes: u64,
-    /// Mean time of one timed all-reduce, enqueue to every stream's synchronize.
+    /// Median time of the timed all-reduces, enqueue to every stream's end.
     pub ms: f64,
     pub iterations: u32,
     /// Bus bandwidth as nccl-tests computes it: bytes / time x 2(n-1)/n, GB/s.
@@ -131,7 +131,8 @@ pub struct RailOutput {
     pub rank: u32,
     pub peer_rank: u32,
     pub bytes: u64,
-    /// Mean time of one exchange (every rail of the pair at once).
+    /// Median time of this rail's part of the timed exchanges (every rail of the pair runs at
+    /// once, each timed by its own GPU's stream).
     pub ms: f64,
     /// bytes / time, one direction, GB/s.
     pub busbw_gbs: f64,
@@ -188,6 +189,10 @@ pub struct NodeRun {
     pub log_error: Option<String>,
     /// When rank 0 had this node's result, from the run's start (rank 0's clock).
     pub arrival_ms: Option<f64>,
+    /// How long the node's worker ran (the node's own clock: a duration, comparable across
+    /// nodes without synchronised clocks).
+    #[serde(default)]
+    pub elapsed_ms: Option<f64>,
 }
 
 /// One NCCL run across the allocation.
@@ -201,6 +206,9 @@ pub struct RunInput {
     /// Why the run did not happen at all.
     pub not_run: Option<String>,
     pub ms: Option<f64>,
+    /// Each node's worker deadline.
+    #[serde(default)]
+    pub deadline_ms: Option<f64>,
 }
 
 /// How the allocation was started and reached.

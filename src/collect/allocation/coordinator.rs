@@ -401,6 +401,7 @@ impl Coordinator {
         let mut run = RunInput {
             label: label.into(),
             env: env.clone(),
+            deadline_ms: Some(ms(self.plan.nccl_timeout)),
             ..Default::default()
         };
         if parts.is_empty() {

@@ -76,7 +76,10 @@ pub fn run(
             *step.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.trim().to_string());
         }
     };
-    match runner::run(TASK, &params, deadline, &progress) {
+    let t0 = std::time::Instant::now();
+    let ran = runner::run(TASK, &params, deadline, &progress);
+    out.elapsed_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
+    match ran {
         Err(e) => out.problem = Some(e.to_string()),
         Ok(w) => match w.output::<NcclOutput>() {
             Ok(o) => out.output = Some(o),

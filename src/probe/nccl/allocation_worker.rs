@@ -62,6 +62,46 @@ fn sync_all(gpus: &[Gpu], comms: &Comms<'_>) -> Result<(), String> {
     }
 }
 
+/// Wait for every stream as [`sync_all`] does, and say when each one finished (seconds from
+/// `t0`): the rails of a pair run at once, each on its GPU's stream, and each is timed by its
+/// own stream.
+fn sync_each(gpus: &[Gpu], comms: &Comms<'_>, t0: Instant) -> Result<Vec<f64>, String> {
+    let mut done: Vec<Option<f64>> = vec![None; gpus.len()];
+    loop {
+        if let Some(e) = comms.async_error() {
+            return Err(e.to_string());
+        }
+        for (i, g) in gpus.iter().enumerate() {
+            if done[i].is_some() {
+                continue;
+            }
+            let finished = g
+                .ctx
+                .make_current()
+                .and_then(|()| g.stream.query())
+                .map_err(|e| e.to_string())?;
+            if finished {
+                done[i] = Some(t0.elapsed().as_secs_f64());
+            }
+        }
+        if done.iter().all(Option::is_some) {
+            return Ok(done.into_iter().map(|d| d.unwrap_or(0.0)).collect());
+        }
+        if t0.elapsed() < Duration::from_millis(20) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// The median of the timed repetitions: one repetition stalled by the host (a descheduled
+/// process, a page fault) does not make a healthy rail look slow.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// Words of `buf` (its first `n` floats) that are not `want`.
 fn wrong_words(
     buf: &DeviceBuffer,
@@ -197,7 +237,7 @@ pub fn worker(p: Params) -> Result<NcclOutput, WorkerError> {
     let bufs: Vec<(&DeviceBuffer, &DeviceBuffer, &Stream)> =
         gpus.iter().map(|g| (&g.send, &g.recv, &g.stream)).collect();
     let iters = spec.iterations.clamp(1, 1000);
-    let mut timed = 0.0f64;
+    let mut timed: Vec<f64> = Vec::new();
     for it in 0..=iters {
         let t = Instant::now();
         if let Err(e) = comms.all_reduce_sum_f32(&bufs, count) {
@@ -212,7 +252,7 @@ pub fn worker(p: Params) -> Result<NcclOutput, WorkerError> {
             return Ok(out);
         }
         if it > 0 {
-            timed += t.elapsed().as_secs_f64();
+            timed.push(t.elapsed().as_secs_f64());
         }
     }
     let nr = spec.nranks.max(1) as f64;
@@ -232,7 +272,7 @@ pub fn worker(p: Params) -> Result<NcclOutput, WorkerError> {
             sums.first_wrong = Some((r.rank, i, f64::from(v)));
         }
     }
-    let ms = timed * 1e3 / f64::from(iters);
+    let ms = median(&mut timed) * 1e3;
     let bytes = (count * 4) as u64;
     let algbw = if ms > 0.0 {
         bytes as f64 / (ms / 1e3) / 1e9
@@ -252,18 +292,28 @@ pub fn worker(p: Params) -> Result<NcclOutput, WorkerError> {
         .iter()
         .map(|g| (&g.one_send, &g.one_recv, &g.stream))
         .collect();
+    // Every rank takes part in every barrier: 1 before the round, then 1 before each timed
+    // exchange (a resting node too).
+    let barrier = || -> Result<(), String> {
+        comms
+            .all_reduce_sum_f32(&ones, 1)
+            .map_err(|e| e.to_string())?;
+        sync_all(&gpus, &comms)
+    };
     for ps in &spec.pairs {
         enter(&mut out, &format!("round {}", ps.round));
-        if let Err(e) = comms.all_reduce_sum_f32(&ones, 1) {
-            out.error = Some(e.to_string());
-            return Ok(out);
-        }
-        if let Err(e) = sync_all(&gpus, &comms) {
+        if let Err(e) = barrier() {
             out.error = Some(e);
             return Ok(out);
         }
         let Some(peer) = &ps.peer else {
             enter(&mut out, &format!("round-wait {}", ps.round));
+            for _ in 0..iters {
+                if let Err(e) = barrier() {
+                    out.error = Some(e);
+                    return Ok(out);
+                }
+            }
             continue;
         };
         let rails = spec.gpus.min(peer.gpus) as usize;
@@ -283,8 +333,16 @@ pub fn worker(p: Params) -> Result<NcclOutput, WorkerError> {
                 stream: &g.stream,
             })
             .collect();
-        let mut timed = 0.0f64;
+        let mut timed: Vec<Vec<f64>> = vec![Vec::new(); rails];
         for it in 0..=iters {
+            // Both ends start each exchange together: a slow rail must not make the next
+            // exchange of the fast ones start late on one end.
+            if it > 0 {
+                if let Err(e) = barrier() {
+                    out.error = Some(e);
+                    return Ok(out);
+                }
+            }
             let t = Instant::now();
             if let Err(e) = comms.exchange_f32(&ops) {
                 out.error = Some(e.to_string());
@@ -293,18 +351,23 @@ pub fn worker(p: Params) -> Result<NcclOutput, WorkerError> {
             if it == 0 {
                 enter(&mut out, &format!("round-wait {}", ps.round));
             }
-            if let Err(e) = sync_all(&gpus[..rails], &comms) {
-                out.error = Some(e);
-                return Ok(out);
-            }
-            if it > 0 {
-                timed += t.elapsed().as_secs_f64();
+            match sync_each(&gpus[..rails], &comms, t) {
+                Err(e) => {
+                    out.error = Some(e);
+                    return Ok(out);
+                }
+                Ok(each) if it > 0 => {
+                    for (acc, s) in timed.iter_mut().zip(each) {
+                        acc.push(s);
+                    }
+                }
+                Ok(_) => {}
             }
         }
-        let ms = timed * 1e3 / f64::from(iters);
         let bytes = (pair_count * 4) as u64;
         let mut rails_out = Vec::new();
         for (i, g) in gpus.iter().take(rails).enumerate() {
+            let ms = timed.get_mut(i).map_or(0.0, |t| median(t)) * 1e3;
             let peer_rank = peer.first_rank + i as u32;
             let (wrong, _) = wrong_words(&g.recv, pair_count.min(CHECKED), peer_rank as f32 + 1.0)?;
             rails_out.push(RailOutput {
