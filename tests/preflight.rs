@@ -722,7 +722,7 @@ fn open_mpi_launches_the_ranks() {
     let port = free_port();
     let tag = format!("preflight-mpi-{}-{port}", std::process::id());
     let script = format!(
-        "GDRDOCTOR_STUB_SCENARIO={d}/scenario-$OMPI_COMM_WORLD_RANK exec {bin} preflight --rendezvous 127.0.0.1:{port} --secret-file {key} --sysroot {fx} --node-name 'gpu-{{rank}}' --nccl-lib {nccl} --timeout 20 --nccl-timeout 10 --allreduce-bytes 65536 --pair-bytes 1048576 --iterations 2 --min-pair-fraction 0 --format json -o {d}/answer-$OMPI_COMM_WORLD_RANK.json",
+        "GDRDOCTOR_STUB_SCENARIO={d}/scenario-$OMPI_COMM_WORLD_RANK exec {bin} preflight --rendezvous 127.0.0.1:{port} --secret-file {key} --sysroot {fx} --node-name 'gpu-{{rank}}' --nccl-lib {nccl} --timeout 20 --nccl-timeout 10 --allreduce-bytes 65536 --pair-bytes 262144 --iterations 3 --min-pair-fraction 0 --min-pair-relative 0.1 --format json -o {d}/answer-$OMPI_COMM_WORLD_RANK.json",
         d = dir.path().display(),
         bin = bin(),
         key = key.display(),

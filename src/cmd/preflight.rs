@@ -263,7 +263,12 @@ pub fn run(args: &Args) -> i32 {
     };
     let handle = coordinator.map(|c| {
         let p = c.port();
-        (p, std::thread::spawn(move || c.run()))
+        let out = Delivery {
+            format: args.format,
+            verbose: args.out.verbose,
+            file: args.out.file().map(Path::to_path_buf),
+        };
+        (p, std::thread::spawn(move || c.run(move |a| out.deliver(a))))
     });
     let connect_to = match &handle {
         Some((p, _)) => format!("127.0.0.1:{p}"),
@@ -273,11 +278,12 @@ pub fn run(args: &Args) -> i32 {
     let Some((_, h)) = handle else {
         return node_code;
     };
-    let answer: Answer = match h.join() {
-        Ok(a) => a,
-        Err(_) => return fail("rank 0's coordinator panicked"),
-    };
-    deliver(args, &answer)
+    match h.join() {
+        // The answer went out before the ranks were told (Delivery): rank 0's own node part
+        // has the code it gave, or 2 when it could not be written.
+        Ok(_) => node_code,
+        Err(_) => fail("rank 0's coordinator panicked"),
+    }
 }
 
 /// This node's part (every rank, rank 0 too): join, check, report, run what rank 0 asks.
@@ -474,32 +480,42 @@ fn check_node(
     Ok((report, n))
 }
 
-fn deliver(args: &Args, a: &Answer) -> i32 {
-    let text = match args.format {
-        PreflightFormat::Table => crate::render::preflight::table(
-            a,
-            args.out.verbose,
-            crate::sys::term::stdout_width().max(60),
-        ),
-        PreflightFormat::Json => crate::render::preflight::json(a),
-        PreflightFormat::Junit => crate::render::preflight::junit(a),
-        PreflightFormat::Prometheus => crate::render::preflight::prometheus(a),
-        PreflightFormat::Oneline => crate::render::preflight::oneline(a),
-    };
-    match args.out.file() {
-        Some(p) => {
-            if let Err(e) = write_output(p, &text) {
-                eprintln!("gdrdoctor: error: {e}");
-                return EXIT_USAGE;
+/// Where and how rank 0 writes the answer.
+struct Delivery {
+    format: PreflightFormat,
+    verbose: bool,
+    file: Option<PathBuf>,
+}
+
+impl Delivery {
+    /// Write the answer; its exit code, or 2 when it could not be written.
+    fn deliver(&self, a: &Answer) -> i32 {
+        let text = match self.format {
+            PreflightFormat::Table => crate::render::preflight::table(
+                a,
+                self.verbose,
+                crate::sys::term::stdout_width().max(60),
+            ),
+            PreflightFormat::Json => crate::render::preflight::json(a),
+            PreflightFormat::Junit => crate::render::preflight::junit(a),
+            PreflightFormat::Prometheus => crate::render::preflight::prometheus(a),
+            PreflightFormat::Oneline => crate::render::preflight::oneline(a),
+        };
+        match &self.file {
+            Some(p) => {
+                if let Err(e) = write_output(p, &text) {
+                    eprintln!("gdrdoctor: error: {e}");
+                    return EXIT_USAGE;
+                }
+            }
+            None => {
+                if !emit(&text) {
+                    return EXIT_USAGE;
+                }
             }
         }
-        None => {
-            if !emit(&text) {
-                return EXIT_USAGE;
-            }
-        }
+        a.summary.exit_code
     }
-    a.summary.exit_code
 }
 
 /// The pages of the preflight finding ids, in the order of

@@ -286,7 +286,33 @@ static int connect_to(uint32_t ip, uint16_t port, int tries)
 
 struct root {
 	int listen_fd;
+	int serving; /* atomic: every rank met, the all-reduces are carried */
 };
+
+/* The roots this process serves. NCCL's bootstrap root is only needed while the ranks meet;
+ * this one also carries every all-reduce, so the process that made the id must not end before
+ * every rank has its last sum: at exit it waits for its roots to see every rank go. */
+#define MAX_ROOTS 16
+static pthread_t roots_[MAX_ROOTS];
+static struct root *root_of_[MAX_ROOTS];
+static int nroots_;
+static pthread_mutex_t roots_lock_ = PTHREAD_MUTEX_INITIALIZER;
+
+static void wait_for_roots(void)
+{
+	pthread_mutex_lock(&roots_lock_);
+	int n = nroots_;
+	nroots_ = 0;
+	pthread_mutex_unlock(&roots_lock_);
+	for (int i = 0; i < n; i++) {
+		if (!__atomic_load_n(&root_of_[i]->serving, __ATOMIC_ACQUIRE))
+			continue; /* the ranks never all met: nothing to carry */
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 20;
+		pthread_timedjoin_np(roots_[i], NULL, &until);
+	}
+}
 
 /* Collect every rank, hand out the table, then serve the all-reduces: for each, read every
  * rank's contribution in rank order, sum, send the sum to every rank. A rank that goes away
@@ -330,6 +356,7 @@ static void *root_main(void *arg)
 		have++;
 	}
 	close(r->listen_fd);
+	__atomic_store_n(&r->serving, 1, __ATOMIC_RELEASE);
 	for (int i = 0; i < n; i++)
 		if (send_all(fds[i], table, (size_t)n * sizeof *table))
 			goto gone;
@@ -400,9 +427,16 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 		return ncclSystemError;
 	}
 	pthread_t t;
-	if (pthread_create(&t, NULL, root_main, r))
+	pthread_mutex_lock(&roots_lock_);
+	if (nroots_ == MAX_ROOTS || pthread_create(&t, NULL, root_main, r)) {
+		pthread_mutex_unlock(&roots_lock_);
 		return ncclSystemError;
-	pthread_detach(t);
+	}
+	if (nroots_++ == 0)
+		atexit(wait_for_roots);
+	roots_[nroots_ - 1] = t;
+	root_of_[nroots_ - 1] = r;
+	pthread_mutex_unlock(&roots_lock_);
 	memset(id, 0, sizeof *id);
 	memcpy(id->internal, ID_MAGIC, sizeof ID_MAGIC);
 	memcpy(id->internal + 16, &root_ip_, 4);

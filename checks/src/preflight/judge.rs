@@ -113,14 +113,29 @@ fn because(p: &GdrPair) -> String {
     }
 }
 
-struct TakeOuts(BTreeMap<u32, Vec<String>>);
+/// The reasons to take a node out, most telling first: what NCCL did on it and why (its GDR,
+/// its failure, its slow rail), then the rendezvous, then its own check's failures. The first
+/// one is what a drain reason shows.
+struct TakeOuts(BTreeMap<u32, Vec<(u8, String)>>);
+
+const BY_GDR: u8 = 0;
+const BY_NCCL: u8 = 1;
+const BY_PAIRS: u8 = 2;
+const BY_RENDEZVOUS: u8 = 3;
+const BY_CHECK: u8 = 4;
 
 impl TakeOuts {
-    fn add(&mut self, rank: u32, reason: String) {
+    fn add(&mut self, rank: u32, by: u8, reason: String) {
         let v = self.0.entry(rank).or_default();
-        if !v.contains(&reason) {
-            v.push(reason);
+        if !v.iter().any(|(_, r)| *r == reason) {
+            v.push((by, reason));
         }
+    }
+
+    fn reasons(&self, rank: u32) -> Vec<String> {
+        let mut v = self.0.get(&rank).cloned().unwrap_or_default();
+        v.sort_by_key(|(by, _)| *by);
+        v.into_iter().map(|(_, r)| r).collect()
     }
 }
 
@@ -138,11 +153,11 @@ pub fn answer(inp: &Inputs) -> Answer {
     let member = |r: u32| inp.members.iter().find(|m| m.rank == r);
     let take_out: Vec<TakeOut> = out
         .0
-        .iter()
-        .map(|(r, reasons)| TakeOut {
+        .keys()
+        .map(|r| TakeOut {
             rank: *r,
             node: member(*r).and_then(node_name),
-            reasons: reasons.clone(),
+            reasons: out.reasons(*r),
         })
         .collect();
     let s = report::Summary::count(&findings);
@@ -260,6 +275,7 @@ fn rendezvous(inp: &Inputs, f: &mut Vec<Finding>, out: &mut TakeOuts) {
             );
             out.add(
                 m.rank,
+                BY_RENDEZVOUS,
                 format!("never joined rank 0 within {}", secs(a.timeout_s * 1000.0)),
             );
         } else if let Some(why) = &m.lost {
@@ -274,7 +290,7 @@ fn rendezvous(inp: &Inputs, f: &mut Vec<Finding>, out: &mut TakeOuts) {
                 .evidence(format!("rendezvous {}", a.rendezvous), why.clone())
                 .fix("the node's gdrdoctor process died or its network went away: see the engine's log for that task and the node's kernel log"),
             );
-            out.add(m.rank, format!("lost after joining: {why}"));
+            out.add(m.rank, BY_RENDEZVOUS, format!("lost after joining: {why}"));
         }
     }
     if all {
@@ -351,7 +367,7 @@ fn nodes(inp: &Inputs, f: &mut Vec<Finding>, out: &mut TakeOuts) {
                     .evidence("rendezvous", why.clone())
                     .fix("run `gdrdoctor check` on that node and look at its output; a report refused for its size or shape comes from another gdrdoctor version or a damaged process"),
             );
-            out.add(m.rank, format!("its check report could not be read: {why}"));
+            out.add(m.rank, BY_CHECK, format!("its check report could not be read: {why}"));
             continue;
         };
         let bad: Vec<&Finding> = r
@@ -385,7 +401,7 @@ fn nodes(inp: &Inputs, f: &mut Vec<Finding>, out: &mut TakeOuts) {
             }
             f.push(fi.fix("`gdrdoctor explain ID` for each failing check; fix the node, or take it out of the job"));
             for x in bad.iter().take(3) {
-                out.add(m.rank, format!("{}: {}", x.id, x.message));
+                out.add(m.rank, BY_CHECK, format!("{}: {}", x.id, x.message));
             }
         } else if !errs.is_empty() || r.summary.exit_code == 3 {
             let ids = distinct_ids(&errs);
@@ -761,7 +777,7 @@ fn nccl_runs(
                         );
                     }
                     f.push(fi.fix("read the node's NCCL WARN lines (in the JSON answer); `gdrdoctor probe --nccl` on that node alone shows whether it fails by itself"));
-                    out.add(n.rank, format!("NCCL ({label}) failed in `{step}`: {err}"));
+                    out.add(n.rank, BY_NCCL, format!("NCCL ({label}) failed in `{step}`: {err}"));
                 }
             }
             BlameKind::Hung => {
@@ -784,6 +800,7 @@ fn nccl_runs(
                     );
                     out.add(
                         n.rank,
+                        BY_NCCL,
                         format!("NCCL ({label}) hung in `{step}` while the others waited for it"),
                     );
                 }
@@ -835,6 +852,7 @@ fn nccl_runs(
             );
             out.add(
                 n.rank,
+                BY_NCCL,
                 format!("NCCL ({label}) returned wrong sums: {detail}"),
             );
         }
@@ -1128,7 +1146,7 @@ fn gdr(
                 );
             }
             f.push(fi.fix("fix the cause named (load nvidia_peermem, or install the open kernel modules for dma-buf), then run preflight again; until then take the node out of the job"));
-            out.add(m.rank, msg);
+            out.add(m.rank, BY_GDR, msg);
         }
         if bad.is_empty() && good > 0 && log_missing.is_empty() {
             f.push(
@@ -1419,6 +1437,7 @@ fn pairs(
             f.push(fi.fix("check that rail's NIC port (`gdrdoctor check --only rdma,counters`: rate, width, symbol errors), its cable and switch port, and the PCIe link of the GPU and NIC; then measure again"));
             out.add(
                 x,
+                BY_PAIRS,
                 format!(
                     "rail {rail} ({nic}) below the threshold in every pair ({})",
                     detail.join(", ")

@@ -223,8 +223,11 @@ impl Coordinator {
             .all(|m| m.report.is_some() || m.report_error.is_some() || m.lost.is_some())
     }
 
-    /// Everything: gather, run NCCL, judge, tell every rank. Returns the answer.
-    pub fn run(mut self) -> Answer {
+    /// Everything: gather, run NCCL, judge, hand the answer to `deliver` (which writes it
+    /// out and says the exit code), then tell every rank. Returns the answer. The answer is
+    /// written before any rank is told: an engine that ends the job when its first rank
+    /// exits (mpirun) must not cut rank 0's output short.
+    pub fn run(mut self, deliver: impl FnOnce(&Answer) -> i32) -> Answer {
         let mut stages = Vec::new();
         let until = self.t0 + self.plan.timeout;
         while !self.reported() {
@@ -306,12 +309,13 @@ impl Coordinator {
         answer.stages = stages;
         answer.timestamp = Some(crate::sys::clock::now_rfc3339());
         let line = summary_line(&answer);
+        let code = deliver(&answer);
         let ranks: Vec<u32> = self.writers.keys().copied().collect();
         for r in ranks {
             let _ = self.send(
                 r,
                 &Message::Done {
-                    exit_code: answer.summary.exit_code,
+                    exit_code: code,
                     line: line.clone(),
                 },
             );
@@ -593,21 +597,36 @@ impl Coordinator {
 
 /// One line for every rank's stderr and for a log.
 pub fn summary_line(a: &Answer) -> String {
-    if a.take_out.is_empty() {
+    let what = if a.take_out.is_empty() {
         format!(
-            "{} of {} node(s) ok (exit {})",
-            a.summary.joined, a.summary.nodes, a.summary.exit_code
+            "{} of {} node(s) joined, none to take out",
+            a.summary.joined, a.summary.nodes
         )
     } else {
         format!(
-            "take out {}: {} (exit {})",
+            "take out {}: {}",
             a.take_out.len(),
             a.take_out
                 .iter()
                 .map(|t| t.node.clone().unwrap_or_else(|| format!("rank {}", t.rank)))
                 .collect::<Vec<_>>()
-                .join(", "),
-            a.summary.exit_code
+                .join(", ")
         )
+    };
+    let first = a
+        .findings
+        .iter()
+        .find(|f| {
+            matches!(
+                f.status,
+                gdrdoctor_checks::report::Status::Fail | gdrdoctor_checks::report::Status::Error
+            )
+        })
+        .map(|f| format!("; {} {}: {}", f.status, f.id, f.message))
+        .unwrap_or_default();
+    let mut line = format!("{what} (exit {}){first}", a.summary.exit_code);
+    if line.chars().count() > 300 {
+        line = format!("{}...", line.chars().take(297).collect::<String>());
     }
+    line
 }

@@ -31,10 +31,34 @@ fn enter(out: &mut NcclOutput, step: &str) {
     protocol::progress(&format!("step {step}"));
 }
 
+/// How a waiting worker polls: spinning (yielding) for the first 2 ms, so that a transfer of a
+/// millisecond or two is timed to within microseconds; then sleeping, twice as long each time
+/// up to 2 ms, so that many ranks waiting on one machine (or a long collective) do not take
+/// the CPU from the ones doing the work.
+struct Nap(Duration);
+
+impl Default for Nap {
+    fn default() -> Self {
+        Nap(Duration::from_micros(50))
+    }
+}
+
+impl Nap {
+    fn wait(&mut self, since: Instant) {
+        if since.elapsed() < Duration::from_millis(2) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.0);
+            self.0 = (self.0 * 2).min(Duration::from_millis(2));
+        }
+    }
+}
+
 /// Wait for every stream, polling NCCL's asynchronous error as PyTorch's watchdog does: a
 /// peer that went away is reported there while the stream may never finish.
 fn sync_all(gpus: &[Gpu], comms: &Comms<'_>) -> Result<(), String> {
     let t = Instant::now();
+    let mut nap = Nap::default();
     loop {
         if let Some(e) = comms.async_error() {
             return Err(e.to_string());
@@ -54,11 +78,7 @@ fn sync_all(gpus: &[Gpu], comms: &Comms<'_>) -> Result<(), String> {
         if all {
             return Ok(());
         }
-        if t.elapsed() < Duration::from_millis(20) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        nap.wait(t);
     }
 }
 
@@ -67,6 +87,7 @@ fn sync_all(gpus: &[Gpu], comms: &Comms<'_>) -> Result<(), String> {
 /// own stream.
 fn sync_each(gpus: &[Gpu], comms: &Comms<'_>, t0: Instant) -> Result<Vec<f64>, String> {
     let mut done: Vec<Option<f64>> = vec![None; gpus.len()];
+    let mut nap = Nap::default();
     loop {
         if let Some(e) = comms.async_error() {
             return Err(e.to_string());
@@ -87,11 +108,7 @@ fn sync_each(gpus: &[Gpu], comms: &Comms<'_>, t0: Instant) -> Result<Vec<f64>, S
         if done.iter().all(Option::is_some) {
             return Ok(done.into_iter().map(|d| d.unwrap_or(0.0)).collect());
         }
-        if t0.elapsed() < Duration::from_millis(20) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(200));
-        }
+        nap.wait(t0);
     }
 }
 
@@ -147,7 +164,12 @@ pub fn worker(p: Params) -> Result<NcclOutput, WorkerError> {
     let pair_count = usize::try_from(spec.pair_bytes / 4)
         .unwrap_or(1)
         .clamp(1, 1 << 28);
-    let words = count.max(pair_count);
+    // The pairs' buffers only when this run has pairs (64 MiB per GPU by default).
+    let words = if spec.pairs.iter().any(|p| p.peer.is_some()) {
+        count.max(pair_count)
+    } else {
+        count
+    };
     let mut gpus = Vec::new();
     for i in 0..want {
         let rank = spec.first_rank + i as u32;
