@@ -111,6 +111,10 @@ pub struct Args {
     /// replaced by the rank
     #[arg(long, value_name = "DIR|TAR.GZ")]
     pub sysroot: Option<String>,
+    /// Read the host through DIR where a container mounts the host's `/` (a Kubernetes pod:
+    /// hostPath `/` at /host), as `check --host-root`
+    #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
+    pub host_root: Option<PathBuf>,
     /// Which stages to run (check always runs)
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![StageArg::Check, StageArg::Nccl, StageArg::Pairs])]
     pub stages: Vec<StageArg>,
@@ -268,7 +272,10 @@ pub fn run(args: &Args) -> i32 {
             verbose: args.out.verbose,
             file: args.out.file().map(Path::to_path_buf),
         };
-        (p, std::thread::spawn(move || c.run(move |a| out.deliver(a))))
+        (
+            p,
+            std::thread::spawn(move || c.run(move |a| out.deliver(a))),
+        )
     });
     let connect_to = match &handle {
         Some((p, _)) => format!("127.0.0.1:{p}"),
@@ -302,6 +309,7 @@ fn node_part(
             .sysroot
             .as_ref()
             .map(|s| s.replace("{rank}", &id.rank.to_string()));
+        let host_root = args.host_root.clone();
         let policy = args.policy.clone();
         let no_policy = args.no_policy;
         let static_only = args.static_only;
@@ -312,6 +320,7 @@ fn node_part(
             let t = Instant::now();
             let r = check_node(
                 sysroot.as_deref().map(Path::new),
+                host_root.as_deref(),
                 policy.as_deref(),
                 no_policy,
                 static_only,
@@ -437,8 +446,10 @@ fn nccl_library(given: Option<&Path>) -> Result<String, String> {
 }
 
 /// The node's `check`: its report and the GPUs it brings to NCCL.
+#[allow(clippy::too_many_arguments)]
 fn check_node(
     sysroot: Option<&Path>,
+    host_root: Option<&Path>,
     policy: Option<&Path>,
     no_policy: bool,
     static_only: bool,
@@ -447,6 +458,7 @@ fn check_node(
     gpus: Option<u32>,
 ) -> Result<(Report, u32), String> {
     let policy = crate::source::policy::resolve(policy, no_policy, sysroot.is_none())?;
+    let location = Location::from_args(sysroot, host_root);
     let libs = if static_only {
         Libraries::Skip
     } else {
@@ -456,8 +468,7 @@ fn check_node(
         cache: collect::live::CacheMode::Use,
         state_dir: Some(state_dir.to_path_buf()),
     };
-    let (src, mut node) =
-        collect::load_node_with(Location::from_args(sysroot, None), libs, &live_opts)?;
+    let (src, mut node) = collect::load_node_with(location, libs, &live_opts)?;
     collect::apply_nccl_version(&mut node, nccl_version);
     // One reading: the counters are judged without a baseline (no state file of preflight's).
     let rate_opts = crate::state::counters::RateOptions {

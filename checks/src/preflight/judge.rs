@@ -367,7 +367,11 @@ fn nodes(inp: &Inputs, f: &mut Vec<Finding>, out: &mut TakeOuts) {
                     .evidence("rendezvous", why.clone())
                     .fix("run `gdrdoctor check` on that node and look at its output; a report refused for its size or shape comes from another gdrdoctor version or a damaged process"),
             );
-            out.add(m.rank, BY_CHECK, format!("its check report could not be read: {why}"));
+            out.add(
+                m.rank,
+                BY_CHECK,
+                format!("its check report could not be read: {why}"),
+            );
             continue;
         };
         let bad: Vec<&Finding> = r
@@ -777,7 +781,11 @@ fn nccl_runs(
                         );
                     }
                     f.push(fi.fix("read the node's NCCL WARN lines (in the JSON answer); `gdrdoctor probe --nccl` on that node alone shows whether it fails by itself"));
-                    out.add(n.rank, BY_NCCL, format!("NCCL ({label}) failed in `{step}`: {err}"));
+                    out.add(
+                        n.rank,
+                        BY_NCCL,
+                        format!("NCCL ({label}) failed in `{step}`: {err}"),
+                    );
                 }
             }
             BlameKind::Hung => {
@@ -1002,6 +1010,7 @@ fn gdr(
             .collect();
         let mut bad = Vec::new();
         let mut good = 0usize;
+        let mut socket_only = 0usize;
         let mut seen_any = false;
         for lr in &ranks {
             let near = nearest(report, &lr.bdf);
@@ -1020,8 +1029,39 @@ fn gdr(
                     pred = prediction(Some(p));
                 }
             }
-            let agree = obs.as_ref().map(|o| pred.gdr == Some(o.gdr));
-            if let Some(o) = &obs {
+            let sockets = obs
+                .as_ref()
+                .is_some_and(|o| o.transport.starts_with("NET/Socket"));
+            // No RDMA device: nothing was predicted, and sockets do no GDR.
+            let agree = if sockets && report.inventory.nics.is_empty() {
+                None
+            } else {
+                obs.as_ref().map(|o| pred.gdr == Some(o.gdr))
+            };
+            if let (Some(o), true) = (&obs, sockets) {
+                seen_any = true;
+                if report.inventory.nics.is_empty() {
+                    // No RDMA device: NCCL's network is its sockets, GDR does not apply.
+                    socket_only += 1;
+                } else {
+                    let nics: Vec<&str> = report
+                        .inventory
+                        .nics
+                        .iter()
+                        .map(|n| n.ibdev.as_str())
+                        .collect();
+                    bad.push(Bad {
+                        gpu: lr.cuda,
+                        bdf: lr.bdf.clone(),
+                        transport: o.transport.clone(),
+                        why: format!(
+                            "although the node has RDMA devices ({}): NCCL could not use them and fell back to its socket transport (its WARN lines in the JSON answer say why: NCCL_IB_HCA, a port down, rdma-core missing in the job's environment)",
+                            nics.join(", ")
+                        ),
+                        run: o.run.clone(),
+                    });
+                }
+            } else if let Some(o) = &obs {
                 seen_any = true;
                 let gpu_i = lr.cuda;
                 let nic = o.nic.clone().unwrap_or_else(|| "its NIC".into());
@@ -1147,6 +1187,20 @@ fn gdr(
             }
             f.push(fi.fix("fix the cause named (load nvidia_peermem, or install the open kernel modules for dma-buf), then run preflight again; until then take the node out of the job"));
             out.add(m.rank, BY_GDR, msg);
+        }
+        if socket_only > 0 {
+            f.push(
+                Finding::new(
+                    ID,
+                    Status::Skip,
+                    subject(m),
+                    format!(
+                        "{}: no RDMA device on this node: NCCL connected {socket_only} GPU(s) through its socket transport, where GDR does not apply",
+                        who(m)
+                    ),
+                )
+                .evidence(format!("{}'s NCCL log", subject(m)), "NET/Socket"),
+            );
         }
         if bad.is_empty() && good > 0 && log_missing.is_empty() {
             f.push(
@@ -1557,5 +1611,124 @@ fn threshold_text(th: Thresholds, allowed: Option<f64>, median: Option<f64>) -> 
         "no threshold applies".into()
     } else {
         format!("at least {}", parts.join(" and "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(member: u32, status: &str, step: &str, elapsed: f64) -> NodeRun {
+        let mut n = NodeRun {
+            member,
+            step: Some(step.into()),
+            elapsed_ms: Some(elapsed),
+            ..Default::default()
+        };
+        match status {
+            "ok" => {
+                n.output = Some(NcclOutput {
+                    step: "done".into(),
+                    allreduce: Some(Collective {
+                        bytes: 4,
+                        ms: 1.0,
+                        iterations: 1,
+                        busbw_gbs: 1.0,
+                        sums: Sums {
+                            expected: 1.0,
+                            checked: 1,
+                            wrong: 0,
+                            first_wrong: None,
+                        },
+                    }),
+                    ..Default::default()
+                })
+            }
+            "remote" | "own" => {
+                n.output = Some(NcclOutput {
+                    step: step.into(),
+                    error: Some(if status == "remote" {
+                        "ncclGroupEnd failed: remote process exited or there was a network error (6)".into()
+                    } else {
+                        "ncclGroupEnd failed: unhandled system error (2)".into()
+                    }),
+                    ..Default::default()
+                })
+            }
+            "timeout" => {
+                n.problem = Some("killed at its deadline".into());
+                n.timed_out = true;
+            }
+            _ => unreachable!(),
+        }
+        n
+    }
+
+    fn run(nodes: Vec<NodeRun>) -> RunInput {
+        RunInput {
+            label: "default".into(),
+            nodes,
+            deadline_ms: Some(8000.0),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_early_failure_is_blamed_and_the_waiters_are_not() {
+        // Rank 2 failed at once; rank 0 (which held the bootstrap root) was killed at its
+        // deadline, and ranks 1 and 3 then lost the root: remote errors, but late.
+        let b = blame(&run(vec![
+            node(0, "timeout", "init", 8000.0),
+            node(1, "remote", "init", 7900.0),
+            node(2, "remote", "init", 40.0),
+            node(3, "remote", "init", 7950.0),
+        ]));
+        assert_eq!((b.kind, b.culprits.clone()), (BlameKind::Failed, vec![2]));
+        assert_eq!(b.waiting, vec![0, 1, 3]);
+        // An error of its own wins over a remote one at the same step.
+        let b = blame(&run(vec![
+            node(0, "remote", "allreduce-wait", 100.0),
+            node(1, "own", "allreduce-wait", 90.0),
+            node(2, "ok", "done", 120.0),
+        ]));
+        assert_eq!(b.culprits, vec![1]);
+    }
+
+    #[test]
+    fn a_node_behind_the_others_hung_and_equals_are_not_blamed() {
+        // Rank 3 never left the all-reduce's enqueue; the others waited in it, and those that
+        // lost the root when rank 0 was killed failed late.
+        let b = blame(&run(vec![
+            node(0, "timeout", "allreduce-wait", 8000.0),
+            node(1, "remote", "allreduce-wait", 7990.0),
+            node(2, "remote", "allreduce-wait", 7995.0),
+            node(3, "timeout", "allreduce", 8000.0),
+        ]));
+        assert_eq!((b.kind, b.culprits.clone()), (BlameKind::Hung, vec![3]));
+        assert_eq!(b.step, "allreduce");
+        let b = blame(&run(vec![
+            node(0, "timeout", "init", 8000.0),
+            node(1, "timeout", "init", 8000.0),
+        ]));
+        assert_eq!(b.kind, BlameKind::AllStuck);
+        assert!(b.culprits.is_empty());
+        let (c, stuck) = culprits(&run(vec![
+            node(0, "timeout", "init", 8000.0),
+            node(1, "timeout", "init", 8000.0),
+        ]));
+        assert!(c.is_empty() && stuck);
+        let b = blame(&run(vec![
+            node(0, "ok", "done", 1.0),
+            node(1, "ok", "done", 1.0),
+        ]));
+        assert_eq!(b.kind, BlameKind::None);
+    }
+
+    #[test]
+    fn unknown_run_times_are_taken_as_early() {
+        let mut n = node(1, "remote", "init", 0.0);
+        n.elapsed_ms = None;
+        let b = blame(&run(vec![node(0, "timeout", "init", 8000.0), n]));
+        assert_eq!(b.culprits, vec![1]);
     }
 }
