@@ -285,6 +285,17 @@ preflight nogdr
 rm -f "$W/pf-plant/nogdr-2"
 [ "$pf_rc" = 1 ] || { echo "slurm test: preflight with a node without GDR exited $pf_rc"; exit 1; }
 answer nogdr "assert [t['node'] for t in a['take_out']] == ['$NODE'], a['take_out']; r = a['take_out'][0]['reasons'][0]; assert 'without GDRDMA' in r and 'nvidia_peermem is not loaded' in r, r"
+if [ -n "${GDRDOCTOR_PREFLIGHT_CAPTURE:-}" ]; then
+  # For docs/guides/preflight.md: the same run as a user types it, table and JSON.
+  mkdir -p "$GDRDOCTOR_PREFLIGHT_CAPTURE"
+  touch "$W/pf-plant/nogdr-2"
+  for f in table json; do
+    GDRDOCTOR_TEST_TAG=$TAG salloc -N1 -n4 --overcommit srun -n4 --overcommit "$W/pf-task" \
+      preflight --secret-file "$W/pf-run-nogdr/job.key" --format "$f" \
+      >"$GDRDOCTOR_PREFLIGHT_CAPTURE/answer.$f" 2>"$GDRDOCTOR_PREFLIGHT_CAPTURE/stderr.$f" || true
+  done
+  rm -f "$W/pf-plant/nogdr-2"
+fi
 drained_by_preflight() { case "$(state)" in drain*"|gdrdoctor preflight: $NODE: NCCL used NET/IB/0 .. NET/IB/7 without GDRDMA on 8 GPUs"*) return 0 ;; esac; return 1; }
 wait_for "preflight's drain" 10 drained_by_preflight
 echo "    drained: $(state)"
