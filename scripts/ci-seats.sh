@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fleet seats in CI (issue 14), in two steps that .ci/run calls around `cargo test`:
 #
-#   scripts/ci-seats.sh install   # promtool, xmllint, slurm + munge (Debian); the xUnit
+#   scripts/ci-seats.sh install   # promtool, xmllint, slurm + munge, Open MPI (Debian); the xUnit
 #                                 # junit-10.xsd from pytest's sdist; kubernetes-validate (PyPI)
 #   export GDRDOCTOR_REQUIRE_PROMTOOL=1 GDRDOCTOR_JUNIT_XSD=$PWD/target/ci-tools/junit-10.xsd
 #   cargo test --workspace        # tests/contracts/ and tests/fleet.rs then run promtool and
@@ -35,9 +35,15 @@ install_debian() {
     if [ ! -e "$policy" ]; then
       printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null && $SUDO chmod 0755 "$policy" && ours=1
     fi
+    # openmpi-bin: preflight's second engine (tests/preflight.rs runs `mpirun -n 4`).
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+<<<<<<< HEAD
       prometheus libxml2-utils slurmctld slurmd slurm-client munge >/dev/null
     if [ "$ours" = 1 ]; then $SUDO rm -f "$policy"; fi
+=======
+      prometheus libxml2-utils slurmctld slurmd slurm-client munge openmpi-bin >/dev/null
+    [ "$ours" = 1 ] && $SUDO rm -f "$policy"
+>>>>>>> 957aa7ffc9cd104e7b8e42441110b665835a3304
   fi
 }
 
@@ -75,13 +81,13 @@ run_rules() {
 
 case "${1:-}" in
   install)
-    step "apt-get install prometheus libxml2-utils slurm munge" install_debian
+    step "apt-get install prometheus libxml2-utils slurm munge openmpi-bin" install_debian
     step "junit-10.xsd from pytest $PYTEST_VERSION sdist" install_xsd
     step "pip install kubernetes-validate" install_kubernetes_validate
     ;;
   run)
     [ -x target/debug/gdrdoctor ] || cargo build -q
-    step "slurm drain/resume on a real single-node slurm" run_slurm
+    step "slurm drain/resume and preflight (srun -n 4) on a real single-node slurm" run_slurm
     step "kubernetes-validate" run_manifests
     step "promtool check rules" run_rules
     ;;

@@ -48,6 +48,7 @@ fn run() -> i32 {
         Command::Policy(c) => cmd::policy::run(&c),
         Command::Fleet(a) => cmd::fleet::run(&a),
         Command::Snapshot(a) => cmd::snapshot::run(&a),
+        Command::Preflight(a) => cmd::preflight::run(&a),
     }
 }
 
@@ -108,6 +109,10 @@ pub enum Command {
     Fleet(cmd::fleet::Args),
     /// Capture every file the checks read (plus live-only facts) for --sysroot or a bug report
     Snapshot(cmd::snapshot::Args),
+    /// One process per node of a job (srun, mpirun, torchrun, a Kubernetes Indexed Job): each
+    /// node checked, NCCL run across the nodes, node pairs measured; rank 0 names the nodes to
+    /// take out and why
+    Preflight(cmd::preflight::Args),
 }
 
 #[cfg(test)]

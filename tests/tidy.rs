@@ -28,10 +28,14 @@ fn every_check_has_a_page_and_every_page_a_check() {
         .iter()
         .map(|f| f.id)
         .collect();
+    let preflight: Vec<&str> = gdrdoctor_checks::preflight::IDS
+        .iter()
+        .map(|(i, _)| *i)
+        .collect();
     assert_eq!(
         ids,
-        [checks, probes, watch, policy, pastes].concat(),
-        "checks first, then probe findings, then watch, policy and diagnose findings"
+        [checks, probes, watch, policy, pastes, preflight].concat(),
+        "checks first, then probe findings, then watch, policy, diagnose and preflight findings"
     );
     let mut files: Vec<String> = std::fs::read_dir(repo().join("docs/checks"))
         .unwrap()

@@ -10,6 +10,10 @@
 #   3. an operator's drain ("maintenance") must survive a passing health check;
 #   4. `srun -N1 --ntasks-per-node=1 --output=reports/%N.json gdrdoctor check -f json` and
 #      `srun --label ... | gdrdoctor fleet -` must roll up;
+#   6. contrib/slurm/gdrdoctor-preflight in an allocation of 4 tasks on this node (`srun -n 4`),
+#      each task playing a fixture node with the stand-in NCCL of tests/stubs: four healthy
+#      nodes pass; this node without GDR is named with its cause and drained; a rank that never
+#      joins and a rank stuck in a collective are named; nothing of the runs is left;
 # then stop the daemons it started and check that none is left. Needs root. Exit 77 (skip) when Slurm or munge is not installed or not
 # root, unless GDRDOCTOR_REQUIRE_SLURM=1 (then that is a failure).
 #
@@ -206,6 +210,106 @@ assert s["nodes"] == 2 and s["unreadable"] == 0 and s["exit_code"] == 0, s
 assert [n["input"] for n in r["nodes"]] == ["stdin[task 0]", "stdin[task 1]"], r["nodes"]
 print("  srun --label | gdrdoctor fleet -: %d nodes, exit %d" % (s["nodes"], s["exit_code"]))
 EOF
+
+echo "slurm test: 6. preflight: srun -n 4 gdrdoctor preflight, each task a node, NCCL the stand-in ($(ms))"
+# The stand-ins of tests/stubs (the GPUs' libcuda, NCCL over TCP between the tasks), and one
+# fixture node per task: rank 2 plays this Slurm node itself, so that a drain lands on it.
+SI=$W/stand-ins
+mkdir -p "$SI"
+cc -std=gnu11 -O1 -fPIC -shared -o "$SI/libcuda.so.1" -Wl,-soname,libcuda.so \
+  "$REPO/tests/stubs/libcuda.c" -lpthread -ldl
+cc -std=gnu11 -O1 -fPIC -shared -o "$SI/libnccl.so.2" -Wl,-soname,libnccl.so.2 \
+  "$REPO/tests/stubs/libnccl.c" -lpthread -ldl
+NOGDR=$("$REPO/scripts/fixture" path hgx-h200x8-cx7x8-no-peermem)
+TAG="slurm-preflight-$$"
+mkdir -p "$W/pf-plant"
+r=0
+for name in gpu-01 gpu-02 "$NODE" gpu-04; do
+  for b in 18 28 38 48 98 a8 b8 c8; do echo "gpu bdf=0000:$b:00.0"; done >"$W/pf-scenario-$r"
+  for i in 0 1 2 3 4 5 6 7; do echo "device mlx5_$i"; done >>"$W/pf-scenario-$r"
+  echo "nccl host=$name" >>"$W/pf-scenario-$r"
+  r=$((r + 1))
+done
+# The task: its rank's fixture and scenario, and the faults planted as files in pf-plant/.
+{
+  echo '#!/bin/sh'
+  echo 'r=${SLURM_PROCID:?}'
+  echo "W=$W BIN=$BIN SI=$SI FIX=$FIX NOGDR=$NOGDR NAMES=gpu-01,gpu-02,$NODE,gpu-04"
+  cat <<'TASK'
+[ -e "$W/pf-plant/absent-$r" ] && exit 0
+root=$FIX
+cp "$W/pf-scenario-$r" "$W/pf-scenario-$r.run"
+if [ -e "$W/pf-plant/nogdr-$r" ]; then
+  root=$NOGDR
+  sed -i 's/^gpu .*/& dmabuf=0/' "$W/pf-scenario-$r.run"
+  echo "peer_memory no" >>"$W/pf-scenario-$r.run"
+fi
+[ -e "$W/pf-plant/hang-$r" ] && echo "nccl_hang allreduce" >>"$W/pf-scenario-$r.run"
+export GDRDOCTOR_STUB_SCENARIO=$W/pf-scenario-$r.run GDRDOCTOR_LIB_DIR=$SI GDRDOCTOR_STATE_DIR=$W/pf-state
+exec "$BIN" "$@" --sysroot "$root" --nodes "$NAMES" --nccl-lib "$SI/libnccl.so.2" \
+  --timeout 8 --nccl-timeout 8 --allreduce-bytes 65536 --pair-bytes 262144 --iterations 3 \
+  --min-pair-fraction 0 --min-pair-relative 0.1
+TASK
+} >"$W/pf-task"
+chmod +x "$W/pf-task"
+preflight() { # preflight CASE: the contrib script in an allocation of 4 tasks on this node
+  set +e
+  GDRDOCTOR_TEST_TAG=$TAG salloc -N1 -n4 --overcommit env GDRDOCTOR="$W/pf-task" \
+    GDRDOCTOR_SRUN_ARGS="-n4 --overcommit" GDRDOCTOR_PREFLIGHT_DIR="$W/pf-run-$1" \
+    "$REPO/contrib/slurm/gdrdoctor-preflight" >"$W/pf-$1.out" 2>&1
+  pf_rc=$?
+  set -e
+  { grep -v '^salloc:' "$W/pf-$1.out" || true; } | sed 's/^/    /'
+  # Nothing of the run is left (the tasks, their NCCL workers): every process carrying the tag.
+  for e in /proc/[0-9]*/environ; do
+    if tr '\0' '\n' 2>/dev/null <"$e" | grep -qx "GDRDOCTOR_TEST_TAG=$TAG"; then
+      p=${e#/proc/}
+      p=${p%/environ}
+      if [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" != Z ] && [ "$p" != $$ ]; then
+        echo "slurm test: preflight left process $p: $(tr '\0' ' ' <"/proc/$p/cmdline")"
+        exit 1
+      fi
+    fi
+  done
+}
+answer() { python3 -c 'import json, sys; a = json.load(open(sys.argv[1])); exec(sys.argv[2])' "$W/pf-run-$1/answer.json" "$2"; }
+
+echo "  6a. four healthy nodes ($(ms))"
+preflight healthy
+[ "$pf_rc" = 0 ] || { echo "slurm test: healthy preflight exited $pf_rc"; exit 1; }
+answer healthy 'assert a["allocation"]["engine"] == "slurm" and a["summary"]["joined"] == 4 and not a["take_out"], a["summary"]; print("    slurm engine, %d ranks, %d pair rails, %.1f s" % (a["summary"]["joined"], len(a["pairs"]), a["stages"][-1]["ms"] / 1000))'
+
+echo "  6b. this node without GDR: named with its cause and drained ($(ms))"
+touch "$W/pf-plant/nogdr-2"
+preflight nogdr
+rm -f "$W/pf-plant/nogdr-2"
+[ "$pf_rc" = 1 ] || { echo "slurm test: preflight with a node without GDR exited $pf_rc"; exit 1; }
+answer nogdr "assert [t['node'] for t in a['take_out']] == ['$NODE'], a['take_out']; r = a['take_out'][0]['reasons'][0]; assert 'without GDRDMA' in r and 'nvidia_peermem is not loaded' in r, r"
+if [ -n "${GDRDOCTOR_PREFLIGHT_CAPTURE:-}" ]; then
+  # For docs/guides/preflight.md: the same run as a user types it, table and JSON.
+  mkdir -p "$GDRDOCTOR_PREFLIGHT_CAPTURE"
+  touch "$W/pf-plant/nogdr-2"
+  for f in table json; do
+    GDRDOCTOR_TEST_TAG=$TAG salloc -N1 -n4 --overcommit srun -n4 --overcommit "$W/pf-task" \
+      preflight --secret-file "$W/pf-run-nogdr/job.key" --format "$f" \
+      >"$GDRDOCTOR_PREFLIGHT_CAPTURE/answer.$f" 2>"$GDRDOCTOR_PREFLIGHT_CAPTURE/stderr.$f" || true
+  done
+  rm -f "$W/pf-plant/nogdr-2"
+fi
+drained_by_preflight() { case "$(state)" in drain*"|gdrdoctor preflight: $NODE: NCCL used NET/IB/0 .. NET/IB/7 without GDRDMA on 8 GPUs"*) return 0 ;; esac; return 1; }
+wait_for "preflight's drain" 10 drained_by_preflight
+echo "    drained: $(state)"
+scontrol update NodeName="$NODE" State=RESUME
+wait_for "the node to resume" 30 idle
+
+echo "  6c. a rank that never joins, a rank stuck in a collective ($(ms))"
+touch "$W/pf-plant/absent-3" "$W/pf-plant/hang-1"
+preflight faults
+rm -f "$W/pf-plant/absent-3" "$W/pf-plant/hang-1"
+[ "$pf_rc" = 1 ] || { echo "slurm test: preflight with faults exited $pf_rc"; exit 1; }
+answer faults 'm = {t["node"]: " ".join(t["reasons"]) for t in a["take_out"]}; assert sorted(m) == ["gpu-02", "gpu-04"], m; assert "never joined" in m["gpu-04"], m; assert "hung in `allreduce`" in m["gpu-02"], m'
+# gpu-02 and gpu-04 are not Slurm nodes: nothing was drained.
+case "$(state)" in idle\|*) ;; *) echo "slurm test: the node changed: $(state)"; exit 1 ;; esac
 
 END=$(date +%s%N)
 echo "slurm test: PASS in $(( (END - START) / 1000000 )) ms"

@@ -55,6 +55,10 @@ pub fn run(args: &Args) -> i32 {
             for f in gdrdoctor_checks::paste::findings::FINDINGS {
                 s.push_str(&row(f.id, f.title));
             }
+            s.push_str("\npreflight findings (gdrdoctor preflight):\n");
+            for (id, title) in gdrdoctor_checks::preflight::IDS {
+                s.push_str(&row(id, title));
+            }
             s
         }
         ListFormat::Json => {

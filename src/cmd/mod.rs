@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod list;
 pub mod man;
 pub mod policy;
+pub mod preflight;
 pub mod probe;
 pub mod snapshot;
 pub mod topo;

@@ -15,6 +15,7 @@
 //! in) and only when its parent (the *anchor*, e.g. `/sys/module`) exists; in a foreign capture
 //! (hwloc's, a hand-made tree) a missing file is "not in this capture", never a finding.
 
+pub mod allocation;
 pub mod fleet;
 pub mod health;
 mod host;

@@ -457,6 +457,25 @@ type AllReduceFn = unsafe extern "C" fn(
     *mut c_void,
 ) -> c_int;
 type ErrorStringFn = unsafe extern "C" fn(c_int) -> *const c_char;
+type GetUniqueIdFn = unsafe extern "C" fn(*mut UniqueId) -> c_int;
+type AsyncErrorFn = unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int;
+type CommInitRankFn = unsafe extern "C" fn(*mut *mut c_void, c_int, UniqueId, c_int) -> c_int;
+type SendFn =
+    unsafe extern "C" fn(*const c_void, usize, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+type RecvFn =
+    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, *mut c_void, *mut c_void) -> c_int;
+
+/// `ncclUniqueId` (src/nccl.h.in: `typedef struct { char internal[128]; } ncclUniqueId`): the
+/// bootstrap root's address, made by one process and handed to every rank; passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UniqueId(pub [u8; 128]);
+
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UniqueId(..)")
+    }
+}
 type LastErrorFn = unsafe extern "C" fn(*mut c_void) -> *const c_char;
 
 /// A failed NCCL call: the function, NCCL's result code and its words for it, and the last
@@ -487,7 +506,12 @@ impl std::error::Error for NcclError {}
 pub struct Nccl {
     path: String,
     get_version: GetVersionFn,
-    comm_init_all: CommInitAllFn,
+    comm_init_all: Option<CommInitAllFn>,
+    get_unique_id: Option<GetUniqueIdFn>,
+    comm_init_rank: Option<CommInitRankFn>,
+    send: Option<SendFn>,
+    recv: Option<RecvFn>,
+    async_error: Option<AsyncErrorFn>,
     comm_destroy: CommDestroyFn,
     group_start: GroupFn,
     group_end: GroupFn,
@@ -525,7 +549,14 @@ impl Nccl {
         Ok(Nccl {
             path: path.display().to_string(),
             get_version: sym!("ncclGetVersion", GetVersionFn)?,
-            comm_init_all: sym!("ncclCommInitAll", CommInitAllFn)?,
+            // The calls of one process per node (`preflight`), and of one process for every
+            // GPU (`probe --nccl`): each is looked for when it is used.
+            comm_init_all: sym!("ncclCommInitAll", CommInitAllFn).ok(),
+            get_unique_id: sym!("ncclGetUniqueId", GetUniqueIdFn).ok(),
+            comm_init_rank: sym!("ncclCommInitRank", CommInitRankFn).ok(),
+            send: sym!("ncclSend", SendFn).ok(),
+            recv: sym!("ncclRecv", RecvFn).ok(),
+            async_error: sym!("ncclCommGetAsyncError", AsyncErrorFn).ok(),
             comm_destroy: sym!("ncclCommDestroy", CommDestroyFn)?,
             group_start: sym!("ncclGroupStart", GroupFn)?,
             group_end: sym!("ncclGroupEnd", GroupFn)?,
@@ -592,10 +623,13 @@ impl Nccl {
     /// `ncclCommInitAll`: one communicator per CUDA device of `devices` (rank i on
     /// `devices[i]`), in this thread. The communicators are destroyed when [`Comms`] drops.
     pub fn init_all(&self, devices: &[i32]) -> Result<Comms<'_>, NcclError> {
+        let init_all = self
+            .comm_init_all
+            .ok_or_else(|| self.missing("ncclCommInitAll"))?;
         let mut raw: Vec<*mut c_void> = vec![std::ptr::null_mut(); devices.len()];
         let n = c_int::try_from(devices.len()).unwrap_or(c_int::MAX);
         // SAFETY: `raw` has room for one handle per device; `devices` outlives the call.
-        let r = unsafe { (self.comm_init_all)(raw.as_mut_ptr(), n, devices.as_ptr()) };
+        let r = unsafe { init_all(raw.as_mut_ptr(), n, devices.as_ptr()) };
         let comms = Comms {
             nccl: self,
             raw: raw.into_iter().filter(|c| !c.is_null()).collect(),
@@ -617,7 +651,208 @@ impl Nccl {
     }
 }
 
-/// The communicators of one [`Nccl::init_all`], destroyed (`ncclCommDestroy`) on drop unless a
+impl Nccl {
+    fn missing(&self, call: &'static str) -> NcclError {
+        NcclError {
+            call,
+            code: 4,
+            text: format!("{} does not export {call}", self.path),
+            last: None,
+        }
+    }
+
+    /// `ncclGetUniqueId`: the id every rank of a communicator across processes initialises
+    /// with. It starts NCCL's bootstrap root in this process: the process must live until
+    /// every rank has initialised.
+    pub fn unique_id(&self) -> Result<UniqueId, NcclError> {
+        let f = self
+            .get_unique_id
+            .ok_or_else(|| self.missing("ncclGetUniqueId"))?;
+        let mut id = UniqueId([0u8; 128]);
+        // SAFETY: writes one ncclUniqueId.
+        let r = unsafe { f(&mut id) };
+        self.check("ncclGetUniqueId", r, std::ptr::null_mut())?;
+        Ok(id)
+    }
+
+    /// One communicator rank per `(rank, context)` of this process, all in one
+    /// `ncclGroupStart`/`ncclGroupEnd` (one thread drives every local GPU: NCCL requires the
+    /// group for that), for a communicator of `nranks` ranks across processes. Blocks until
+    /// every rank of every process has joined (or NCCL fails).
+    pub fn init_ranks(
+        &self,
+        id: &UniqueId,
+        nranks: u32,
+        ranks: &[(u32, &super::cuda::Context)],
+    ) -> Result<Comms<'_>, NcclError> {
+        const CALL: &str = "ncclCommInitRank";
+        let f = self.comm_init_rank.ok_or_else(|| self.missing(CALL))?;
+        let n = c_int::try_from(nranks).unwrap_or(c_int::MAX);
+        // Every slot exists before the group starts: NCCL writes the handles at its end.
+        let mut raw: Vec<*mut c_void> = vec![std::ptr::null_mut(); ranks.len()];
+        // SAFETY: no arguments.
+        self.check(
+            "ncclGroupStart",
+            unsafe { (self.group_start)() },
+            std::ptr::null_mut(),
+        )?;
+        let mut first_err = None;
+        for (slot, (rank, ctx)) in raw.iter_mut().zip(ranks) {
+            if let Err(e) = ctx.make_current() {
+                first_err.get_or_insert(NcclError {
+                    call: "cuCtxSetCurrent",
+                    code: e.code,
+                    text: e.to_string(),
+                    last: None,
+                });
+                continue;
+            }
+            let r = c_int::try_from(*rank).unwrap_or(c_int::MAX);
+            // SAFETY: `slot` stays valid until ncclGroupEnd (the vector is never resized);
+            // the id is copied by value; the current context names the rank's device.
+            let res = unsafe { f(slot, n, *id, r) };
+            if first_err.is_none() {
+                first_err = self.check(CALL, res, std::ptr::null_mut()).err();
+            }
+        }
+        // SAFETY: closes the group opened above.
+        let end = self.check(
+            "ncclGroupEnd",
+            unsafe { (self.group_end)() },
+            std::ptr::null_mut(),
+        );
+        if let Some(e) = first_err {
+            // Communicators that failed to initialise are not destroyed (that may block):
+            // the worker process ends soon.
+            return Err(e);
+        }
+        end?;
+        if raw.iter().any(|c| c.is_null()) {
+            return Err(NcclError {
+                call: CALL,
+                code: 3,
+                text: "a communicator handle is NULL after ncclGroupEnd".into(),
+                last: None,
+            });
+        }
+        Ok(Comms { nccl: self, raw })
+    }
+}
+
+/// One send and one receive of float32 words between a local communicator rank and a peer
+/// rank, at once (a pair's rail).
+pub struct Exchange<'a> {
+    /// Index of the local communicator in [`Comms`].
+    pub comm: usize,
+    pub send: &'a DeviceBuffer,
+    pub recv: &'a DeviceBuffer,
+    pub count: usize,
+    pub peer: u32,
+    pub stream: &'a Stream,
+}
+
+impl Comms<'_> {
+    /// The first communicator's asynchronous error (`ncclCommGetAsyncError`): NCCL reports a
+    /// failure of work already enqueued (a peer gone, a completion error) there, while the
+    /// stream may never finish. `ncclInProgress` is not an error.
+    pub fn async_error(&self) -> Option<NcclError> {
+        let n = self.nccl;
+        let f = n.async_error?;
+        for c in &self.raw {
+            let mut e: c_int = 0;
+            // SAFETY: a live communicator; writes one int.
+            let r = unsafe { f(*c, &mut e) };
+            if r != NCCL_SUCCESS {
+                return Some(n.error("ncclCommGetAsyncError", r, *c));
+            }
+            if e != NCCL_SUCCESS && e != 7 {
+                return Some(n.error("ncclCommGetAsyncError", e, *c));
+            }
+        }
+        None
+    }
+
+    /// Every exchange's `ncclSend` and `ncclRecv` in one group: enqueued when this returns;
+    /// synchronize the streams to wait for them.
+    pub fn exchange_f32(&self, ops: &[Exchange<'_>]) -> Result<(), NcclError> {
+        let n = self.nccl;
+        let send = n.send.ok_or_else(|| n.missing("ncclSend"))?;
+        let recv = n.recv.ok_or_else(|| n.missing("ncclRecv"))?;
+        let refuse = |text: String| NcclError {
+            call: "ncclSend",
+            code: 4,
+            text,
+            last: None,
+        };
+        let bytes_ok = |o: &Exchange<'_>| {
+            let b = o.count.saturating_mul(4);
+            b <= o.send.len() && b <= o.recv.len()
+        };
+        if let Some(o) = ops
+            .iter()
+            .find(|o| o.comm >= self.raw.len() || !bytes_ok(o))
+        {
+            return Err(refuse(format!(
+                "exchange on communicator {} of {} with {} floats does not fit",
+                o.comm,
+                self.raw.len(),
+                o.count
+            )));
+        }
+        // SAFETY: no arguments.
+        n.check(
+            "ncclGroupStart",
+            unsafe { (n.group_start)() },
+            std::ptr::null_mut(),
+        )?;
+        let mut first_err = None;
+        for o in ops {
+            let comm = self.raw[o.comm];
+            let peer = c_int::try_from(o.peer).unwrap_or(c_int::MAX);
+            // SAFETY: the ranges lie inside live allocations of `count` floats or more, the
+            // communicator is live, the stream is a live CUstream of its device.
+            let r = unsafe {
+                send(
+                    o.send.device_ptr() as *const c_void,
+                    o.count,
+                    NCCL_FLOAT32,
+                    peer,
+                    comm,
+                    o.stream.raw(),
+                )
+            };
+            if first_err.is_none() {
+                first_err = n.check("ncclSend", r, comm).err();
+            }
+            // SAFETY: as above, into the receive buffer.
+            let r = unsafe {
+                recv(
+                    o.recv.device_ptr() as *mut c_void,
+                    o.count,
+                    NCCL_FLOAT32,
+                    peer,
+                    comm,
+                    o.stream.raw(),
+                )
+            };
+            if first_err.is_none() {
+                first_err = n.check("ncclRecv", r, comm).err();
+            }
+        }
+        // SAFETY: closes the group opened above.
+        let end = n.check(
+            "ncclGroupEnd",
+            unsafe { (n.group_end)() },
+            std::ptr::null_mut(),
+        );
+        match first_err {
+            Some(e) => Err(e),
+            None => end,
+        }
+    }
+}
+
+/// The communicators of one [`Nccl::init_all`] or [`Nccl::init_ranks`], destroyed (`ncclCommDestroy`) on drop unless a
 /// GPU may be wedged (`cuda::abandon`).
 pub struct Comms<'n> {
     nccl: &'n Nccl,

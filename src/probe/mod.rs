@@ -171,6 +171,7 @@ pub fn worker_task(
     }
     match task {
         "health" => Some(protocol::serve(params, |()| health::worker())),
+        nccl::allocation::TASK => Some(nccl::allocation::serve(params)),
         _ => None,
     }
 }

@@ -10,6 +10,7 @@ pub mod junit;
 pub mod markdown;
 pub mod oneline;
 pub mod paste_md;
+pub mod preflight;
 pub mod prometheus;
 pub mod sanitize;
 pub mod svg;

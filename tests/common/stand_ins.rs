@@ -6,7 +6,7 @@
 //! wins), in two directories, each a complete set for `GDRDOCTOR_LIB_DIR`:
 //!
 //! - `current/`: libibverbs.so.1 (IBVERBS_1.1 and 1.12), libmlx5.so.1, libcuda.so.1,
-//!   libnvidia-ml.so.1;
+//!   libnvidia-ml.so.1, libnccl.so.2;
 //! - `rdma-core-33/`: the same, but a libibverbs without `ibv_reg_dmabuf_mr@IBVERBS_1.12`.
 //!
 //! Needs `cc` and the rdma-core headers (`gcc libibverbs-dev`); without them [`build`] skips
@@ -102,7 +102,7 @@ fn compile(out: &Path, src: &str, soname: &str, map: Option<&str>) -> Result<(),
     if let Some(m) = map {
         c.arg(format!("-Wl,--version-script={}", dir.join(m).display()));
     }
-    c.arg(dir.join(src)).arg("-lpthread");
+    c.arg(dir.join(src)).arg("-lpthread").arg("-ldl");
     let o = c
         .output()
         .map_err(|e| format!("`cc` cannot be run ({e})"))?;
@@ -154,7 +154,14 @@ fn compile_all(tmp: &Path) -> Result<(), String> {
         "libnvidia-ml.so.1",
         None,
     )?;
-    for lib in ["libmlx5.so.1", "libcuda.so.1", "libnvidia-ml.so.1"] {
+    // NCCL is not loaded by soname (gdrdoctor is given its path: `--nccl-lib`).
+    compile(&cur.join("libnccl.so.2"), "libnccl.c", "libnccl.so.2", None)?;
+    for lib in [
+        "libmlx5.so.1",
+        "libcuda.so.1",
+        "libnvidia-ml.so.1",
+        "libnccl.so.2",
+    ] {
         std::fs::copy(cur.join(lib), old.join(lib)).expect("copy a stand-in library");
     }
     Ok(())

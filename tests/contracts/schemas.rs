@@ -14,6 +14,7 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
         gdrdoctor_checks::paste::report::SCHEMA,
         gdrdoctor::state::counters::STATE_SCHEMA,
         gdrdoctor::state::cuda_cache::SCHEMA,
+        gdrdoctor_checks::preflight::model::SCHEMA,
         TOPO_SCHEMA,
         TOPO_PASTE_SCHEMA,
     ];

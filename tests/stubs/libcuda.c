@@ -34,6 +34,7 @@
  * Every call is logged (GDRDOCTOR_STUB_LOG): a test can prove which calls a command made,
  * e.g. that `check` never creates a context (cuDevicePrimaryCtxRetain). */
 #include "stub.h"
+#include "stream_stub.h"
 
 #include <sched.h>
 #include <sys/mman.h>
@@ -157,12 +158,6 @@ struct stub_function {
 	const char *name;
 };
 
-struct stub_stream {
-	pthread_t thread;
-	int running;
-	int done; /* atomic */
-	CUresult error;
-};
 
 struct stub_event {
 	int unused;
@@ -400,6 +395,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
 	return CUDA_SUCCESS;
 }
 
+<<<<<<< HEAD
 /* Context calls gdrdoctor never makes: there to be caught (`forbid`), else not supported. */
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev)
 {
@@ -428,6 +424,17 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 	(void)ctx;
 	FORBID("cuCtxPushCurrent");
 	LOGRET(CUDA_ERROR_NOT_SUPPORTED, "cuCtxPushCurrent -> 801");
+=======
+/* The current context's device (the stand-in libnccl asks, as NCCL asks cudaGetDevice). */
+CUresult cuCtxGetDevice(CUdevice *device)
+{
+	if (!device)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!current_)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*device = current_->ordinal;
+	return CUDA_SUCCESS;
+>>>>>>> 957aa7ffc9cd104e7b8e42441110b665835a3304
 }
 
 CUresult cuCtxSetLimit(int limit, size_t value)
@@ -567,6 +574,33 @@ CUresult cuMemsetD8_v2(CUdeviceptr dptr, unsigned char value, size_t n)
 	    !find_region((uintptr_t)dptr, n, MANAGED, &r))
 		return CUDA_ERROR_INVALID_VALUE;
 	memset((void *)(uintptr_t)dptr, value, n);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD32_v2(CUdeviceptr dptr, unsigned int value, size_t n)
+{
+	struct region r;
+	if (!current_)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (n > SIZE_MAX / 4 || (!find_region((uintptr_t)dptr, n * 4, DEVICE, &r) &&
+				 !find_region((uintptr_t)dptr, n * 4, MANAGED, &r)))
+		return CUDA_ERROR_INVALID_VALUE;
+	uint32_t *p = (uint32_t *)(uintptr_t)dptr;
+	for (size_t i = 0; i < n; i++)
+		p[i] = value;
+	return CUDA_SUCCESS;
+}
+
+/* Synchronous, as the driver's: device memory is host memory here. */
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	struct region r;
+	if (!current_)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!dst || (!find_region((uintptr_t)src, n, DEVICE, &r) &&
+		     !find_region((uintptr_t)src, n, MANAGED, &r)))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(dst, (const void *)(uintptr_t)src, n);
 	return CUDA_SUCCESS;
 }
 

@@ -55,7 +55,7 @@ __attribute__((noreturn, format(printf, 1, 2))) static inline void stub_die(cons
 /* The directives every stand-in knows; a line starting with anything else is a typo. */
 static const char *const stub_kinds_[] = {
 	"device", "port", "gid", "uar", "peer_memory", "memlock", "fail", "hang", "list",
-	"gpu", "cuda", "nvml", "forbid", "log_env", NULL,
+	"gpu", "cuda", "nvml", "forbid", "log_env", "nccl", "nccl_fail", "nccl_hang", "nccl_throttle", NULL,
 };
 
 static inline void stub_parse_(void)

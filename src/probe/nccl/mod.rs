@@ -22,6 +22,8 @@
 //! (`gdrdoctor_checks::paste::nccl`, the parser of `gdrdoctor diagnose`) and mapped onto the
 //! comparison by `gdrdoctor_checks::nccl::compare::observe`.
 
+pub mod allocation;
+pub mod allocation_worker;
 pub mod verdict;
 pub mod worker;
 
@@ -228,10 +230,10 @@ pub fn choose_library(node: &Node, given: Option<&Path>) -> Result<String, Strin
 }
 
 /// A private directory for NCCL's files (mode 0700), removed on drop.
-struct PrivateDir(PathBuf);
+pub(crate) struct PrivateDir(pub(crate) PathBuf);
 
 impl PrivateDir {
-    fn create(label: &str) -> Result<PrivateDir, String> {
+    pub(crate) fn create(label: &str) -> Result<PrivateDir, String> {
         use std::os::unix::fs::DirBuilderExt;
         let base = std::env::temp_dir();
         let stamp = std::time::SystemTime::now()
@@ -257,7 +259,11 @@ impl Drop for PrivateDir {
 }
 
 /// Read one of NCCL's files (capped), or say why not.
-fn read_capped(path: &Path, cap: usize, errors: &mut Vec<String>) -> Option<(String, bool)> {
+pub(crate) fn read_capped(
+    path: &Path,
+    cap: usize,
+    errors: &mut Vec<String>,
+) -> Option<(String, bool)> {
     use std::io::Read;
     let f = match std::fs::File::open(path) {
         Ok(f) => f,

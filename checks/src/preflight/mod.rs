@@ -1,0 +1,43 @@
+//! `gdrdoctor preflight`: the allocation's judgement, pure.
+//!
+//! One process per node of a job's allocation reports to rank 0; rank 0 gathers what every
+//! node said and did (its `check` report, NCCL's runs across the allocation, the node pairs'
+//! bandwidth) into [`model::Inputs`] and [`judge::answer`] turns them into the
+//! `gdrdoctor.preflight/v1` answer: per node and per (node, GPU, NIC) what the node's facts
+//! predicted beside what NCCL did, the pairs' bandwidth against what the slower end's links
+//! allow ([`links`]), and the nodes to take out with the reason from that node's facts.
+//!
+//! Nothing here does I/O: the binary's rendezvous (`src/collect/allocation/`), its NCCL
+//! workers (`src/probe/nccl/allocation*.rs`) and its renderers (`src/render/preflight.rs`)
+//! fill and print these types. The pair schedule ([`schedule`]) is here too, so that the
+//! workers and the judgement agree on who met whom in which round.
+
+pub mod judge;
+pub mod links;
+pub mod model;
+pub mod schedule;
+
+/// The finding ids `preflight` reports, with their titles, in the order the answer lists them
+/// (the binary holds the pages; the tidy test holds the two lists to the same ids).
+pub static IDS: &[(&str, &str)] = &[
+    (
+        "preflight.rendezvous",
+        "every rank of the allocation joined rank 0 in time, authenticated with the job's secret",
+    ),
+    (
+        "preflight.node",
+        "each node's own check passed, and no node differs from the majority",
+    ),
+    (
+        "preflight.nccl-run",
+        "nccl initialised one communicator over every gpu of every node and its sums are right",
+    ),
+    (
+        "preflight.nccl-gdr",
+        "nccl used gpudirect rdma on every gpu's nic, as the node's facts predict",
+    ),
+    (
+        "preflight.pairs",
+        "every node pair reaches the bandwidth the slower end's links allow, rail by rail",
+    ),
+];
