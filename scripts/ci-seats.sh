@@ -37,13 +37,8 @@ install_debian() {
     fi
     # openmpi-bin: preflight's second engine (tests/preflight.rs runs `mpirun -n 4`).
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-<<<<<<< HEAD
-      prometheus libxml2-utils slurmctld slurmd slurm-client munge >/dev/null
-    if [ "$ours" = 1 ]; then $SUDO rm -f "$policy"; fi
-=======
       prometheus libxml2-utils slurmctld slurmd slurm-client munge openmpi-bin >/dev/null
-    [ "$ours" = 1 ] && $SUDO rm -f "$policy"
->>>>>>> 957aa7ffc9cd104e7b8e42441110b665835a3304
+    if [ "$ours" = 1 ]; then $SUDO rm -f "$policy"; fi
   fi
 }
 

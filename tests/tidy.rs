@@ -28,9 +28,9 @@ fn every_check_has_a_page_and_every_page_a_check() {
         .iter()
         .map(|f| f.id)
         .collect();
-    let preflight: Vec<&str> = gdrdoctor_checks::preflight::IDS
+    let preflight: Vec<&str> = gdrdoctor_checks::preflight::FINDINGS
         .iter()
-        .map(|(i, _)| *i)
+        .map(|f| f.id)
         .collect();
     assert_eq!(
         ids,

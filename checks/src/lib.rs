@@ -20,11 +20,8 @@ pub mod parse;
 pub mod paste;
 pub mod pci;
 pub mod policy;
-<<<<<<< HEAD
-pub mod progress_record;
-=======
 pub mod preflight;
->>>>>>> 957aa7ffc9cd104e7b8e42441110b665835a3304
+pub mod progress_record;
 pub mod report;
 pub mod roce;
 pub mod stall;

@@ -56,8 +56,8 @@ pub fn run(args: &Args) -> i32 {
                 s.push_str(&row(f.id, f.title));
             }
             s.push_str("\npreflight findings (gdrdoctor preflight):\n");
-            for (id, title) in gdrdoctor_checks::preflight::IDS {
-                s.push_str(&row(id, title));
+            for f in gdrdoctor_checks::preflight::FINDINGS {
+                s.push_str(&row(f.id, f.title));
             }
             s
         }

@@ -528,28 +528,3 @@ impl Delivery {
         a.summary.exit_code
     }
 }
-
-/// The pages of the preflight finding ids, in the order of
-/// `gdrdoctor_checks::preflight::IDS` (the tidy test holds the two to the same ids).
-pub static PAGES: &[(&str, &str)] = &[
-    (
-        "preflight.rendezvous",
-        include_str!("../../docs/checks/preflight.rendezvous.md"),
-    ),
-    (
-        "preflight.node",
-        include_str!("../../docs/checks/preflight.node.md"),
-    ),
-    (
-        "preflight.nccl-run",
-        include_str!("../../docs/checks/preflight.nccl-run.md"),
-    ),
-    (
-        "preflight.nccl-gdr",
-        include_str!("../../docs/checks/preflight.nccl-gdr.md"),
-    ),
-    (
-        "preflight.pairs",
-        include_str!("../../docs/checks/preflight.pairs.md"),
-    ),
-];

@@ -691,11 +691,8 @@ impl Nccl {
         // Every slot exists before the group starts: NCCL writes the handles at its end.
         let mut raw: Vec<*mut c_void> = vec![std::ptr::null_mut(); ranks.len()];
         // SAFETY: no arguments.
-        self.check(
-            "ncclGroupStart",
-            unsafe { (self.group_start)() },
-            std::ptr::null_mut(),
-        )?;
+        let started = unsafe { (self.group_start)() };
+        self.check("ncclGroupStart", started, std::ptr::null_mut())?;
         let mut first_err = None;
         for (slot, (rank, ctx)) in raw.iter_mut().zip(ranks) {
             if let Err(e) = ctx.make_current() {
@@ -800,11 +797,8 @@ impl Comms<'_> {
             )));
         }
         // SAFETY: no arguments.
-        n.check(
-            "ncclGroupStart",
-            unsafe { (n.group_start)() },
-            std::ptr::null_mut(),
-        )?;
+        let started = unsafe { (n.group_start)() };
+        n.check("ncclGroupStart", started, std::ptr::null_mut())?;
         let mut first_err = None;
         for o in ops {
             let comm = self.raw[o.comm];

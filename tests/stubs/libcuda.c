@@ -395,7 +395,6 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
 	return CUDA_SUCCESS;
 }
 
-<<<<<<< HEAD
 /* Context calls gdrdoctor never makes: there to be caught (`forbid`), else not supported. */
 CUresult cuCtxCreate_v2(CUcontext *ctx, unsigned int flags, CUdevice dev)
 {
@@ -424,7 +423,8 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 	(void)ctx;
 	FORBID("cuCtxPushCurrent");
 	LOGRET(CUDA_ERROR_NOT_SUPPORTED, "cuCtxPushCurrent -> 801");
-=======
+}
+
 /* The current context's device (the stand-in libnccl asks, as NCCL asks cudaGetDevice). */
 CUresult cuCtxGetDevice(CUdevice *device)
 {
@@ -434,7 +434,6 @@ CUresult cuCtxGetDevice(CUdevice *device)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	*device = current_->ordinal;
 	return CUDA_SUCCESS;
->>>>>>> 957aa7ffc9cd104e7b8e42441110b665835a3304
 }
 
 CUresult cuCtxSetLimit(int limit, size_t value)

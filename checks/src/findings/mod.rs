@@ -2,7 +2,7 @@
 //! ([`def::FindingDef`], made by one macro): the checks (`crate::checks::CHECKS`, whose rows
 //! also hold the check and what a paste must show for it), the probes' verdicts ([`probe`]),
 //! `watch` (`crate::watch::FINDINGS`), the site policy (`crate::policy::FINDINGS`) and
-//! `diagnose` (`crate::paste::findings::FINDINGS`). `gdrdoctor list` and `explain` read them
+//! `diagnose` (`crate::paste::findings::FINDINGS`) and `preflight` (`crate::preflight::FINDINGS`). `gdrdoctor list` and `explain` read them
 //! here: there is no second list of pages.
 
 pub mod def;
@@ -11,7 +11,7 @@ pub mod probe;
 pub use def::FindingDef;
 
 /// Every finding row: the checks in registry order, then the probe findings, then the findings
-/// of watch, the site policy and diagnose.
+/// of watch, the site policy, diagnose and preflight.
 pub fn all() -> impl Iterator<Item = &'static FindingDef> {
     crate::checks::CHECKS
         .iter()
@@ -20,6 +20,7 @@ pub fn all() -> impl Iterator<Item = &'static FindingDef> {
         .chain(crate::watch::FINDINGS.iter())
         .chain(crate::policy::FINDINGS.iter())
         .chain(crate::paste::findings::FINDINGS.iter())
+        .chain(crate::preflight::FINDINGS.iter())
 }
 
 /// The row of a finding id, of any family.

@@ -17,27 +17,28 @@ pub mod links;
 pub mod model;
 pub mod schedule;
 
-/// The finding ids `preflight` reports, with their titles, in the order the answer lists them
-/// (the binary holds the pages; the tidy test holds the two lists to the same ids).
-pub static IDS: &[(&str, &str)] = &[
-    (
+use crate::findings::def::{finding, FindingDef};
+
+/// The finding rows `preflight` reports (id, title, page), in the order the answer lists them.
+pub static FINDINGS: &[FindingDef] = &[
+    finding!(
         "preflight.rendezvous",
-        "every rank of the allocation joined rank 0 in time, authenticated with the job's secret",
+        "every rank of the allocation joined rank 0 in time, authenticated with the job's secret"
     ),
-    (
+    finding!(
         "preflight.node",
-        "each node's own check passed, and no node differs from the majority",
+        "each node's own check passed, and no node differs from the majority"
     ),
-    (
+    finding!(
         "preflight.nccl-run",
-        "nccl initialised one communicator over every gpu of every node and its sums are right",
+        "nccl initialised one communicator over every gpu of every node and its sums are right"
     ),
-    (
+    finding!(
         "preflight.nccl-gdr",
-        "nccl used gpudirect rdma on every gpu's nic, as the node's facts predict",
+        "nccl used gpudirect rdma on every gpu's nic, as the node's facts predict"
     ),
-    (
+    finding!(
         "preflight.pairs",
-        "every node pair reaches the bandwidth the slower end's links allow, rail by rail",
+        "every node pair reaches the bandwidth the slower end's links allow, rail by rail"
     ),
 ];
