@@ -385,7 +385,7 @@ fn interval_and_the_state_file_work_under_a_host_root() {
             .any(|e| e.source.contains("growth over") || e.observed.contains("growth over"))
     };
     let mut a = base.to_vec();
-    a.extend(["--interval", "300ms"]);
+    a.extend(["--interval", "1s"]);
     let (code, r, err) = report(&a);
     assert_ne!(code, 2, "{err}");
     assert!(
@@ -396,6 +396,8 @@ fn interval_and_the_state_file_work_under_a_host_root() {
     let (c1, _, e1) = report(&base);
     assert_ne!(c1, 2, "{e1}");
     assert!(state.join("counters.json").is_file(), "{e1}");
+    // A baseline younger than a second is not a rate's start (state::counters::MIN_AGE_MS).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     let (c2, r2, e2) = report(&base);
     assert_ne!(c2, 2, "{e2}");
     assert!(
@@ -427,6 +429,7 @@ fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
     let opts = RateOptions {
         interval: Some(std::time::Duration::from_millis(1)),
         state_dir: None,
+        families: gdrdoctor_checks::counters::families_of(|_| true),
     };
     // mlx5_3's function (0000:49:00.0) is hot-removed during the interval.
     let again = || {
@@ -435,14 +438,20 @@ fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
     };
     // A second reading that fails fails the run, saying which reading.
     let mut n2 = node.clone();
-    let e = Rates::start(src.origin, &mut n2, &opts, &|| Err("boom".to_string()))
-        .err()
-        .unwrap();
+    let e = Rates::start(
+        src.origin,
+        &mut n2,
+        &opts,
+        &|| Err("boom".to_string()),
+        None,
+    )
+    .err()
+    .unwrap();
     assert!(
         e.starts_with("--interval: reading the node again after") && e.ends_with("boom"),
         "{e}"
     );
-    Rates::start(src.origin, &mut node, &opts, &again).unwrap();
+    Rates::start(src.origin, &mut node, &opts, &again, None).unwrap();
     assert!(
         node.rdma
             .get()
@@ -481,7 +490,7 @@ fn the_second_reading_of_an_interval_is_the_whole_node_as_it_is_then() {
         "--nccl-version",
         "2.11.4",
     ];
-    let (code, r, err) = report(&[&args[..], &["--interval", "50ms"]].concat());
+    let (code, r, err) = report(&[&args[..], &["--interval", "1s"]].concat());
     assert_ne!(code, 2, "{err}");
     let rules = r
         .findings

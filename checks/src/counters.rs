@@ -294,7 +294,7 @@ pub fn judge(
                         why = Some(format!(
                             "{} rose by {g} in {} (now {})",
                             r.name,
-                            human_secs(b.elapsed_ms),
+                            human_secs(b.elapsed_of(&r.key)),
                             r.value
                         ));
                     }
@@ -348,7 +348,11 @@ pub fn judge(
 /// `12 (+3 in 10.0 s)` for evidence.
 pub fn observed(j: &Judged, baseline: Option<&CounterBaseline>) -> String {
     match (j.growth, baseline) {
-        (Some(g), Some(b)) => format!("{} (+{g} in {})", j.reading.value, human_secs(b.elapsed_ms)),
+        (Some(g), Some(b)) => format!(
+            "{} (+{g} in {})",
+            j.reading.value,
+            human_secs(b.elapsed_of(&j.reading.key))
+        ),
         _ if j.reset => format!(
             "{} (lower than the baseline: cleared or reset since)",
             j.reading.value
@@ -406,6 +410,35 @@ pub fn guid_value(text: &str) -> Option<u64> {
 
 /// The key family of [`values`] that records each RDMA device's PCI function.
 pub const RDMA_AT: &str = "rdma-at";
+
+/// Which counters check judges which key families of [`values`]: the state file is a ledger,
+/// and a run moves only the families of the checks it ran (a `--only kmod` run between two
+/// periodic runs must not swallow a link flap). `rdma-at` is read by both RDMA checks (to
+/// follow a device renamed or moved since).
+pub const FAMILIES: &[(&str, &[&str])] = &[
+    ("counters.aer", &["aer/"]),
+    ("counters.ib-port", &["ib/", "rdma-at/"]),
+    ("counters.rdma-transport", &["hw/", "rdma-at/"]),
+    ("counters.nvlink", &["nvlink/"]),
+    ("counters.pcie-replay", &["pcie-replay/"]),
+];
+
+/// The key prefixes of the counters checks `selected` says run.
+pub fn families_of(selected: impl Fn(&str) -> bool) -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = FAMILIES
+        .iter()
+        .filter(|(id, _)| selected(id))
+        .flat_map(|(_, p)| p.iter().copied())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Whether `key` belongs to one of the `families` ([`families_of`]).
+pub fn in_families(key: &str, families: &[&str]) -> bool {
+    families.iter().any(|p| key.starts_with(p))
+}
 
 /// AER readings per PCI function (bdf, readings of all three files).
 pub fn aer_readings(node: &Node) -> Vec<(String, Vec<Reading>)> {
@@ -615,6 +648,7 @@ mod tests {
                 .collect(),
             elapsed_ms: 10_000,
             origin: "test".into(),
+            ages_ms: Default::default(),
         }
     }
 

@@ -143,25 +143,37 @@ pub fn run(args: &Args) -> i32 {
         collect::apply_nccl_version(&mut node, args.nccl_version.as_deref());
         Ok((src, node))
     };
+    // Issue 17: a counter baseline (--interval, or the ledger of earlier runs in the state
+    // directory). Only the counters checks this run selects read and move their families of
+    // the ledger; no counters check selected: no point waiting, and the ledger is not touched.
+    let families = gdrdoctor_checks::counters::families_of(|id| {
+        CHECKS
+            .iter()
+            .any(|d| d.id == id && d.category() == "counters" && selection.wants(d))
+    });
+    let rate_opts = crate::state::counters::RateOptions {
+        interval: args.interval.filter(|_| !families.is_empty()),
+        state_dir: (!args.no_state).then(|| args.live.state_dir.clone()),
+        families,
+    };
+    // The ledger is locked before the node is read: concurrent runs read, judge and record one
+    // after the other (with --interval, only around the second reading).
+    let ledger = if rate_opts.interval.is_none() {
+        crate::state::counters::Ledger::open(&rate_opts, args.sysroot.is_none())
+    } else {
+        None
+    };
     let (src, mut node) = match read_node() {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
-    // Issue 17: a counter baseline (--interval, or the last run's state file). No counters
-    // check selected: no point waiting.
-    let counters_selected = CHECKS
-        .iter()
-        .any(|d| d.category() == "counters" && selection.wants(d));
-    let rate_opts = crate::state::counters::RateOptions {
-        interval: args.interval.filter(|_| counters_selected),
-        state_dir: (!args.no_state).then(|| args.live.state_dir.clone()),
-    };
     let again = || read_node().map(|(_, n)| n);
-    let rates =
-        match crate::state::counters::Rates::start(src.origin, &mut node, &rate_opts, &again) {
-            Ok(r) => r,
-            Err(e) => return fail(e),
-        };
+    let rates = match crate::state::counters::Rates::start(
+        src.origin, &mut node, &rate_opts, &again, ledger,
+    ) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
     let opts = RunOptions {
         selection,
         fail_on: args.out.fail_on(),

@@ -471,12 +471,9 @@ fn check_node(
     let (src, mut node) = collect::load_node_with(location, libs, &live_opts)?;
     collect::apply_nccl_version(&mut node, nccl_version);
     // One reading: the counters are judged without a baseline (no state file of preflight's).
-    let rate_opts = crate::state::counters::RateOptions {
-        interval: None,
-        state_dir: None,
-    };
+    let rate_opts = crate::state::counters::RateOptions::default();
     let again = || Err::<gdrdoctor_checks::model::Node, String>("no second reading".into());
-    crate::state::counters::Rates::start(src.origin, &mut node, &rate_opts, &again)?;
+    crate::state::counters::Rates::start(src.origin, &mut node, &rate_opts, &again, None)?;
     let opts = RunOptions::default();
     let mut report = gdrdoctor_checks::build_report(&node, &opts);
     if let Some(l) = &policy {

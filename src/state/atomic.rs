@@ -92,12 +92,17 @@ pub fn replace(path: &Path, bytes: &[u8], kind: Kind) -> Result<(), String> {
 
 /// Read `dir/name` for validation: `Ok(None)` when it does not exist. Refused (`Err`, the
 /// caller ignores the file and the next write replaces it): a file another user could have
-/// written (owned by neither root nor us, or writable by group or others), something that is
-/// not a regular file, a file larger than `max` bytes.
+/// written (owned by neither root nor us, or writable by group or others; the same for its
+/// directory, where another user could swap the file), something that is not a regular file,
+/// a file larger than `max` bytes.
 pub fn read_trusted(dir: &Path, name: &str, max: u64) -> Result<Option<Vec<u8>>, String> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let path = dir.join(name);
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        _ => trusted_dir(dir)?,
+    }
     let f = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -147,4 +152,31 @@ pub fn read_trusted(dir: &Path, name: &str, max: u64) -> Result<Option<Vec<u8>>,
         ));
     }
     Ok(Some(b))
+}
+
+/// A state directory gdrdoctor may trust: a directory owned by root or this user and writable
+/// by neither group nor others (where another user could plant or swap a state file).
+pub fn trusted_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(dir).map_err(|e| format!("{}: {e}: ignored", dir.display()))?;
+    if !md.is_dir() {
+        return Err(format!("{}: not a directory: ignored", dir.display()));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if md.uid() != 0 && md.uid() != euid {
+        return Err(format!(
+            "{}: owned by uid {}, neither root nor this user: ignored",
+            dir.display(),
+            md.uid()
+        ));
+    }
+    if md.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{}: writable by group or others (mode {:o}): ignored",
+            dir.display(),
+            md.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }

@@ -53,8 +53,10 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         "h" => n * 3600.0,
         u => return Err(format!("`{s}`: unknown unit `{u}` (use ms, s, m or h)")),
     };
-    if !(0.0..=3600.0).contains(&secs) || secs.is_nan() {
-        return Err(format!("`{s}`: the interval must be between 0 and 1h"));
+    // Under a second, a rate says nothing a threshold can use (and the counters of some
+    // drivers are refreshed only every second or so).
+    if !(1.0..=3600.0).contains(&secs) || secs.is_nan() {
+        return Err(format!("`{s}`: the interval must be between 1s and 1h"));
     }
     Ok(std::time::Duration::from_secs_f64(secs))
 }
@@ -69,7 +71,12 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
         assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(
+            parse_duration("1500ms").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert!(parse_duration("500ms").is_err());
+        assert!(parse_duration("0").is_err());
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert!(parse_duration("2d").is_err());

@@ -13,6 +13,7 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
         gdrdoctor_checks::policy::POLICY_SCHEMA,
         gdrdoctor_checks::paste::report::SCHEMA,
         gdrdoctor::state::counters::STATE_SCHEMA,
+        gdrdoctor::state::counters::STATE_SCHEMA_V1,
         gdrdoctor::state::cuda_cache::SCHEMA,
         gdrdoctor_checks::preflight::model::SCHEMA,
         TOPO_SCHEMA,
@@ -230,7 +231,24 @@ fn the_counter_state_file_matches_its_schema() {
     ]
     .into_iter()
     .collect();
-    gdrdoctor::state::counters::save(t.path(), "8f3c-boot", 1_764_000_000_000, &values).unwrap();
+    use gdrdoctor::state::counters::{record, save};
+    let first = record(
+        None,
+        "8f3c-boot",
+        &["aer/", "ib/"],
+        1_764_000_000_000,
+        &values,
+    );
+    // A second reading of one family keeps the first as its `previous`.
+    let s = record(
+        Some(first),
+        "8f3c-boot",
+        &["ib/"],
+        1_764_000_060_000,
+        &values,
+    );
+    assert!(s.families.values().any(|f| f.previous.is_some()), "{s:?}");
+    save(t.path(), &s).unwrap();
     let text =
         std::fs::read_to_string(t.path().join(gdrdoctor::state::counters::STATE_FILE)).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
@@ -240,7 +258,7 @@ fn the_counter_state_file_matches_its_schema() {
         "counters.json",
     );
     let mut bad = v.clone();
-    bad["values"]["x"] = Value::from(-1);
+    bad["families"]["ib"]["values"]["x"] = Value::from(-1);
     assert!(!validator(gdrdoctor::state::counters::STATE_SCHEMA).is_valid(&bad));
 }
 

@@ -112,6 +112,30 @@ pub struct CounterBaseline {
     pub elapsed_ms: u64,
     /// Where it came from: `--interval 10s`, `state file /run/gdrdoctor/counters.json`.
     pub origin: String,
+    /// Per key, milliseconds since that key was read, where it differs from `elapsed_ms`: the
+    /// state file is a ledger in which each counters check moves only its own keys, so one
+    /// family can be older than another (see [`CounterBaseline::elapsed_of`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ages_ms: BTreeMap<String, u64>,
+}
+
+impl CounterBaseline {
+    /// Milliseconds between the baseline's reading of `key` and this one.
+    pub fn elapsed_of(&self, key: &str) -> u64 {
+        self.ages_ms.get(key).copied().unwrap_or(self.elapsed_ms)
+    }
+
+    /// The shortest and longest interval over the `keys` this baseline holds; `None` when it
+    /// holds none of them (a first reading of those counters: there is no growth to judge).
+    pub fn span_of<'a>(&self, keys: impl IntoIterator<Item = &'a str>) -> Option<(u64, u64)> {
+        keys.into_iter()
+            .filter(|k| self.values.contains_key(*k))
+            .map(|k| self.elapsed_of(k))
+            .fold(None, |acc, e| match acc {
+                None => Some((e, e)),
+                Some((lo, hi)) => Some((lo.min(e), hi.max(e))),
+            })
+    }
 }
 
 /// How much of this boot a kernel log covers.

@@ -305,14 +305,27 @@ fn clean_summary(
             .filter(|a| a.role == r && clean.contains(&a.bdf))
             .count()
     };
-    let (rs, ro) = rates(node);
+    // The keys of the clean functions the baseline could have read: growth is claimed only
+    // over keys it did read.
+    let prefixes: Vec<String> = clean.iter().map(|bdf| format!("aer/{bdf}/")).collect();
+    let keys: Vec<&str> = b
+        .map(|b| {
+            b.values
+                .keys()
+                .filter(|k| prefixes.iter().any(|p| k.starts_with(p.as_str())))
+                .map(String::as_str)
+                .collect()
+        })
+        .unwrap_or_default();
+    let grew = b.is_some_and(|b| b.span_of(keys.iter().copied()).is_some());
+    let (rs, ro) = rates(node, keys.iter().copied());
     let mut f = Finding::new(
         ID,
         Status::Pass,
         "node",
         format!(
             "no uncorrectable PCIe error{} on {} devices ({} gpus, {} nics, {} bridges between them)",
-            if b.is_some() { " and no growth" } else { "" },
+            if grew { " and no growth" } else { "" },
             clean.len(),
             n("gpu"),
             n("nic"),
@@ -430,6 +443,7 @@ mod tests {
             values: baseline.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             elapsed_ms: 10_000,
             origin: "--interval 10.0 s".into(),
+            ages_ms: Default::default(),
         });
         n
     }

@@ -246,11 +246,16 @@ pub(super) fn by_function(
         .collect();
     let mut displaced: Vec<String> = Vec::new();
     let mut values = BTreeMap::new();
+    let mut ages_ms = BTreeMap::new();
     let mut unplaced = Vec::new();
     for (k, v) in &b.values {
         match port_key(k).map(|(fam, d, tail)| (fam, fates.get(d), tail)) {
             Some((fam, Some((_, Fate::Now(n))), tail)) => {
-                values.insert(format!("{fam}/{n}/{tail}"), *v);
+                let moved = format!("{fam}/{n}/{tail}");
+                if let Some(a) = b.ages_ms.get(k) {
+                    ages_ms.insert(moved.clone(), *a);
+                }
+                values.insert(moved, *v);
             }
             Some((_, Some(_), _)) => {}
             _ => unplaced.push((k, *v)),
@@ -267,6 +272,9 @@ pub(super) fn by_function(
                 }
             }
             _ => {
+                if let Some(a) = b.ages_ms.get(k) {
+                    ages_ms.insert(k.clone(), *a);
+                }
                 values.insert(k.clone(), v);
             }
         }
@@ -276,6 +284,7 @@ pub(super) fn by_function(
             values,
             elapsed_ms: b.elapsed_ms,
             origin: b.origin.clone(),
+            ages_ms,
         },
         displaced,
     ))

@@ -221,6 +221,7 @@ mod tests {
             .into(),
             elapsed_ms: 60_000,
             origin: "the last run".into(),
+            ages_ms: Default::default(),
         });
         n
     }

@@ -6,12 +6,19 @@ use crate::model::Node;
 use crate::report::{Finding, Status};
 use std::collections::BTreeMap;
 
-/// How the counters were judged, for evidence.
-pub(super) fn rates(node: &Node) -> (String, String) {
+/// How the counters were judged, for evidence: the interval over the judged `keys` the
+/// baseline holds (a ledger's families can differ in age), or why there is none.
+pub(super) fn rates<'a>(node: &Node, keys: impl IntoIterator<Item = &'a str>) -> (String, String) {
     match &node.health.baseline {
         Some(b) => (
             "counter baseline".into(),
-            format!("growth over {} ({})", c::human_secs(b.elapsed_ms), b.origin),
+            match b.span_of(keys) {
+                Some(span) => format!("growth over {} ({})", span_text(span), b.origin),
+                None => format!(
+                    "{} holds none of these counters: this reading records them, and growth is judged from the next run",
+                    b.origin
+                ),
+            },
         ),
         None => (
             "counter baseline".into(),
@@ -24,6 +31,15 @@ pub(super) fn rates(node: &Node) -> (String, String) {
                     .unwrap_or_default()
             ),
         ),
+    }
+}
+
+/// `10.0 s`, or `10.0 s to 5.0 min` when the keys were read at different times.
+pub(super) fn span_text((lo, hi): (u64, u64)) -> String {
+    if c::human_secs(lo) == c::human_secs(hi) {
+        c::human_secs(lo)
+    } else {
+        format!("{} to {}", c::human_secs(lo), c::human_secs(hi))
     }
 }
 
@@ -206,7 +222,7 @@ pub(super) fn finding(
 ) -> Finding {
     let b = node.health.baseline.as_ref();
     let status = worst(js);
-    let (rs, ro) = rates(node);
+    let (rs, ro) = rates(node, js.iter().map(|j| j.reading.key.as_str()));
     if status == Status::Pass {
         let known: Vec<&Judged> = js.iter().filter(|j| j.def.is_some()).collect();
         // Many instances of the same counters (NVLink: 4 per link): totals per counter.
@@ -226,15 +242,21 @@ pub(super) fn finding(
                 .map(|j| format!("{} {}", label(j), c::observed(j, b)))
                 .collect()
         };
-        let msg = match b {
-            Some(b) => format!(
-                "no {what} error counter grew in {}",
-                c::human_secs(b.elapsed_ms)
-            ),
-            None if js.iter().all(|j| j.def.is_none() || j.reading.value == 0) => {
-                format!("{what} error counters are all zero")
+        // A rate needs an interval: a baseline that holds none of these counters (their
+        // first reading) says nothing about growth, so the pass says what was recorded.
+        let span = b.and_then(|b| b.span_of(js.iter().map(|j| j.reading.key.as_str())));
+        let zero = js.iter().all(|j| j.def.is_none() || j.reading.value == 0);
+        let msg = match (span, zero) {
+            (Some(span), _) => format!("no {what} error counter grew in {}", span_text(span)),
+            (None, true) => format!("{what} error counters are all zero"),
+            (None, false) => {
+                format!("{what} error counters are below their thresholds (cumulative)")
             }
-            None => format!("{what} error counters are below their thresholds (cumulative)"),
+        };
+        let msg = if b.is_some() && span.is_none() {
+            format!("{msg}; first reading of these counters: growth is judged from the next run")
+        } else {
+            msg
         };
         return Finding::new(id, Status::Pass, subject, msg)
             .evidence(source, judged.join(", "))

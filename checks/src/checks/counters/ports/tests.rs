@@ -26,6 +26,7 @@ fn node_with(link_downed: u64, baseline: Option<u64>) -> Node {
         values: [("ib/mlx5_0/1/link_downed".to_string(), v)].into(),
         elapsed_ms: 10_000,
         origin: "--interval 10.0 s".into(),
+        ages_ms: Default::default(),
     });
     n
 }
@@ -178,6 +179,7 @@ fn stand_in_node(fns: &[(&str, bool, bool)], devs: &[(&str, &str)], before: &[&s
             .collect(),
         elapsed_ms: 300_000,
         origin: "the last run (test, 5 min ago)".into(),
+        ages_ms: Default::default(),
     });
     n
 }
@@ -699,6 +701,7 @@ fn the_recorded_reading_places_each_rdma_device() {
         values: v,
         elapsed_ms: 1,
         origin: "test".into(),
+        ages_ms: Default::default(),
     };
     let mut next = n.clone();
     next.health.baseline = Some(b);
