@@ -60,6 +60,14 @@ add() { NAMES+=("$1"); CMDS+=("$2"); }
 add "gdrdoctor check (live, warm: cache present)" "warm"
 add "gdrdoctor check (live, cold: cache removed)" "cold"
 add "gdrdoctor check --static" "$BIN check --static --format json"
+add "gdrdoctor topo (live, warm: cache present)" "topo-warm"
+add "gdrdoctor topo (live, cold: cache removed)" "topo-cold"
+# The floor of a cold run: a process that only loads libcuda and calls cuInit (issue 37).
+CUINIT=""
+if command -v gcc >/dev/null && gcc -O2 -o "$STATE/cuinit-time" "$(dirname "$0")/cuinit-time.c" -ldl 2>/dev/null; then
+  CUINIT="$STATE/cuinit-time"
+  add "cuinit-time (dlopen libcuda + cuInit, whole process)" "$CUINIT"
+fi
 if command -v nvidia-smi >/dev/null; then
   add "nvidia-smi -q" "nvidia-smi -q"
   add "nvidia-smi topo -m" "nvidia-smi topo -m"
@@ -76,6 +84,9 @@ run_one() { # run_one KIND -> prints elapsed microseconds
     warm) s=$EPOCHREALTIME; "${TO[@]}" "$BIN" check --format json >/dev/null 2>&1; e=$EPOCHREALTIME ;;
     cold) rm -f "$STATE/cuda-facts.json"
           s=$EPOCHREALTIME; "${TO[@]}" "$BIN" check --format json >/dev/null 2>&1; e=$EPOCHREALTIME ;;
+    topo-warm) s=$EPOCHREALTIME; "${TO[@]}" "$BIN" topo >/dev/null 2>&1; e=$EPOCHREALTIME ;;
+    topo-cold) rm -f "$STATE/cuda-facts.json"
+          s=$EPOCHREALTIME; "${TO[@]}" "$BIN" topo >/dev/null 2>&1; e=$EPOCHREALTIME ;;
     *)    s=$EPOCHREALTIME; eval "${TO[*]} $kind" >/dev/null 2>&1; e=$EPOCHREALTIME ;;
   esac
   echo $(( (${e/./} - ${s/./}) ))
@@ -150,12 +161,19 @@ W=${MED["gdrdoctor check (live, warm: cache present)"]}
 C=${MED["gdrdoctor check (live, cold: cache removed)"]}
 S=${MED["gdrdoctor check --static"]}
 Q=${MED["nvidia-smi -q"]:--}
+TW=${MED["gdrdoctor topo (live, warm: cache present)"]}
+CI=${MED["cuinit-time (dlopen libcuda + cuInit, whole process)"]:--}
+half() { awk -v a="$1" 'BEGIN {if (a == "-") print "-"; else printf "%.1f", a / 2}'; }
+plus10() { awk -v a="$1" 'BEGIN {if (a == "-") print "-"; else printf "%.1f", a + 10}'; }
 T=${MED["nvidia-smi topo -m"]:--}
 TARGETS="| target | measured | |
 |---|---|---|
 | warm < 100 ms | $W ms | $(verdict lt "$W" 100) |
 | warm <= \`nvidia-smi topo -m\` | $W vs $T ms | $(verdict le "$W" "$T") |
 | cold < \`nvidia-smi -q\` | $C vs $Q ms | $(verdict lt "$C" "$Q") |
+| warm check <= half of \`nvidia-smi topo -m\` | $W vs $(half "$T") ms | $(verdict le "$W" "$(half "$T")") |
+| warm topo <= half of \`nvidia-smi topo -m\` | $TW vs $(half "$T") ms | $(verdict le "$TW" "$(half "$T")") |
+| cold check <= cuInit process + 10 ms | $C vs $(plus10 "$CI") ms | $(verdict le "$C" "$(plus10 "$CI")") |
 | \`check --static\` < 20 ms | $S ms | $(verdict lt "$S" 20) |
 | warm run starts no CUDA worker | $WARM_CUDA [live-cuda] trace lines | $( [ "$WARM_CUDA" = 0 ] && echo met || echo "NOT met") |"
 

@@ -69,10 +69,14 @@ struct Alloc {
     torchrun: bool,
     /// The join deadline, seconds.
     timeout: &'static str,
+    /// `--format` of every rank (`json`: rank 0's answer is parsed into `Outcome::answer`).
+    format: &'static str,
 }
 
 struct Outcome {
     answer: Value,
+    /// Rank 0's standard output as written.
+    text: String,
     codes: Vec<Option<i32>>,
     stderr: Vec<String>,
     elapsed: Duration,
@@ -85,6 +89,7 @@ impl Alloc {
             nodes: (0..n).map(node).collect(),
             torchrun: false,
             timeout: "10",
+            format: "json",
         }
     }
 
@@ -135,7 +140,7 @@ impl Alloc {
                 // threshold from the links, and a slow rail is one at a tenth of the median.
                 .args(["--iterations", "3", "--min-pair-fraction", "0"])
                 .args(["--min-pair-relative", "0.1"])
-                .args(["--format", "json"])
+                .args(["--format", self.format])
                 .env(gdrdoctor::live::stand_in::LIB_DIR_ENV, &l.current)
                 .env("GDRDOCTOR_STUB_SCENARIO", &sc)
                 .env("GDRDOCTOR_STATE_DIR", dir.path().join("state"))
@@ -174,14 +179,19 @@ impl Alloc {
         }
         let elapsed = t0.elapsed();
         assert_no_stragglers(&tag);
-        let answer: Value = serde_json::from_str(&stdout0).unwrap_or_else(|e| {
-            panic!(
-                "rank 0's answer is not JSON ({e}):\n{stdout0}\nstderr:\n{}",
-                stderr.join("\n---\n")
-            )
-        });
+        let answer: Value = if self.format != "json" {
+            Value::Null
+        } else {
+            serde_json::from_str(&stdout0).unwrap_or_else(|e| {
+                panic!(
+                    "rank 0's answer is not JSON ({e}):\n{stdout0}\nstderr:\n{}",
+                    stderr.join("\n---\n")
+                )
+            })
+        };
         Outcome {
             answer,
+            text: stdout0,
             codes,
             stderr,
             elapsed,
@@ -437,6 +447,20 @@ fn a_node_without_gdr_is_named_with_the_cause_from_its_facts() {
         assert_eq!(r["observed"]["gdr"], false);
     }
     every_rank_exits(&o, 1);
+    // For docs/guides/preflight.md: the same allocation as a user reads it, table and JSON.
+    if let Some(dir) = std::env::var_os("GDRDOCTOR_PREFLIGHT_CAPTURE") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("answer.json"),
+            serde_json::to_string_pretty(a).unwrap(),
+        )
+        .unwrap();
+        al.format = "table";
+        let t = al.run(l);
+        std::fs::write(dir.join("answer.table"), &t.text).unwrap();
+        every_rank_exits(&t, 1);
+    }
 }
 
 #[test]
