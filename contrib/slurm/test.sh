@@ -285,8 +285,14 @@ preflight nogdr
 rm -f "$W/pf-plant/nogdr-2"
 [ "$pf_rc" = 1 ] || { echo "slurm test: preflight with a node without GDR exited $pf_rc"; exit 1; }
 answer nogdr "assert [t['node'] for t in a['take_out']] == ['$NODE'], a['take_out']; r = a['take_out'][0]['reasons'][0]; assert 'without GDRDMA' in r and 'nvidia_peermem is not loaded' in r, r"
+drained_by_preflight() { case "$(state)" in drain*"|gdrdoctor preflight: $NODE: NCCL used NET/IB/0 .. NET/IB/7 without GDRDMA on 8 GPUs"*) return 0 ;; esac; return 1; }
+wait_for "preflight's drain" 10 drained_by_preflight
+echo "    drained: $(state)"
+scontrol update NodeName="$NODE" State=RESUME
+wait_for "the node to resume" 30 idle
 if [ -n "${GDRDOCTOR_PREFLIGHT_CAPTURE:-}" ]; then
-  # For docs/guides/preflight.md: the same run as a user types it, table and JSON.
+  # For docs/guides/preflight.md: the same run as a user types it, table and JSON (after the
+  # resume: salloc waits for ever on a drained node).
   mkdir -p "$GDRDOCTOR_PREFLIGHT_CAPTURE"
   touch "$W/pf-plant/nogdr-2"
   for f in table json; do
@@ -296,11 +302,6 @@ if [ -n "${GDRDOCTOR_PREFLIGHT_CAPTURE:-}" ]; then
   done
   rm -f "$W/pf-plant/nogdr-2"
 fi
-drained_by_preflight() { case "$(state)" in drain*"|gdrdoctor preflight: $NODE: NCCL used NET/IB/0 .. NET/IB/7 without GDRDMA on 8 GPUs"*) return 0 ;; esac; return 1; }
-wait_for "preflight's drain" 10 drained_by_preflight
-echo "    drained: $(state)"
-scontrol update NodeName="$NODE" State=RESUME
-wait_for "the node to resume" 30 idle
 
 echo "  6c. a rank that never joins, a rank stuck in a collective ($(ms))"
 touch "$W/pf-plant/absent-3" "$W/pf-plant/hang-1"
