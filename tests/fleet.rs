@@ -451,15 +451,29 @@ fn html_page_holds_the_roll_up_reports_and_pictures() {
         assert_eq!(sec.matches("<li>").count(), bad, "{name}: its findings");
         let href = format!("href=\"../reports/{name}.json\"");
         assert!(sec.contains(&href), "{name}: {href}");
-        let svg = sec.contains("data-generator=\"gdrdoctor topo\"");
-        assert_eq!(svg, name == "node00", "{name}: only node00 has a picture");
+        let pic = picture_of(sec);
+        assert_eq!(
+            pic.is_some(),
+            name == "node00",
+            "{name}: only node00 has a picture"
+        );
+        if let Some(p) = pic {
+            assert!(
+                p.contains("data-generator=\"gdrdoctor topo\""),
+                "the picture's bytes, as an image"
+            );
+        }
+        assert!(
+            !sec.contains("<svg"),
+            "{name}: a picture is never inlined as markup"
+        );
         assert!(
             !sec.contains("alert(1)"),
             "a refused picture is not inlined"
         );
     }
     assert!(
-        h.contains("1 inlined, 7 node(s) without one"),
+        h.contains("1 embedded as images, 7 node(s) without one"),
         "pictures are counted"
     );
     assert!(
@@ -479,6 +493,87 @@ fn html_page_holds_the_roll_up_reports_and_pictures() {
     let (code, _, err) = run(&["fleet", &s(&reports), "-f", "html", "--svg-dir", &nowhere]);
     assert_eq!(code, 2);
     assert!(err.contains("nowhere: not a directory"), "{err}");
+}
+
+/// The topology picture embedded in a node's section of the fleet page: the bytes of its
+/// `<img src="data:image/svg+xml;base64,...">`, or `None`.
+fn picture_of(section: &str) -> Option<String> {
+    use base64::Engine as _;
+    const SRC: &str = "src=\"data:image/svg+xml;base64,";
+    let start = section.find(SRC)? + SRC.len();
+    let end = start + section[start..].find('"')?;
+    let b = base64::engine::general_purpose::STANDARD
+        .decode(&section[start..end])
+        .unwrap();
+    Some(String::from_utf8(b).unwrap())
+}
+
+/// Pictures that would run a script if they were inlined (an `onload` handler, a
+/// `javascript:` link written with an entity, a `</svg>` that closes the picture early and
+/// plants an `<img onerror>`) pass the picture check (they are "ours" by their root) but only
+/// ever reach the page as images: not one handler is in the page's markup, and the page's
+/// Content-Security-Policy allows no script but its own. (Before, they were inlined as they
+/// were; tests/pictures.rs proves in Chromium that none of them runs.)
+#[test]
+fn hostile_pictures_reach_the_page_only_as_images() {
+    let t = tempfile::tempdir().unwrap();
+    let reports = t.path().join("reports");
+    let svgs = t.path().join("svgs");
+    std::fs::create_dir_all(&reports).unwrap();
+    std::fs::create_dir_all(&svgs).unwrap();
+    let hostile = common::hostile_svg::hostile_svgs();
+    for (i, (_, svg)) in hostile.iter().enumerate() {
+        let host = format!("node{i}");
+        std::fs::write(
+            reports.join(format!("{host}.json")),
+            report_json(HEALTHY, None, &host),
+        )
+        .unwrap();
+        std::fs::write(svgs.join(format!("{host}.svg")), svg).unwrap();
+    }
+    let (_, h, err) = run(&["fleet", &s(&reports), "-f", "html", "--svg-dir", &s(&svgs)]);
+    assert!(
+        h.contains(&format!(
+            "{} embedded as images, 0 node(s) without one",
+            hostile.len()
+        )),
+        "{err}"
+    );
+    for bad in [
+        "onload",
+        "onerror",
+        "javascript",
+        "java&#115;",
+        "<svg",
+        "pwned",
+    ] {
+        assert!(!h.contains(bad), "`{bad}` reached the page's markup");
+    }
+    let sections: Vec<&str> = h.split("<details class=\"fl-node\"").skip(1).collect();
+    for ((what, svg), sec) in hostile.iter().zip(&sections) {
+        assert_eq!(
+            picture_of(sec).as_deref(),
+            Some(svg.as_str()),
+            "{what}: the picture is the file's bytes, as an image"
+        );
+    }
+    let csp = h
+        .split("<meta http-equiv=\"Content-Security-Policy\" content=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("a Content-Security-Policy");
+    let csp = csp.replace("&#39;", "'");
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert!(csp.contains("img-src data:"), "{csp}");
+    let script = csp
+        .split(';')
+        .map(str::trim)
+        .find(|d| d.starts_with("script-src "))
+        .expect("a script-src directive");
+    assert!(
+        script.starts_with("script-src 'sha256-") && !script.contains("unsafe"),
+        "only the page's own script, by its hash: {csp}"
+    );
 }
 
 /// A directory can hold anything: a link to /dev/zero or a FIFO named `*.json` is named as

@@ -599,7 +599,8 @@ fn fleet_page_in_a_browser() {
            cells: document.querySelectorAll('#fl-heat tbody td.fl-cell').length, \
            fails: document.querySelectorAll('#fl-heat td.st-fail').length, \
            drift: document.querySelectorAll('#fl-drift tbody tr').length, \
-           svgs: document.querySelectorAll('details.fl-node svg').length, \
+           svgs: [...document.querySelectorAll('details.fl-node img.fl-picture')].filter(i => i.complete && i.naturalWidth > 0).length, \
+           inline_svgs: document.querySelectorAll('svg').length, \
            count: document.getElementById('fl-count').textContent})",
     );
     assert_eq!(counts["rows"], n);
@@ -611,7 +612,11 @@ fn fleet_page_in_a_browser() {
         counts["drift"], n_drift,
         "one row per drift field of the roll-up"
     );
-    assert_eq!(counts["svgs"], n, "every node's topology inline");
+    assert_eq!(
+        counts["svgs"], n,
+        "every node's topology, shown as an image: {counts}"
+    );
+    assert_eq!(counts["inline_svgs"], 0, "no picture is inlined as markup");
     assert_eq!(counts["count"], format!("{n} of {n} nodes"));
     // The footer counts the nodes where a check does not pass.
     let total = b.eval("document.querySelector('#fl-heat tfoot td.fl-total:nth-of-type(' + (1 + [...document.querySelectorAll('#fl-heat th.fl-check')].findIndex(t => t.getAttribute('data-check') === 'gdr.gpu') + 4) + ')').textContent");
@@ -635,12 +640,12 @@ fn fleet_page_in_a_browser() {
         "document.querySelector('#fl-drift a[href=\"{link}\"]').click()"
     ));
     let opened = b.eval(&format!(
-        "(() => {{ const d = document.querySelector('{link}'); return [d.getAttribute('data-node'), d.open, d.querySelectorAll('svg[data-generator]').length, d.querySelector('a.fl-report').getAttribute('href')]; }})()"
+        "(() => {{ const d = document.querySelector('{link}'); return [d.getAttribute('data-node'), d.open, [...d.querySelectorAll('img.fl-picture')].filter(i => i.naturalWidth > 0).length, d.querySelector('a.fl-report').getAttribute('href')]; }})()"
     ));
     assert_eq!(opened[0], "hgx-h200x8-cx7x8-mixed-fw", "{opened}");
     assert_eq!(
         opened[2], 1,
-        "its topology picture, inlined from --svg-dir: {opened}"
+        "its topology picture, from --svg-dir: {opened}"
     );
     let report = file.parent().unwrap().join(opened[3].as_str().unwrap());
     assert!(
@@ -718,6 +723,117 @@ fn fleet_page_in_a_browser() {
     let target = b.eval("location.hash");
     assert!(target.as_str().unwrap().starts_with("#n"), "{target}");
     assert!(b.errors.is_empty(), "console errors: {:?}", b.errors);
+}
+
+/// Pictures planted in `--svg-dir` that would run a script if inlined (an `onload` handler, an
+/// `<image onerror>`, a `javascript:` link written with an entity, a `</svg><img onerror>`
+/// break-out; tests/common/hostile_svg.rs): in Chromium, none of them runs. Each would change
+/// the page's title or set `data-pwned` on its body; after the pictures have loaded and the
+/// link has been clicked, both are as the page wrote them, while the page's own script (allowed
+/// by its hash in the Content-Security-Policy) still sorts. Before, the pictures were inlined as
+/// markup and the handlers ran.
+#[test]
+fn hostile_pictures_run_nothing_in_a_browser() {
+    let dir = out_dir().join("fleet-hostile");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (reports, svgs) = (dir.join("reports"), dir.join("svgs"));
+    std::fs::create_dir_all(&reports).unwrap();
+    std::fs::create_dir_all(&svgs).unwrap();
+    let hostile = common::hostile_svg::hostile_svgs();
+    let base = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
+    for (i, (_, svg)) in hostile.iter().enumerate() {
+        let mut r = base.clone();
+        r.host.hostname = Some(format!("node{i}"));
+        std::fs::write(
+            reports.join(format!("node{i}.json")),
+            serde_json::to_string(&r).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(svgs.join(format!("node{i}.svg")), svg).unwrap();
+    }
+    let page = dir.join("fleet.html");
+    let (_, out, err) = run(&[
+        "fleet",
+        reports.to_str().unwrap(),
+        "-f",
+        "html",
+        "--svg-dir",
+        svgs.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert!(out.is_empty(), "{out}{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!("{} embedded as images", hostile.len())),
+        "every hostile picture passed the picture check and was used: {err}"
+    );
+    let Some(mut b) = browser(1280, 900) else {
+        return;
+    };
+    b.open(&page);
+    let title = format!("gdrdoctor fleet: {} nodes", hostile.len());
+    let state = "(() => ({title: document.title, pwned: document.body.getAttribute('data-pwned'), \
+        imgs: document.querySelectorAll('img').length, \
+        inline: document.querySelectorAll('svg, script:not(:last-of-type), [onload], [onerror]').length}))()";
+    // Every picture opened, every handler had its chance.
+    b.eval("Promise.all([...document.images].map(i => i.decode().catch(() => null))).then(() => new Promise(r => setTimeout(r, 300)))");
+    let v = b.eval(state);
+    assert_eq!(v["title"], title.as_str(), "a handler ran: {v}");
+    assert_eq!(v["pwned"], Value::Null, "a handler ran: {v}");
+    assert_eq!(
+        v["imgs"],
+        hostile.len(),
+        "one image per picture, no more: {v}"
+    );
+    assert_eq!(v["inline"], 0, "no markup of a picture in the page: {v}");
+    // Click the picture that holds the javascript: link.
+    let r = b.eval("(() => { const i = document.querySelectorAll('img.fl-picture')[2]; i.closest('details').open = true; i.scrollIntoView({block: 'center'}); const r = i.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()");
+    b.click(r[0].as_f64().unwrap(), r[1].as_f64().unwrap());
+    b.eval("new Promise(r => setTimeout(r, 300))");
+    let v = b.eval(state);
+    assert_eq!(v["title"], title.as_str(), "the link ran: {v}");
+    assert_eq!(v["pwned"], Value::Null, "{v}");
+    // The page's own script is allowed: sorting still works.
+    b.eval("window.scrollTo(0, 0)");
+    click_header(&mut b, "#fl-heat thead th.fl-node");
+    assert_eq!(
+        b.eval("document.querySelector('#fl-heat thead th.fl-node').getAttribute('aria-sort')"),
+        "ascending",
+        "the page's own script runs under its Content-Security-Policy"
+    );
+    assert!(b.errors.is_empty(), "console errors: {:?}", b.errors);
+
+    // The Content-Security-Policy on its own: the same page with every hostile picture
+    // spliced in as markup (as the old page inlined them) still runs none of them.
+    let spliced = html.replacen(
+        "<h2 id=\"nodes\">",
+        &format!(
+            "{}<script>document.title = 'pwned script';</script><h2 id=\"nodes\">",
+            hostile.iter().map(|(_, s)| s.as_str()).collect::<String>()
+        ),
+        1,
+    );
+    let spliced_page = dir.join("spliced.html");
+    std::fs::write(&spliced_page, spliced).unwrap();
+    b.open(&spliced_page);
+    b.eval("new Promise(r => setTimeout(r, 300))");
+    let v = b.eval(state);
+    assert!(
+        v["inline"].as_u64().unwrap() > 0,
+        "the markup is in the page: {v}"
+    );
+    assert_eq!(
+        v["title"],
+        title.as_str(),
+        "the policy let a script run: {v}"
+    );
+    assert_eq!(v["pwned"], Value::Null, "the policy let a handler run: {v}");
+    click_header(&mut b, "#fl-heat thead th.fl-node");
+    assert_eq!(
+        b.eval("document.querySelector('#fl-heat thead th.fl-node').getAttribute('aria-sort')"),
+        "ascending"
+    );
 }
 
 /// Copy a capture from ../shared/realdata, turning the files that hold a relative path (how

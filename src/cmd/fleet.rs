@@ -68,7 +68,8 @@ pub struct Args {
     pub max_names: usize,
     /// With --format html: a directory of topology pictures, `<node>.svg` as written by
     /// `gdrdoctor topo --format svg` (node = hostname, or the report file's name without
-    /// .json), inlined in each node's section
+    /// .json), embedded in each node's section as an image (never as markup: no script in
+    /// it runs)
     #[arg(long, value_name = "DIR")]
     pub svg_dir: Option<PathBuf>,
 }

@@ -52,8 +52,10 @@ pub struct FleetNode {
     /// A link to the node's own report (relative to where the page is written, e.g.
     /// `reports/node-a.json`), or `None`.
     pub report_href: Option<String>,
-    /// Its topology picture (`gdrdoctor topo --format svg` text, embedded as is), or `None`.
-    /// Each is ~5-100 KB: a caller with hundreds of nodes may embed only the nodes with findings.
+    /// Its topology picture (`gdrdoctor topo --format svg` text), or `None`. It is never put
+    /// in the page as markup: it is embedded as an image (`<img>` with a `data:` URL of its
+    /// bytes), in which browsers run no script and load nothing. Each is ~5-100 KB: a caller
+    /// with hundreds of nodes may embed only the nodes with findings.
     pub topo_svg: Option<String>,
 }
 
@@ -156,6 +158,7 @@ details.fl-node:target{outline:3px solid #0e7490}
 .fl-findings{margin:6px 0;padding-left:18px}.fl-findings li{margin:3px 0}
 .fl-findings .fl-fix{color:#3b4456;margin-left:1em}
 .fl-topo{overflow:auto;max-width:100%;border-top:1px solid #eef0f4;margin-top:6px;padding-top:6px}
+img.fl-picture{display:block;max-width:100%;height:auto}
 .fl-hidden{display:none}
 "#;
 
@@ -232,14 +235,39 @@ const JS: &str = r#"
 })();
 "#;
 
+/// The page's Content-Security-Policy: nothing is loaded from anywhere (`default-src 'none'`),
+/// images only from `data:` URLs (the topology pictures), styles inline, and the one script
+/// allowed is the page's own, by its sha256: an inline event handler, a `javascript:` URL or a
+/// script element that reached the page some other way does not run.
+pub fn content_security_policy() -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(JS));
+    format!(
+        "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{hash}'; \
+base-uri 'none'; form-action 'none'"
+    )
+}
+
+/// A picture as an `<img>` source: `data:image/svg+xml;base64,...` of its bytes.
+fn svg_data_url(svg: &str) -> String {
+    use base64::Engine as _;
+    format!(
+        "data:image/svg+xml;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(svg.as_bytes())
+    )
+}
+
 /// The page.
 pub fn render(p: &FleetPage) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+<meta http-equiv=\"Content-Security-Policy\" content=\"{}\">\n\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
 <meta name=\"generator\" content=\"gdrdoctor fleet\">\n<title>{}</title>\n<style>{CSS}</style>\n</head>\n<body>\n",
+        esc(&content_security_policy()),
         esc(&p.title)
     );
     let _ = writeln!(o, "<h1>{}</h1>", esc(&p.title));
@@ -445,14 +473,14 @@ fn node_sections(p: &FleetPage, o: &mut String) {
             let _ = writeln!(o, "</ul>");
         }
         if let Some(svg) = &n.topo_svg {
-            // The SVG comes from our own renderer; anything before its root element (an XML
-            // declaration) is dropped so that it embeds as inline SVG.
-            let body = svg.find("<svg").map(|i| &svg[i..]).unwrap_or("");
-            if body.is_empty() {
-                let _ = writeln!(o, "<p>Its topology picture is not SVG; not shown.</p>");
-            } else {
-                let _ = writeln!(o, "<div class=\"fl-topo\">{body}</div>");
-            }
+            // A file from --svg-dir is foreign markup: never inlined. As an image, its bytes
+            // can neither run a script nor break out of their element.
+            let _ = writeln!(
+                o,
+                "<div class=\"fl-topo\"><img class=\"fl-picture\" alt=\"topology of {}\" src=\"{}\"></div>",
+                esc(&n.name),
+                svg_data_url(svg)
+            );
         }
         let _ = writeln!(o, "</details>");
     }

@@ -7,7 +7,7 @@ use crate::collect::fleet::svg::{find_svg, svg_names, SvgLookup};
 use crate::render::fleet_html::{DriftRow, FleetCheck, FleetFinding, FleetNode, FleetPage};
 use std::path::{Component, Path, PathBuf};
 
-/// Above this many nodes, pictures are inlined only for nodes that do not pass cleanly (each
+/// Above this many nodes, pictures are embedded only for nodes that do not pass cleanly (each
 /// picture is 5-100 KB; 10,000 of them would make a page no browser opens).
 pub const SVG_ALL_UP_TO: usize = 256;
 
@@ -63,7 +63,7 @@ pub fn page(r: &Rollup, opts: &Options) -> FleetPage {
     let base = page_dir(opts.output);
     let all_svgs = r.nodes.len() <= SVG_ALL_UP_TO;
     let mut svg_notes: Vec<String> = Vec::new();
-    let (mut inlined, mut missing) = (0usize, 0usize);
+    let (mut embedded, mut missing) = (0usize, 0usize);
     let mut nodes = Vec::with_capacity(r.nodes.len());
     for (ni, n) in r.nodes.iter().enumerate() {
         let detail = n.detail.as_ref();
@@ -77,7 +77,7 @@ pub fn page(r: &Rollup, opts: &Options) -> FleetPage {
             Some(dir) if all_svgs || !clean => {
                 match find_svg(dir, &svg_names(&n.name, n.hostname.as_deref(), &n.input)) {
                     SvgLookup::Found(t) => {
-                        inlined += 1;
+                        embedded += 1;
                         Some(t)
                     }
                     SvgLookup::Missing => {
@@ -120,7 +120,7 @@ pub fn page(r: &Rollup, opts: &Options) -> FleetPage {
     }
     if let Some(dir) = opts.svg_dir {
         let mut line = format!(
-            "topology pictures from {}: {inlined} inlined, {missing} node(s) without one",
+            "topology pictures from {}: {embedded} embedded as images, {missing} node(s) without one",
             dir.display()
         );
         if !all_svgs {
