@@ -729,7 +729,9 @@ fn a_planted_sparse_area_of_another_user_is_refused_before_it_is_read() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join(format!("gdrdoctor-{}-0", std::process::id()));
+    let p = dir
+        .path()
+        .join(format!("gdrdoctor-{}-0", std::process::id()));
     let f = std::fs::File::create(&p).unwrap();
     f.set_len(1 << 30).unwrap();
     drop(f);
