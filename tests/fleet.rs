@@ -484,17 +484,31 @@ fn html_page_holds_the_roll_up_reports_and_pictures() {
         .sum();
     assert_eq!(h.matches("<td class=\"fl-cell st-none").count(), absent);
 
-    // Drift: one row per field, the odd node out named with its value.
+    // Drift: one row per cause (the nodes that differ and every field in which they do), each
+    // field of the roll-up in exactly one of them, the odd node out named with its value.
     let drift = v["drift"].as_array().unwrap();
     assert!(!drift.is_empty());
-    let rows = h.split("<table class=\"fl-drift\"").nth(1).unwrap();
-    assert_eq!(rows.matches("<tr><td><code>").count(), drift.len());
-    let fw = rows
-        .split("<tr>")
-        .find(|r| r.contains("<code>nics[mlx5_5].fw_ver</code>"))
-        .expect("the odd firmware's drift row");
-    assert!(fw.contains("<code>28.43.1014</code> (8 of 9)"), "{fw}");
-    assert!(fw.contains(">node12</a>: <code>28.39.1002</code>"), "{fw}");
+    let table = h.split("<table class=\"fl-drift\"").nth(1).unwrap();
+    let table = table.split("</table>").next().unwrap();
+    let groups: Vec<&str> = table.split("<tr class=\"fl-cause\"").skip(1).collect();
+    for d in drift {
+        let f = d["field"].as_str().unwrap();
+        let n = d["values"].as_array().unwrap().len() - usize::from(d["majority"].is_null());
+        let tag = format!("<li data-field=\"{f}\">");
+        assert_eq!(table.matches(&tag).count(), n, "{f}: once per odd value");
+    }
+    // Each planted defect on its own node: one group per odd node, no more.
+    let odd = v["odd_nodes"].as_array().unwrap().len();
+    assert_eq!(groups.len(), odd, "{table}");
+    let fw = groups
+        .iter()
+        .find(|r| r.contains("<li data-field=\"nics[mlx5_5].fw_ver\">"))
+        .expect("the odd firmware's drift group");
+    assert!(fw.contains(">node12</a></td>"), "{fw}");
+    assert!(
+        fw.contains("<code>nics[mlx5_5].fw_ver</code>: <code>28.43.1014</code> (8 of 9) &rarr; <code>28.39.1002</code>"),
+        "{fw}"
+    );
 
     // Nodes: their non-passing findings, their report, their picture.
     let sections: Vec<&str> = h.split("<details class=\"fl-node\"").skip(1).collect();

@@ -503,7 +503,12 @@ const FLEET: [&str; 8] = [
 /// `gdrdoctor fleet reports/ -f html --svg-dir svgs/ -o fleet.html`. Returns the page's path,
 /// the roll-up (`-f json` of the same reports), and each node's failure count.
 fn fleet_page() -> (PathBuf, Value, Vec<(String, usize)>) {
-    let dir = out_dir().join("fleet");
+    fleet_page_in("fleet")
+}
+
+/// [`fleet_page`] under `target/tmp/pictures/<name>` (each test its own directory).
+fn fleet_page_in(name: &str) -> (PathBuf, Value, Vec<(String, usize)>) {
+    let dir = out_dir().join(name);
     let _ = std::fs::remove_dir_all(&dir);
     let (reports, svgs) = (dir.join("reports"), dir.join("svgs"));
     std::fs::create_dir_all(&reports).unwrap();
@@ -598,7 +603,8 @@ fn fleet_page_in_a_browser() {
            checks: document.querySelectorAll('#fl-heat th.fl-check').length, \
            cells: document.querySelectorAll('#fl-heat tbody td.fl-cell').length, \
            fails: document.querySelectorAll('#fl-heat td.st-fail').length, \
-           drift: document.querySelectorAll('#fl-drift tbody tr').length, \
+           drift: document.querySelectorAll('#fl-drift > tbody > tr').length, \
+           drift_fields: document.querySelectorAll('#fl-drift li[data-field]').length, \
            svgs: [...document.querySelectorAll('details.fl-node img.fl-picture')].filter(i => i.complete && i.naturalWidth > 0).length, \
            inline_svgs: document.querySelectorAll('svg').length, \
            count: document.getElementById('fl-count').textContent})",
@@ -608,10 +614,30 @@ fn fleet_page_in_a_browser() {
     assert_eq!(counts["cells"], n * n_checks);
     assert!(counts["fails"].as_u64().unwrap() >= 3, "{counts}");
     assert!(n_drift >= 2, "{rollup}");
-    assert_eq!(
-        counts["drift"], n_drift,
-        "one row per drift field of the roll-up"
+    // One row per cause: per odd node here (each fixture has its own defect), each field of
+    // the roll-up listed in the row of the nodes that differ in it.
+    let n_odd = rollup["odd_nodes"].as_array().unwrap().len();
+    assert_eq!(counts["drift"], n_odd, "one drift row per cause: {counts}");
+    let n_values: usize = rollup["drift"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["values"].as_array().unwrap().len() - usize::from(d["majority"].is_null()))
+        .sum();
+    assert!(n_drift >= n_odd);
+    assert_eq!(counts["drift_fields"], n_values, "{counts}");
+    // The port that is down: one row, not one per field it changed.
+    let down = b.eval(
+        "(() => { const r = [...document.querySelectorAll('#fl-drift > tbody > tr')].filter(r => r.cells[0].textContent === 'hgx-h200x8-cx7x8-port-down'); \
+           return r.map(r => r.querySelectorAll('li[data-field]').length); })()",
     );
+    let down = down.as_array().unwrap();
+    assert_eq!(
+        down.len(),
+        1,
+        "the port-down node is one drift row: {down:?}"
+    );
+    assert!(down[0].as_u64().unwrap() >= 3, "{down:?}");
     assert_eq!(
         counts["svgs"], n,
         "every node's topology, shown as an image: {counts}"
@@ -626,18 +652,21 @@ fn fleet_page_in_a_browser() {
     // The odd node out: the drift row of the one odd firmware names mixed-fw with its value,
     // on screen, and its link opens that node's section.
     let odd = b.eval(
-        "(() => { const r = [...document.querySelectorAll('#fl-drift tbody tr')].find(r => r.cells[0].textContent === 'nics[mlx5_5].fw_ver'); \
-           if (!r) return null; r.scrollIntoView({block: 'center'}); const q = r.getBoundingClientRect(); \
-           return {majority: r.cells[1].textContent, odd: r.cells[2].textContent, \
+        "(() => { const li = document.querySelector('#fl-drift li[data-field=\"nics[mlx5_5].fw_ver\"]'); \
+           if (!li) return null; const r = li.closest('tr'); r.scrollIntoView({block: 'center'}); const q = li.getBoundingClientRect(); \
+           return {field: li.textContent, odd: r.cells[0].textContent, \
                    visible: q.height > 0 && q.top >= 0 && q.bottom <= innerHeight, \
-                   link: r.cells[2].querySelector('a').getAttribute('href')}; })()",
+                   link: r.cells[0].querySelector('a').getAttribute('href')}; })()",
     );
-    assert_eq!(odd["majority"], "28.43.1014 (7 of 8)", "{odd}");
-    assert_eq!(odd["odd"], "hgx-h200x8-cx7x8-mixed-fw: 28.39.1002", "{odd}");
+    assert_eq!(
+        odd["field"], "nics[mlx5_5].fw_ver: 28.43.1014 (7 of 8) \u{2192} 28.39.1002",
+        "{odd}"
+    );
+    assert_eq!(odd["odd"], "hgx-h200x8-cx7x8-mixed-fw", "{odd}");
     assert_eq!(odd["visible"], true, "{odd}");
     let link = odd["link"].as_str().unwrap().to_string();
     b.eval(&format!(
-        "document.querySelector('#fl-drift a[href=\"{link}\"]').click()"
+        "document.querySelector('#fl-drift > tbody > tr > td > a[href=\"{link}\"]').click()"
     ));
     let opened = b.eval(&format!(
         "(() => {{ const d = document.querySelector('{link}'); return [d.getAttribute('data-node'), d.open, [...d.querySelectorAll('img.fl-picture')].filter(i => i.naturalWidth > 0).length, d.querySelector('a.fl-report').getAttribute('href')]; }})()"
@@ -723,6 +752,73 @@ fn fleet_page_in_a_browser() {
     let target = b.eval("location.hash");
     assert!(target.as_str().unwrap().starts_with("#n"), "{target}");
     assert!(b.errors.is_empty(), "console errors: {:?}", b.errors);
+}
+
+/// The pictures scale to the window: at 1280 and 1920 px wide, the topology SVG on its own and
+/// the fleet page with every node's picture fit the width (no horizontal scrolling), each
+/// picture shown whole in the width it is given. Screenshots: docs/img/topo-<w>.png and
+/// docs/img/fleet-<w>.png. (The SVG was 2,788 px wide at any window size.)
+#[test]
+fn pictures_scale_to_the_window() {
+    let (page, _, _) = fleet_page_in("fleet-widths");
+    let dir = out_dir();
+    let s = "hgx-h200x8-cx7x8-acs-redirect";
+    let node = node_of(s);
+    let svg_file = dir.join(format!("scale-{s}.svg"));
+    std::fs::write(&svg_file, svg::svg(&node, &findings(&node))).unwrap();
+    for w in [1280u32, 1920] {
+        let Some(mut b) = browser(w, 900) else {
+            return;
+        };
+        b.open(&svg_file);
+        let v = b.eval(
+            "(() => { const r = document.documentElement.getBoundingClientRect(); \
+               const g = document.querySelector('g.item.gpu').getBoundingClientRect(); \
+               return {w: r.width, h: r.height, iw: innerWidth, ih: innerHeight, \
+                       sw: document.documentElement.scrollWidth, gpu: g.width}; })()",
+        );
+        let f = |k: &str| v[k].as_f64().unwrap();
+        assert!(f("w") <= f("iw") + 0.5 && f("sw") <= f("iw"), "{w}: {v}");
+        assert!(
+            f("h") <= f("ih") + 0.5,
+            "{w}: the whole picture in view: {v}"
+        );
+        assert!(f("gpu") > 20.0, "{w}: the boxes are still drawn: {v}");
+        keep(&format!("topo-{w}.png"), &b.screenshot(false));
+
+        b.open(&page);
+        b.eval("document.querySelectorAll('details').forEach(d => d.open = true)");
+        b.eval("Promise.all([...document.images].map(i => i.decode().catch(() => null)))");
+        let v = b.eval(
+            "(() => { const imgs = [...document.querySelectorAll('img.fl-picture')]; \
+               return {iw: innerWidth, sw: document.documentElement.scrollWidth, n: imgs.length, \
+                       pics: imgs.map(i => { const r = i.getBoundingClientRect(), c = i.parentElement.getBoundingClientRect(); \
+                         return [r.width, c.width, i.naturalWidth > 0 ? r.height / r.width : 0, i.naturalHeight / Math.max(1, i.naturalWidth)]; })}; })()",
+        );
+        assert!(
+            v["sw"].as_f64().unwrap() <= v["iw"].as_f64().unwrap(),
+            "{w}: the page scrolls sideways: {v}"
+        );
+        assert_eq!(v["n"], FLEET.len(), "{w}: {v}");
+        for p in v["pics"].as_array().unwrap() {
+            let (pw, cw, ratio) = (
+                p[0].as_f64().unwrap(),
+                p[1].as_f64().unwrap(),
+                p[2].as_f64().unwrap(),
+            );
+            assert!(
+                pw > 0.5 * cw && pw <= cw + 0.5,
+                "{w}: a picture fits its box: {v}"
+            );
+            assert!(ratio > 0.1, "{w}: drawn with its proportions: {v}");
+        }
+        b.eval("window.scrollTo(0, 0)");
+        keep(&format!("fleet-{w}.png"), &b.screenshot(false));
+        // And a node's picture, scrolled into view.
+        b.eval("document.querySelector('img.fl-picture').scrollIntoView({block: 'start'})");
+        keep(&format!("fleet-node-{w}.png"), &b.screenshot(false));
+        assert!(b.errors.is_empty(), "console errors: {:?}", b.errors);
+    }
 }
 
 /// Pictures planted in `--svg-dir` that would run a script if inlined (an `onload` handler, an
