@@ -315,6 +315,7 @@ fn stdin_takes_concatenated_reports_and_srun_label_output() {
     }
     let (_, v) = fleet_stdin(&mixed);
     assert_eq!(v["summary"]["nodes"], 3, "{}", v["unreadable"]);
+    // Streamed: a task's report is handed on when its last line arrives (b's is longer).
     let inputs: Vec<&str> = v["nodes"]
         .as_array()
         .unwrap()
@@ -323,7 +324,7 @@ fn stdin_takes_concatenated_reports_and_srun_label_output() {
         .collect();
     assert_eq!(
         inputs,
-        vec!["stdin[task 0]", "stdin[task 1]", "stdin[task 2]"]
+        vec!["stdin[task 0]", "stdin[task 2]", "stdin[task 1]"]
     );
     assert_eq!(v["odd_nodes"][0]["node"], "b");
     // A damaged stream: what parsed is kept, the rest is named.
@@ -331,6 +332,63 @@ fn stdin_takes_concatenated_reports_and_srun_label_output() {
     assert_eq!(v["summary"]["nodes"], 1);
     assert_eq!(v["unreadable"][0]["input"], "stdin#2");
     assert_eq!(code, 3);
+}
+
+/// `fleet -` with the file `input` on stdin: its exit code, the number of nodes, and its peak
+/// resident memory in KiB (from wait4: this child's own; the test holds no input in memory
+/// when it forks, since a forked child's high-water mark starts from its parent's).
+// wait4 below reaps the child (Child::wait would not give its rusage).
+#[allow(clippy::zombie_processes)]
+fn fleet_stdin_rss(input: &Path) -> (i32, u64, u64) {
+    let child = Command::new(bin())
+        .args(["fleet", "-f", "json", "-"])
+        .stdin(std::fs::File::open(input).unwrap())
+        .stdout(std::fs::File::create(input.with_extension("out")).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child's pid, with valid pointers to our locals.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    assert_eq!(pid, child.id() as libc::pid_t);
+    let out = std::fs::read(input.with_extension("out")).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    (
+        libc::WEXITSTATUS(status),
+        v["summary"]["nodes"].as_u64().unwrap(),
+        ru.ru_maxrss as u64,
+    )
+}
+
+/// `fleet -` streams its input: 400 reports (about 90 MiB) cost about what one does, where it
+/// held three copies of its input (270 MiB more).
+#[test]
+fn stdin_is_streamed_not_held() {
+    let t = tempfile::tempdir().unwrap();
+    let (small, large) = (t.path().join("one.json"), t.path().join("many.json"));
+    let n = 400;
+    let input_kib = {
+        let one = report_json(HEALTHY, None, "n");
+        std::fs::write(&small, &one).unwrap();
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&large).unwrap());
+        for i in 0..n {
+            let r = one.replacen("\"hostname\": \"n\"", &format!("\"hostname\": \"n{i}\""), 1);
+            f.write_all(r.as_bytes()).unwrap();
+        }
+        f.flush().unwrap();
+        (one.len() * n) as u64 / 1024
+    };
+    let (_, nodes, base) = fleet_stdin_rss(&small);
+    assert_eq!(nodes, 1);
+    let (code, nodes, rss) = fleet_stdin_rss(&large);
+    assert_eq!((code, nodes), (0, n as u64));
+    let grew = rss.saturating_sub(base);
+    assert!(
+        grew < input_kib / 4,
+        "fleet - grew by {grew} KiB for {input_kib} KiB of input (one report: {base} KiB)"
+    );
 }
 
 #[test]
@@ -426,17 +484,31 @@ fn html_page_holds_the_roll_up_reports_and_pictures() {
         .sum();
     assert_eq!(h.matches("<td class=\"fl-cell st-none").count(), absent);
 
-    // Drift: one row per field, the odd node out named with its value.
+    // Drift: one row per cause (the nodes that differ and every field in which they do), each
+    // field of the roll-up in exactly one of them, the odd node out named with its value.
     let drift = v["drift"].as_array().unwrap();
     assert!(!drift.is_empty());
-    let rows = h.split("<table class=\"fl-drift\"").nth(1).unwrap();
-    assert_eq!(rows.matches("<tr><td><code>").count(), drift.len());
-    let fw = rows
-        .split("<tr>")
-        .find(|r| r.contains("<code>nics[mlx5_5].fw_ver</code>"))
-        .expect("the odd firmware's drift row");
-    assert!(fw.contains("<code>28.43.1014</code> (8 of 9)"), "{fw}");
-    assert!(fw.contains(">node12</a>: <code>28.39.1002</code>"), "{fw}");
+    let table = h.split("<table class=\"fl-drift\"").nth(1).unwrap();
+    let table = table.split("</table>").next().unwrap();
+    let groups: Vec<&str> = table.split("<tr class=\"fl-cause\"").skip(1).collect();
+    for d in drift {
+        let f = d["field"].as_str().unwrap();
+        let n = d["values"].as_array().unwrap().len() - usize::from(d["majority"].is_null());
+        let tag = format!("<li data-field=\"{f}\">");
+        assert_eq!(table.matches(&tag).count(), n, "{f}: once per odd value");
+    }
+    // Each planted defect on its own node: one group per odd node, no more.
+    let odd = v["odd_nodes"].as_array().unwrap().len();
+    assert_eq!(groups.len(), odd, "{table}");
+    let fw = groups
+        .iter()
+        .find(|r| r.contains("<li data-field=\"nics[mlx5_5].fw_ver\">"))
+        .expect("the odd firmware's drift group");
+    assert!(fw.contains(">node12</a></td>"), "{fw}");
+    assert!(
+        fw.contains("<code>nics[mlx5_5].fw_ver</code>: <code>28.43.1014</code> (8 of 9) &rarr; <code>28.39.1002</code>"),
+        "{fw}"
+    );
 
     // Nodes: their non-passing findings, their report, their picture.
     let sections: Vec<&str> = h.split("<details class=\"fl-node\"").skip(1).collect();
@@ -451,15 +523,29 @@ fn html_page_holds_the_roll_up_reports_and_pictures() {
         assert_eq!(sec.matches("<li>").count(), bad, "{name}: its findings");
         let href = format!("href=\"../reports/{name}.json\"");
         assert!(sec.contains(&href), "{name}: {href}");
-        let svg = sec.contains("data-generator=\"gdrdoctor topo\"");
-        assert_eq!(svg, name == "node00", "{name}: only node00 has a picture");
+        let pic = picture_of(sec);
+        assert_eq!(
+            pic.is_some(),
+            name == "node00",
+            "{name}: only node00 has a picture"
+        );
+        if let Some(p) = pic {
+            assert!(
+                p.contains("data-generator=\"gdrdoctor topo\""),
+                "the picture's bytes, as an image"
+            );
+        }
+        assert!(
+            !sec.contains("<svg"),
+            "{name}: a picture is never inlined as markup"
+        );
         assert!(
             !sec.contains("alert(1)"),
             "a refused picture is not inlined"
         );
     }
     assert!(
-        h.contains("1 inlined, 7 node(s) without one"),
+        h.contains("1 embedded as images, 7 node(s) without one"),
         "pictures are counted"
     );
     assert!(
@@ -479,6 +565,87 @@ fn html_page_holds_the_roll_up_reports_and_pictures() {
     let (code, _, err) = run(&["fleet", &s(&reports), "-f", "html", "--svg-dir", &nowhere]);
     assert_eq!(code, 2);
     assert!(err.contains("nowhere: not a directory"), "{err}");
+}
+
+/// The topology picture embedded in a node's section of the fleet page: the bytes of its
+/// `<img src="data:image/svg+xml;base64,...">`, or `None`.
+fn picture_of(section: &str) -> Option<String> {
+    use base64::Engine as _;
+    const SRC: &str = "src=\"data:image/svg+xml;base64,";
+    let start = section.find(SRC)? + SRC.len();
+    let end = start + section[start..].find('"')?;
+    let b = base64::engine::general_purpose::STANDARD
+        .decode(&section[start..end])
+        .unwrap();
+    Some(String::from_utf8(b).unwrap())
+}
+
+/// Pictures that would run a script if they were inlined (an `onload` handler, a
+/// `javascript:` link written with an entity, a `</svg>` that closes the picture early and
+/// plants an `<img onerror>`) pass the picture check (they are "ours" by their root) but only
+/// ever reach the page as images: not one handler is in the page's markup, and the page's
+/// Content-Security-Policy allows no script but its own. (Before, they were inlined as they
+/// were; tests/pictures.rs proves in Chromium that none of them runs.)
+#[test]
+fn hostile_pictures_reach_the_page_only_as_images() {
+    let t = tempfile::tempdir().unwrap();
+    let reports = t.path().join("reports");
+    let svgs = t.path().join("svgs");
+    std::fs::create_dir_all(&reports).unwrap();
+    std::fs::create_dir_all(&svgs).unwrap();
+    let hostile = common::hostile_svg::hostile_svgs();
+    for (i, (_, svg)) in hostile.iter().enumerate() {
+        let host = format!("node{i}");
+        std::fs::write(
+            reports.join(format!("{host}.json")),
+            report_json(HEALTHY, None, &host),
+        )
+        .unwrap();
+        std::fs::write(svgs.join(format!("{host}.svg")), svg).unwrap();
+    }
+    let (_, h, err) = run(&["fleet", &s(&reports), "-f", "html", "--svg-dir", &s(&svgs)]);
+    assert!(
+        h.contains(&format!(
+            "{} embedded as images, 0 node(s) without one",
+            hostile.len()
+        )),
+        "{err}"
+    );
+    for bad in [
+        "onload",
+        "onerror",
+        "javascript",
+        "java&#115;",
+        "<svg",
+        "pwned",
+    ] {
+        assert!(!h.contains(bad), "`{bad}` reached the page's markup");
+    }
+    let sections: Vec<&str> = h.split("<details class=\"fl-node\"").skip(1).collect();
+    for ((what, svg), sec) in hostile.iter().zip(&sections) {
+        assert_eq!(
+            picture_of(sec).as_deref(),
+            Some(svg.as_str()),
+            "{what}: the picture is the file's bytes, as an image"
+        );
+    }
+    let csp = h
+        .split("<meta http-equiv=\"Content-Security-Policy\" content=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .expect("a Content-Security-Policy");
+    let csp = csp.replace("&#39;", "'");
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert!(csp.contains("img-src data:"), "{csp}");
+    let script = csp
+        .split(';')
+        .map(str::trim)
+        .find(|d| d.starts_with("script-src "))
+        .expect("a script-src directive");
+    assert!(
+        script.starts_with("script-src 'sha256-") && !script.contains("unsafe"),
+        "only the page's own script, by its hash: {csp}"
+    );
 }
 
 /// A directory can hold anything: a link to /dev/zero or a FIFO named `*.json` is named as

@@ -503,7 +503,12 @@ const FLEET: [&str; 8] = [
 /// `gdrdoctor fleet reports/ -f html --svg-dir svgs/ -o fleet.html`. Returns the page's path,
 /// the roll-up (`-f json` of the same reports), and each node's failure count.
 fn fleet_page() -> (PathBuf, Value, Vec<(String, usize)>) {
-    let dir = out_dir().join("fleet");
+    fleet_page_in("fleet")
+}
+
+/// [`fleet_page`] under `target/tmp/pictures/<name>` (each test its own directory).
+fn fleet_page_in(name: &str) -> (PathBuf, Value, Vec<(String, usize)>) {
+    let dir = out_dir().join(name);
     let _ = std::fs::remove_dir_all(&dir);
     let (reports, svgs) = (dir.join("reports"), dir.join("svgs"));
     std::fs::create_dir_all(&reports).unwrap();
@@ -598,8 +603,10 @@ fn fleet_page_in_a_browser() {
            checks: document.querySelectorAll('#fl-heat th.fl-check').length, \
            cells: document.querySelectorAll('#fl-heat tbody td.fl-cell').length, \
            fails: document.querySelectorAll('#fl-heat td.st-fail').length, \
-           drift: document.querySelectorAll('#fl-drift tbody tr').length, \
-           svgs: document.querySelectorAll('details.fl-node svg').length, \
+           drift: document.querySelectorAll('#fl-drift > tbody > tr').length, \
+           drift_fields: document.querySelectorAll('#fl-drift li[data-field]').length, \
+           svgs: [...document.querySelectorAll('details.fl-node img.fl-picture')].filter(i => i.complete && i.naturalWidth > 0).length, \
+           inline_svgs: document.querySelectorAll('svg').length, \
            count: document.getElementById('fl-count').textContent})",
     );
     assert_eq!(counts["rows"], n);
@@ -607,11 +614,35 @@ fn fleet_page_in_a_browser() {
     assert_eq!(counts["cells"], n * n_checks);
     assert!(counts["fails"].as_u64().unwrap() >= 3, "{counts}");
     assert!(n_drift >= 2, "{rollup}");
-    assert_eq!(
-        counts["drift"], n_drift,
-        "one row per drift field of the roll-up"
+    // One row per cause: per odd node here (each fixture has its own defect), each field of
+    // the roll-up listed in the row of the nodes that differ in it.
+    let n_odd = rollup["odd_nodes"].as_array().unwrap().len();
+    assert_eq!(counts["drift"], n_odd, "one drift row per cause: {counts}");
+    let n_values: usize = rollup["drift"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["values"].as_array().unwrap().len() - usize::from(d["majority"].is_null()))
+        .sum();
+    assert!(n_drift >= n_odd);
+    assert_eq!(counts["drift_fields"], n_values, "{counts}");
+    // The port that is down: one row, not one per field it changed.
+    let down = b.eval(
+        "(() => { const r = [...document.querySelectorAll('#fl-drift > tbody > tr')].filter(r => r.cells[0].textContent === 'hgx-h200x8-cx7x8-port-down'); \
+           return r.map(r => r.querySelectorAll('li[data-field]').length); })()",
     );
-    assert_eq!(counts["svgs"], n, "every node's topology inline");
+    let down = down.as_array().unwrap();
+    assert_eq!(
+        down.len(),
+        1,
+        "the port-down node is one drift row: {down:?}"
+    );
+    assert!(down[0].as_u64().unwrap() >= 3, "{down:?}");
+    assert_eq!(
+        counts["svgs"], n,
+        "every node's topology, shown as an image: {counts}"
+    );
+    assert_eq!(counts["inline_svgs"], 0, "no picture is inlined as markup");
     assert_eq!(counts["count"], format!("{n} of {n} nodes"));
     // The footer counts the nodes where a check does not pass.
     let total = b.eval("document.querySelector('#fl-heat tfoot td.fl-total:nth-of-type(' + (1 + [...document.querySelectorAll('#fl-heat th.fl-check')].findIndex(t => t.getAttribute('data-check') === 'gdr.gpu') + 4) + ')').textContent");
@@ -621,26 +652,29 @@ fn fleet_page_in_a_browser() {
     // The odd node out: the drift row of the one odd firmware names mixed-fw with its value,
     // on screen, and its link opens that node's section.
     let odd = b.eval(
-        "(() => { const r = [...document.querySelectorAll('#fl-drift tbody tr')].find(r => r.cells[0].textContent === 'nics[mlx5_5].fw_ver'); \
-           if (!r) return null; r.scrollIntoView({block: 'center'}); const q = r.getBoundingClientRect(); \
-           return {majority: r.cells[1].textContent, odd: r.cells[2].textContent, \
+        "(() => { const li = document.querySelector('#fl-drift li[data-field=\"nics[mlx5_5].fw_ver\"]'); \
+           if (!li) return null; const r = li.closest('tr'); r.scrollIntoView({block: 'center'}); const q = li.getBoundingClientRect(); \
+           return {field: li.textContent, odd: r.cells[0].textContent, \
                    visible: q.height > 0 && q.top >= 0 && q.bottom <= innerHeight, \
-                   link: r.cells[2].querySelector('a').getAttribute('href')}; })()",
+                   link: r.cells[0].querySelector('a').getAttribute('href')}; })()",
     );
-    assert_eq!(odd["majority"], "28.43.1014 (7 of 8)", "{odd}");
-    assert_eq!(odd["odd"], "hgx-h200x8-cx7x8-mixed-fw: 28.39.1002", "{odd}");
+    assert_eq!(
+        odd["field"], "nics[mlx5_5].fw_ver: 28.43.1014 (7 of 8) \u{2192} 28.39.1002",
+        "{odd}"
+    );
+    assert_eq!(odd["odd"], "hgx-h200x8-cx7x8-mixed-fw", "{odd}");
     assert_eq!(odd["visible"], true, "{odd}");
     let link = odd["link"].as_str().unwrap().to_string();
     b.eval(&format!(
-        "document.querySelector('#fl-drift a[href=\"{link}\"]').click()"
+        "document.querySelector('#fl-drift > tbody > tr > td > a[href=\"{link}\"]').click()"
     ));
     let opened = b.eval(&format!(
-        "(() => {{ const d = document.querySelector('{link}'); return [d.getAttribute('data-node'), d.open, d.querySelectorAll('svg[data-generator]').length, d.querySelector('a.fl-report').getAttribute('href')]; }})()"
+        "(() => {{ const d = document.querySelector('{link}'); return [d.getAttribute('data-node'), d.open, [...d.querySelectorAll('img.fl-picture')].filter(i => i.naturalWidth > 0).length, d.querySelector('a.fl-report').getAttribute('href')]; }})()"
     ));
     assert_eq!(opened[0], "hgx-h200x8-cx7x8-mixed-fw", "{opened}");
     assert_eq!(
         opened[2], 1,
-        "its topology picture, inlined from --svg-dir: {opened}"
+        "its topology picture, from --svg-dir: {opened}"
     );
     let report = file.parent().unwrap().join(opened[3].as_str().unwrap());
     assert!(
@@ -718,6 +752,184 @@ fn fleet_page_in_a_browser() {
     let target = b.eval("location.hash");
     assert!(target.as_str().unwrap().starts_with("#n"), "{target}");
     assert!(b.errors.is_empty(), "console errors: {:?}", b.errors);
+}
+
+/// The pictures scale to the window: at 1280 and 1920 px wide, the topology SVG on its own and
+/// the fleet page with every node's picture fit the width (no horizontal scrolling), each
+/// picture shown whole in the width it is given. Screenshots: docs/img/topo-<w>.png and
+/// docs/img/fleet-<w>.png. (The SVG was 2,788 px wide at any window size.)
+#[test]
+fn pictures_scale_to_the_window() {
+    let (page, _, _) = fleet_page_in("fleet-widths");
+    let dir = out_dir();
+    let s = "hgx-h200x8-cx7x8-acs-redirect";
+    let node = node_of(s);
+    let svg_file = dir.join(format!("scale-{s}.svg"));
+    std::fs::write(&svg_file, svg::svg(&node, &findings(&node))).unwrap();
+    for w in [1280u32, 1920] {
+        let Some(mut b) = browser(w, 900) else {
+            return;
+        };
+        b.open(&svg_file);
+        let v = b.eval(
+            "(() => { const r = document.documentElement.getBoundingClientRect(); \
+               const g = document.querySelector('g.item.gpu').getBoundingClientRect(); \
+               return {w: r.width, h: r.height, iw: innerWidth, ih: innerHeight, \
+                       sw: document.documentElement.scrollWidth, gpu: g.width}; })()",
+        );
+        let f = |k: &str| v[k].as_f64().unwrap();
+        assert!(f("w") <= f("iw") + 0.5 && f("sw") <= f("iw"), "{w}: {v}");
+        assert!(
+            f("h") <= f("ih") + 0.5,
+            "{w}: the whole picture in view: {v}"
+        );
+        assert!(f("gpu") > 20.0, "{w}: the boxes are still drawn: {v}");
+        keep(&format!("topo-{w}.png"), &b.screenshot(false));
+
+        b.open(&page);
+        b.eval("document.querySelectorAll('details').forEach(d => d.open = true)");
+        b.eval("Promise.all([...document.images].map(i => i.decode().catch(() => null)))");
+        let v = b.eval(
+            "(() => { const imgs = [...document.querySelectorAll('img.fl-picture')]; \
+               return {iw: innerWidth, sw: document.documentElement.scrollWidth, n: imgs.length, \
+                       pics: imgs.map(i => { const r = i.getBoundingClientRect(), c = i.parentElement.getBoundingClientRect(); \
+                         return [r.width, c.width, i.naturalWidth > 0 ? r.height / r.width : 0, i.naturalHeight / Math.max(1, i.naturalWidth)]; })}; })()",
+        );
+        assert!(
+            v["sw"].as_f64().unwrap() <= v["iw"].as_f64().unwrap(),
+            "{w}: the page scrolls sideways: {v}"
+        );
+        assert_eq!(v["n"], FLEET.len(), "{w}: {v}");
+        for p in v["pics"].as_array().unwrap() {
+            let (pw, cw, ratio) = (
+                p[0].as_f64().unwrap(),
+                p[1].as_f64().unwrap(),
+                p[2].as_f64().unwrap(),
+            );
+            assert!(
+                pw > 0.5 * cw && pw <= cw + 0.5,
+                "{w}: a picture fits its box: {v}"
+            );
+            assert!(ratio > 0.1, "{w}: drawn with its proportions: {v}");
+        }
+        b.eval("window.scrollTo(0, 0)");
+        keep(&format!("fleet-{w}.png"), &b.screenshot(false));
+        // And a node's picture, scrolled into view.
+        b.eval("document.querySelector('img.fl-picture').scrollIntoView({block: 'start'})");
+        keep(&format!("fleet-node-{w}.png"), &b.screenshot(false));
+        assert!(b.errors.is_empty(), "console errors: {:?}", b.errors);
+    }
+}
+
+/// Pictures planted in `--svg-dir` that would run a script if inlined (an `onload` handler, an
+/// `<image onerror>`, a `javascript:` link written with an entity, a `</svg><img onerror>`
+/// break-out; tests/common/hostile_svg.rs): in Chromium, none of them runs. Each would change
+/// the page's title or set `data-pwned` on its body; after the pictures have loaded and the
+/// link has been clicked, both are as the page wrote them, while the page's own script (allowed
+/// by its hash in the Content-Security-Policy) still sorts. Before, the pictures were inlined as
+/// markup and the handlers ran.
+#[test]
+fn hostile_pictures_run_nothing_in_a_browser() {
+    let dir = out_dir().join("fleet-hostile");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (reports, svgs) = (dir.join("reports"), dir.join("svgs"));
+    std::fs::create_dir_all(&reports).unwrap();
+    std::fs::create_dir_all(&svgs).unwrap();
+    let hostile = common::hostile_svg::hostile_svgs();
+    let base = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
+    for (i, (_, svg)) in hostile.iter().enumerate() {
+        let mut r = base.clone();
+        r.host.hostname = Some(format!("node{i}"));
+        std::fs::write(
+            reports.join(format!("node{i}.json")),
+            serde_json::to_string(&r).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(svgs.join(format!("node{i}.svg")), svg).unwrap();
+    }
+    let page = dir.join("fleet.html");
+    let (_, out, err) = run(&[
+        "fleet",
+        reports.to_str().unwrap(),
+        "-f",
+        "html",
+        "--svg-dir",
+        svgs.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert!(out.is_empty(), "{out}{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!("{} embedded as images", hostile.len())),
+        "every hostile picture passed the picture check and was used: {err}"
+    );
+    let Some(mut b) = browser(1280, 900) else {
+        return;
+    };
+    b.open(&page);
+    let title = format!("gdrdoctor fleet: {} nodes", hostile.len());
+    let state = "(() => ({title: document.title, pwned: document.body.getAttribute('data-pwned'), \
+        imgs: document.querySelectorAll('img').length, \
+        inline: document.querySelectorAll('svg, script:not(:last-of-type), [onload], [onerror]').length}))()";
+    // Every picture opened, every handler had its chance.
+    b.eval("Promise.all([...document.images].map(i => i.decode().catch(() => null))).then(() => new Promise(r => setTimeout(r, 300)))");
+    let v = b.eval(state);
+    assert_eq!(v["title"], title.as_str(), "a handler ran: {v}");
+    assert_eq!(v["pwned"], Value::Null, "a handler ran: {v}");
+    assert_eq!(
+        v["imgs"],
+        hostile.len(),
+        "one image per picture, no more: {v}"
+    );
+    assert_eq!(v["inline"], 0, "no markup of a picture in the page: {v}");
+    // Click the picture that holds the javascript: link.
+    let r = b.eval("(() => { const i = document.querySelectorAll('img.fl-picture')[2]; i.closest('details').open = true; i.scrollIntoView({block: 'center'}); const r = i.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()");
+    b.click(r[0].as_f64().unwrap(), r[1].as_f64().unwrap());
+    b.eval("new Promise(r => setTimeout(r, 300))");
+    let v = b.eval(state);
+    assert_eq!(v["title"], title.as_str(), "the link ran: {v}");
+    assert_eq!(v["pwned"], Value::Null, "{v}");
+    // The page's own script is allowed: sorting still works.
+    b.eval("window.scrollTo(0, 0)");
+    click_header(&mut b, "#fl-heat thead th.fl-node");
+    assert_eq!(
+        b.eval("document.querySelector('#fl-heat thead th.fl-node').getAttribute('aria-sort')"),
+        "ascending",
+        "the page's own script runs under its Content-Security-Policy"
+    );
+    assert!(b.errors.is_empty(), "console errors: {:?}", b.errors);
+
+    // The Content-Security-Policy on its own: the same page with every hostile picture
+    // spliced in as markup (as the old page inlined them) still runs none of them.
+    let spliced = html.replacen(
+        "<h2 id=\"nodes\">",
+        &format!(
+            "{}<script>document.title = 'pwned script';</script><h2 id=\"nodes\">",
+            hostile.iter().map(|(_, s)| s.as_str()).collect::<String>()
+        ),
+        1,
+    );
+    let spliced_page = dir.join("spliced.html");
+    std::fs::write(&spliced_page, spliced).unwrap();
+    b.open(&spliced_page);
+    b.eval("new Promise(r => setTimeout(r, 300))");
+    let v = b.eval(state);
+    assert!(
+        v["inline"].as_u64().unwrap() > 0,
+        "the markup is in the page: {v}"
+    );
+    assert_eq!(
+        v["title"],
+        title.as_str(),
+        "the policy let a script run: {v}"
+    );
+    assert_eq!(v["pwned"], Value::Null, "the policy let a handler run: {v}");
+    click_header(&mut b, "#fl-heat thead th.fl-node");
+    assert_eq!(
+        b.eval("document.querySelector('#fl-heat thead th.fl-node').getAttribute('aria-sort')"),
+        "ascending"
+    );
 }
 
 /// Copy a capture from ../shared/realdata, turning the files that hold a relative path (how

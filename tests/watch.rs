@@ -716,3 +716,44 @@ fn an_area_owned_by_another_user_than_the_job_is_not_read() {
         "a planted area reports no stall: {v}"
     );
 }
+
+/// A sparse 1 GiB file planted under a running job's area name by another user (here: a file
+/// of zeros, which reads as an area still being initialised) is refused for its owner before
+/// a byte of it is read: at once, naming both uids, not waited for as "initialising" (it was
+/// read first, then waited on).
+#[test]
+fn a_planted_sparse_area_of_another_user_is_refused_before_it_is_read() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP a_planted_sparse_area_of_another_user_is_refused_before_it_is_read: needs root to chown the file");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir
+        .path()
+        .join(format!("gdrdoctor-{}-0", std::process::id()));
+    let f = std::fs::File::create(&p).unwrap();
+    f.set_len(1 << 30).unwrap();
+    drop(f);
+    std::os::unix::fs::chown(&p, Some(54321), None).unwrap();
+    let t0 = Instant::now();
+    let (code, v, _) = watch(&[
+        "--all",
+        "--once",
+        "-q",
+        "--shm-dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, 3, "{v}");
+    let msg = findings(&v, "watch.area")[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("owned by uid 54321"), "{msg}");
+    assert!(findings(&v, "watch.stall").is_empty(), "{v}");
+    assert!(
+        t0.elapsed() < Duration::from_millis(900),
+        "refused at once, not waited for: {:?}",
+        t0.elapsed()
+    );
+}

@@ -68,7 +68,8 @@ pub struct Args {
     pub max_names: usize,
     /// With --format html: a directory of topology pictures, `<node>.svg` as written by
     /// `gdrdoctor topo --format svg` (node = hostname, or the report file's name without
-    /// .json), inlined in each node's section
+    /// .json), embedded in each node's section as an image (never as markup: no script in
+    /// it runs)
     #[arg(long, value_name = "DIR")]
     pub svg_dir: Option<PathBuf>,
 }
@@ -98,7 +99,12 @@ pub fn run(args: &Args) -> i32 {
     let t0 = std::time::Instant::now();
     let html = args.format == FleetFormat::Html;
     let parts = fleet::digest_all(&inputs, &args.ignore, html, threads);
-    let reports = inputs.len() + gather_bad.len();
+    // Every input (a file, a document of stdin) is a node or an unreadable report.
+    let reports = parts
+        .iter()
+        .map(|p| p.nodes.len() + p.unreadable.len())
+        .sum::<usize>()
+        + gather_bad.len();
     // Inputs that failed while listing go first, in argument order.
     let bad: Vec<(u32, fleet::input::Unreadable)> =
         gather_bad.into_iter().map(|u| (0, u)).collect();

@@ -323,6 +323,16 @@ impl Watched {
     /// One poll. Returns the waiters that became stalled in this poll.
     fn poll(&mut self, o: &Options, start: Instant) -> Vec<w::Waiter> {
         let now_mono = start.elapsed().as_nanos() as u64;
+        // An area owned by another user than its job's is refused before a byte of it is read
+        // (a planted sparse file cost a full read and its memory first).
+        if !self.ever_read {
+            if let Err(e) = owner_check(&self.path, self.name_pid) {
+                self.rep.error = Some(e);
+                self.rep.header = None;
+                self.done = true;
+                return Vec::new();
+            }
+        }
         let snap = match read_area(&self.path) {
             Ok(s) => s,
             Err(ReadFail::Initialising(why)) if !self.ever_read => {
@@ -355,14 +365,6 @@ impl Watched {
             self.rep.header = None;
             self.done = true;
             return Vec::new();
-        }
-        if !self.ever_read {
-            if let Err(e) = owner_check(&self.path, self.name_pid) {
-                self.rep.error = Some(e);
-                self.rep.header = None;
-                self.done = true;
-                return Vec::new();
-            }
         }
         if let Some(p) = snap.problems.first() {
             self.rep.error = Some(format!(

@@ -31,7 +31,18 @@ pub struct FleetPage {
     /// Worst status per check and node: `cells[check][node]`. Missing rows or columns read as
     /// `None` (the check is not in that node's report), shown as an empty cell.
     pub cells: Vec<Vec<Option<Status>>>,
-    pub drift: Vec<DriftRow>,
+    /// Drift, grouped by cause ([`DriftGroup`]).
+    pub drift: Vec<DriftGroup>,
+}
+
+/// The fields in which the same nodes differ from the majority: most often one cause (a port
+/// down changes its state, its rate and every GPU's GDR pairs). A split (a field with no
+/// majority) is a group of its own, with no nodes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DriftGroup {
+    /// The nodes that differ, in every row of the group; empty for a split.
+    pub nodes: Vec<String>,
+    pub rows: Vec<DriftRow>,
 }
 
 /// One node (one report).
@@ -52,8 +63,10 @@ pub struct FleetNode {
     /// A link to the node's own report (relative to where the page is written, e.g.
     /// `reports/node-a.json`), or `None`.
     pub report_href: Option<String>,
-    /// Its topology picture (`gdrdoctor topo --format svg` text, embedded as is), or `None`.
-    /// Each is ~5-100 KB: a caller with hundreds of nodes may embed only the nodes with findings.
+    /// Its topology picture (`gdrdoctor topo --format svg` text), or `None`. It is never put
+    /// in the page as markup: it is embedded as an image (`<img>` with a `data:` URL of its
+    /// bytes), in which browsers run no script and load nothing. Each is ~5-100 KB: a caller
+    /// with hundreds of nodes may embed only the nodes with findings.
     pub topo_svg: Option<String>,
 }
 
@@ -149,6 +162,8 @@ th[aria-sort=ascending]::after{content:" \25B2";font-size:10px}th[aria-sort=desc
 .st-error{background:#c9a6ef;color:#3b0f6b}.st-skip{background:#e4e7ec;color:#525b6b}.st-none{background:#fff}
 .fl-exit-0{color:#1d5e24}.fl-exit-1{color:#b42318;font-weight:bold}.fl-exit-3{color:#6b2fa3;font-weight:bold}
 table.fl-drift{border-collapse:collapse}table.fl-drift th,table.fl-drift td{border:1px solid #d5dae3;padding:3px 8px;text-align:left;vertical-align:top}
+ul.fl-fields{margin:4px 0;padding-left:18px}ul.fl-fields li{margin:2px 0}
+table.fl-drift td,.fl-findings li,.fl-summary{overflow-wrap:anywhere}
 table.fl-drift code,.fl-findings code{font-family:"DejaVu Sans Mono",Menlo,Consolas,monospace;font-size:12px}
 details.fl-node{border:1px solid #d5dae3;border-radius:4px;margin:6px 0;padding:4px 10px}
 details.fl-node>summary{cursor:pointer;font-weight:bold}
@@ -156,6 +171,7 @@ details.fl-node:target{outline:3px solid #0e7490}
 .fl-findings{margin:6px 0;padding-left:18px}.fl-findings li{margin:3px 0}
 .fl-findings .fl-fix{color:#3b4456;margin-left:1em}
 .fl-topo{overflow:auto;max-width:100%;border-top:1px solid #eef0f4;margin-top:6px;padding-top:6px}
+img.fl-picture{display:block;width:100%;height:auto}
 .fl-hidden{display:none}
 "#;
 
@@ -232,14 +248,39 @@ const JS: &str = r#"
 })();
 "#;
 
+/// The page's Content-Security-Policy: nothing is loaded from anywhere (`default-src 'none'`),
+/// images only from `data:` URLs (the topology pictures), styles inline, and the one script
+/// allowed is the page's own, by its sha256: an inline event handler, a `javascript:` URL or a
+/// script element that reached the page some other way does not run.
+pub fn content_security_policy() -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(JS));
+    format!(
+        "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{hash}'; \
+base-uri 'none'; form-action 'none'"
+    )
+}
+
+/// A picture as an `<img>` source: `data:image/svg+xml;base64,...` of its bytes.
+fn svg_data_url(svg: &str) -> String {
+    use base64::Engine as _;
+    format!(
+        "data:image/svg+xml;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(svg.as_bytes())
+    )
+}
+
 /// The page.
 pub fn render(p: &FleetPage) -> String {
     let mut o = String::new();
     let _ = write!(
         o,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+<meta http-equiv=\"Content-Security-Policy\" content=\"{}\">\n\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
 <meta name=\"generator\" content=\"gdrdoctor fleet\">\n<title>{}</title>\n<style>{CSS}</style>\n</head>\n<body>\n",
+        esc(&content_security_policy()),
         esc(&p.title)
     );
     let _ = writeln!(o, "<h1>{}</h1>", esc(&p.title));
@@ -353,7 +394,44 @@ Click a column to sort by it; a cell opens the node's findings.</p>"
     let _ = writeln!(o, "</tr></tfoot></table></div>");
 }
 
-/// Drift from the majority: a row per field, with the nodes that differ.
+/// The area a field belongs to, for a group's summary: `nics[mlx5_3].ports[1].rate` ->
+/// `nics[mlx5_3]`, `gdr[0000:18:00.0]` -> `gdr`, `driver.peermem` -> `driver`.
+fn area(field: &str) -> &str {
+    let end = field.find(['.', '[']).unwrap_or(field.len());
+    match field[end..].strip_prefix('[') {
+        // A list keyed by something other than a PCI address: its element is the area.
+        Some(rest) if !field.starts_with("gdr[") && !field.starts_with("pci[") => {
+            let close = rest.find(']').map(|c| end + 2 + c).unwrap_or(field.len());
+            &field[..close]
+        }
+        _ => &field[..end],
+    }
+}
+
+/// `nics[mlx5_3] (3), gdr (8)`: the areas of a group's fields, with their counts, in order.
+fn areas(rows: &[DriftRow]) -> String {
+    let mut out: Vec<(&str, usize)> = Vec::new();
+    for r in rows {
+        let a = area(&r.field);
+        match out.iter_mut().find(|(x, _)| *x == a) {
+            Some((_, n)) => *n += 1,
+            None => out.push((a, 1)),
+        }
+    }
+    out.iter()
+        .map(|(a, n)| {
+            if *n == 1 {
+                format!("<code>{}</code>", esc(a))
+            } else {
+                format!("<code>{}</code> ({n})", esc(a))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Drift from the majority: a row per cause (the nodes that differ, and every field in which
+/// they do), not a row per field.
 fn drift_table(p: &FleetPage, o: &mut String) {
     let _ = writeln!(o, "<h2 id=\"drift\">Drift from the majority</h2>");
     if p.drift.is_empty() {
@@ -361,12 +439,34 @@ fn drift_table(p: &FleetPage, o: &mut String) {
             o,
             "<p>No drift: every field compared has the same value on every node.</p>"
         );
-    } else {
-        let _ = writeln!(
-            o,
-            "<table class=\"fl-drift\" id=\"fl-drift\"><thead><tr><th>field</th><th>majority value</th><th>nodes that differ</th></tr></thead><tbody>"
-        );
-        for d in &p.drift {
+        return;
+    }
+    let fields: usize = p.drift.iter().map(|g| g.rows.len()).sum();
+    let _ = writeln!(
+        o,
+        "<p class=\"fl-summary\">{fields} field(s) differ, in {} group(s): the fields in which the same nodes differ are one group (most often one cause).</p>",
+        p.drift.len()
+    );
+    let _ = writeln!(
+        o,
+        "<table class=\"fl-drift\" id=\"fl-drift\"><thead><tr><th>nodes that differ</th><th>what differs from the majority</th></tr></thead><tbody>"
+    );
+    let link = |node: &str| match p.nodes.iter().position(|n| n.name == node) {
+        Some(i) => format!("<a href=\"#n{i}\">{}</a>", esc(node)),
+        None => esc(node),
+    };
+    for g in &p.drift {
+        let who = if g.nodes.is_empty() {
+            "no majority".to_string()
+        } else {
+            g.nodes
+                .iter()
+                .map(|n| link(n))
+                .collect::<Vec<_>>()
+                .join("<br>")
+        };
+        let mut items = String::new();
+        for d in &g.rows {
             let maj = match &d.majority {
                 Some(v) => format!(
                     "<code>{}</code> ({} of {})",
@@ -376,26 +476,37 @@ fn drift_table(p: &FleetPage, o: &mut String) {
                 ),
                 None => format!("no majority ({} nodes)", d.nodes),
             };
-            let odd: Vec<String> = d
-                .odd
-                .iter()
-                .map(|(node, v)| {
-                    let link = match p.nodes.iter().position(|n| &n.name == node) {
-                        Some(i) => format!("<a href=\"#n{i}\">{}</a>", esc(node)),
-                        None => esc(node),
-                    };
-                    format!("{link}: <code>{}</code>", esc(v))
-                })
-                .collect();
-            let _ = writeln!(
-                o,
-                "<tr><td><code>{}</code></td><td>{maj}</td><td>{}</td></tr>",
+            let odd: Vec<String> = if g.nodes.is_empty() {
+                d.odd
+                    .iter()
+                    .map(|(node, v)| format!("{}: <code>{}</code>", link(node), esc(v)))
+                    .collect()
+            } else {
+                // Every node of the group holds the same value (a node has one value).
+                d.odd
+                    .first()
+                    .map(|(_, v)| format!("<code>{}</code>", esc(v)))
+                    .into_iter()
+                    .collect()
+            };
+            let _ = write!(
+                items,
+                "<li data-field=\"{}\"><code>{}</code>: {maj} &rarr; {}</li>",
                 esc(&d.field),
-                odd.join("<br>")
+                esc(&d.field),
+                odd.join(", ")
             );
         }
-        let _ = writeln!(o, "</tbody></table>");
+        let open = if g.rows.len() <= 3 { " open" } else { "" };
+        let _ = writeln!(
+            o,
+            "<tr class=\"fl-cause\" data-fields=\"{}\"><td>{who}</td><td><details{open}><summary>{} field(s): {}</summary><ul class=\"fl-fields\">{items}</ul></details></td></tr>",
+            g.rows.len(),
+            g.rows.len(),
+            areas(&g.rows)
+        );
     }
+    let _ = writeln!(o, "</tbody></table>");
 }
 
 /// A section per node: its findings, its report, its topology picture.
@@ -445,14 +556,14 @@ fn node_sections(p: &FleetPage, o: &mut String) {
             let _ = writeln!(o, "</ul>");
         }
         if let Some(svg) = &n.topo_svg {
-            // The SVG comes from our own renderer; anything before its root element (an XML
-            // declaration) is dropped so that it embeds as inline SVG.
-            let body = svg.find("<svg").map(|i| &svg[i..]).unwrap_or("");
-            if body.is_empty() {
-                let _ = writeln!(o, "<p>Its topology picture is not SVG; not shown.</p>");
-            } else {
-                let _ = writeln!(o, "<div class=\"fl-topo\">{body}</div>");
-            }
+            // A file from --svg-dir is foreign markup: never inlined. As an image, its bytes
+            // can neither run a script nor break out of their element.
+            let _ = writeln!(
+                o,
+                "<div class=\"fl-topo\"><img class=\"fl-picture\" alt=\"topology of {}\" src=\"{}\"></div>",
+                esc(&n.name),
+                svg_data_url(svg)
+            );
         }
         let _ = writeln!(o, "</details>");
     }
@@ -490,12 +601,15 @@ mod tests {
                 title: "links".into(),
             }],
             cells: vec![vec![Some(Status::Fail)]],
-            drift: vec![DriftRow {
-                field: "driver.nvidia_version".into(),
-                majority: Some("580".into()),
-                majority_count: 1,
-                nodes: 2,
-                odd: vec![("b".into(), "535".into())],
+            drift: vec![DriftGroup {
+                nodes: vec!["b".into()],
+                rows: vec![DriftRow {
+                    field: "driver.nvidia_version".into(),
+                    majority: Some("580".into()),
+                    majority_count: 1,
+                    nodes: 2,
+                    odd: vec![("b".into(), "535".into())],
+                }],
             }],
         }
     }
@@ -508,7 +622,10 @@ mod tests {
         assert!(h.contains("x8 of x16 &amp; slow"));
         // The second node's cell is missing from `cells`: an empty cell, no panic.
         assert!(h.contains("st-none"));
-        assert!(h.contains("<a href=\"#n1\">b</a>: <code>535</code>"));
+        assert!(h.contains("<td><a href=\"#n1\">b</a></td>"));
+        assert!(h.contains(
+            "<code>driver.nvidia_version</code>: <code>580</code> (1 of 2) &rarr; <code>535</code>"
+        ));
         assert!(
             !h.contains("http://") && !h.contains("https://"),
             "no network"

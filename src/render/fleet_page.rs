@@ -4,10 +4,12 @@
 
 use crate::collect::fleet::rollup::Rollup;
 use crate::collect::fleet::svg::{find_svg, svg_names, SvgLookup};
-use crate::render::fleet_html::{DriftRow, FleetCheck, FleetFinding, FleetNode, FleetPage};
+use crate::render::fleet_html::{
+    DriftGroup, DriftRow, FleetCheck, FleetFinding, FleetNode, FleetPage,
+};
 use std::path::{Component, Path, PathBuf};
 
-/// Above this many nodes, pictures are inlined only for nodes that do not pass cleanly (each
+/// Above this many nodes, pictures are embedded only for nodes that do not pass cleanly (each
 /// picture is 5-100 KB; 10,000 of them would make a page no browser opens).
 pub const SVG_ALL_UP_TO: usize = 256;
 
@@ -63,7 +65,7 @@ pub fn page(r: &Rollup, opts: &Options) -> FleetPage {
     let base = page_dir(opts.output);
     let all_svgs = r.nodes.len() <= SVG_ALL_UP_TO;
     let mut svg_notes: Vec<String> = Vec::new();
-    let (mut inlined, mut missing) = (0usize, 0usize);
+    let (mut embedded, mut missing) = (0usize, 0usize);
     let mut nodes = Vec::with_capacity(r.nodes.len());
     for (ni, n) in r.nodes.iter().enumerate() {
         let detail = n.detail.as_ref();
@@ -77,7 +79,7 @@ pub fn page(r: &Rollup, opts: &Options) -> FleetPage {
             Some(dir) if all_svgs || !clean => {
                 match find_svg(dir, &svg_names(&n.name, n.hostname.as_deref(), &n.input)) {
                     SvgLookup::Found(t) => {
-                        inlined += 1;
+                        embedded += 1;
                         Some(t)
                     }
                     SvgLookup::Missing => {
@@ -120,7 +122,7 @@ pub fn page(r: &Rollup, opts: &Options) -> FleetPage {
     }
     if let Some(dir) = opts.svg_dir {
         let mut line = format!(
-            "topology pictures from {}: {inlined} inlined, {missing} node(s) without one",
+            "topology pictures from {}: {embedded} embedded as images, {missing} node(s) without one",
             dir.display()
         );
         if !all_svgs {
@@ -132,31 +134,7 @@ pub fn page(r: &Rollup, opts: &Options) -> FleetPage {
         summary.extend(svg_notes);
     }
 
-    let drift = r
-        .drift
-        .iter()
-        .map(|d| {
-            let mut odd: Vec<(String, String)> = Vec::new();
-            if d.majority.is_none() {
-                // A split: the most common value lists no nodes in the roll-up; say how many.
-                if let Some(top) = d.values.first() {
-                    odd.push((format!("{} node(s)", top.count), top.value.clone()));
-                }
-            }
-            for v in d.values.iter().skip(usize::from(d.majority.is_none())) {
-                for node in &v.nodes {
-                    odd.push((node.clone(), v.value.clone()));
-                }
-            }
-            DriftRow {
-                field: d.field.clone(),
-                majority: d.majority.as_ref().map(|m| m.value.clone()),
-                majority_count: d.majority.as_ref().map(|m| m.count).unwrap_or(0),
-                nodes: d.nodes,
-                odd,
-            }
-        })
-        .collect();
+    let drift = drift_groups(r);
     FleetPage {
         title: format!("gdrdoctor fleet: {} nodes", s.nodes),
         summary,
@@ -165,6 +143,63 @@ pub fn page(r: &Rollup, opts: &Options) -> FleetPage {
         cells,
         drift,
     }
+}
+
+/// Drift grouped by cause: the fields in which the same nodes differ from the majority are one
+/// group (one port down on one node changes its state, its rate and the GDR pairs of every GPU:
+/// one group, not a dozen rows), in the order of each group's first field. A field with no
+/// majority (a split) is a group of its own.
+pub fn drift_groups(r: &Rollup) -> Vec<DriftGroup> {
+    let mut groups: Vec<DriftGroup> = Vec::new();
+    for d in &r.drift {
+        if d.majority.is_none() {
+            // A split: the most common value lists no nodes in the roll-up; say how many.
+            let mut odd: Vec<(String, String)> = Vec::new();
+            if let Some(top) = d.values.first() {
+                odd.push((format!("{} node(s)", top.count), top.value.clone()));
+            }
+            for v in d.values.iter().skip(1) {
+                for node in &v.nodes {
+                    odd.push((node.clone(), v.value.clone()));
+                }
+            }
+            groups.push(DriftGroup {
+                nodes: Vec::new(),
+                rows: vec![DriftRow {
+                    field: d.field.clone(),
+                    majority: None,
+                    majority_count: 0,
+                    nodes: d.nodes,
+                    odd,
+                }],
+            });
+            continue;
+        }
+        for v in &d.values {
+            let row = DriftRow {
+                field: d.field.clone(),
+                majority: d.majority.as_ref().map(|m| m.value.clone()),
+                majority_count: d.majority.as_ref().map(|m| m.count).unwrap_or(0),
+                nodes: d.nodes,
+                odd: v
+                    .nodes
+                    .iter()
+                    .map(|n| (n.clone(), v.value.clone()))
+                    .collect(),
+            };
+            match groups
+                .iter_mut()
+                .find(|g| !g.nodes.is_empty() && g.nodes == v.nodes)
+            {
+                Some(g) => g.rows.push(row),
+                None => groups.push(DriftGroup {
+                    nodes: v.nodes.clone(),
+                    rows: vec![row],
+                }),
+            }
+        }
+    }
+    groups
 }
 
 /// The directory the page is written to, absolute, or `None` when it cannot be known.

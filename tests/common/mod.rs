@@ -7,6 +7,7 @@ use gdrdoctor::source::reader::Root;
 use gdrdoctor_checks::report::{Finding, Report};
 use gdrdoctor_checks::RunOptions;
 pub mod host_root;
+pub mod hostile_svg;
 pub mod nodes;
 pub mod plant;
 pub mod tools;

@@ -7,6 +7,7 @@
 //! reason.
 
 pub use super::flat::PRESENT;
+use super::nodeset::NodeSet;
 use gdrdoctor_checks::report::Status;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -132,8 +133,10 @@ pub struct CheckAgg {
     pub not_passing: Vec<(u32, Status, Vec<String>)>,
 }
 
-/// Per-field aggregate: value -> node indices.
-pub type FieldAgg = HashMap<String, Vec<u32>>;
+/// Per-field aggregate: value -> nodes. In a [`Partial`], a node is its position in
+/// `Partial::nodes` (a worker numbers its own nodes 0, 1, 2, ... so that a value shared by
+/// every node is one run); the roll-up maps them to the fleet's input numbers.
+pub type FieldAgg = HashMap<String, NodeSet>;
 
 /// What one worker thread accumulates.
 #[derive(Default)]
@@ -252,7 +255,8 @@ impl Digester<'_> {
                 agg.not_passing.push((idx, c.worst, c.subjects));
             }
         }
-        // Fields.
+        // Fields, by this worker's own number of the node.
+        let local = u32::try_from(part.nodes.len()).unwrap_or(u32::MAX);
         let mut sink = |k: &str, val: &str| {
             if self.ignored(k) {
                 return;
@@ -262,9 +266,9 @@ impl Digester<'_> {
                 None => part.fields.entry(k.to_string()).or_default(),
             };
             match f.get_mut(val) {
-                Some(n) => n.push(idx),
+                Some(n) => n.push(local),
                 None => {
-                    f.insert(val.to_string(), vec![idx]);
+                    f.insert(val.to_string(), NodeSet::from_iter([local]));
                 }
             }
         };

@@ -4,6 +4,7 @@
 
 use super::digest::{slot, CheckAgg, FieldAgg, NodeInfo, Partial, PRESENT};
 use super::input::Unreadable;
+use super::nodeset::NodeSet;
 use gdrdoctor_checks::report::Status;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -162,7 +163,7 @@ fn parent(field: &str) -> Option<&str> {
 }
 
 /// The nearest ancestor of `k` that is a container on some node.
-fn container_of<'k>(present: &HashMap<&str, &Vec<u32>>, k: &'k str) -> Option<&'k str> {
+fn container_of<'k>(present: &HashMap<&str, &NodeSet>, k: &'k str) -> Option<&'k str> {
     let mut cur = parent(k);
     while let Some(p) = cur {
         if present.contains_key(p) {
@@ -239,7 +240,6 @@ fn merge(parts: Vec<Partial>, mut unreadable: Vec<(u32, Unreadable)>) -> Merged 
     let mut order: Vec<String> = Vec::new();
     let mut fields: HashMap<String, FieldAgg> = HashMap::new();
     for p in parts {
-        nodes.extend(p.nodes);
         unreadable.extend(p.unreadable);
         for id in p.check_order {
             if !order.contains(&id) {
@@ -253,12 +253,15 @@ fn merge(parts: Vec<Partial>, mut unreadable: Vec<(u32, Unreadable)>) -> Merged 
             }
             a.not_passing.extend(c.not_passing);
         }
+        // A worker numbers its nodes by their place in its own list: to input numbers.
+        let map: Vec<u32> = p.nodes.iter().map(|(i, _)| *i).collect();
         for (k, f) in p.fields {
             let a = fields.entry(k).or_default();
             for (v, n) in f {
-                a.entry(v).or_default().extend(n);
+                a.entry(v).or_default().union(&n.mapped(&map));
             }
         }
+        nodes.extend(p.nodes);
     }
     nodes.sort_by_key(|(i, _)| *i);
     unreadable.sort_by_key(|(i, _)| *i);
@@ -347,7 +350,7 @@ fn drift(
     names: &Names,
 ) -> (Vec<Drift>, Vec<OddNode>) {
     let total = nodes.len();
-    let present: HashMap<&str, &Vec<u32>> = fields
+    let present: HashMap<&str, &NodeSet> = fields
         .iter()
         .filter_map(|(k, f)| f.get(PRESENT).map(|n| (k.as_str(), n)))
         .collect();
@@ -376,18 +379,23 @@ fn drift(
         // Nodes holding each value; the absent ones are those with the parent but not the key.
         let holders = |v: &str| -> Vec<u32> {
             if v == ABSENT {
-                let with: std::collections::HashSet<u32> = f.values().flatten().copied().collect();
+                let mut with = NodeSet::default();
+                for n in f.values() {
+                    with.union(n);
+                }
                 let universe: Vec<u32> = match container_of(&present, k) {
-                    Some(p) => present.get(p).map(|n| n.to_vec()).unwrap_or_default(),
+                    Some(p) => present
+                        .get(p)
+                        .map(|n| n.iter().collect())
+                        .unwrap_or_default(),
                     None => nodes.iter().map(|(i, _)| *i).collect(),
                 };
-                let mut v: Vec<u32> = universe.into_iter().filter(|i| !with.contains(i)).collect();
-                v.sort_unstable();
-                v
+                universe
+                    .into_iter()
+                    .filter(|i| !with.contains(*i))
+                    .collect()
             } else {
-                let mut v = f.get(v).cloned().unwrap_or_default();
-                v.sort_unstable();
-                v
+                f.get(v).map(|n| n.iter().collect()).unwrap_or_default()
             }
         };
         let mut rest = Vec::new();

@@ -34,8 +34,9 @@ pub enum SvgLookup {
     Bad(String),
 }
 
-/// The first of `names` under `dir`, checked to be a gdrdoctor topology picture that is safe to
-/// inline (no script, no foreign content).
+/// The first of `names` under `dir`, checked to be a gdrdoctor topology picture. The page
+/// embeds it as an image (a `data:` URL), never as markup, so nothing in it runs whatever it
+/// holds; the check only keeps out files that are not gdrdoctor's pictures.
 pub fn find_svg(dir: &Path, names: &[String]) -> SvgLookup {
     for n in names {
         let p = dir.join(n);
@@ -60,7 +61,7 @@ pub fn find_svg(dir: &Path, names: &[String]) -> SvgLookup {
     SvgLookup::Missing
 }
 
-/// Whether a picture can be inlined: it is `gdrdoctor topo --format svg` output and carries
+/// Whether a picture is used: it is `gdrdoctor topo --format svg` output and carries
 /// nothing that would run in the page.
 pub fn check_svg(t: &str) -> Result<(), String> {
     let Some(start) = t.find("<svg") else {
@@ -73,7 +74,7 @@ pub fn check_svg(t: &str) -> Result<(), String> {
     let lower = t.to_ascii_lowercase();
     for bad in ["<script", "<foreignobject", "javascript:", "<iframe"] {
         if lower.contains(bad) {
-            return Err(format!("contains `{bad}`: not inlined"));
+            return Err(format!("contains `{bad}`: not used"));
         }
     }
     Ok(())

@@ -96,9 +96,16 @@ text{fill:#1d2330}\
 pub fn render(pic: &Picture, l: &Layout, interactive: bool) -> String {
     let mut o = String::new();
     let (w, h) = (n(l.width), n(l.height));
+    // In a browser the picture scales to the window (or to the element it is shown in), the
+    // whole of it in view; a PNG is drawn at its own size.
+    let (sw, sh) = if interactive {
+        ("100%".to_string(), "100%".to_string())
+    } else {
+        (w.clone(), h.clone())
+    };
     let _ = writeln!(
         o,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" \
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{sw}\" height=\"{sh}\" viewBox=\"0 0 {w} {h}\" \
 font-family=\"DejaVu Sans Mono, Liberation Mono, Menlo, Consolas, monospace\" font-size=\"{}\" \
 data-generator=\"gdrdoctor topo\">",
         n(svg_layout::FONT)
