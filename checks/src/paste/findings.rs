@@ -42,6 +42,18 @@ pub static FINDINGS: &[FindingDef] = &[
         "nccl.timeout",
         "no collective timed out (nccl or the pytorch watchdog)"
     ),
+    finding!(
+        "nccl.network",
+        "nccl used an rdma network where traffic crossed hosts (not tcp sockets)"
+    ),
+    finding!(
+        "nccl.ranks",
+        "every rank of a multi-rank log made the same gdr decision"
+    ),
+    finding!(
+        "nccl.runs",
+        "the runs of one paste agree (version, settings, gdr), each read on its own"
+    ),
 ];
 
 /// `paste.blocks`: one finding per block that was recognised, one for the ignored text.
