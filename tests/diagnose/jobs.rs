@@ -145,6 +145,15 @@ fn two_runs_stay_apart_and_are_shown_side_by_side() {
     assert!(f[0].evidence[0].source.starts_with("b1 run 1 lines 1-14"));
     assert!(f[0].evidence[1].source.contains("pid 5520 took GPU 1b000"));
     assert_eq!(r.nccl.as_ref().unwrap().runs.len(), 2);
+    // Rank 0 only sends and rank 1 only receives: the direction a rank did not log is not
+    // "off" (it was "gdr for sends only .. one direction is off").
+    assert!(
+        finding(&r, "gdr.gpu")
+            .iter()
+            .all(|f| f.status == Status::Pass && !f.message.contains("only")),
+        "{:?}",
+        finding(&r, "gdr.gpu")
+    );
     // Run 1's sockets are still said, by run 1's lines.
     assert!(
         finding(&r, "nccl.network").is_empty()

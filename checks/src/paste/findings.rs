@@ -359,7 +359,11 @@ pub fn nccl_distance(log: Option<&NcclLog>, log_label: &str) -> Vec<Finding> {
                 ev.push((g.origin.line, d));
             }
         }
-        let subject = format!("gpu {gpu}");
+        // Several hosts each have their own GPU of that bus id.
+        let subject = match (&host, log.hosts.len() > 1) {
+            (Some(h), true) => format!("gpu {gpu} on {h}"),
+            _ => format!("gpu {gpu}"),
+        };
         let on = lines.iter().any(|g| g.enabled);
         let mut f = if on {
             Finding::new(

@@ -264,10 +264,14 @@ pub(super) fn route(x: &PastePair) -> String {
 /// What NCCL did for a pair when the log says, else what the rule predicts: (send, receive).
 pub(super) fn effective(x: &PastePair) -> (Option<bool>, Option<bool>) {
     match &x.logged {
-        Some(l) if l.any().is_some() => match (l.send, l.receive, l.undirected) {
-            (None, None, u) => (u, u),
-            (s, r, _) => (s, r),
-        },
+        Some(l) if l.any().is_some() => {
+            // A direction the log does not show is the rule's, when it decided GDR on.
+            let pred = |d: Option<bool>| if x.gdr == Gdr::On { d } else { None };
+            match (l.send, l.receive, l.undirected) {
+                (None, None, u) => (u, u),
+                (s, r, _) => (s.or(pred(x.send)), r.or(pred(x.receive))),
+            }
+        }
         _ if x.gdr == Gdr::On => (x.send, x.receive),
         _ => (None, None),
     }
