@@ -72,6 +72,9 @@ pub fn read_input(path: &Path) -> Result<Input, String> {
         } else {
             path.display().to_string()
         },
-        text: String::from_utf8_lossy(&buf).into_owned(),
+        // UTF-16 (PowerShell, Windows editors) and a UTF-8 byte-order mark are decoded here;
+        // what else a paste carries (no-break spaces, zero-width characters, CRLF) is the
+        // paste cleaner's.
+        text: gdrdoctor_checks::paste::clean::decode(&buf).0,
     })
 }
