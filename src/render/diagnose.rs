@@ -98,6 +98,11 @@ pub fn render(r: &DiagnoseReport, style: &Style) -> String {
         o.push('\n');
         o.push_str(&sanitize::lines(&paste_md::gdr_view(r)));
     }
+    let job = super::diagnose_job::render(r);
+    if !job.is_empty() {
+        o.push('\n');
+        o.push_str(&job);
+    }
     for l in tail {
         o.push_str(l);
         o.push('\n');

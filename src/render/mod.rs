@@ -3,6 +3,7 @@
 use gdrdoctor_checks::report::Report;
 
 pub mod diagnose;
+pub mod diagnose_job;
 pub mod fleet;
 pub mod fleet_html;
 pub mod fleet_page;

@@ -321,6 +321,15 @@ pub fn render(r: &DiagnoseReport) -> String {
             o.push('\n');
         }
     }
+    let job = super::diagnose_job::render(r);
+    if !job.is_empty() {
+        // A fenced block: the columns line up, and no cell is read as Markdown.
+        let _ = writeln!(
+            o,
+            "#### The NCCL job\n\n```text\n{}```\n",
+            job.replace("```", "` ` `")
+        );
+    }
     let _ = writeln!(o, "<details><summary>Every finding</summary>\n");
     let _ = writeln!(
         o,

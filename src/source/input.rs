@@ -77,7 +77,10 @@ pub fn read_input(path: &Path) -> Result<Input, String> {
     } else {
         path.display().to_string()
     };
-    let text = String::from_utf8_lossy(&buf).into_owned();
+    // UTF-16 (PowerShell, Windows editors) and a UTF-8 byte-order mark are decoded here; what
+    // else a paste carries (no-break spaces, zero-width characters, CRLF) is the paste
+    // cleaner's.
+    let text = gdrdoctor_checks::paste::clean::decode(&buf).0;
     matrix_size(&text).map_err(|e| format!("{name}: {e}"))?;
     Ok(Input { name, text })
 }

@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod cli;
+mod encodings;
+mod jobs;
 mod matrices;
 mod model;
 mod nccl_logs;

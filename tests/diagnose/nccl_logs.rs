@@ -221,7 +221,9 @@ fn init_lines_versions_env_and_devices() {
     let l = log_of("pytorch-130113-socket-gdr-disabled.log");
     assert_eq!(l.ranks.len(), 3);
     assert_eq!(l.rank_gpu(Some("node155"), 2).as_deref(), Some("41000"));
-    assert!(l.nic_gdr.iter().all(|n| n.name == "bond0" && !n.enabled));
+    // A socket interface's `GPU Direct RDMA Disabled` is no peer-memory answer.
+    assert!(l.nic_gdr.is_empty());
+    assert_eq!(l.no_rdma.len(), 6);
     assert_eq!(l.networks, vec!["Socket"]);
     let l = log_of("nccl-1866-2.27-cuda13-env.log");
     assert_eq!(

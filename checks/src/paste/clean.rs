@@ -127,11 +127,107 @@ pub fn strip_quote(s: &str) -> Option<(&str, &'static str)> {
     None
 }
 
+const NBSP: &str = "no-break spaces and tabs read as spaces";
+const ZERO_WIDTH: &str = "zero-width characters removed";
+
+/// Spaces as web pages, chat and editors paste them: no-break and other Unicode spaces, and
+/// tabs, become one space each (every reader splits on whitespace; a tab between `NCCL` and
+/// `INFO` or `NVRM:` and `Xid` hid the line); zero-width characters and a byte-order mark
+/// inside the text are removed. Returns the line and whether spaces / zero-width characters
+/// were changed (a tab alone is no repair worth a note).
+pub fn normalise_spaces(s: &str) -> (std::borrow::Cow<'_, str>, bool, bool) {
+    let odd_space = |c: char| {
+        matches!(
+            c,
+            '\u{a0}' | '\u{1680}' | '\u{2000}'..='\u{200a}' | '\u{202f}' | '\u{205f}' | '\u{3000}'
+        )
+    };
+    let zero = |c: char| {
+        matches!(
+            c,
+            '\u{200b}' | '\u{200c}' | '\u{200d}' | '\u{2060}' | '\u{feff}' | '\u{00ad}'
+        )
+    };
+    if !s.chars().any(|c| c == '\t' || odd_space(c) || zero(c)) {
+        return (std::borrow::Cow::Borrowed(s), false, false);
+    }
+    let (mut sp, mut zw) = (false, false);
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c == '\t' {
+            out.push(' ');
+        } else if odd_space(c) {
+            sp = true;
+            out.push(' ');
+        } else if zero(c) {
+            zw = true;
+        } else {
+            out.push(c);
+        }
+    }
+    (std::borrow::Cow::Owned(out), sp, zw)
+}
+
+/// Pasted bytes as text: UTF-8 (a byte-order mark dropped), or UTF-16 little- or big-endian
+/// with its byte-order mark (PowerShell's `>`, Windows editors) or without one when every
+/// other byte is NUL. Invalid sequences become U+FFFD. Also what was done, when anything was.
+pub fn decode(bytes: &[u8]) -> (String, Option<String>) {
+    let utf16 = |b: &[u8], le: bool| -> String {
+        let units: Vec<u16> = b
+            .chunks(2)
+            .map(|c| {
+                let (x, y) = (c[0], c.get(1).copied().unwrap_or(0));
+                if le {
+                    u16::from_le_bytes([x, y])
+                } else {
+                    u16::from_be_bytes([x, y])
+                }
+            })
+            .collect();
+        char::decode_utf16(units)
+            .map(|r| r.unwrap_or('\u{fffd}'))
+            .collect()
+    };
+    if let Some(b) = bytes.strip_prefix(&[0xff, 0xfe]) {
+        return (
+            utf16(b, true),
+            Some("decoded from UTF-16LE (byte-order mark)".into()),
+        );
+    }
+    if let Some(b) = bytes.strip_prefix(&[0xfe, 0xff]) {
+        return (
+            utf16(b, false),
+            Some("decoded from UTF-16BE (byte-order mark)".into()),
+        );
+    }
+    let b = bytes.strip_prefix(&[0xef, 0xbb, 0xbf]).unwrap_or(bytes);
+    // Without a mark: ASCII text in UTF-16 has a NUL in every other byte.
+    if b.len() >= 4 {
+        let n = b.len() / 2 * 2;
+        let odd_nul = b[..n]
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .filter(|x| **x == 0)
+            .count();
+        let even_nul = b[..n].iter().step_by(2).filter(|x| **x == 0).count();
+        let half = n / 2;
+        if odd_nul * 10 >= half * 9 && even_nul * 10 < half {
+            return (utf16(b, true), Some("decoded from UTF-16LE".into()));
+        }
+        if even_nul * 10 >= half * 9 && odd_nul * 10 < half {
+            return (utf16(b, false), Some("decoded from UTF-16BE".into()));
+        }
+    }
+    (String::from_utf8_lossy(b).into_owned(), None)
+}
+
 /// Clean a pasted text into numbered lines.
 pub fn clean(text: &str) -> Cleaned {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = Vec::new();
     let (mut crlf, mut cr, mut esc, mut ctl) = (false, false, false, false);
+    let (mut nbsp, mut zw) = (false, false);
     let mut quotes: Vec<&'static str> = Vec::new();
     let mut per_line: std::collections::BTreeMap<usize, Vec<String>> = Default::default();
     for (i, raw) in text.split('\n').enumerate() {
@@ -151,7 +247,16 @@ pub fn clean(text: &str) -> Cleaned {
             }
             None => l,
         };
-        let (t, e, c) = strip_escapes(l);
+        let (l, spaces, zero) = normalise_spaces(l);
+        nbsp |= spaces;
+        zw |= zero;
+        if spaces {
+            mine.push(NBSP.into());
+        }
+        if zero {
+            mine.push(ZERO_WIDTH.into());
+        }
+        let (t, e, c) = strip_escapes(&l);
         esc |= e;
         ctl |= c;
         if e {
@@ -195,6 +300,12 @@ pub fn clean(text: &str) -> Cleaned {
     if ctl {
         repairs.push("control characters removed".to_string());
     }
+    if nbsp {
+        repairs.push(NBSP.to_string());
+    }
+    if zw {
+        repairs.push(ZERO_WIDTH.to_string());
+    }
     for q in quotes {
         repairs.push(format!("quoting prefix `{}` removed", q.trim_end()));
     }
@@ -211,13 +322,23 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn no_break_and_zero_width_characters_are_spaces_and_nothing() {
+        let c = clean("NVRM:\u{a0}Xid\u{200b} (PCI:0000:b3:00):\u{202f}79\tx\n");
+        assert_eq!(c.lines[0].text, "NVRM: Xid (PCI:0000:b3:00): 79 x");
+        assert!(c.repairs.iter().any(|r| r.contains("no-break")));
+        assert!(c.repairs.iter().any(|r| r.contains("zero-width")));
+        assert!(clean("a\tb\n").repairs.is_empty(), "a tab is no repair");
+    }
+
+    #[test]
     fn removes_ansi_crlf_and_quotes() {
         let c =
             clean("\u{1b}[4m\tGPU0\tNIC0\u{1b}[0m\r\n> GPU0\t X \tPIX\r\n// NIC0 PIX X\n# lsmod\n");
         let t: Vec<&str> = c.lines.iter().map(|l| l.text.as_str()).collect();
         assert_eq!(
             t,
-            vec!["\tGPU0\tNIC0", "GPU0\t X \tPIX", "NIC0 PIX X", "lsmod"]
+            // Tabs read as spaces (every reader splits on whitespace).
+            vec![" GPU0 NIC0", "GPU0  X  PIX", "NIC0 PIX X", "lsmod"]
         );
         assert_eq!(c.lines[2].no, 3);
         assert!(c.repairs.iter().any(|r| r.contains("CRLF")));

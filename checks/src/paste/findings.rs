@@ -42,6 +42,18 @@ pub static FINDINGS: &[FindingDef] = &[
         "nccl.timeout",
         "no collective timed out (nccl or the pytorch watchdog)"
     ),
+    finding!(
+        "nccl.network",
+        "nccl used an rdma network where traffic crossed hosts (not tcp sockets)"
+    ),
+    finding!(
+        "nccl.ranks",
+        "every rank of a multi-rank log made the same gdr decision"
+    ),
+    finding!(
+        "nccl.runs",
+        "the runs of one paste agree (version, settings, gdr), each read on its own"
+    ),
 ];
 
 /// `paste.blocks`: one finding per block that was recognised, one for the ignored text.
@@ -347,7 +359,11 @@ pub fn nccl_distance(log: Option<&NcclLog>, log_label: &str) -> Vec<Finding> {
                 ev.push((g.origin.line, d));
             }
         }
-        let subject = format!("gpu {gpu}");
+        // Several hosts each have their own GPU of that bus id.
+        let subject = match (&host, log.hosts.len() > 1) {
+            (Some(h), true) => format!("gpu {gpu} on {h}"),
+            _ => format!("gpu {gpu}"),
+        };
         let on = lines.iter().any(|g| g.enabled);
         let mut f = if on {
             Finding::new(

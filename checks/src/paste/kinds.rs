@@ -76,7 +76,10 @@ pub static KINDS: &[KindDef] = &[
         blank_ok: true,
         one_line: false,
         forced_any: false,
-        read: |b, raw, w, i, p| p.nccl.push((i, nccl::read::block(b, raw, w))),
+        read: |b, raw, w, i, p| {
+            p.nccl
+                .extend(nccl::read::block(b, raw, w).into_iter().map(|l| (i, l)))
+        },
     },
     KindDef {
         kind: Kind::Env,

@@ -325,6 +325,7 @@ pub fn classify(text: &str) -> Class {
         || s.contains("ncclInternalError")
         || s.contains("NCCL error")
         || s.starts_with("NCCL version")
+        || crate::paste::nccl::lines::message_shape(s)
     {
         return Class::Nccl;
     }

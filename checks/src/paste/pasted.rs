@@ -44,9 +44,38 @@ impl Paste {
             .map(Block::label)
             .unwrap_or_else(|| format!("b{}", block + 1))
     }
-    /// All NCCL log blocks merged into one view (several pastes of one job).
+    /// The runs of every block that held several ([`nccl::NcclLog::run`]), in paste order.
+    pub fn nccl_runs(&self) -> Vec<(usize, &nccl::NcclLog)> {
+        self.nccl
+            .iter()
+            .filter(|(_, l)| l.run > 0)
+            .map(|(b, l)| (*b, l))
+            .collect()
+    }
+
+    /// The logs the verdicts read: every block's log, and of a block that held several runs
+    /// its last run only (the earlier ones are shown beside it, never merged into it).
+    pub fn nccl_current(&self) -> Vec<(usize, &nccl::NcclLog)> {
+        let last_run = |b: usize| {
+            self.nccl
+                .iter()
+                .filter(|(x, _)| *x == b)
+                .map(|(_, l)| l.run)
+                .max()
+                .unwrap_or(0)
+        };
+        self.nccl
+            .iter()
+            .filter(|(b, l)| l.run == last_run(*b))
+            .map(|(b, l)| (*b, l))
+            .collect()
+    }
+
+    /// The NCCL log blocks merged into one view (several pastes of one job); of a block with
+    /// several runs, its last run ([`Self::nccl_current`]).
     pub fn nccl_merged(&self) -> Option<nccl::NcclLog> {
-        let mut it = self.nccl.iter();
+        let current = self.nccl_current();
+        let mut it = current.into_iter();
         let (_, first) = it.next()?;
         let mut m = first.clone();
         for (_, l) in it {
@@ -72,6 +101,10 @@ impl Paste {
             m.warnings.extend(l.warnings.iter().cloned());
             m.nccl_lines += l.nccl_lines;
             m.unreadable.extend(l.unreadable.iter().cloned());
+            m.no_rdma.extend(l.no_rdma.iter().cloned());
+            m.summaries += l.summaries;
+            m.unprefixed += l.unprefixed;
+            m.lines = [m.lines[0].min(l.lines[0]), m.lines[1].max(l.lines[1])];
         }
         Some(m)
     }

@@ -55,6 +55,7 @@ pub(super) fn origin(prefix: &str, line: usize) -> Origin {
                     pid: num(pid),
                     dev: Some(dev),
                     line,
+                    ..Origin::default()
                 };
             }
         }
@@ -63,6 +64,7 @@ pub(super) fn origin(prefix: &str, line: usize) -> Origin {
             pid: None,
             dev: Some(dev),
             line,
+            ..Origin::default()
         };
     }
     Origin {
@@ -481,4 +483,87 @@ pub(super) fn completes_transport(cur: &str, next: &str) -> Option<String> {
     let (t0, t1) = (parse_transport(before), parse_transport(after));
     let readable = |t: &Transport| !matches!(t, Transport::Other { .. });
     (readable(&t1) && t0 != t1).then(|| format!("{joined}{}", &next[tok.len()..]))
+}
+
+/// The messages NCCL prints that a line may start with once its `host:pid:tid [dev] NCCL
+/// INFO` prefix is gone (a web page, a log aggregator, `grep -o`): each must also have the
+/// shape of its format, so that prose starting with `Channel` is not taken for NCCL's.
+pub fn message_shape(s: &str) -> bool {
+    let s = s.trim();
+    let conn = (s.starts_with("Channel ") || s.starts_with("Ring "))
+        && s.contains(" : ")
+        && s.contains("->")
+        && s.contains(" via ");
+    let net = s.starts_with("NET/")
+        && (s.contains(" : Using [")
+            || s.contains(": [")
+            || s.contains("GPU Direct RDMA ")
+            || s.contains("No device found"));
+    let gdr = s.starts_with("GPU Direct RDMA ") && s.contains(" for ") && s.contains("HCA");
+    let init = s.starts_with("comm 0x") && s.contains(" rank ") && s.contains(" - Init ");
+    let env = s.starts_with("NCCL_") && s.contains(" set by environment to ");
+    conn || net || gdr || init || env || s.starts_with("Using network ")
+}
+
+/// A line without NCCL's marker read by its shape ([`message_shape`]): the message from the
+/// first word NCCL prints (a timestamp or other prefix before it is dropped), its origin
+/// marked [`Origin::unprefixed`].
+pub(super) fn unprefixed(text: &str, line: usize) -> Option<(Origin, &'static str, String)> {
+    const STARTS: [&str; 7] = [
+        "Channel ",
+        "Ring ",
+        "NET/",
+        "GPU Direct RDMA ",
+        "comm 0x",
+        "NCCL_",
+        "Using network ",
+    ];
+    let pos = STARTS
+        .iter()
+        .filter_map(|w| {
+            let p = text.find(w)?;
+            // At the line's start or after a space or bracket: not inside another word.
+            let before = text[..p].chars().next_back();
+            (before.is_none() || before.is_some_and(|c| c.is_whitespace() || c == ']')).then_some(p)
+        })
+        .min()?;
+    let msg = text[pos..].trim();
+    if !message_shape(msg) {
+        return None;
+    }
+    let mut o = origin(&text[..pos], line);
+    o.unprefixed = true;
+    Some((o, "INFO", msg.to_string()))
+}
+
+/// `NET/IB : No device found.`, `NET/IB : No device found` (NCCL has no RDMA device).
+pub(super) fn no_rdma_device(msg: &str) -> bool {
+    msg.starts_with("NET/") && msg.contains("No device found")
+}
+
+/// NCCL's ring, tree and channel summaries: `Ring 00 : 0 -> 1 -> 0`, `Ring 00 :    0   1`,
+/// `Channel 00/24 :    0   1`, `Channel 00/02 : 0 1 2 3`, `Trees [0] 1/-1/-1->0->-1 ..`,
+/// `Tree 0 : 0 -> 1 -> -1/-1/-1`: no transport, nothing cut.
+pub(super) fn is_summary(msg: &str) -> bool {
+    if msg.starts_with("Trees ") || msg.starts_with("Tree ") {
+        return true;
+    }
+    let Some(body) = msg
+        .strip_prefix("Channel ")
+        .or_else(|| msg.strip_prefix("Ring "))
+    else {
+        return false;
+    };
+    let Some((_, rest)) = body.split_once(" : ") else {
+        return false;
+    };
+    if rest.contains(" via ") || rest.contains('[') {
+        return false;
+    }
+    let arrows = rest.matches("->").count();
+    let numbers = rest
+        .split(|c: char| c.is_whitespace() || c == '-' || c == '>')
+        .filter(|t| !t.is_empty())
+        .all(|t| t.parse::<i64>().is_ok());
+    numbers && arrows != 1
 }

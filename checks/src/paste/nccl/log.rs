@@ -16,6 +16,34 @@ pub struct Origin {
     pub dev: Option<u32>,
     /// Line number in the pasted file.
     pub line: usize,
+    /// The rank whose process printed the line: the `Init` line of the same host, pid and
+    /// device announced it (filled once the whole log is read; `None` when no such line, or
+    /// when that process announced several ranks on that device).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    /// The bus id of the printing process's GPU, from the same `Init` line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bus_id: Option<String>,
+    /// Which run of the paste the line belongs to (1 the first; see [`NcclLog::run`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<u32>,
+    /// The line had no `NCCL INFO|WARN` marker (a web page, a log aggregator or `grep -o` cut
+    /// it off): it was read by its shape alone, with lower confidence, and its host, pid and
+    /// device are unknown.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unprefixed: bool,
+}
+
+impl Origin {
+    /// `host pid 12` / `host`: who printed the line, as far as its prefix says.
+    pub fn who(&self) -> String {
+        match (&self.host, self.pid) {
+            (Some(h), Some(p)) => format!("{h} pid {p}"),
+            (Some(h), None) => h.clone(),
+            (None, Some(p)) => format!("pid {p}"),
+            (None, None) => "an unnamed host".into(),
+        }
+    }
 }
 
 /// A rank as NCCL announced it (`Init START` / `Init COMPLETE`).
@@ -264,13 +292,38 @@ pub struct NcclLog {
     pub nccl_lines: usize,
     /// Lines with an NCCL decision that cannot be trusted (cut), with the reason: not used.
     pub unreadable: Vec<(usize, String)>,
+    /// Lines where NCCL says it has no RDMA network (`NET/IB : No device found`, `Using
+    /// network Socket`, `NET/Socket : GPU Direct RDMA Disabled for HCA 0 'eth0'`): (line, text).
+    pub no_rdma: Vec<(usize, String)>,
+    /// NCCL's ring, tree and channel summary lines (`Ring 00 : 0 -> 1 -> 0`, `Trees [0] ..`,
+    /// `Channel 00/24 : 0 1`): understood, and carrying no GDR decision.
+    pub summaries: usize,
+    /// Lines read by their shape alone, without NCCL's marker ([`Origin::unprefixed`]).
+    pub unprefixed: usize,
+    /// Which run of its block this log is (1 the first) when the block held several runs
+    /// (a retry, a job run twice): each run is its own log; 0 when the block held one.
+    pub run: u32,
+    /// The first and last line of the run (or of the log) in the pasted file.
+    pub lines: [usize; 2],
+    /// Why a new run was taken to start at `lines[0]` (runs after the first).
+    pub run_start: Option<String>,
 }
 
 /// One logged GDR decision: a local GPU (rank) talking through a NIC in one direction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LoggedGdr {
     pub host: Option<String>,
+    /// The process that printed the line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     pub rank: u32,
+    /// The local GPU's bus id from its rank's `Init` line on the same host (or the channel
+    /// line's bracket up to 2.18.1): what joins the decision to a matrix or a node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bus_id: Option<String>,
+    /// The local GPU's nvmlDev from its rank's `Init` line on the same host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvml_dev: Option<u32>,
     /// Bus id or nvmlDev from the connection line, else from the rank's Init line.
     pub gpu: Option<String>,
     pub net: String,
@@ -311,14 +364,28 @@ impl NcclLog {
 
     /// The GPU of a rank on a host, from its Init line (bus id, else nvmlDev, else cudaDev).
     pub fn rank_gpu(&self, host: Option<&str>, rank: u32) -> Option<String> {
-        let r = self
-            .ranks
-            .iter()
-            .find(|r| r.rank == rank && (host.is_none() || r.origin.host.as_deref() == host))?;
+        let r = self.rank_line(host, rank)?;
         r.bus_id
             .clone()
             .or_else(|| r.nvml_dev.map(|d| d.to_string()))
             .or_else(|| r.cuda_dev.map(|d| d.to_string()))
+    }
+
+    /// The `Init` line of a rank on a host, when the log has exactly one GPU for it there
+    /// (several communicators may reuse a rank number for other GPUs: then `None`). A line
+    /// without a host matches a rank only when the log names at most one host.
+    pub fn rank_line(&self, host: Option<&str>, rank: u32) -> Option<&Rank> {
+        let one_host = self.hosts.len() <= 1;
+        let mine: Vec<&Rank> = self
+            .ranks
+            .iter()
+            .filter(|r| {
+                r.rank == rank && (r.origin.host.as_deref() == host || (host.is_none() && one_host))
+            })
+            .collect();
+        let first = *mine.first()?;
+        let key = |r: &Rank| (r.bus_id.clone(), r.nvml_dev, r.origin.host.clone());
+        mine.iter().all(|r| key(r) == key(first)).then_some(first)
     }
 
     /// NCCL's GDR decision per local GPU (rank), NIC and direction, from the connection lines.
@@ -337,11 +404,25 @@ impl NcclLog {
             };
             let (rank, gpu) = c.local();
             let host = c.origin.host.clone();
+            // The printing process's own GPU (its host, pid and device), else the rank's.
+            let init = self.rank_line(host.as_deref(), rank);
+            let bus_id = c
+                .origin
+                .bus_id
+                .clone()
+                .or_else(|| init.and_then(|r| r.bus_id.clone()));
+            let nvml_dev = init
+                .filter(|r| bus_id.is_none() || r.bus_id == bus_id)
+                .and_then(|r| r.nvml_dev);
+            // As the channel line printed it, else the Init line's bus id or nvmlDev (never
+            // its cudaDev: CUDA_VISIBLE_DEVICES renumbers it and every host has a device 0).
             let gpu = gpu
                 .map(str::to_string)
-                .or_else(|| self.rank_gpu(host.as_deref(), rank));
+                .or_else(|| bus_id.clone())
+                .or_else(|| nvml_dev.map(|d| d.to_string()));
             match out.iter_mut().find(|x| {
                 x.host == host
+                    && x.pid == c.origin.pid
                     && x.rank == rank
                     && x.nic_dev == *dev
                     && x.direction == c.direction
@@ -359,7 +440,10 @@ impl NcclLog {
                         .net_device(host.as_deref(), net, *dev)
                         .map(|d| d.name.clone()),
                     host,
+                    pid: c.origin.pid,
                     rank,
+                    bus_id,
+                    nvml_dev,
                     gpu,
                     net: net.clone(),
                     nic_dev: *dev,

@@ -41,7 +41,7 @@ pub mod log;
 pub mod read;
 
 pub use log::*;
-pub use read::{parse, parse_file, parse_lines, parse_lines_with};
+pub use read::{parse, parse_file, parse_lines, parse_lines_with, parse_runs};
 
 #[cfg(test)]
 mod tests;

@@ -9,12 +9,8 @@ pub fn parse_lines(lines: &[Line]) -> NcclLog {
     parse_lines_with(lines, false)
 }
 
-/// `last_complete`: the block's last line is known to be whole (more text follows it, or the
-/// file ends with a newline); otherwise a last `via NET/..` line without `/GDRDMA` may have been
-/// cut by the excerpt and is not trusted.
-pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
-    let mut log = NcclLog::default();
-    // Join transports a hard wrap cut (the continuation has no NCCL prefix).
+/// Join transports a hard wrap cut (the continuation has no NCCL prefix).
+fn join_wraps(lines: &[Line]) -> Vec<Line> {
     let mut joined: Vec<Line> = Vec::with_capacity(lines.len());
     let mut k = 0;
     while k < lines.len() {
@@ -29,19 +25,251 @@ pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
         joined.push(l.clone());
         k += 1;
     }
-    let last_no = joined
+    joined
+}
+
+/// One process of the log: its host and pid (`host:pid:tid` of the prefix).
+type Key = (String, u32);
+
+/// Where each run of a log starts: (index into `lines`, why). The first run starts at 0.
+///
+/// Runs follow one another in time (a retry, a job run twice, `NCCL_*` changed between
+/// runs); each process (host and pid) belongs to the run it first logged in. A new run starts
+/// at the first line of a new process when
+/// * it announces (`Init START|COMPLETE .. busId B`) a GPU of its host that another process of
+///   the current run already announced (one job drives each GPU from one process), or
+/// * it prints NCCL's version banner, the current run already had one, and no process of the
+///   current run logs anything after that line (a communicator of the same job, as a
+///   sub-group's rank 0, prints a banner too, while the others go on logging).
+fn run_starts(lines: &[Line]) -> Vec<(usize, String)> {
+    struct Proc {
+        first: usize,
+        last: usize,
+        banner: bool,
+        gpus: Vec<String>,
+    }
+    let mut procs: Vec<(Key, Proc)> = Vec::new();
+    let mut index: std::collections::HashMap<Key, usize> = Default::default();
+    for (i, l) in lines.iter().enumerate() {
+        let Some((o, level, msg)) = split_line(&l.text, l.no) else {
+            continue;
+        };
+        let Some(pid) = o.pid else { continue };
+        let key: Key = (o.host.clone().unwrap_or_default(), pid);
+        let at = *index.entry(key.clone()).or_insert_with(|| {
+            procs.push((
+                key.clone(),
+                Proc {
+                    first: i,
+                    last: i,
+                    banner: false,
+                    gpus: Vec::new(),
+                },
+            ));
+            procs.len() - 1
+        });
+        let p = &mut procs[at].1;
+        p.last = i;
+        p.banner |= level == "INFO" && msg.starts_with("NCCL version ");
+        if let Some(b) = parse_rank(&msg, &o).and_then(|r| r.bus_id) {
+            if !p.gpus.contains(&b) {
+                p.gpus.push(b);
+            }
+        }
+    }
+    let mut starts: Vec<(usize, String)> = Vec::new();
+    let mut current: Vec<usize> = Vec::new();
+    let mut banner = false;
+    for (k, (key, p)) in procs.iter().enumerate() {
+        let who = format!(
+            "{} pid {}",
+            if key.0.is_empty() { "a host" } else { &key.0 },
+            key.1
+        );
+        let reused = p.gpus.iter().find_map(|g| {
+            current
+                .iter()
+                .map(|&c| &procs[c])
+                .find(|(ck, cp)| ck.0 == key.0 && cp.gpus.contains(g))
+                .map(|(ck, _)| (g.clone(), ck.1))
+        });
+        let why = match reused {
+            Some((g, old)) => Some(format!(
+                "{who} took GPU {g}, which pid {old} of the run before had used"
+            )),
+            None if p.banner
+                && banner
+                && current.iter().all(|&c| procs[c].1.last < p.first) =>
+            {
+                Some(format!(
+                    "{who} printed a new NCCL version banner after every process of the run before had stopped logging"
+                ))
+            }
+            None => None,
+        };
+        if let Some(why) = why {
+            starts.push((p.first, why));
+            current.clear();
+            banner = false;
+        }
+        current.push(k);
+        banner |= p.banner;
+    }
+    starts
+}
+
+/// The run (0-based) of each line, by [`run_starts`]: a process's lines stay in the run of its
+/// first line; a line without a pid goes to the run it falls in.
+fn runs_of_lines(lines: &[Line], starts: &[(usize, String)]) -> Vec<u32> {
+    let by_pos = |i: usize| starts.iter().filter(|(s, _)| *s <= i).count() as u32;
+    let mut first: std::collections::HashMap<Key, u32> = Default::default();
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            match split_line(&l.text, l.no).and_then(|(o, _, _)| Some((o.host?, o.pid?))) {
+                Some(k) => *first.entry(k).or_insert_with(|| by_pos(i)),
+                None => by_pos(i),
+            }
+        })
+        .collect()
+}
+
+/// Every run of a log, each its own [`NcclLog`] (one log with `run` 0 when the lines hold one
+/// run). `last_complete`: as [`parse_lines_with`].
+pub fn parse_runs(lines: &[Line], last_complete: bool) -> Vec<NcclLog> {
+    let joined = join_wraps(lines);
+    let last_no = last_line(&joined);
+    let starts = run_starts(&joined);
+    if starts.is_empty() {
+        return vec![parse_one(&joined, last_complete, last_no)];
+    }
+    let runs = runs_of_lines(&joined, &starts);
+    (0..=starts.len() as u32)
+        .filter_map(|r| {
+            let mine: Vec<Line> = joined
+                .iter()
+                .zip(&runs)
+                .filter(|(_, x)| **x == r)
+                .map(|(l, _)| l.clone())
+                .collect();
+            if mine.is_empty() {
+                return None;
+            }
+            let mut log = parse_one(&mine, last_complete, last_no);
+            log.run = r + 1;
+            log.run_start = r
+                .checked_sub(1)
+                .and_then(|i| starts.get(i as usize))
+                .map(|(_, why)| why.clone());
+            for o in origins_mut(&mut log) {
+                o.run = Some(r + 1);
+            }
+            Some(log)
+        })
+        .collect()
+}
+
+/// `last_complete`: the block's last line is known to be whole (more text follows it, or the
+/// file ends with a newline); otherwise a last `via NET/..` line without `/GDRDMA` may have been
+/// cut by the excerpt and is not trusted. Several runs in the lines are read as one log here
+/// (`probe --nccl` reads its own run), each line's origin naming its run; [`parse_runs`] keeps
+/// them apart.
+pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
+    let joined = join_wraps(lines);
+    let last_no = last_line(&joined);
+    let mut log = parse_one(&joined, last_complete, last_no);
+    let starts = run_starts(&joined);
+    if !starts.is_empty() {
+        let runs = runs_of_lines(&joined, &starts);
+        let of: std::collections::HashMap<usize, u32> = joined
+            .iter()
+            .zip(&runs)
+            .map(|(l, r)| (l.no, r + 1))
+            .collect();
+        for o in origins_mut(&mut log) {
+            o.run = of.get(&o.line).copied();
+        }
+    }
+    log
+}
+
+fn last_line(joined: &[Line]) -> Option<usize> {
+    joined
         .iter()
         .rev()
         .find(|l| !l.text.trim().is_empty())
-        .map(|l| l.no);
-    for l in &joined {
+        .map(|l| l.no)
+}
+
+/// Every line origin a log holds.
+fn origins_mut(log: &mut NcclLog) -> impl Iterator<Item = &mut Origin> {
+    log.ranks
+        .iter_mut()
+        .map(|r| &mut r.origin)
+        .chain(log.net_devices.iter_mut().map(|d| &mut d.origin))
+        .chain(log.nic_gdr.iter_mut().map(|d| &mut d.origin))
+        .chain(log.gpu_gdr.iter_mut().map(|d| &mut d.origin))
+        .chain(log.connections.iter_mut().map(|d| &mut d.origin))
+        .chain(log.failures.iter_mut().map(|d| &mut d.origin))
+        .chain(log.warnings.iter_mut().map(|d| &mut d.origin))
+}
+
+/// Each line's rank and GPU from the `Init` line of the same host, pid and device.
+fn attribute(log: &mut NcclLog) {
+    type At = (Option<String>, Option<u32>, Option<u32>);
+    let mut by: std::collections::HashMap<At, (Vec<u32>, Vec<String>)> = Default::default();
+    for r in &log.ranks {
+        if r.origin.pid.is_none() {
+            continue;
+        }
+        let dev = r.cuda_dev.or(r.origin.dev);
+        let e = by
+            .entry((r.origin.host.clone(), r.origin.pid, dev))
+            .or_default();
+        if !e.0.contains(&r.rank) {
+            e.0.push(r.rank);
+        }
+        if let Some(b) = &r.bus_id {
+            if !e.1.contains(b) {
+                e.1.push(b.clone());
+            }
+        }
+    }
+    if by.is_empty() {
+        return;
+    }
+    for o in origins_mut(log) {
+        if let Some((ranks, buses)) = by.get(&(o.host.clone(), o.pid, o.dev)) {
+            o.rank = match ranks.as_slice() {
+                [r] => Some(*r),
+                _ => None,
+            };
+            o.bus_id = match buses.as_slice() {
+                [b] => Some(b.clone()),
+                _ => None,
+            };
+        }
+    }
+}
+
+/// The lines of one run into an [`NcclLog`].
+fn parse_one(joined: &[Line], last_complete: bool, last_no: Option<usize>) -> NcclLog {
+    let mut log = NcclLog {
+        lines: [
+            joined.first().map(|l| l.no).unwrap_or(0),
+            joined.last().map(|l| l.no).unwrap_or(0),
+        ],
+        ..NcclLog::default()
+    };
+    for l in joined {
         let text = l.text.as_str();
         if let Some(v) = version_in(text) {
             if !log.versions.contains(&v) {
                 log.versions.push(v);
             }
         }
-        let parsed = split_line(text, l.no);
+        let parsed = split_line(text, l.no).or_else(|| unprefixed(text, l.no));
         let o = parsed
             .as_ref()
             .map(|p| p.0.clone())
@@ -53,6 +281,9 @@ pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
             continue;
         };
         log.nccl_lines += 1;
+        if o.unprefixed {
+            log.unprefixed += 1;
+        }
         if level == "WARN" && !msg.is_empty() {
             log.warnings.push(Warning {
                 origin: o.clone(),
@@ -76,6 +307,10 @@ pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
             log.ranks.push(r);
             continue;
         }
+        if no_rdma_device(&msg) {
+            log.no_rdma.push((l.no, msg.clone()));
+            continue;
+        }
         if msg.starts_with("NET/") && msg.contains("Using") && msg.contains('[') {
             log.net_devices.extend(parse_using(&msg, &o));
             continue;
@@ -97,6 +332,9 @@ pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
         }
         if let Some(n) = msg.strip_prefix("Using network ") {
             let n = n.trim().to_string();
+            if !crate::nccl::compare::is_rdma(&n) {
+                log.no_rdma.push((l.no, msg.clone()));
+            }
             if !log.networks.contains(&n) {
                 log.networks.push(n);
             }
@@ -104,6 +342,11 @@ pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
         }
         if msg.contains("GPU Direct RDMA ") {
             match parse_gdr(&msg, &o) {
+                // A socket "HCA" is a TCP interface: NCCL has no RDMA network there, which
+                // is no peer-memory answer.
+                (Some(n), _) if !crate::nccl::compare::is_rdma(&n.net) => {
+                    log.no_rdma.push((l.no, msg.clone()));
+                }
                 (Some(n), _) => log.nic_gdr.push(n),
                 (_, Some(g)) => log.gpu_gdr.push(g),
                 _ => {}
@@ -114,6 +357,10 @@ pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
             if let (Some(h), Some(d)) = (o.host.clone(), num(r)) {
                 log.dmabuf_gpus.push((h, d));
             }
+            continue;
+        }
+        if is_summary(&msg) {
+            log.summaries += 1;
             continue;
         }
         let channel_line =
@@ -171,6 +418,7 @@ pub fn parse_lines_with(lines: &[Line], last_complete: bool) -> NcclLog {
             d.reason.clone(),
         ))
     });
+    attribute(&mut log);
     log
 }
 
@@ -191,8 +439,8 @@ pub fn parse_file(text: &str) -> NcclLog {
 }
 
 /// An NCCL log block (`w`: the input it was cut from; its last line is whole when the input
-/// goes on after it or ends with a newline).
-pub fn block(b: &mut Block, raw: &RawBlock, w: &Whole) -> NcclLog {
+/// goes on after it or ends with a newline): one log per run ([`parse_runs`]).
+pub fn block(b: &mut Block, raw: &RawBlock, w: &Whole) -> Vec<NcclLog> {
     let file_last = w
         .lines
         .iter()
@@ -201,21 +449,55 @@ pub fn block(b: &mut Block, raw: &RawBlock, w: &Whole) -> NcclLog {
         .map(|l| l.no)
         .unwrap_or(0);
     let complete = b.lines[1] < file_last || w.text.ends_with('\n');
-    let l = parse_lines_with(&raw.lines, complete);
+    let runs = parse_runs(&raw.lines, complete);
+    let count = |f: &dyn Fn(&NcclLog) -> usize| runs.iter().map(f).sum::<usize>();
+    let mut versions: Vec<&str> = Vec::new();
+    let mut hosts: Vec<&str> = Vec::new();
+    for l in &runs {
+        for v in &l.versions {
+            if !versions.contains(&v.as_str()) {
+                versions.push(v);
+            }
+        }
+        for h in &l.hosts {
+            if !hosts.contains(&h.as_str()) {
+                hosts.push(h);
+            }
+        }
+    }
     b.summary = format!(
         "NCCL {}: {} NCCL line(s), {} host(s), {} connection line(s), {} failure line(s)",
-        l.versions
-            .first()
-            .map(String::as_str)
-            .unwrap_or("(version not logged)"),
-        l.nccl_lines,
-        l.hosts.len(),
-        l.connections.len(),
-        l.failures.len()
+        if versions.is_empty() {
+            "(version not logged)".to_string()
+        } else {
+            versions.join(", ")
+        },
+        count(&|l| l.nccl_lines),
+        hosts.len(),
+        count(&|l| l.connections.len()),
+        count(&|l| l.failures.len())
     );
-    for (no, why) in &l.unreadable {
-        b.problems.push(format!("line {no}: {why}"));
+    if runs.len() > 1 {
+        b.summary.push_str(&format!(
+            "; {} runs (lines {})",
+            runs.len(),
+            runs.iter()
+                .map(|l| format!("{}-{}", l.lines[0], l.lines[1]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let unprefixed = count(&|l| l.unprefixed);
+    if unprefixed > 0 {
+        b.summary.push_str(&format!(
+            "; {unprefixed} line(s) without NCCL's `host:pid:tid [dev] NCCL INFO` prefix read by their shape alone (lower confidence: their host, process and GPU are unknown)"
+        ));
+    }
+    for l in &runs {
+        for (no, why) in &l.unreadable {
+            b.problems.push(format!("line {no}: {why}"));
+        }
     }
     b.status = status(&b.repairs, &b.problems);
-    l
+    runs
 }

@@ -13,7 +13,7 @@ use crate::report::{self, Finding, Status};
 use crate::RunOptions;
 use std::collections::BTreeMap;
 
-fn nccl_summary(p: &Paste, log: &NcclLog) -> NcclSummary {
+fn nccl_summary(p: &Paste, log: &NcclLog, unplaced: Vec<super::pairs::Unplaced>) -> NcclSummary {
     let mut transports = BTreeMap::new();
     for c in &log.connections {
         let k = match &c.transport {
@@ -44,7 +44,40 @@ fn nccl_summary(p: &Paste, log: &NcclLog) -> NcclSummary {
         gpu_gdr: log.gpu_gdr.clone(),
         logged_gdr: log.logged_gdr(),
         transports,
+        ranks: super::job::ranks(log),
+        unplaced,
+        runs: super::job::runs(p),
+        unprefixed_lines: log.unprefixed,
     }
+}
+
+/// `nccl.gdr` for the logged decisions no pasted pair takes: said, never put on a pair.
+fn unplaced_finding(u: &[super::pairs::Unplaced], label: &str) -> Option<Finding> {
+    let first = u.first()?;
+    let mut f = Finding::new(
+        "nccl.gdr",
+        Status::Skip,
+        "unplaced",
+        format!(
+            "{} logged GPU x NIC decision(s) are not placed on a pasted pair: {}",
+            u.len(),
+            first.why
+        ),
+    );
+    for x in u.iter().take(6) {
+        f = f.evidence(
+            format!("{label} line {}", x.line),
+            format!(
+                "{} rank {} GPU {} {}: {}",
+                x.host.as_deref().unwrap_or("an unnamed host"),
+                x.rank,
+                x.bus_id.as_deref().unwrap_or("?"),
+                x.nic.as_deref().unwrap_or("?"),
+                if x.gdr { "GDRDMA" } else { "no GDRDMA" }
+            ),
+        );
+    }
+    Some(f)
 }
 
 /// Whether anything in the inputs was recognised.
@@ -109,7 +142,7 @@ pub fn diagnose_paste(
     let log = p.nccl_merged();
     let log_label = p.nccl.first().map(|(i, _)| p.label(*i)).unwrap_or_default();
     let cx = Context::new(&node, p, log.as_ref(), assume.nccl_version.as_deref());
-    let (gdr, decision) = pairs(p, &cx, log.as_ref());
+    let (gdr, decision, unplaced) = pairs(p, &cx, log.as_ref());
     let replaced = ["topo.nic-distance", "topo.rails", "gdr.gpu"];
     let has_topo = !gdr.is_empty();
     let rdma_unplaced = node.rdma.get().is_some_and(|r| {
@@ -154,6 +187,16 @@ pub fn diagnose_paste(
         )
         .into_iter()
         .chain(findings::nccl_failures(p))
+        .chain(
+            log.as_ref()
+                .and_then(|l| super::job::network(l, &log_label)),
+        )
+        .chain(
+            log.as_ref()
+                .and_then(|l| super::job::odd_ranks(l, &log_label)),
+        )
+        .chain(super::job::runs_finding(&super::job::runs(p)))
+        .chain(unplaced_finding(&unplaced, &log_label))
         .filter(|f| wants(&f.id)),
     );
     // ACS from lspci text where the check could not pair GPUs with NICs.
@@ -238,7 +281,7 @@ pub fn diagnose_paste(
                 matrix: m.clone(),
             })
             .collect(),
-        nccl: log.as_ref().map(|l| nccl_summary(p, l)),
+        nccl: log.as_ref().map(|l| nccl_summary(p, l, unplaced.clone())),
         inventory: crate::inventory::build(&node),
     }
 }

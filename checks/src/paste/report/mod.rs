@@ -14,6 +14,7 @@
 
 pub mod adapt;
 pub mod diagnose;
+pub mod job;
 pub mod pairs;
 pub mod topo;
 pub mod types;

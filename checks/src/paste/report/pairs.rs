@@ -16,32 +16,39 @@ pub fn bus_id_bdf(b: &str) -> Option<String> {
     crate::parse::is_bdf(&bdf).then_some(bdf)
 }
 
-/// The matrix label (`GPU3`) of a GPU NCCL logged, by nvmlDev (nvidia-smi numbers GPUs as NVML
-/// does) or by PCI address against the GPUs `nvidia-smi -q` / `lspci` list in bus order.
+/// The matrix label (`GPU3`) of a GPU NCCL logged: by its nvmlDev on its own host (the
+/// rank's `Init` line, or a channel line's bracket from 2.18.3: nvidia-smi numbers GPUs as NVML
+/// does), or by its bus id against the GPUs `nvidia-smi -q` / `lspci` list in bus order. Never
+/// by cudaDev (CUDA_VISIBLE_DEVICES renumbers it, and every host has a device 0). `None` when
+/// neither is known.
 fn gpu_label(l: &LoggedGdr, log: &NcclLog, p: &Paste) -> Option<String> {
-    let v = log.version();
-    let rank_nvml = log
-        .ranks
-        .iter()
-        .find(|r| r.rank == l.rank && r.origin.host == l.host)
-        .and_then(|r| r.nvml_dev);
-    let dev = l.gpu.as_deref()?;
-    // The bracket of a channel line is the bus id up to 2.18.1 and nvmlDev from 2.18.3
-    // (src/transport/net.cc v2.18.1-1 / v2.18.3-1 `myInfo->busId` / `myInfo->nvmlDev`); without
-    // a version, a one- or two-digit number is an nvmlDev (bus ids print as `1c000`).
-    let nvml_bracket = match v {
-        Some(v) => v >= crate::paste::nccl::Version::new(2, 18, 3),
-        None => dev.len() <= 2 && dev.bytes().all(|b| b.is_ascii_digit()),
-    };
-    let nvml = if nvml_bracket {
-        dev.parse::<u32>().ok()
-    } else {
-        None
-    };
-    if let Some(n) = nvml.or(rank_nvml) {
+    if let Some(n) = l.nvml_dev {
         return Some(format!("GPU{n}"));
     }
-    let bdf = bus_id_bdf(dev)?;
+    let v = log.version();
+    let dev = l.gpu.as_deref();
+    // The bracket of a channel line is the bus id up to 2.18.1 and nvmlDev from 2.18.3
+    // (src/transport/net.cc v2.18.1-1 / v2.18.3-1 `myInfo->busId` / `myInfo->nvmlDev`); without
+    // a version, a one- or two-digit number is an nvmlDev (bus ids print as `1c000`). A
+    // bracket-less line's `gpu` came from the Init line (bus id, nvmlDev or cudaDev): only its
+    // bus id is used.
+    let bracket = dev.filter(|_| l.bus_id.is_none() || l.gpu != l.bus_id);
+    if let Some(dev) = bracket {
+        let nvml_bracket = match v {
+            Some(v) => v >= crate::paste::nccl::Version::new(2, 18, 3),
+            None => dev.len() <= 2 && dev.bytes().all(|b| b.is_ascii_digit()),
+        };
+        if nvml_bracket {
+            if let Ok(n) = dev.parse::<u32>() {
+                return Some(format!("GPU{n}"));
+            }
+        }
+    }
+    let bus = l
+        .bus_id
+        .as_deref()
+        .or(dev.filter(|d| bus_id_bdf(d).is_some() && d.len() > 2))?;
+    let bdf = bus_id_bdf(bus)?;
     let mut gpus: Vec<String> = p
         .smiq
         .iter()
@@ -62,6 +69,87 @@ fn gpu_label(l: &LoggedGdr, log: &NcclLog, p: &Paste) -> Option<String> {
     gpus.iter()
         .position(|g| *g == bdf)
         .map(|i| format!("GPU{i}"))
+}
+
+/// A decision NCCL logged that no pair of the paste can take, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Unplaced {
+    pub host: Option<String>,
+    pub rank: u32,
+    pub bus_id: Option<String>,
+    pub nic: Option<String>,
+    pub gdr: bool,
+    pub line: usize,
+    pub why: String,
+}
+
+/// Which logged decisions go on which matrix GPU. One host (or none named): each decision
+/// by its GPU's label. Several hosts: the paste does not say which host a matrix is, so a
+/// decision goes on a pair only when every host that logged that GPU (by bus id or nvmlDev)
+/// and NIC logged the same in that direction (then it holds for the matrix's host whichever
+/// it is); the others stay unplaced, with the hosts that differ named.
+fn place(log: &NcclLog, p: &Paste) -> (Vec<(String, LoggedGdr)>, Vec<Unplaced>) {
+    let all = log.logged_gdr();
+    let mut hosts: Vec<Option<&str>> = all.iter().map(|e| e.host.as_deref()).collect();
+    hosts.sort();
+    hosts.dedup();
+    let mut placed = Vec::new();
+    let mut unplaced = Vec::new();
+    let unplace = |e: &LoggedGdr, why: String| Unplaced {
+        host: e.host.clone(),
+        rank: e.rank,
+        bus_id: e.bus_id.clone(),
+        nic: e.nic.clone(),
+        gdr: e.gdr,
+        line: e.line,
+        why,
+    };
+    let labelled: Vec<(Option<String>, &LoggedGdr)> =
+        all.iter().map(|e| (gpu_label(e, log, p), e)).collect();
+    for (label, e) in &labelled {
+        let Some(label) = label else {
+            unplaced.push(unplace(
+                e,
+                "neither its bus id nor its nvmlDev is in the log or the paste".into(),
+            ));
+            continue;
+        };
+        if hosts.len() > 1 {
+            let same = |x: &&(Option<String>, &LoggedGdr)| {
+                x.0.as_deref() == Some(label.as_str())
+                    && x.1.nic == e.nic
+                    && x.1.direction == e.direction
+            };
+            let differ: Vec<String> = labelled
+                .iter()
+                .filter(same)
+                .filter(|x| x.1.gdr != e.gdr)
+                .map(|x| {
+                    format!(
+                        "{} rank {} ({}, line {})",
+                        x.1.host.as_deref().unwrap_or("an unnamed host"),
+                        x.1.rank,
+                        if x.1.gdr { "GDRDMA" } else { "no GDRDMA" },
+                        x.1.line
+                    )
+                })
+                .collect();
+            if !differ.is_empty() {
+                unplaced.push(unplace(
+                    e,
+                    format!(
+                        "the log holds {} hosts and they differ for {label} and {}: {}; the paste does not say which host the matrix is",
+                        hosts.len(),
+                        e.nic.as_deref().unwrap_or("this NIC"),
+                        differ.join(", ")
+                    ),
+                ));
+                continue;
+            }
+        }
+        placed.push((label.clone(), (*e).clone()));
+    }
+    (placed, unplaced)
 }
 
 fn logged_for(gpu: &str, nic: &str, entries: &[(String, &LoggedGdr)]) -> Option<Logged> {
@@ -101,14 +189,14 @@ pub(super) fn pairs(
     p: &Paste,
     cx: &Context,
     log: Option<&NcclLog>,
-) -> (Vec<PastePair>, Option<crate::nccl::rule::Decision>) {
-    let entries: Vec<(String, LoggedGdr)> = match log {
-        Some(l) => l
-            .logged_gdr()
-            .into_iter()
-            .filter_map(|e| gpu_label(&e, l, p).map(|g| (g, e)))
-            .collect(),
-        None => Vec::new(),
+) -> (
+    Vec<PastePair>,
+    Option<crate::nccl::rule::Decision>,
+    Vec<Unplaced>,
+) {
+    let (entries, unplaced) = match log {
+        Some(l) => place(l, p),
+        None => (Vec::new(), Vec::new()),
     };
     let refs: Vec<(String, &LoggedGdr)> = entries.iter().map(|(g, e)| (g.clone(), e)).collect();
     let mut out = Vec::new();
@@ -161,7 +249,7 @@ pub(super) fn pairs(
             first = Some(d);
         }
     }
-    (out, first)
+    (out, first, unplaced)
 }
 
 /// `route` of a pair for messages: `PIX`, `NODE to it, sends through GPU1 via PXN`.
@@ -176,10 +264,14 @@ pub(super) fn route(x: &PastePair) -> String {
 /// What NCCL did for a pair when the log says, else what the rule predicts: (send, receive).
 pub(super) fn effective(x: &PastePair) -> (Option<bool>, Option<bool>) {
     match &x.logged {
-        Some(l) if l.any().is_some() => match (l.send, l.receive, l.undirected) {
-            (None, None, u) => (u, u),
-            (s, r, _) => (s, r),
-        },
+        Some(l) if l.any().is_some() => {
+            // A direction the log does not show is the rule's, when it decided GDR on.
+            let pred = |d: Option<bool>| if x.gdr == Gdr::On { d } else { None };
+            match (l.send, l.receive, l.undirected) {
+                (None, None, u) => (u, u),
+                (s, r, _) => (s.or(pred(x.send)), r.or(pred(x.receive))),
+            }
+        }
         _ if x.gdr == Gdr::On => (x.send, x.receive),
         _ => (None, None),
     }

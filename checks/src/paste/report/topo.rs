@@ -191,14 +191,20 @@ impl<'a> TopoBlock<'a> {
         let lab = self.lab;
         let both: Vec<&PastePair> = row
             .iter()
-            .filter(|x| effective(x) == (Some(true), Some(true)))
+            // GDR in every direction the log or the rule decides (a direction the log does
+            // not show and the rule cannot decide is not "off").
+            .filter(|x| {
+                let e = effective(x);
+                (e.0 == Some(true) || e.1 == Some(true)) && e.0 != Some(false) && e.1 != Some(false)
+            })
             .copied()
             .collect();
         let partial: Vec<&PastePair> = row
             .iter()
             .filter(|x| {
                 let e = effective(x);
-                (e.0 == Some(true) || e.1 == Some(true)) && e != (Some(true), Some(true))
+                (e.0 == Some(true) || e.1 == Some(true))
+                    && (e.0 == Some(false) || e.1 == Some(false))
             })
             .copied()
             .collect();

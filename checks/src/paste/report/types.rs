@@ -23,6 +23,16 @@ pub struct NcclSummary {
     pub logged_gdr: Vec<LoggedGdr>,
     /// How many connection lines used each transport (`NET/IB/GDRDMA`, `NET/IB`, `P2P/CUMEM`, ..).
     pub transports: BTreeMap<String, usize>,
+    /// The job view: every rank with its host, process, GPU, NICs, GDR (NCCL's word) and the
+    /// transport to each peer.
+    pub ranks: Vec<super::job::RankView>,
+    /// Logged decisions no pasted pair can take (a multi-host log whose hosts differ, a GPU
+    /// neither by bus id nor by nvmlDev), with why.
+    pub unplaced: Vec<super::pairs::Unplaced>,
+    /// The runs of a block that held several, side by side (the verdicts follow the last).
+    pub runs: Vec<super::job::RunView>,
+    /// Lines read without NCCL's prefix (lower confidence).
+    pub unprefixed_lines: usize,
 }
 
 /// A matrix with the block it came from.
