@@ -264,6 +264,7 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         health,
         rdma,
         live: LiveFacts::absent("not queried"),
+        container: Fact::absent("container view", "not inside a container (no /.dockerenv, /run/.containerenv, container cgroup or KUBERNETES_SERVICE_HOST); `check --in-container` judges this process's view anyway"),
     };
     (node, t)
 }
