@@ -16,6 +16,7 @@
 //! (hwloc's, a hand-made tree) a missing file is "not in this capture", never a finding.
 
 pub mod allocation;
+pub mod container;
 pub mod fleet;
 pub mod health;
 mod host;
@@ -264,7 +265,14 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         health,
         rdma,
         live: LiveFacts::absent("not queried"),
-        container: Fact::absent("container view", "not inside a container (no /.dockerenv, /run/.containerenv, container cgroup or KUBERNETES_SERVICE_HOST); `check --in-container` judges this process's view anyway"),
+        container: Fact::absent(
+            "container view",
+            match origin {
+                Origin::Live => "not asked for: `gdrdoctor check --in-container`, run inside the job's container, judges what a job there can use",
+                Origin::HostRoot => "--host-root reads the host through a mount, not a job's container: run `gdrdoctor check --in-container` inside the job's container",
+                Origin::Snapshot | Origin::Foreign => "live-only: a snapshot holds the node's files, not what a job's container can open; run `gdrdoctor check --in-container` inside the job's container",
+            },
+        ),
     };
     (node, t)
 }
