@@ -265,13 +265,11 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         health,
         rdma,
         live: LiveFacts::absent("not queried"),
+        // One reason for every source, so that a live node and its snapshot agree: the view
+        // is judged only when asked for, inside the job's container (`cmd/check.rs`).
         container: Fact::absent(
             "container view",
-            match origin {
-                Origin::Live => "not asked for: `gdrdoctor check --in-container`, run inside the job's container, judges what a job there can use",
-                Origin::HostRoot => "--host-root reads the host through a mount, not a job's container: run `gdrdoctor check --in-container` inside the job's container",
-                Origin::Snapshot | Origin::Foreign => "live-only: a snapshot holds the node's files, not what a job's container can open; run `gdrdoctor check --in-container` inside the job's container",
-            },
+            "not asked for: `gdrdoctor check --in-container`, run inside the job's container, judges what a job there can use",
         ),
     };
     (node, t)
