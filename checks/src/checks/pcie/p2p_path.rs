@@ -168,13 +168,23 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
     let (iommu, iommu_ev) = derive::iommu_mode(node);
     let iommu_text = format!("{} ({})", iommu.as_str(), iommu_ev.join("; "));
     let mut judged: BTreeMap<String, Bridge> = BTreeMap::new();
+    let mut bar_cache: BTreeMap<String, Option<(String, bool)>> = BTreeMap::new();
+    // Indexed once: the loop below is per GPU pair.
+    let sys_index: std::collections::HashMap<&str, usize> = sys
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.id.as_str(), i))
+        .collect();
+    let nccl_index: std::collections::HashMap<(usize, usize), &crate::nccl::rule::GpuP2p> =
+        decision.p2p.iter().map(|q| ((q.a, q.b), q)).collect();
     let mut out = Vec::new();
     let mut over_nvlink = Vec::new();
     for (i, a) in cx.gpus.iter().enumerate() {
         for b in cx.gpus.iter().skip(i + 1) {
             let subject = format!("{}|{}", a.bdf, b.bdf);
-            let ia = sys.gpus.iter().position(|g| g.id == a.bdf);
-            let ib = sys.gpus.iter().position(|g| g.id == b.bdf);
+            let ia = sys_index.get(a.bdf.as_str()).copied();
+            let ib = sys_index.get(b.bdf.as_str()).copied();
             let nvlink = match (ia, ib) {
                 (Some(x), Some(y)) => sys.nvlink.get(x).and_then(|r| r.get(y)).copied().flatten(),
                 _ => None,
@@ -185,10 +195,7 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
             }
             let p = topo::path(a, b);
             let nccl = match (ia, ib) {
-                (Some(x), Some(y)) => decision
-                    .p2p
-                    .iter()
-                    .find(|q| (q.a, q.b) == (x.min(y), x.max(y))),
+                (Some(x), Some(y)) => nccl_index.get(&(x.min(y), x.max(y))).copied(),
                 _ => None,
             };
             let nccl_uses = nccl.and_then(|q| q.p2p);
@@ -233,9 +240,16 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
                 Some(false) => "no nvlink between them".to_string(),
                 _ => format!("nvlink unknown ({})", sys.nvlink_source),
             };
-            let ga = cx.index.get(&a.bdf);
-            let gb = cx.index.get(&b.bdf);
-            let bars: Vec<(String, bool)> = [ga, gb].into_iter().flatten().map(bar1_text).collect();
+            let bars: Vec<(String, bool)> = [&a.bdf, &b.bdf]
+                .into_iter()
+                .filter_map(|g| {
+                    if !bar_cache.contains_key(g) {
+                        let t = cx.index.get(g).map(bar1_text);
+                        bar_cache.insert(g.clone(), t);
+                    }
+                    bar_cache.get(g).cloned().flatten()
+                })
+                .collect();
             let through_rc = matches!(p.nccl, PathType::Phb | PathType::Sys);
             let mut f = if !redirect.is_empty() {
                 let names: Vec<String> = redirect
