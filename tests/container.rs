@@ -174,7 +174,22 @@ fn a_broken_container_fails_each_planted_defect_with_its_reason() {
     }
     let d = scratch("broken");
     let verbs = verbs_sysfs(&d);
+    // The image's own NCCL (older than the host's) and a net plugin, on its LD_LIBRARY_PATH.
+    let lib = d.join("image-lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(
+        lib.join("libnccl.so.2"),
+        b"\x7fnot-elf\0NCCL version %s\0NCCL version 2.18.3+cuda12.2\0",
+    )
+    .unwrap();
+    std::fs::write(lib.join("libnccl-net-ofi.so"), b"").unwrap();
     let sandbox = vec![
+        s("--setenv"),
+        s("LD_LIBRARY_PATH"),
+        lib.display().to_string(),
+        s("--setenv"),
+        s("NCCL_NET_PLUGIN"),
+        s("ofi"),
         s("--bind"),
         verbs.display().to_string(),
         s("/sys/class/infiniband_verbs"),
@@ -238,6 +253,15 @@ fn a_broken_container_fails_each_planted_defect_with_its_reason() {
         "{}",
         nccl.message
     );
+    // The loader finds the image's NCCL 2.18.3 and its plugin through LD_LIBRARY_PATH.
+    let ev: Vec<&str> = nccl.evidence.iter().map(|e| e.observed.as_str()).collect();
+    let want_lib = format!(
+        "{}/libnccl.so.2 2.18.3 (LD_LIBRARY_PATH): NCCL's GDR rules of that version apply (gdr.gpu)",
+        lib.display()
+    );
+    assert!(ev.contains(&want_lib.as_str()), "{ev:?}");
+    let want_plugin = format!("{}/libnccl-net-ofi.so (LD_LIBRARY_PATH)", lib.display());
+    assert!(ev.contains(&want_plugin.as_str()), "{ev:?}");
     // The memlock limit also shows in the host-level check, as the job would get it.
     assert_eq!(finding(&r, "mem.memlock", "node").status, Status::Warn);
 }
