@@ -316,12 +316,16 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
                     f = f.evidence(source.clone(), why.clone());
                 }
                 f.fix("run `gdrdoctor check` as root (config space past 64 bytes needs CAP_SYS_ADMIN), or `lspci -vvv -s BDF` for each bridge")
-            } else if through_rc && iommu == IommuMode::Translated && nccl_uses == Some(true) {
+            } else if iommu == IommuMode::Translated && nccl_uses == Some(true) {
                 Finding::new(
                     ID,
                     Status::Warn,
                     &subject,
-                    format!("nccl uses p2p between these gpus through the root complex ({}) while the iommu translates dma: the driver must map the peer's bar in the iommu (NVreg DmaRemapPeerMmio), and p2p through the root complex is slow or unsupported on many cpus", p.nccl.as_str()),
+                    if through_rc {
+                        format!("nccl uses p2p between these gpus through the root complex ({}) while the iommu translates dma: the driver must map the peer's bar in the iommu (NVreg DmaRemapPeerMmio), and p2p through the root complex is slow or unsupported on many cpus", p.nccl.as_str())
+                    } else {
+                        format!("nccl uses p2p between these gpus ({}) while the iommu translates dma: the gpus address each other by iova, which the switch does not route to the peer but sends up to the root complex to translate (slow; io page faults where the driver did not map the peer's bar, NVreg DmaRemapPeerMmio)", p.nccl.as_str())
+                    },
                 )
                 .evidence("iommu", iommu_text.clone())
                 .fix(super::super::iommu::cmdline_fix(node))
@@ -550,6 +554,21 @@ mod tests {
         nvlink_off(&mut n);
         let f = p2p_path(&n);
         assert!(f.iter().all(|x| x.status == Status::Pass), "{f:#?}");
+        // The same switch with a translating iommu: never a plain pass for a pair nccl uses.
+        let mut t = n.clone();
+        t.iommu.classes = known(vec!["dmar0".into()]);
+        t.iommu.groups = known(vec![IommuGroup {
+            id: "0".into(),
+            kind: known("DMA-FQ".into()),
+            devices: vec!["0000:18:00.0".into(), "0000:19:00.0".into()],
+        }]);
+        let same = by(&p2p_path(&t), "0000:18:00.0|0000:19:00.0");
+        assert_eq!(same.status, Status::Warn, "{same:#?}");
+        assert!(
+            same.message.contains("address each other by iova"),
+            "{}",
+            same.message
+        );
         let same = by(&f, "0000:18:00.0|0000:19:00.0");
         assert!(
             same.message
