@@ -379,6 +379,15 @@ pub fn nccl(node: &Node) -> Vec<Finding> {
         ),
         (Fact::Absent { reason, .. }, None) => format!("unknown ({reason})"),
     };
+    // NCCL_IB_HCA naming HCAs this container cannot open: NCCL filters its device list by it,
+    // so none left is no IB transport at all (sockets).
+    if let Some((hca, none)) = hca_filter(v, env.get("NCCL_IB_HCA").map(String::as_str)) {
+        if none {
+            costs.push(hca);
+        } else {
+            limits.push(hca);
+        }
+    }
     let f = if !costs.is_empty() {
         Finding::new(ID, Status::Fail, "node", format!("the job's environment turns gpudirect rdma off: {}", costs.join("; ")))
             .fix(format!("remove {} from the job's environment (pod spec, image ENV, launcher script) unless you meant to run without rdma", costs.iter().filter_map(|c| c.split(':').next()).collect::<Vec<_>>().join(", ")))
@@ -432,6 +441,62 @@ pub fn nccl(node: &Node) -> Vec<Finding> {
                     .join(" ")
             },
         )]
+}
+
+/// `NCCL_IB_HCA` against the RDMA devices whose uverbs node opens here: a line naming what
+/// it selects that is missing, and whether nothing it selects is usable. An exclude list (`^`)
+/// is not judged.
+fn hca_filter(v: &ContainerView, hca: Option<&str>) -> Option<(String, bool)> {
+    let raw = hca?.trim();
+    if raw.is_empty() || raw.starts_with('^') {
+        return None;
+    }
+    let exact = raw.starts_with('=');
+    let names: Vec<&str> = raw
+        .trim_start_matches('=')
+        .split(',')
+        .map(|e| e.split(':').next().unwrap_or("").trim())
+        .filter(|e| !e.is_empty())
+        .collect();
+    let usable: Vec<&str> = v
+        .verbs_expected
+        .get()
+        .into_iter()
+        .flatten()
+        .filter(|(u, _)| {
+            v.devices
+                .iter()
+                .any(|d| d.path.ends_with(&format!("/{u}")) && d.state.openable())
+        })
+        .map(|(_, ib)| ib.as_str())
+        .collect();
+    let matches = |n: &str, ib: &str| if exact { ib == n } else { ib.starts_with(n) };
+    let missing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !usable.iter().any(|ib| matches(n, ib)))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let none = missing.len() == names.len();
+    Some((
+        format!(
+            "NCCL_IB_HCA={raw}: {} not usable in this container (usable: {}){}",
+            missing.join(", "),
+            if usable.is_empty() {
+                "none".to_string()
+            } else {
+                usable.join(", ")
+            },
+            if none {
+                ": nccl finds no ib device and uses sockets"
+            } else {
+                ""
+            }
+        ),
+        none,
+    ))
 }
 
 /// `container.host-diff` in the registry: the comparison needs the host's report, which only
@@ -689,6 +754,27 @@ mod tests {
                 .collect(),
         );
         assert_eq!(nccl(&n)[0].status, Status::Fail);
+        // NCCL_IB_HCA naming an HCA the container cannot open (mlx5_0 opens, mlx5_4 is absent).
+        n.env = known(
+            [("NCCL_IB_HCA".to_string(), "=mlx5_4:1".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        let f = nccl(&n);
+        assert_eq!(f[0].status, Status::Fail, "{f:#?}");
+        assert!(f[0].message.contains("NCCL_IB_HCA==mlx5_4:1: mlx5_4 not usable in this container (usable: mlx5_0): nccl finds no ib device"), "{}", f[0].message);
+        n.env = known(
+            [("NCCL_IB_HCA".to_string(), "mlx5".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        // A prefix that selects mlx5_0: nothing to say about it (the warning is the missing
+        // library of this test node).
+        assert!(
+            !nccl(&n)[0].message.contains("NCCL_IB_HCA"),
+            "{:#?}",
+            nccl(&n)
+        );
         n.env = known(
             [("NCCL_NET_PLUGIN".to_string(), "aws-ofi".to_string())]
                 .into_iter()
