@@ -190,6 +190,9 @@ fn a_broken_container_fails_each_planted_defect_with_its_reason() {
         s("--setenv"),
         s("NCCL_NET_PLUGIN"),
         s("ofi"),
+        s("--setenv"),
+        s("NCCL_IB_HCA"),
+        s("mlx5_0"),
         s("--bind"),
         verbs.display().to_string(),
         s("/sys/class/infiniband_verbs"),
@@ -250,6 +253,13 @@ fn a_broken_container_fails_each_planted_defect_with_its_reason() {
     assert_eq!(nccl.status, Status::Fail, "{nccl:#?}");
     assert!(
         nccl.message.contains("NCCL_IB_DISABLE=1"),
+        "{}",
+        nccl.message
+    );
+    // NCCL_IB_HCA names the HCA whose node is missing here.
+    assert!(
+        nccl.message
+            .contains("NCCL_IB_HCA=mlx5_0: mlx5_0 not usable in this container (usable: none)"),
         "{}",
         nccl.message
     );
@@ -340,6 +350,9 @@ fn a_healthy_container_passes() {
         s("--dev-bind"),
         s("/dev/null"),
         s("/dev/infiniband/rdma_cm"),
+        s("--setenv"),
+        s("NCCL_IB_HCA"),
+        s("=mlx5_0:1"),
         s("--size"),
         format!("{}", 2u64 << 30),
         s("--tmpfs"),
@@ -368,7 +381,9 @@ fn a_healthy_container_passes() {
     let shm = finding(&r, "container.shm", "/dev/shm");
     assert_eq!(shm.status, Status::Pass, "{shm:#?}");
     assert_eq!(shm.message, "/dev/shm is 2 GiB");
-    assert_ne!(finding(&r, "container.nccl", "node").status, Status::Fail);
+    let nccl = finding(&r, "container.nccl", "node");
+    assert_ne!(nccl.status, Status::Fail, "{nccl:#?}");
+    assert!(!nccl.message.contains("NCCL_IB_HCA"), "{}", nccl.message);
     // Without --compare-host, the comparison says how to ask for it.
     assert_eq!(
         finding(&r, "container.host-diff", "node").status,
