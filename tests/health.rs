@@ -39,6 +39,12 @@ fn the_roce_twin_passes_every_check() {
         .findings
         .iter()
         .filter(|f| f.status != Status::Pass)
+        // Issue 39's checks skip on any HGX snapshot: the job container's view (live, inside a
+        // container) and the GPU-GPU PCIe paths (every pair is joined by NVLink).
+        .filter(|f| {
+            !(f.status == Status::Skip
+                && (f.id.starts_with("container.") || f.id == "pcie.p2p-path"))
+        })
         .collect();
     assert!(bad.is_empty(), "{bad:#?}");
     let g = find(&r, "roce.gid", "mlx5_0/1");

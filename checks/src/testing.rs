@@ -48,6 +48,7 @@ pub fn empty_node() -> Node {
         rdma: Fact::known(Vec::new(), "test"),
         live: LiveFacts::absent("test"),
         health: Health::absent("test"),
+        container: absent(),
     }
 }
 

@@ -90,6 +90,18 @@ pub struct Args {
     /// Apply no policy at all, not even /etc/gdrdoctor/policy.toml (wins over --policy)
     #[arg(long)]
     pub no_policy: bool,
+    /// Judge what a job in this container can use (run inside the job's container or pod): the
+    /// RDMA and GPU device nodes opened read-write (the device cgroup), CAP_IPC_LOCK with the
+    /// memlock limit, /dev/shm, the NCCL library and net plugins the loader finds, the NCCL_*
+    /// variables set (the container.* checks; without it they skip, naming what says this is
+    /// a container)
+    #[arg(long, conflicts_with_all = ["sysroot", "host_root"], env = "GDRDOCTOR_IN_CONTAINER")]
+    pub in_container: bool,
+    /// With --in-container: compare with the host's report (`gdrdoctor check --format json -o
+    /// HOST.json` on the host) and name every finding that is worse here, and every GPU-NIC
+    /// pair that loses GDR (container.host-diff)
+    #[arg(long, value_name = "HOST.json", requires = "in_container")]
+    pub compare_host: Option<PathBuf>,
 }
 
 pub fn run(args: &Args) -> i32 {
@@ -138,9 +150,11 @@ pub fn run(args: &Args) -> i32 {
     let location = Location::from_args(args.sysroot.as_deref(), args.host_root.as_deref());
     // The node as the run reads it: the files, the live libraries, `--nccl-version` applied.
     // `--interval` reads it again after the interval, the same way.
+    let detected = crate::collect::container::detect();
     let read_node = || -> Result<(Source, Node), String> {
         let (src, mut node) = collect::load_node_with(location, libs, &live_opts)?;
         collect::apply_nccl_version(&mut node, args.nccl_version.as_deref());
+        container_view(&mut node, src.origin, args.in_container, &detected);
         Ok((src, node))
     };
     // Issue 17: a counter baseline (--interval, or the ledger of earlier runs in the state
@@ -189,6 +203,11 @@ pub fn run(args: &Args) -> i32 {
         };
         gdrdoctor_checks::policy::apply(&mut report, &node, &l.policy, &cx, &opts);
     }
+    if let Some(path) = &args.compare_host {
+        if let Err(e) = compare_host(&mut report, path, &opts) {
+            return fail(e);
+        }
+    }
     report.timestamp = Some(crate::sys::clock::now_rfc3339());
     crate::sys::trace::timed("state.save", || rates.finish(&node));
     let _t = crate::sys::trace::span("render");
@@ -198,4 +217,61 @@ pub fn run(args: &Args) -> i32 {
     std::mem::forget(report);
     std::mem::forget(node);
     code
+}
+
+/// The container view of a live run: collected with `--in-container`; otherwise absent, and
+/// where this process looks like it runs in a container, the reason says so and how to judge it.
+fn container_view(
+    node: &mut Node,
+    origin: crate::source::Origin,
+    asked: bool,
+    detected: &[String],
+) {
+    use gdrdoctor_checks::model::Fact;
+    if origin != crate::source::Origin::Live {
+        return;
+    }
+    if asked {
+        let mut why = vec!["--in-container".to_string()];
+        why.extend(detected.iter().cloned());
+        node.container = Fact::known(
+            crate::collect::container::collect(why),
+            "this process (--in-container)",
+        );
+    } else if !detected.is_empty() {
+        node.container = Fact::absent(
+            "container view",
+            format!(
+                "this looks like a container ({}), but --in-container was not given: `gdrdoctor check --in-container` judges what a job in it can use",
+                detected.join(", ")
+            ),
+        );
+    }
+}
+
+/// `--compare-host`: the host's report read, `container.host-diff`'s findings put in place of
+/// its skip, the summary and exit code counted again.
+fn compare_host(
+    report: &mut gdrdoctor_checks::report::Report,
+    path: &std::path::Path,
+    opts: &RunOptions,
+) -> Result<(), String> {
+    use gdrdoctor_checks::report;
+    const ID: &str = "container.host-diff";
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--compare-host {shown}: {e}"))?;
+    let host: report::Report = serde_json::from_str(&text).map_err(|e| {
+        format!("--compare-host {shown}: not a gdrdoctor report (`gdrdoctor check --format json` on the host): {e}")
+    })?;
+    let diff = gdrdoctor_checks::checks::container::compare_host(&host, report, &shown);
+    let at = report.findings.iter().position(|f| f.id == ID);
+    report.findings.retain(|f| f.id != ID);
+    let at = at
+        .unwrap_or(report.findings.len())
+        .min(report.findings.len());
+    report.findings.splice(at..at, diff);
+    let mut summary = report::Summary::count(&report.findings);
+    summary.exit_code = report::exit_code(&report.findings, opts.fail_on, opts.allow_incomplete);
+    report.summary = summary;
+    Ok(())
 }

@@ -16,6 +16,7 @@
 //! (hwloc's, a hand-made tree) a missing file is "not in this capture", never a finding.
 
 pub mod allocation;
+pub mod container;
 pub mod fleet;
 pub mod health;
 mod host;
@@ -264,6 +265,12 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
         health,
         rdma,
         live: LiveFacts::absent("not queried"),
+        // One reason for every source, so that a live node and its snapshot agree: the view
+        // is judged only when asked for, inside the job's container (`cmd/check.rs`).
+        container: Fact::absent(
+            "container view",
+            "not asked for: `gdrdoctor check --in-container`, run inside the job's container, judges what a job there can use",
+        ),
     };
     (node, t)
 }

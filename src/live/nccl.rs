@@ -27,7 +27,7 @@ const LIB: &str = "libnccl.so.2";
 const BANNER: &[u8] = b"NCCL version ";
 
 /// The default library directories of the loader (and CUDA's), x86_64 and aarch64.
-const DEFAULT_DIRS: &[&str] = &[
+pub const DEFAULT_DIRS: &[&str] = &[
     "/lib64",
     "/usr/lib64",
     "/lib/x86_64-linux-gnu",

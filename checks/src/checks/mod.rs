@@ -10,6 +10,7 @@ use crate::model::Node;
 use crate::report::Finding;
 pub use needs::Needs;
 
+pub mod container;
 pub mod counters;
 pub mod driver;
 pub mod gdr;
@@ -288,6 +289,42 @@ pub static CHECKS: &[CheckDef] = &[
         "no mlx5 health or firmware-fatal event since boot",
         kernel::mlx5_health,
         needs::KERNEL_LOG
+    ),
+    check!(
+        "pcie.p2p-path",
+        "gpu pairs without nvlink: no bridge between them redirects p2p (acs), nccl's p2p level",
+        pcie::p2p_path,
+        needs::PCI_TREE_ACS
+    ),
+    check!(
+        "container.devices",
+        "the job's container can open the rdma and gpu device nodes (device cgroup)",
+        container::devices,
+        needs::CONTAINER
+    ),
+    check!(
+        "container.ipc-lock",
+        "the job's container can pin memory for rdma: cap_ipc_lock or unlimited memlock",
+        container::ipc_lock,
+        needs::CONTAINER
+    ),
+    check!(
+        "container.shm",
+        "the job's container has a /dev/shm large enough for nccl",
+        container::shm,
+        needs::CONTAINER
+    ),
+    check!(
+        "container.nccl",
+        "the nccl and net plugin the job's loader finds; no nccl_* variable turns gdr off",
+        container::nccl,
+        needs::CONTAINER
+    ),
+    check!(
+        "container.host-diff",
+        "nothing the job's container sees is worse than the host's report (--compare-host)",
+        container::host_diff,
+        needs::CONTAINER
     ),
 ];
 

@@ -98,3 +98,8 @@ pub const KERNEL_LOG: Needs = Needs {
     what: "the kernel log",
     command: "sudo dmesg",
 };
+pub const CONTAINER: Needs = Needs {
+    kinds: &[],
+    what: "the job container's own view (device nodes, capabilities, /dev/shm)",
+    command: "gdrdoctor check --in-container (inside the job's container)",
+};

@@ -51,6 +51,9 @@ pub struct Node {
     pub live: LiveFacts,
     /// RoCE addressing, error counters and kernel events (issue 17).
     pub health: Health,
+    /// The job container's own view (device nodes, capabilities, /dev/shm, NCCL's plugins):
+    /// live and inside a container only (`check --in-container`, or detected).
+    pub container: Fact<super::container::ContainerView>,
 }
 
 impl Node {

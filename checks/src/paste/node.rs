@@ -85,6 +85,10 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
             kernel_log: kernel_log(p),
             ..Health::absent(NOT_PASTED)
         },
+        container: absent(
+            "container view",
+            "live-only: run `gdrdoctor check --in-container` inside the job's container",
+        ),
     };
     (node, prov)
 }

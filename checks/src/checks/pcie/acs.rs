@@ -39,7 +39,7 @@ pub fn acs_redirect(node: &Node) -> Vec<Finding> {
             ID,
             Status::Skip,
             "node",
-            "no gpu-nic pair on this node",
+            "no gpu-nic pair on this node (gpu-gpu paths: pcie.p2p-path)",
         )];
     }
     // Every bridge that carries a peer-to-peer transfer of a pair NCCL would use GDR on.
