@@ -60,10 +60,22 @@ pub struct Args {
     #[command(flatten)]
     pub out: OutputArgs,
     /// Run only these checks: ids or categories, comma-separated or repeated (e.g. rdma,iommu.mode)
-    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "ID|CATEGORY",
+        value_parser = crate::output::args::Ids(crate::output::args::IdSet::Checks),
+        hide_possible_values = true
+    )]
     pub only: Vec<String>,
     /// Do not run these checks: ids or categories
-    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "ID|CATEGORY",
+        value_parser = crate::output::args::Ids(crate::output::args::IdSet::Checks),
+        hide_possible_values = true
+    )]
     pub skip: Vec<String>,
     /// Do not query NVML, the CUDA driver and libibverbs (files only: faster, no worker process)
     #[arg(long = "static")]

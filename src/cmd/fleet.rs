@@ -120,9 +120,12 @@ pub fn run(args: &Args) -> i32 {
     }
     let text = match args.format {
         // Hostnames, messages and values come from the reports: shown, not obeyed.
-        FleetFormat::Table => {
-            render::sanitize::lines(&render::fleet::table(&r, args.max_names)).into_owned()
-        }
+        FleetFormat::Table => render::sanitize::lines(&render::fleet::table(
+            &r,
+            args.max_names,
+            crate::output::text_width(args.output.as_deref()),
+        ))
+        .into_owned(),
         FleetFormat::Json => render::fleet::json(&r),
         FleetFormat::Prometheus => render::fleet::prometheus(&r),
         FleetFormat::Html => render::fleet_html::render(&render::fleet_page::page(

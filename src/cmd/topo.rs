@@ -113,7 +113,11 @@ fn node(
     };
     collect::apply_nccl_version(&mut node, nccl_version);
     let out = match format {
-        TopoFormat::Text => render::topo::render_text(&render::topo::build(&node)).into_bytes(),
+        TopoFormat::Text => render::topo::render_text_width(
+            &render::topo::build(&node),
+            crate::output::text_width(output),
+        )
+        .into_bytes(),
         TopoFormat::Json => format!(
             "{}\n",
             serde_json::to_string_pretty(&render::topo::build(&node)).unwrap_or_default()
@@ -183,7 +187,9 @@ fn paste(
             "{}\n",
             serde_json::to_string_pretty(&t).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
         ),
-        TopoFormat::Text | TopoFormat::Svg | TopoFormat::Png => render::topo_paste::text(&r, &t),
+        TopoFormat::Text | TopoFormat::Svg | TopoFormat::Png => {
+            render::topo_paste::text(&r, &t, crate::output::text_width(output))
+        }
     };
     deliver_bytes(out.as_bytes(), output, false)
 }

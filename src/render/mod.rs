@@ -6,6 +6,7 @@ pub mod diagnose;
 pub mod fleet;
 pub mod fleet_html;
 pub mod fleet_page;
+pub mod grid;
 pub mod junit;
 pub mod markdown;
 pub mod oneline;
