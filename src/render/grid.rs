@@ -33,6 +33,8 @@ pub struct Column {
     pub head: String,
     pub fit: Fit,
     pub right: bool,
+    /// At least this wide (so that tables printed one after the other line up).
+    pub at_least: usize,
 }
 
 impl Column {
@@ -41,7 +43,14 @@ impl Column {
             head: head.to_string(),
             fit,
             right: false,
+            at_least: 0,
         }
+    }
+
+    /// The same column, at least `n` columns wide.
+    pub fn at_least(mut self, n: usize) -> Column {
+        self.at_least = n;
+        self
     }
 
     /// The same column, right-aligned.
@@ -172,6 +181,7 @@ fn minimums(g: &Grid, rows: &[Vec<Text>]) -> Vec<usize> {
                 Fit::Words => cells.clone().map(longest_word).max().unwrap_or(0),
                 Fit::Min(n) => widest().min(n),
             }
+            .max(c.at_least)
             .max(1)
         })
         .collect()
@@ -308,6 +318,9 @@ fn lay_out(g: &Grid, rows: &[Vec<Text>], width: usize, min: &[usize]) -> String 
             col.set_cell_alignment(CellAlignment::Right);
         }
         col.set_constraint(match c.fit {
+            Fit::Keep if c.at_least > 0 => {
+                ColumnConstraint::Absolute(Width::Fixed(to_u16(min[i] + l + r)))
+            }
             Fit::Keep => ColumnConstraint::ContentWidth,
             // comfy-table's bounds count the padding.
             Fit::Words | Fit::Min(_) => {
