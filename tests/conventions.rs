@@ -295,6 +295,52 @@ fn build_script_says_unknown_without_its_own_git() {
     assert!(s.contains("GDRDOCTOR_GIT_COMMIT=0123456789ab\n"), "{s}");
 }
 
+/// `-h` and `--help` of every command are one help (options one per line where they fit, then
+/// the description, examples and exit codes) under two screens: at most 100 lines at 100
+/// columns. What needs more room lives in `explain` pages and docs/.
+#[test]
+fn every_help_is_under_two_screens() {
+    let mut cmds: Vec<Vec<&str>> = vec![vec![]];
+    for c in [
+        "check",
+        "topo",
+        "diagnose",
+        "probe",
+        "watch",
+        "list",
+        "explain",
+        "completions",
+        "man",
+        "policy",
+        "fleet",
+        "snapshot",
+        "preflight",
+    ] {
+        cmds.push(vec![c]);
+    }
+    cmds.push(vec!["policy", "init"]);
+    cmds.push(vec!["policy", "validate"]);
+    for c in cmds {
+        let mut long = c.clone();
+        long.push("--help");
+        let (code, help, err) = run(&long);
+        assert_eq!(code, 0, "{long:?}: {err}");
+        let n = help.lines().count();
+        assert!(n <= 100, "{long:?}: {n} lines:\n{help}");
+        let mut short = c.clone();
+        short.push("-h");
+        assert_eq!(run(&short).1, help, "{c:?}: -h and --help differ");
+        // Not clap's long layout (a blank line between options).
+        assert!(
+            !help.contains("\n\n      --"),
+            "{long:?}: options set apart by blank lines:\n{help}"
+        );
+    }
+    // The examples and exit codes are still there.
+    let (_, h, _) = run(&["check", "-h"]);
+    assert!(h.contains("Examples:") && h.contains("Exit codes"), "{h}");
+}
+
 /// `--help` of every command is wrapped to fit 100 columns (clap's `wrap_help`; 100 is its
 /// width when stdout is not a terminal), so a reader never scrolls sideways.
 #[test]

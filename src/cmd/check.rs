@@ -54,7 +54,10 @@ pub struct Args {
     /// (containerd, cri-o, dockerd: the pods inherit it), read from DIR/proc
     #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
     pub host_root: Option<PathBuf>,
-    /// Output format
+    /// Output format: table (for people; details under each finding that is not a pass), json
+    /// (the report, schema gdrdoctor.report/v1: the machine contract), junit (XML for CI),
+    /// prometheus (node_exporter's textfile collector) or oneline (under 80 characters: NHC,
+    /// Slurm drain reasons, node-problem-detector)
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
     #[command(flatten)]

@@ -77,11 +77,8 @@ pub struct Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DiagnoseFormat {
-    /// Human table, the GPU x NIC view, details under each finding that is not a pass
     Table,
-    /// The versioned report (schema gdrdoctor.diagnose/v1)
     Json,
-    /// GitHub-flavoured Markdown to paste back into the issue thread
     Markdown,
 }
 

@@ -41,7 +41,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR", conflicts_with_all = ["sysroot", "nvidia_smi"])]
     pub host_root: Option<PathBuf>,
     /// text (default), json, or a picture of the PCIe tree with the verdicts: svg (hover a
-    /// GPU for its routes, a box for its findings) or png
+    /// GPU for its routes, a box for its findings; open it in a browser) or png (needs a
+    /// monospace font installed, e.g. fonts-dejavu-core)
     #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
     pub format: TopoFormat,
     /// Write to FILE instead of stdout (png is never written to a terminal); a device or
@@ -66,14 +67,9 @@ pub struct Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TopoFormat {
-    /// The GPU x NIC matrix (default)
     Text,
-    /// The same data, schema gdrdoctor.topo/v1
     Json,
-    /// The PCIe tree drawn like lstopo's I/O view, with findings and GDR paths; open it in a
-    /// browser
     Svg,
-    /// The same picture as a PNG (needs a monospace font installed, e.g. fonts-dejavu-core)
     Png,
 }
 

@@ -22,10 +22,11 @@ pub struct OutputArgs {
     /// `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// When to color the table
+    /// When to color the table: auto (on a terminal, unless NO_COLOR, CLICOLOR=0 or TERM=dumb;
+    /// CLICOLOR_FORCE forces it), always or never
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
-    /// The lowest status that makes the exit code 1
+    /// The lowest status that makes the exit code 1: fail (default) or warn
     #[arg(long, value_enum, default_value_t = FailOnArg::Fail)]
     pub fail_on: FailOnArg,
     /// Exit 0 instead of 3 when some findings could not be evaluated (status error: not running
@@ -79,8 +80,6 @@ impl LiveArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ColorChoice {
-    /// Color when stdout is a terminal; NO_COLOR, CLICOLOR=0 or TERM=dumb turn it off,
-    /// CLICOLOR_FORCE on
     Auto,
     Always,
     Never,
@@ -88,9 +87,7 @@ pub enum ColorChoice {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FailOnArg {
-    /// Exit 1 on warnings too
     Warn,
-    /// Exit 1 only on failures (default)
     Fail,
 }
 
