@@ -341,6 +341,52 @@ fn every_help_is_under_two_screens() {
     assert!(h.contains("Examples:") && h.contains("Exit codes"), "{h}");
 }
 
+/// Every group a test can skip (`skip("<group>", ...)` anywhere under tests/ and checks/tests/)
+/// is in docs/testing.md's table, the list `scripts/test-report.sh`'s summary refers to, and
+/// the script runs the workspace's tests and sums up their SKIP lines.
+#[test]
+fn every_skip_group_is_documented() {
+    fn scan(dir: &std::path::Path, groups: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()) {
+            let p = e.path();
+            if p.is_dir() {
+                scan(&p, groups);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for (i, _) in text.match_indices("skip(") {
+                    let rest = text[i + 5..].trim_start();
+                    if let Some(lit) = rest.strip_prefix('"') {
+                        // A group name is a one-line literal (this scanner's own `"skip("` is not).
+                        if let Some(end) = lit.find('"').filter(|e| !lit[..*e].contains('\n')) {
+                            groups.push(lit[..end].to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut groups = Vec::new();
+    scan(&repo().join("tests"), &mut groups);
+    scan(&repo().join("checks/tests"), &mut groups);
+    groups.sort();
+    groups.dedup();
+    assert!(groups.len() >= 10, "{groups:?}");
+    let doc = std::fs::read_to_string(repo().join("docs/testing.md")).unwrap();
+    let missing: Vec<&String> = groups
+        .iter()
+        .filter(|g| !doc.contains(g.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "skip groups not in docs/testing.md's table: {missing:?}"
+    );
+    let script = std::fs::read_to_string(repo().join("scripts/test-report.sh")).unwrap();
+    assert!(
+        script.contains("cargo test") && script.contains("^SKIP "),
+        "{script}"
+    );
+}
+
 /// `--help` of every command is wrapped to fit 100 columns (clap's `wrap_help`; 100 is its
 /// width when stdout is not a terminal), so a reader never scrolls sideways.
 #[test]
