@@ -18,6 +18,8 @@ struct Pane {
     /// The same with lines the terminal wrapped joined back (`capture-pane -J`).
     joined: Vec<String>,
     status: String,
+    /// Whether the pane holds colour (`capture-pane -e` keeps the escape sequences).
+    colored: bool,
 }
 
 fn tmux_available() -> bool {
@@ -124,10 +126,15 @@ fn in_tmux(cols: u16, script: &str) -> Pane {
         }
         lines
     };
+    let colored = String::from_utf8_lossy(
+        &tmux(&["capture-pane", "-p", "-e", "-t", "t", "-S", "-", "-E", "-"]).stdout,
+    )
+    .contains("\x1b[");
     let pane = Pane {
         visual: capture(false),
         joined: capture(true),
         status,
+        colored,
     };
     tmux(&["kill-server"]);
     pane
@@ -451,6 +458,61 @@ fn terminal_size_wins_over_columns_and_color_does_not_change_the_layout() {
     let colored = in_tmux(80, &script);
     // capture-pane drops the color codes: the text must be the same, line for line.
     assert_eq!(plain.visual, colored.visual);
+}
+
+/// On a terminal, `--color auto` colours check, diagnose and explain, and the conventions turn
+/// it off or on in each: NO_COLOR, CLICOLOR=0 and TERM=dumb off, CLICOLOR_FORCE on (piped;
+/// explain piped is the page's Markdown source).
+#[test]
+fn color_conventions_hold_in_every_command_on_a_terminal() {
+    if !tmux_available() {
+        return;
+    }
+    let down = fixture("hgx-h200x8-cx7x8-port-down").display().to_string();
+    let paste = repo()
+        .join("fixtures/pastes/nccl-1435-topo-pxb-numa.txt")
+        .display()
+        .to_string();
+    for args in [
+        vec!["check", "--sysroot", down.as_str()],
+        vec!["diagnose", paste.as_str()],
+        vec!["explain", "iommu.mode", "--no-pager"],
+    ] {
+        let cmd = |env: &str| {
+            format!(
+                "env -u NO_COLOR -u CLICOLOR -u CLICOLOR_FORCE TERM=xterm-256color {env} {} {}",
+                sh_quote(bin()),
+                args.iter()
+                    .map(|a| sh_quote(a))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        };
+        assert!(
+            in_tmux(80, &cmd("")).colored,
+            "{args:?}: no colour on a terminal"
+        );
+        for off in ["NO_COLOR=1", "CLICOLOR=0", "TERM=dumb"] {
+            assert!(
+                !in_tmux(80, &cmd(off)).colored,
+                "{args:?} with {off}: coloured"
+            );
+        }
+        if args[0] == "explain" {
+            // Piped, explain prints the page's Markdown source: nothing to colour.
+            continue;
+        }
+        let piped = Command::new(bin())
+            .args(&args)
+            .env("CLICOLOR_FORCE", "1")
+            .env_remove("NO_COLOR")
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&piped.stdout).contains("\x1b["),
+            "{args:?}: CLICOLOR_FORCE=1 does not colour a pipe"
+        );
+    }
 }
 
 #[test]
