@@ -25,7 +25,12 @@ pub fn main() -> i32 {
 }
 
 fn run() -> i32 {
-    let cli = match crate::sys::trace::timed("cli.parse", Cli::try_parse) {
+    let cli = match crate::sys::trace::timed("cli.parse", || {
+        use clap::FromArgMatches;
+        compact_help(Cli::command())
+            .try_get_matches()
+            .and_then(|m| Cli::from_arg_matches(&m))
+    }) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -66,6 +71,28 @@ gate CI preflight on its exit code, attach a snapshot to a bug report.",
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `-h` and `--help` print the same help: clap's short layout (one line per option where it
+/// fits, no blank line between options) followed by the command's description, examples and
+/// exit codes (its `after_long_help`), so that each command's help stays within two screens.
+/// What needs more room lives in `explain` pages and docs/.
+pub fn compact_help(cmd: clap::Command) -> clap::Command {
+    let after = cmd.get_after_long_help().cloned();
+    let mut cmd = cmd
+        .disable_help_flag(true)
+        .arg(
+            clap::Arg::new("help")
+                .short('h')
+                .long("help")
+                .action(clap::ArgAction::HelpShort)
+                .help("Print help"),
+        )
+        .mut_subcommands(compact_help);
+    if let Some(a) = after {
+        cmd = cmd.after_help(a);
+    }
+    cmd
 }
 
 /// The commands, in `--help` order; each one's arguments, examples and code are in its file of

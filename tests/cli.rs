@@ -192,6 +192,14 @@ fn color_policy() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&forced.stdout).contains("\x1b["));
+    // anstream's reading of the conventions: NO_COLOR wins over CLICOLOR_FORCE.
+    let both = Command::new(bin())
+        .args(["check", "--sysroot", &warn])
+        .env("CLICOLOR_FORCE", "1")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&both.stdout).contains('\x1b'));
     let (_, json, _) = run(&[
         "check",
         "--sysroot",
@@ -270,7 +278,7 @@ fn topo_text_json_and_the_gpu_machine_snapshot() {
     // NVSwitch fabric per GPU, `NV18` as `nvidia-smi topo -m` prints it, not the PCIe path.
     let block: Vec<&str> = out
         .lines()
-        .skip_while(|l| !l.trim_start().starts_with("GPU0   GPU1"))
+        .skip_while(|l| !l.split_whitespace().take(2).eq(["GPU0", "GPU1"]))
         .collect();
     assert!(
         block.iter().any(|l| l.starts_with("GPU1 28:00.0")

@@ -62,6 +62,49 @@ fn completions_for_each_shell() {
     assert!(err.contains("bash"), "{err}");
 }
 
+/// The completion scripts offer the check ids (and categories) for `--only` and `--skip`, and
+/// every finding id for `explain`, from the registries; `--help` does not list them, and an id
+/// that is not one is still answered by the command ("did you mean"), not by clap.
+#[test]
+fn completions_offer_the_check_ids() {
+    let (_, bash, _) = run(&["completions", "bash"]);
+    for id in ["rdma.ports", "iommu.mode", "gdr.gpu", "pcie.acs-redirect"] {
+        assert!(bash.contains(id), "bash completion lacks {id}");
+    }
+    // fish names the flag the ids belong to (its entries may span lines).
+    let (_, fish, _) = run(&["completions", "fish"]);
+    let only = fish
+        .split("\ncomplete ")
+        .find(|e| e.contains("using_subcommand check\" -l only"))
+        .unwrap_or_else(|| panic!("no --only entry: {fish}"));
+    assert!(
+        only.contains("rdma.ports") && only.contains("\nrdma\\t"),
+        "{only}"
+    );
+    // explain's argument: zsh names it with its values (fish completes no positional values).
+    let (_, zsh, _) = run(&["completions", "zsh"]);
+    let id = zsh
+        .lines()
+        .find(|l| l.starts_with("':id -- "))
+        .unwrap_or_else(|| panic!("no explain id in zsh: {zsh}"));
+    assert!(
+        id.contains("probe.hang-inject") && id.contains("kmod.nvidia-peermem"),
+        "{id}"
+    );
+    // --help stays short: the ids are not listed there.
+    let (_, help, _) = run(&["check", "--help"]);
+    assert!(!help.contains("rdma.ports"), "{help}");
+    let (code, _, err) = run(&[
+        "check",
+        "--sysroot",
+        &fixture("hgx-h200x8-cx7x8-healthy").display().to_string(),
+        "--only",
+        "rdma.port",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("did you mean"), "{err}");
+}
+
 #[test]
 fn bash_completion_is_valid_bash() {
     let (_, script, _) = run(&["completions", "bash"]);
@@ -88,7 +131,7 @@ fn man_page_on_stdout_and_per_command_into_a_directory() {
         "{}",
         &page[..page.len().min(200)]
     );
-    for s in ["check", "explain", "completions", "Examples"] {
+    for s in ["check", "explain", "completions", ".SH EXAMPLES"] {
         assert!(page.contains(s), "man page lacks {s}");
     }
     let t = tempfile::tempdir().unwrap();
@@ -109,10 +152,44 @@ fn man_page_on_stdout_and_per_command_into_a_directory() {
         assert!(pages.iter().any(|p| p == want), "{want} not in {pages:?}");
     }
     let check = std::fs::read_to_string(dir.join("gdrdoctor-check.1")).unwrap();
+    assert!(check.contains("sysroot"), "{check}");
+    // Examples and exit codes are sections of their own: the examples one per line in a
+    // no-fill block (not reflowed into prose), each exit code a tagged paragraph.
+    let section = |page: &str, name: &str| -> String {
+        page.split("\n.SH ")
+            .find(|s| s.starts_with(name))
+            .unwrap_or_else(|| panic!("no section {name}: {page}"))
+            .to_string()
+    };
+    let ex = section(&check, "EXAMPLES");
+    assert!(ex.contains(".nf") && ex.contains(".fi"), "{ex}");
+    let lines: Vec<&str> = ex.lines().filter(|l| l.starts_with("gdrdoctor")).collect();
+    assert!(lines.len() >= 3, "{ex}");
+    let exit = section(&check, "\"EXIT STATUS\"");
+    for code in ["0", "1", "2", "3"] {
+        assert!(exit.contains(&format!(".TP\n.B {code}\n")), "{exit}");
+    }
     assert!(
-        check.contains("sysroot") && check.contains("Exit codes"),
+        !section(&check, "DESCRIPTION").contains("Exit codes"),
         "{check}"
     );
+    // The page renders with man(1) where it is installed.
+    if require::runs("man", &["--version"]).is_ok() {
+        let out = Command::new("man")
+            .arg("-l")
+            .arg(dir.join("gdrdoctor-check.1"))
+            .env("MANWIDTH", "80")
+            .env("MANPAGER", "cat")
+            .env("PAGER", "cat")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("EXIT STATUS") && text.contains("EXAMPLES"),
+            "{text}"
+        );
+    }
     // An unwritable directory is an error that names it.
     let (code, _, err) = run(&["man", "--out-dir", "/proc/gdrdoctor-man"]);
     assert_eq!(code, 2);
@@ -216,6 +293,98 @@ fn build_script_says_unknown_without_its_own_git() {
     );
     let s = run(&tarball, &[("GDRDOCTOR_GIT_COMMIT", "0123456789ab")]);
     assert!(s.contains("GDRDOCTOR_GIT_COMMIT=0123456789ab\n"), "{s}");
+}
+
+/// `-h` and `--help` of every command are one help (options one per line where they fit, then
+/// the description, examples and exit codes) under two screens: at most 100 lines at 100
+/// columns. What needs more room lives in `explain` pages and docs/.
+#[test]
+fn every_help_is_under_two_screens() {
+    let mut cmds: Vec<Vec<&str>> = vec![vec![]];
+    for c in [
+        "check",
+        "topo",
+        "diagnose",
+        "probe",
+        "watch",
+        "list",
+        "explain",
+        "completions",
+        "man",
+        "policy",
+        "fleet",
+        "snapshot",
+        "preflight",
+    ] {
+        cmds.push(vec![c]);
+    }
+    cmds.push(vec!["policy", "init"]);
+    cmds.push(vec!["policy", "validate"]);
+    for c in cmds {
+        let mut long = c.clone();
+        long.push("--help");
+        let (code, help, err) = run(&long);
+        assert_eq!(code, 0, "{long:?}: {err}");
+        let n = help.lines().count();
+        assert!(n <= 100, "{long:?}: {n} lines:\n{help}");
+        let mut short = c.clone();
+        short.push("-h");
+        assert_eq!(run(&short).1, help, "{c:?}: -h and --help differ");
+        // Not clap's long layout (a blank line between options).
+        assert!(
+            !help.contains("\n\n      --"),
+            "{long:?}: options set apart by blank lines:\n{help}"
+        );
+    }
+    // The examples and exit codes are still there.
+    let (_, h, _) = run(&["check", "-h"]);
+    assert!(h.contains("Examples:") && h.contains("Exit codes"), "{h}");
+}
+
+/// Every group a test can skip (`skip("<group>", ...)` anywhere under tests/ and checks/tests/)
+/// is in docs/testing.md's table, the list `scripts/test-report.sh`'s summary refers to, and
+/// the script runs the workspace's tests and sums up their SKIP lines.
+#[test]
+fn every_skip_group_is_documented() {
+    fn scan(dir: &std::path::Path, groups: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()) {
+            let p = e.path();
+            if p.is_dir() {
+                scan(&p, groups);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for (i, _) in text.match_indices("skip(") {
+                    let rest = text[i + 5..].trim_start();
+                    if let Some(lit) = rest.strip_prefix('"') {
+                        // A group name is a one-line literal (this scanner's own `"skip("` is not).
+                        if let Some(end) = lit.find('"').filter(|e| !lit[..*e].contains('\n')) {
+                            groups.push(lit[..end].to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut groups = Vec::new();
+    scan(&repo().join("tests"), &mut groups);
+    scan(&repo().join("checks/tests"), &mut groups);
+    groups.sort();
+    groups.dedup();
+    assert!(groups.len() >= 10, "{groups:?}");
+    let doc = std::fs::read_to_string(repo().join("docs/testing.md")).unwrap();
+    let missing: Vec<&String> = groups
+        .iter()
+        .filter(|g| !doc.contains(g.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "skip groups not in docs/testing.md's table: {missing:?}"
+    );
+    let script = std::fs::read_to_string(repo().join("scripts/test-report.sh")).unwrap();
+    assert!(
+        script.contains("cargo test") && script.contains("^SKIP "),
+        "{script}"
+    );
 }
 
 /// `--help` of every command is wrapped to fit 100 columns (clap's `wrap_help`; 100 is its

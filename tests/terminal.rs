@@ -18,6 +18,8 @@ struct Pane {
     /// The same with lines the terminal wrapped joined back (`capture-pane -J`).
     joined: Vec<String>,
     status: String,
+    /// Whether the pane holds colour (`capture-pane -e` keeps the escape sequences).
+    colored: bool,
 }
 
 fn tmux_available() -> bool {
@@ -124,10 +126,15 @@ fn in_tmux(cols: u16, script: &str) -> Pane {
         }
         lines
     };
+    let colored = String::from_utf8_lossy(
+        &tmux(&["capture-pane", "-p", "-e", "-t", "t", "-S", "-", "-E", "-"]).stdout,
+    )
+    .contains("\x1b[");
     let pane = Pane {
         visual: capture(false),
         joined: capture(true),
         status,
+        colored,
     };
     tmux(&["kill-server"]);
     pane
@@ -174,8 +181,52 @@ fn check_cmd(fixture_name: &str, extra: &str) -> String {
     )
 }
 
+/// The findings table's rows, reassembled from its lines: the columns are cut where the header
+/// puts STATUS, CHECK, SUBJECT and MESSAGE; a line with a status starts a row, the others
+/// continue it. Every cell without its whitespace, so a row wrapped over several lines (and a
+/// word cut at the column's edge) reads the same as the row on one line.
+fn table_rows<S: AsRef<str>>(lines: &[S]) -> Vec<[String; 4]> {
+    let lines: Vec<&str> = lines.iter().map(|l| l.as_ref()).collect();
+    let start = lines
+        .iter()
+        .position(|l| l.contains(" STATUS  CHECK"))
+        .expect("a header");
+    let header = lines[start];
+    let at = |h: &str| header.find(h).unwrap();
+    let cuts = [0, at("CHECK"), at("SUBJECT"), at("MESSAGE")];
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    for l in &lines[start + 1..] {
+        if l.trim().is_empty() || l.starts_with("summary:") {
+            break;
+        }
+        let chars: Vec<char> = l.chars().collect();
+        let cell = |i: usize| -> String {
+            let from = cuts[i].min(chars.len());
+            let to = cuts
+                .get(i + 1)
+                .copied()
+                .unwrap_or(usize::MAX)
+                .min(chars.len());
+            chars[from..to]
+                .iter()
+                .filter(|c| !c.is_whitespace())
+                .collect()
+        };
+        let cells = [cell(0), cell(1), cell(2), cell(3)];
+        if !cells[0].is_empty() || rows.is_empty() {
+            rows.push(cells);
+        } else {
+            let last = rows.last_mut().unwrap();
+            for (i, c) in cells.into_iter().enumerate() {
+                last[i].push_str(&c);
+            }
+        }
+    }
+    rows
+}
+
 #[test]
-fn table_fits_80_columns_without_mid_word_wraps() {
+fn table_fits_80_columns_and_keeps_its_columns() {
     if !tmux_available() {
         return;
     }
@@ -189,7 +240,7 @@ fn table_fits_80_columns_without_mid_word_wraps() {
         // The terminal wrapped nothing itself: every line break is one gdrdoctor chose.
         assert_eq!(p.visual, p.joined, "{name}: tmux wrapped a line");
         for l in &p.visual {
-            assert!(cols(l) <= 80, "{name}: {} columns: {l:?}", cols(l));
+            assert!(cols(l) < 80, "{name}: {} columns: {l:?}", cols(l));
         }
         // gdrdoctor wrapped the message column (continuation lines start under MESSAGE).
         let header = p
@@ -204,17 +255,144 @@ fn table_fits_80_columns_without_mid_word_wraps() {
                 .any(|l| cols(l) > msg_col && l.chars().take(msg_col).all(|c| c == ' ')),
             "{name}: no wrapped message at 80 columns"
         );
-        // Every word is on the screen whole and in order: the same words as the unwrapped
-        // output, so no word was cut, lost or moved.
+        // Every row holds what the unwrapped row holds, each cell in its own column: nothing
+        // wrapped into another column, nothing lost.
         let wide = unwrapped(name);
         assert!(wide.iter().any(|l| cols(l) > 80), "{name}: nothing to wrap");
-        assert_eq!(tokens(&p.visual), tokens(&wide), "{name}");
+        let rows = table_rows(&p.visual);
+        assert!(rows.len() > 5, "{name}: {rows:?}");
+        assert_eq!(rows, table_rows(&wide), "{name}");
+        // The prose under the table (gdr lines, evidence, help) is wrapped at spaces: the
+        // same words in the same order.
+        let after = |lines: &[String]| -> Vec<String> {
+            let from = lines
+                .iter()
+                .position(|l| l.starts_with("gpudirect rdma:") || l.starts_with("summary:"))
+                .unwrap();
+            tokens(&lines[from..])
+        };
+        assert_eq!(after(&p.visual), after(&wide), "{name}");
         let (code, _, _) = run(&["check", "--sysroot", &fixture(name).display().to_string()]);
         assert_eq!(
             p.status,
             code.to_string(),
             "{name}: exit code in the terminal"
         );
+    }
+}
+
+/// What each command prints, as a shell command for tmux and as arguments for a pipe.
+fn every_command(t: &std::path::Path) -> Vec<(&'static str, Vec<String>)> {
+    let down = fixture("hgx-h200x8-cx7x8-port-down").display().to_string();
+    let socket = fixture("hgx-h200x8-cx7x8-nic-other-socket")
+        .display()
+        .to_string();
+    // Three reports for fleet: two nodes that differ from a third.
+    let reports = t.join("reports");
+    std::fs::create_dir_all(&reports).unwrap();
+    for (n, root) in [("a", &down), ("b", &socket), ("c", &down)] {
+        let out = Command::new(bin())
+            .args(["check", "--sysroot", root, "-f", "json", "-o"])
+            .arg(reports.join(format!("{n}.json")))
+            .output()
+            .unwrap();
+        assert!(out.status.code().is_some(), "{out:?}");
+    }
+    let shm = t.join("shm");
+    std::fs::create_dir_all(&shm).unwrap();
+    let paste = repo()
+        .join("fixtures/pastes/nccl-1435-topo-pxb-numa.txt")
+        .display()
+        .to_string();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    vec![
+        (
+            "check",
+            s(&["check", "--sysroot", &down, "--color", "never"]),
+        ),
+        // No GPU library can be loaded: the probe reports why, in the same table.
+        ("probe", s(&["probe", "--registration", "--color", "never"])),
+        (
+            "watch",
+            s(&[
+                "watch",
+                "--once",
+                "--shm-dir",
+                &shm.display().to_string(),
+                "--color",
+                "never",
+            ]),
+        ),
+        ("fleet", s(&["fleet", &reports.display().to_string()])),
+        ("diagnose", s(&["diagnose", &paste, "--color", "never"])),
+        ("topo", s(&["topo", "--sysroot", &down])),
+    ]
+}
+
+#[test]
+fn every_command_fits_80_and_200_columns() {
+    if !tmux_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let empty = t.path().join("no-libs");
+    std::fs::create_dir_all(&empty).unwrap();
+    for (name, args) in every_command(t.path()) {
+        for width in [80u16, 200] {
+            let env = format!(
+                "env -u COLUMNS GDRDOCTOR_LIB_DIR={} GDRDOCTOR_STATE_DIR={}",
+                sh_quote(&empty.display().to_string()),
+                sh_quote(&t.path().join("state").display().to_string())
+            );
+            let script = format!(
+                "{env} {} {}",
+                sh_quote(bin()),
+                args.iter()
+                    .map(|a| sh_quote(a))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            let p = in_tmux(width, &script);
+            assert!(!p.visual.is_empty(), "{name} at {width}: no output");
+            assert_eq!(
+                p.visual, p.joined,
+                "{name} at {width}: the terminal wrapped a line"
+            );
+            for l in &p.visual {
+                assert!(
+                    cols(l) < width as usize,
+                    "{name} at {width}: {} columns: {l:?}",
+                    cols(l)
+                );
+            }
+            // The terminal's width is the one a pipe gets from COLUMNS: the same layout, byte
+            // for byte (so the width came from the terminal, and a script that sets COLUMNS
+            // reads what a person sees).
+            let piped = Command::new(bin())
+                .args(&args)
+                .env("COLUMNS", width.to_string())
+                .env("GDRDOCTOR_LIB_DIR", &empty)
+                .env("GDRDOCTOR_STATE_DIR", t.path().join("state"))
+                .output()
+                .unwrap();
+            let piped: Vec<String> = String::from_utf8(piped.stdout)
+                .unwrap()
+                .lines()
+                .map(|l| l.trim_end().to_string())
+                .collect();
+            let mut piped = piped;
+            while piped.last().is_some_and(|l| l.is_empty()) {
+                piped.pop();
+            }
+            assert_eq!(p.visual, piped, "{name} at {width}");
+            if width == 200 && !matches!(name, "probe" | "watch") {
+                let widest = p.visual.iter().map(|l| cols(l)).max().unwrap();
+                assert!(
+                    widest > 120,
+                    "{name}: widest line {widest} at 200 columns: the width was not used"
+                );
+            }
+        }
     }
 }
 
@@ -280,6 +458,61 @@ fn terminal_size_wins_over_columns_and_color_does_not_change_the_layout() {
     let colored = in_tmux(80, &script);
     // capture-pane drops the color codes: the text must be the same, line for line.
     assert_eq!(plain.visual, colored.visual);
+}
+
+/// On a terminal, `--color auto` colours check, diagnose and explain, and the conventions turn
+/// it off or on in each: NO_COLOR, CLICOLOR=0 and TERM=dumb off, CLICOLOR_FORCE on (piped;
+/// explain piped is the page's Markdown source).
+#[test]
+fn color_conventions_hold_in_every_command_on_a_terminal() {
+    if !tmux_available() {
+        return;
+    }
+    let down = fixture("hgx-h200x8-cx7x8-port-down").display().to_string();
+    let paste = repo()
+        .join("fixtures/pastes/nccl-1435-topo-pxb-numa.txt")
+        .display()
+        .to_string();
+    for args in [
+        vec!["check", "--sysroot", down.as_str()],
+        vec!["diagnose", paste.as_str()],
+        vec!["explain", "iommu.mode", "--no-pager"],
+    ] {
+        let cmd = |env: &str| {
+            format!(
+                "env -u NO_COLOR -u CLICOLOR -u CLICOLOR_FORCE TERM=xterm-256color {env} {} {}",
+                sh_quote(bin()),
+                args.iter()
+                    .map(|a| sh_quote(a))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        };
+        assert!(
+            in_tmux(80, &cmd("")).colored,
+            "{args:?}: no colour on a terminal"
+        );
+        for off in ["NO_COLOR=1", "CLICOLOR=0", "TERM=dumb"] {
+            assert!(
+                !in_tmux(80, &cmd(off)).colored,
+                "{args:?} with {off}: coloured"
+            );
+        }
+        if args[0] == "explain" {
+            // Piped, explain prints the page's Markdown source: nothing to colour.
+            continue;
+        }
+        let piped = Command::new(bin())
+            .args(&args)
+            .env("CLICOLOR_FORCE", "1")
+            .env_remove("NO_COLOR")
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&piped.stdout).contains("\x1b["),
+            "{args:?}: CLICOLOR_FORCE=1 does not colour a pipe"
+        );
+    }
 }
 
 #[test]
@@ -405,12 +638,22 @@ fn a_pipe_uses_columns_else_120() {
         "{narrow:#?}"
     );
     for l in &narrow {
-        // Only a word longer than the line may stick out, alone after its indentation.
+        // In the prose under the table a word longer than the line may stick out, alone
+        // after its indentation (a path is not cut there); table cells always fit.
         assert!(cols(l) < 40 || !l.trim().contains(' '), "COLUMNS=40: {l:?}");
     }
+    // Everything is there, in order: stacked rows read status, check, subject, message, as
+    // the unwrapped rows do (a word wider than 40 columns is cut at the edge, not lost).
+    let chars = |lines: &[String]| -> String {
+        lines
+            .iter()
+            .filter(|l| !l.contains("STATUS"))
+            .flat_map(|l| l.chars().filter(|c| !c.is_whitespace()))
+            .collect()
+    };
     assert_eq!(
-        tokens(&narrow),
-        tokens(&unwrapped("hgx-h200x8-cx7x8-port-down"))
+        chars(&narrow),
+        chars(&unwrapped("hgx-h200x8-cx7x8-port-down"))
     );
     // A file never takes the terminal's width: the fixed default.
     let t = tempfile::tempdir().unwrap();

@@ -54,16 +54,31 @@ pub struct Args {
     /// (containerd, cri-o, dockerd: the pods inherit it), read from DIR/proc
     #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
     pub host_root: Option<PathBuf>,
-    /// Output format
+    /// Output format: table (for people; details under each finding that is not a pass), json
+    /// (the report, schema gdrdoctor.report/v1: the machine contract), junit (XML for CI),
+    /// prometheus (node_exporter's textfile collector) or oneline (under 80 characters: NHC,
+    /// Slurm drain reasons, node-problem-detector)
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
     #[command(flatten)]
     pub out: OutputArgs,
     /// Run only these checks: ids or categories, comma-separated or repeated (e.g. rdma,iommu.mode)
-    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "ID|CATEGORY",
+        value_parser = crate::output::args::Ids(crate::output::args::IdSet::Checks),
+        hide_possible_values = true
+    )]
     pub only: Vec<String>,
     /// Do not run these checks: ids or categories
-    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "ID|CATEGORY",
+        value_parser = crate::output::args::Ids(crate::output::args::IdSet::Checks),
+        hide_possible_values = true
+    )]
     pub skip: Vec<String>,
     /// Do not query NVML, the CUDA driver and libibverbs (files only: faster, no worker process)
     #[arg(long = "static")]

@@ -52,10 +52,22 @@ pub struct Args {
     #[command(flatten)]
     pub out: OutputArgs,
     /// Report only these checks: ids or categories, comma-separated (e.g. nccl,gdr.gpu)
-    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "ID|CATEGORY",
+        value_parser = crate::output::args::Ids(crate::output::args::IdSet::Diagnose),
+        hide_possible_values = true
+    )]
     pub only: Vec<String>,
     /// Leave out these checks: ids or categories
-    #[arg(long, value_delimiter = ',', value_name = "ID|CATEGORY")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "ID|CATEGORY",
+        value_parser = crate::output::args::Ids(crate::output::args::IdSet::Diagnose),
+        hide_possible_values = true
+    )]
     pub skip: Vec<String>,
     /// Judge GDR with this NCCL version's rules (e.g. 2.18.6) instead of the version in the
     /// pasted NCCL log (or, with none, the newest rules gdrdoctor knows)
@@ -65,11 +77,8 @@ pub struct Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DiagnoseFormat {
-    /// Human table, the GPU x NIC view, details under each finding that is not a pass
     Table,
-    /// The versioned report (schema gdrdoctor.diagnose/v1)
     Json,
-    /// GitHub-flavoured Markdown to paste back into the issue thread
     Markdown,
 }
 
@@ -139,7 +148,11 @@ pub fn run(args: &Args) -> i32 {
         warn_is_failure: fail_on == FailOn::Warn,
     };
     let text = match args.format {
-        DiagnoseFormat::Table => render::diagnose::render(&r, &style),
+        DiagnoseFormat::Table => render::diagnose::render(
+            &r,
+            &style,
+            crate::output::text_width(args.out.output.as_deref()),
+        ),
         DiagnoseFormat::Json => format!(
             "{}\n",
             serde_json::to_string_pretty(&r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))

@@ -17,6 +17,10 @@ gdrdoctor explain pcie.acs-redirect > acs.md"
 )]
 pub struct Args {
     /// A check id, as `gdrdoctor list` shows it (e.g. iommu.mode)
+    #[arg(
+        value_parser = crate::output::args::Ids(crate::output::args::IdSet::Findings),
+        hide_possible_values = true
+    )]
     pub id: String,
     /// On a terminal, print the laid-out page directly instead of through a pager
     #[arg(long)]

@@ -8,15 +8,9 @@ use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FleetFormat {
-    /// Checks x nodes, failing nodes, drift (default)
     Table,
-    /// The roll-up as JSON (schema gdrdoctor.fleet/v1)
     Json,
-    /// Prometheus text exposition (counts per check and status, drift per field)
     Prometheus,
-    /// One self-contained HTML page (no network): a sortable, filterable heat map of checks x
-    /// nodes, the drift table, per node its findings, a link to its report and (--svg-dir) its
-    /// topology picture
     Html,
 }
 
@@ -45,7 +39,10 @@ pub struct Args {
     /// or - for stdin (one or more reports; `srun --label` output is split by task)
     #[arg(required = true, value_name = "REPORTS")]
     pub reports: Vec<PathBuf>,
-    /// Output format
+    /// Output format: table (checks x nodes, failing nodes, drift), json (schema
+    /// gdrdoctor.fleet/v1), prometheus (counts per check and status, drift per field) or html
+    /// (one self-contained page: a filterable heat map, the drift, each node's findings and
+    /// report, with --svg-dir its topology picture)
     #[arg(long, short = 'f', value_enum, default_value_t = FleetFormat::Table)]
     pub format: FleetFormat,
     /// Write the roll-up to FILE (atomically) instead of stdout; a device or FIFO is written
@@ -126,9 +123,12 @@ pub fn run(args: &Args) -> i32 {
     }
     let text = match args.format {
         // Hostnames, messages and values come from the reports: shown, not obeyed.
-        FleetFormat::Table => {
-            render::sanitize::lines(&render::fleet::table(&r, args.max_names)).into_owned()
-        }
+        FleetFormat::Table => render::sanitize::lines(&render::fleet::table(
+            &r,
+            args.max_names,
+            crate::output::text_width(args.output.as_deref()),
+        ))
+        .into_owned(),
         FleetFormat::Json => render::fleet::json(&r),
         FleetFormat::Prometheus => render::fleet::prometheus(&r),
         FleetFormat::Html => render::fleet_html::render(&render::fleet_page::page(

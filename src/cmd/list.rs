@@ -31,34 +31,61 @@ pub fn run(args: &Args) -> i32 {
                 .map(str::len)
                 .max()
                 .unwrap_or(10);
-            let max = crate::sys::term::stdout_width().saturating_sub(1);
-            let row = |id: &str, title: &str| {
-                render::wrap::hanging(&format!("{id:<w$}  "), w + 2, w + 2, title, max)
+            let width = crate::sys::term::stdout_width();
+            // Each section is a table of id and title (render::grid), the ids of every
+            // section in one column as wide as the longest.
+            let section = |rows: Vec<(&str, &str)>| {
+                use render::grid::{self, Column, Fit, Grid, Text};
+                let rows: Vec<Vec<Text>> = rows
+                    .into_iter()
+                    .map(|(id, title)| vec![Text::from(id), Text::from(title)])
+                    .collect();
+                let g = |title| {
+                    Grid::new(vec![
+                        Column::new("ID", Fit::Keep).at_least(w),
+                        Column::new("TITLE", title),
+                    ])
+                    .without_header()
+                    .indent(0)
+                };
+                grid::first_fit(&[g(Fit::Words), g(Fit::Min(24))], &rows, width)
             };
             let mut s = String::new();
-            for c in CHECKS {
-                s.push_str(&row(c.id, c.title));
-            }
+            s.push_str(&section(CHECKS.iter().map(|c| (c.id, c.title)).collect()));
             s.push_str("\npolicy findings (gdrdoctor check --policy):\n");
-            for f in gdrdoctor_checks::policy::FINDINGS {
-                s.push_str(&row(f.id, f.title));
-            }
+            s.push_str(&section(
+                gdrdoctor_checks::policy::FINDINGS
+                    .iter()
+                    .map(|f| (f.id, f.title))
+                    .collect(),
+            ));
             s.push_str("\nprobe findings (gdrdoctor probe):\n");
-            for f in crate::probe::finding_defs() {
-                s.push_str(&row(f.id, f.title));
-            }
+            s.push_str(&section(
+                crate::probe::finding_defs()
+                    .map(|f| (f.id, f.title))
+                    .collect(),
+            ));
             s.push_str("\nwatch findings (gdrdoctor watch):\n");
-            for f in gdrdoctor_checks::watch::FINDINGS {
-                s.push_str(&row(f.id, f.title));
-            }
+            s.push_str(&section(
+                gdrdoctor_checks::watch::FINDINGS
+                    .iter()
+                    .map(|f| (f.id, f.title))
+                    .collect(),
+            ));
             s.push_str("\ndiagnose findings (gdrdoctor diagnose):\n");
-            for f in gdrdoctor_checks::paste::findings::FINDINGS {
-                s.push_str(&row(f.id, f.title));
-            }
+            s.push_str(&section(
+                gdrdoctor_checks::paste::findings::FINDINGS
+                    .iter()
+                    .map(|f| (f.id, f.title))
+                    .collect(),
+            ));
             s.push_str("\npreflight findings (gdrdoctor preflight):\n");
-            for f in gdrdoctor_checks::preflight::FINDINGS {
-                s.push_str(&row(f.id, f.title));
-            }
+            s.push_str(&section(
+                gdrdoctor_checks::preflight::FINDINGS
+                    .iter()
+                    .map(|f| (f.id, f.title))
+                    .collect(),
+            ));
             s
         }
         ListFormat::Json => {

@@ -24,48 +24,31 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PreflightFormat {
-    /// Per node one row, the GPUs where NCCL and the node's facts disagree, the slow pairs, the
-    /// nodes to take out and why (default)
     Table,
-    /// The answer (schema gdrdoctor.preflight/v1); the machine contract
     Json,
-    /// JUnit XML, one testcase per finding
     Junit,
-    /// Prometheus text: per node take-out, per GPU GDR, per pair rail bandwidth
     Prometheus,
-    /// One line: status and the nodes to take out with the first reason
     Oneline,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StageArg {
-    /// Each node's own `check` (always run)
     Check,
-    /// One NCCL communicator over every GPU of every node: as NCCL chooses, then network-only
     Nccl,
-    /// Node pairs in rounds of disjoint pairs, send/recv per rail (needs nccl)
     Pairs,
 }
 
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = concat!(
-    "One process per node, started by the engine the site runs; rank 0 answers for the \
-allocation. Each rank reads its rank, the world size, its node name and rank 0's address from \
-its engine (SLURM_*, OMPI_COMM_WORLD_*, PMI_*, RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, \
-JOB_COMPLETION_INDEX) or from --rank, --world, --rendezvous. Every message is authenticated \
-with the job's secret (--secret-file: the same file on every rank, e.g. in the job's \
-directory); a stranger's connection is refused and counted. gdrdoctor changes nothing on a \
-node: the Slurm and Kubernetes recipes drain or taint the nodes it names \
-(docs/guides/preflight.md).\n\n",
-    "Stages: 1. each node's `check` (with --policy), rolled up at rank 0 as `fleet` does; \
-2. NCCL (the job's libnccl.so.2, --nccl-lib) across every GPU of every node, twice: as NCCL \
-chooses and network-only (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1), in a worker per node with a \
-deadline; 3. node pairs in N-1 rounds of disjoint pairs, send/recv per GPU/NIC rail, against \
-what the slower end's links allow.\n\n",
+    "Each rank reads its rank, the world size and rank 0's address from its engine (Slurm, Open \
+MPI, PMI, torchrun, a Kubernetes Indexed Job) or from --rank, --world, --rendezvous; rank 0 \
+answers for the allocation. Every message is authenticated with the job's secret; a stranger is \
+refused and counted. gdrdoctor changes nothing on a node: the Slurm and Kubernetes recipes drain \
+or taint the nodes it names.\n\n",
     "Examples:\n",
     "  umask 077; head -c 32 /dev/urandom | base64 > ~/.gdrdoctor-$SLURM_JOB_ID.key\n",
     "  srun --ntasks-per-node=1 gdrdoctor preflight --secret-file ~/.gdrdoctor-$SLURM_JOB_ID.key\n",
-    "  mpirun -N 1 gdrdoctor preflight --rendezvous node01:29400 --secret-file job.key -f json -o answer.json\n",
+    "  mpirun -N 1 gdrdoctor preflight --rendezvous node01:29400 --secret-file job.key -f json\n",
     "  torchrun --nnodes 4 --nproc-per-node 1 --rdzv-endpoint node01:29500 --no-python \\\n",
     "      gdrdoctor preflight --secret-file /shared/job.key\n",
     "  gdrdoctor preflight --rank 0 --world 2 --rendezvous node01:29400 --secret-file k \\\n",
@@ -115,7 +98,8 @@ pub struct Args {
     /// hostPath `/` at /host), as `check --host-root`
     #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
     pub host_root: Option<PathBuf>,
-    /// Which stages to run (check always runs)
+    /// Which stages to run: check (each node's own; always), nccl (every GPU of every node, as
+    /// NCCL chooses, then network-only), pairs (node pairs per GPU/NIC rail; needs nccl)
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = vec![StageArg::Check, StageArg::Nccl, StageArg::Pairs])]
     pub stages: Vec<StageArg>,
     /// The libnccl.so.2 to load, e.g. the one in your job's Python environment (default: the
@@ -163,7 +147,9 @@ pub struct Args {
     /// Where each node's check keeps CUDA's answers for the boot
     #[arg(long, value_name = "DIR", env = "GDRDOCTOR_STATE_DIR", default_value = crate::state::DEFAULT_DIR)]
     pub state_dir: PathBuf,
-    /// Output format of rank 0's answer (the other ranks print one line on stderr)
+    /// Output format of rank 0's answer (the other ranks print one line on stderr): table (per
+    /// node a row, the GPUs where NCCL and the facts disagree, the slow pairs, the nodes to take
+    /// out), json (schema gdrdoctor.preflight/v1), junit, prometheus or oneline
     #[arg(long, short = 'f', value_enum, default_value_t = PreflightFormat::Table)]
     pub format: PreflightFormat,
     #[command(flatten)]

@@ -21,7 +21,10 @@ pub struct Args {
     /// them on the host, or in a pod that has the GPUs and /dev/infiniband, without it
     #[arg(long, value_name = "DIR", hide_short_help = true)]
     pub host_root: Option<PathBuf>,
-    /// Output format
+    /// Output format: table (for people; details under each finding that is not a pass), json
+    /// (the report, schema gdrdoctor.report/v1: the machine contract), junit (XML for CI),
+    /// prometheus (node_exporter's textfile collector) or oneline (under 80 characters: NHC,
+    /// Slurm drain reasons, node-problem-detector)
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
     #[command(flatten)]

@@ -41,7 +41,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR", conflicts_with_all = ["sysroot", "nvidia_smi"])]
     pub host_root: Option<PathBuf>,
     /// text (default), json, or a picture of the PCIe tree with the verdicts: svg (hover a
-    /// GPU for its routes, a box for its findings) or png
+    /// GPU for its routes, a box for its findings; open it in a browser) or png (needs a
+    /// monospace font installed, e.g. fonts-dejavu-core)
     #[arg(long, short = 'f', value_enum, default_value_t = TopoFormat::Text)]
     pub format: TopoFormat,
     /// Write to FILE instead of stdout (png is never written to a terminal); a device or
@@ -66,14 +67,9 @@ pub struct Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TopoFormat {
-    /// The GPU x NIC matrix (default)
     Text,
-    /// The same data, schema gdrdoctor.topo/v1
     Json,
-    /// The PCIe tree drawn like lstopo's I/O view, with findings and GDR paths; open it in a
-    /// browser
     Svg,
-    /// The same picture as a PNG (needs a monospace font installed, e.g. fonts-dejavu-core)
     Png,
 }
 
@@ -113,7 +109,11 @@ fn node(
     };
     collect::apply_nccl_version(&mut node, nccl_version);
     let out = match format {
-        TopoFormat::Text => render::topo::render_text(&render::topo::build(&node)).into_bytes(),
+        TopoFormat::Text => render::topo::render_text_width(
+            &render::topo::build(&node),
+            crate::output::text_width(output),
+        )
+        .into_bytes(),
         TopoFormat::Json => format!(
             "{}\n",
             serde_json::to_string_pretty(&render::topo::build(&node)).unwrap_or_default()
@@ -183,7 +183,9 @@ fn paste(
             "{}\n",
             serde_json::to_string_pretty(&t).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
         ),
-        TopoFormat::Text | TopoFormat::Svg | TopoFormat::Png => render::topo_paste::text(&r, &t),
+        TopoFormat::Text | TopoFormat::Svg | TopoFormat::Png => {
+            render::topo_paste::text(&r, &t, crate::output::text_width(output))
+        }
     };
     deliver_bytes(out.as_bytes(), output, false)
 }

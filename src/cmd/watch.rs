@@ -63,7 +63,10 @@ pub struct Args {
     /// Do not print live stall lines on stderr
     #[arg(long, short = 'q')]
     pub quiet: bool,
-    /// Output format
+    /// Output format: table (for people; details under each finding that is not a pass), json
+    /// (the report, schema gdrdoctor.report/v1: the machine contract), junit (XML for CI),
+    /// prometheus (node_exporter's textfile collector) or oneline (under 80 characters: NHC,
+    /// Slurm drain reasons, node-problem-detector)
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Table)]
     pub format: Format,
     #[command(flatten)]

@@ -22,10 +22,11 @@ pub struct OutputArgs {
     /// `-` is stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// When to color the table
+    /// When to color the table: auto (on a terminal, unless NO_COLOR, CLICOLOR=0 or TERM=dumb;
+    /// CLICOLOR_FORCE forces it), always or never
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
-    /// The lowest status that makes the exit code 1
+    /// The lowest status that makes the exit code 1: fail (default) or warn
     #[arg(long, value_enum, default_value_t = FailOnArg::Fail)]
     pub fail_on: FailOnArg,
     /// Exit 0 instead of 3 when some findings could not be evaluated (status error: not running
@@ -79,7 +80,6 @@ impl LiveArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ColorChoice {
-    /// Color when stdout is a terminal, NO_COLOR is unset and TERM is not dumb
     Auto,
     Always,
     Never,
@@ -87,9 +87,7 @@ pub enum ColorChoice {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FailOnArg {
-    /// Exit 1 on warnings too
     Warn,
-    /// Exit 1 only on failures (default)
     Fail,
 }
 
@@ -107,4 +105,75 @@ pub fn parse_nccl_version(s: &str) -> Result<String, String> {
     gdrdoctor_checks::nccl::Version::parse(s)
         .map(|v| v.to_string())
         .ok_or_else(|| format!("`{s}` is not an NCCL 2.x version (expected e.g. 2.28.9)"))
+}
+
+/// Which ids an [`Ids`] argument completes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdSet {
+    /// `check --only/--skip`: every check id of the `CHECKS` registry and every category.
+    Checks,
+    /// `diagnose --only/--skip`: the checks, and the findings of diagnose itself.
+    Diagnose,
+    /// `explain ID`: every finding id that has a page.
+    Findings,
+}
+
+/// The value parser of `--only`, `--skip` and `explain ID`: any text is taken (a mistyped id is
+/// answered by the command itself, with "did you mean"), and the ids it may be are the
+/// argument's possible values, so that the completion scripts (`gdrdoctor completions`) offer
+/// them. The arguments hide them from `--help` (`hide_possible_values`): `gdrdoctor list` is
+/// where they are read.
+#[derive(Debug, Clone, Copy)]
+pub struct Ids(pub IdSet);
+
+impl Ids {
+    /// The ids of the set, each once, in registry order.
+    pub fn ids(&self) -> Vec<&'static str> {
+        use gdrdoctor_checks::checks::CHECKS;
+        let mut v: Vec<&'static str> = Vec::new();
+        let mut push = |id: &'static str| {
+            if !v.contains(&id) {
+                v.push(id);
+            }
+        };
+        match self.0 {
+            IdSet::Findings => gdrdoctor_checks::findings::all().for_each(|f| push(f.id)),
+            IdSet::Checks | IdSet::Diagnose => {
+                for c in CHECKS {
+                    push(c.category());
+                    push(c.id);
+                }
+                if self.0 == IdSet::Diagnose {
+                    for f in gdrdoctor_checks::paste::findings::FINDINGS {
+                        push(f.id.split_once('.').map_or(f.id, |(c, _)| c));
+                        push(f.id);
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
+impl clap::builder::TypedValueParser for Ids {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            self.ids()
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
+        ))
+    }
 }

@@ -8,6 +8,7 @@ use crate::render::{self, Style};
 use args::{ColorChoice, OutputArgs};
 use gdrdoctor_checks::report::{FailOn, Report};
 use std::io::{IsTerminal, Write};
+
 use std::path::Path;
 
 /// Exit code for "gdrdoctor could not run".
@@ -117,11 +118,8 @@ pub fn deliver(report: &Report, format: render::Format, out: &OutputArgs) -> i32
         verbose: out.verbose,
         warn_is_failure: out.fail_on() == FailOn::Warn,
     };
-    let text = match (format, output) {
-        // A file is not the terminal: the fixed width, not the terminal's.
-        (render::Format::Table, Some(_)) => {
-            render::table::render_width(report, &style, crate::sys::term::DEFAULT_WIDTH)
-        }
+    let text = match format {
+        render::Format::Table => render::table::render_width(report, &style, text_width(output)),
         _ => render::render(report, format, &style),
     };
     match deliver_bytes(text.as_bytes(), output, false) {
@@ -130,19 +128,25 @@ pub fn deliver(report: &Report, format: render::Format, out: &OutputArgs) -> i32
     }
 }
 
-/// `--color`: always, never, or auto (a terminal, and neither `NO_COLOR` nor `TERM=dumb`;
-/// `CLICOLOR_FORCE` forces it).
+/// How wide a text table may be when written to `output`: a file (or a device, or a FIFO) is
+/// not the terminal and gets the fixed width ([`crate::sys::term::DEFAULT_WIDTH`]); stdout (no
+/// `-o`, or `-o -`) gets the terminal's ([`crate::sys::term::stdout_width`]).
+pub fn text_width(output: Option<&Path>) -> usize {
+    match output.filter(|p| p.as_os_str() != "-") {
+        Some(_) => crate::sys::term::DEFAULT_WIDTH,
+        None => crate::sys::term::stdout_width(),
+    }
+}
+
+/// `--color`: always, never, or auto. Auto is anstream's reading of the conventions, the one
+/// every command shares: `CLICOLOR_FORCE` (not `0`) forces colour; `NO_COLOR` (not empty),
+/// `CLICOLOR=0` and `TERM=dumb` turn it off; otherwise colour when stdout is a terminal.
 pub fn color_enabled(choice: ColorChoice) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
         ColorChoice::Auto => {
-            if std::env::var("CLICOLOR_FORCE").is_ok_and(|v| !v.is_empty() && v != "0") {
-                return true;
-            }
-            let no_color = std::env::var("NO_COLOR").is_ok_and(|v| !v.is_empty());
-            let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
-            std::io::stdout().is_terminal() && !no_color && !dumb
+            anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never
         }
     }
 }

@@ -1,40 +1,67 @@
 //! `gdrdoctor diagnose`'s table: what was read, the findings (the shared table renderer), the
 //! GPU x NIC view.
 
-use super::{paste_md, sanitize, table, Style};
+use super::grid::{self, Column, Fit, Grid, Text};
+use super::{paste_md, sanitize, table, wrap, Style};
 use gdrdoctor_checks::paste::{self, report::DiagnoseReport};
 
-/// The table: what was read, the findings (the shared table renderer), the GPU x NIC view.
-pub fn render(r: &DiagnoseReport, style: &Style) -> String {
+/// The table in `width` columns: what was read, the findings (the shared table renderer), the
+/// GPU x NIC view.
+pub fn render(r: &DiagnoseReport, style: &Style, width: usize) -> String {
+    let max = width.saturating_sub(1);
     let mut o = String::new();
-    o.push_str(&format!(
-        "gdrdoctor {} · diagnose · {} · source evidence\n",
-        r.tool.version,
-        sanitize::text(
-            &r.inputs
-                .iter()
-                .map(|i| i.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
+    o.push_str(&wrap::hanging(
+        "",
+        0,
+        2,
+        &format!(
+            "gdrdoctor {} · diagnose · {} · source evidence",
+            r.tool.version,
+            sanitize::text(
+                &r.inputs
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        ),
+        max,
     ));
-    for b in r
+    // The blocks read: id, kind, where, what.
+    let blocks: Vec<Vec<Text>> = r
         .blocks
         .iter()
         .filter(|b| b.status != paste::BlockStatus::Ignored)
-    {
-        // The paste's cleaner drops escapes and control characters; bidi overrides and the
-        // file name still pass through the one sanitiser.
-        o.push_str(&format!(
-            "  {} {:<28} {}:{}-{}  {}\n",
-            b.id,
-            b.kind.as_str(),
-            sanitize::text(&b.file),
-            b.lines[0],
-            b.lines[1],
-            sanitize::text(&b.summary)
-        ));
-    }
+        .map(|b| {
+            // The paste's cleaner drops escapes and control characters; bidi overrides and the
+            // file name still pass through the one sanitiser.
+            vec![
+                b.id.as_str().into(),
+                b.kind.as_str().into(),
+                format!("{}:{}-{}", sanitize::text(&b.file), b.lines[0], b.lines[1]).into(),
+                sanitize::text(&b.summary).into_owned().into(),
+            ]
+        })
+        .collect();
+    let blocks_grid = |place, summary| {
+        Grid::new(vec![
+            Column::new("", Fit::Keep),
+            Column::new("", Fit::Keep),
+            Column::new("", place),
+            Column::new("", summary),
+        ])
+        .without_header()
+        .indent(2)
+    };
+    o.push_str(&grid::first_fit(
+        &[
+            blocks_grid(Fit::Keep, Fit::Words),
+            blocks_grid(Fit::Words, Fit::Min(table::MIN_MESSAGE)),
+            blocks_grid(Fit::Min(12), Fit::Min(table::MIN_MESSAGE)),
+        ],
+        &blocks,
+        width,
+    ));
     o.push('\n');
     // Checks whose input is not in the paste fold into one line with the commands to run.
     let missing = |f: &gdrdoctor_checks::report::Finding| {
@@ -60,7 +87,7 @@ pub fn render(r: &DiagnoseReport, style: &Style) -> String {
         }
         rep.findings.retain(|f| !missing(f));
     }
-    let table = table::render(&rep, style);
+    let table = table::render_width(&rep, style, width);
     // The shared renderer starts with the host and inventory lines of a live node: skip them.
     let body: Vec<&str> = table
         .lines()
@@ -81,22 +108,29 @@ pub fn render(r: &DiagnoseReport, style: &Style) -> String {
     if folded > 0 {
         let (live, pastable): (Vec<&String>, Vec<&String>) =
             commands.iter().partition(|c| c.starts_with("gdrdoctor"));
-        o.push_str(&format!(
-            "\n{folded} check(s) skipped: their input is not in the paste (`-v` lists them). To complete the picture, paste:\n"
+        o.push('\n');
+        o.push_str(&wrap::hanging(
+            "",
+            0,
+            2,
+            &format!(
+                "{folded} check(s) skipped: their input is not in the paste (`-v` lists them). To complete the picture, paste:"
+            ),
+            max,
         ));
         for c in &pastable {
-            o.push_str(&format!("  {c}\n"));
+            o.push_str(&wrap::hanging("  ", 2, 4, c, max));
         }
         if !live.is_empty() {
             o.push_str("and for the live facts no paste shows, run on the node:\n");
             for c in &live {
-                o.push_str(&format!("  {c}\n"));
+                o.push_str(&wrap::hanging("  ", 2, 4, c, max));
             }
         }
     }
     if !r.gdr.is_empty() {
         o.push('\n');
-        o.push_str(&sanitize::lines(&paste_md::gdr_view(r)));
+        o.push_str(&sanitize::lines(&paste_md::gdr_view(r, width)));
     }
     let job = super::diagnose_job::render(r);
     if !job.is_empty() {

@@ -1,5 +1,7 @@
 //! The roll-up as a table (people), JSON (`gdrdoctor.fleet/v1`) and Prometheus text.
 
+use super::grid::{self, Column, Fit, Grid, Text};
+use super::wrap;
 use crate::collect::fleet::rollup::Rollup;
 use crate::sys::escape::prometheus_label as esc;
 use std::fmt::Write;
@@ -29,47 +31,41 @@ fn clip(s: &str, max: usize) -> String {
     }
 }
 
-pub fn table(r: &Rollup, max_names: usize) -> String {
+/// The roll-up for people, in `width` columns: the nodes' outcome, a table of checks x
+/// statuses with the nodes not passing, the drift, the odd nodes out, the unreadable inputs.
+pub fn table(r: &Rollup, max_names: usize, width: usize) -> String {
+    let max = width.saturating_sub(1);
+    let say = |o: &mut String, text: &str| o.push_str(&wrap::hanging("", 0, 2, text, max));
     let s = &r.summary;
     let mut o = String::new();
-    let _ = write!(
-        o,
+    let mut head = format!(
         "gdrdoctor fleet · {} node(s) from {} report(s)",
         s.nodes, s.reports
     );
     if s.unreadable > 0 {
-        let _ = write!(o, " · {} unreadable", s.unreadable);
+        let _ = write!(head, " · {} unreadable", s.unreadable);
     }
     if let (Some(a), Some(b)) = (&s.oldest, &s.newest) {
-        let _ = write!(o, " · {a} .. {b}");
+        let _ = write!(head, " · {a} .. {b}");
     }
-    o.push('\n');
-    let _ = writeln!(
-        o,
-        "nodes: {} ok · {} failed · {} incomplete{}",
-        s.ok,
-        s.failed,
-        s.incomplete,
-        if s.other > 0 {
-            format!(" · {} other exit codes", s.other)
-        } else {
-            String::new()
-        }
+    say(&mut o, &head);
+    say(
+        &mut o,
+        &format!(
+            "nodes: {} ok · {} failed · {} incomplete{}",
+            s.ok,
+            s.failed,
+            s.incomplete,
+            if s.other > 0 {
+                format!(" · {} other exit codes", s.other)
+            } else {
+                String::new()
+            }
+        ),
     );
 
     if !r.checks.is_empty() {
-        let w = r
-            .checks
-            .iter()
-            .map(|c| c.id.len())
-            .max()
-            .unwrap_or(5)
-            .max(5);
-        let _ = writeln!(
-            o,
-            "\n {:<w$}  {:>5} {:>5} {:>5} {:>5} {:>5}  NODES NOT PASSING",
-            "CHECK", "PASS", "WARN", "FAIL", "SKIP", "ERROR"
-        );
+        let mut rows: Vec<Vec<Text>> = Vec::new();
         for c in &r.checks {
             let mut who = Vec::new();
             for st in ["fail", "error", "warn"] {
@@ -95,18 +91,23 @@ pub fn table(r: &Rollup, max_names: usize) -> String {
                     who.push(format!("{st}: {}", names(&list, max_names)));
                 }
             }
-            let row = format!(
-                " {:<w$}  {:>5} {:>5} {:>5} {:>5} {:>5}  {}",
-                t(&c.id),
-                c.pass,
-                c.warn,
-                c.fail,
-                c.skip,
-                c.error,
-                who.join("; ")
-            );
-            let _ = writeln!(o, "{}", row.trim_end());
+            rows.push(vec![
+                t(&c.id).into(),
+                c.pass.to_string().into(),
+                c.warn.to_string().into(),
+                c.fail.to_string().into(),
+                c.skip.to_string().into(),
+                c.error.to_string().into(),
+                who.join("; ").into(),
+            ]);
         }
+        let mut columns = vec![Column::new("CHECK", Fit::Keep)];
+        for h in ["PASS", "WARN", "FAIL", "SKIP", "ERROR"] {
+            columns.push(Column::new(h, Fit::Keep).right());
+        }
+        columns.push(Column::new("NODES NOT PASSING", Fit::Words));
+        o.push('\n');
+        o.push_str(&grid::best(&Grid::new(columns), &rows, width, MIN_TEXT));
     }
 
     if r.drift.is_empty() {
@@ -114,74 +115,97 @@ pub fn table(r: &Rollup, max_names: usize) -> String {
             o.push_str("\nno drift: every inventory field has one value across the nodes\n");
         }
     } else {
-        let w = r
+        let rows: Vec<Vec<Text>> = r
             .drift
             .iter()
-            .map(|d| d.field.len())
-            .max()
-            .unwrap_or(5)
-            .clamp(5, 48);
-        let _ = writeln!(
-            o,
-            "\nDRIFT ({} field(s) differ between nodes)\n {:<w$}  {:<28}  DIFFERING NODES",
-            r.drift.len(),
-            "FIELD",
-            "MAJORITY (NODES)"
-        );
-        for d in &r.drift {
-            let maj = match &d.majority {
-                Some(m) => format!("{} ({})", clip(&m.value, 22), m.count),
-                None => format!("split, {} values", d.values.len()),
-            };
-            let mut others = Vec::new();
-            for v in &d.values {
-                if v.nodes.is_empty() {
-                    others.push(format!("{} ({})", clip(&v.value, 24), v.count));
-                } else {
-                    others.push(format!(
-                        "{}={}",
-                        names(&v.nodes, max_names),
-                        clip(&v.value, 24)
-                    ));
+            .map(|d| {
+                let maj = match &d.majority {
+                    Some(m) => format!("{} ({})", clip(&m.value, 22), m.count),
+                    None => format!("split, {} values", d.values.len()),
+                };
+                let mut others = Vec::new();
+                for v in &d.values {
+                    if v.nodes.is_empty() {
+                        others.push(format!("{} ({})", clip(&v.value, 24), v.count));
+                    } else {
+                        others.push(format!(
+                            "{}={}",
+                            names(&v.nodes, max_names),
+                            clip(&v.value, 24)
+                        ));
+                    }
                 }
-            }
-            let _ = writeln!(
-                o,
-                " {:<w$}  {:<28}  {}",
-                clip(&d.field, w),
-                maj,
-                others.join("; ")
-            );
-        }
+                vec![
+                    clip(&d.field, 48).into(),
+                    maj.into(),
+                    others.join("; ").into(),
+                ]
+            })
+            .collect();
+        o.push('\n');
+        say(
+            &mut o,
+            &format!("DRIFT ({} field(s) differ between nodes)", r.drift.len()),
+        );
+        let g = |field, majority, differing| {
+            Grid::new(vec![
+                Column::new("FIELD", field),
+                Column::new("MAJORITY (NODES)", majority),
+                Column::new("DIFFERING NODES", differing),
+            ])
+        };
+        o.push_str(&grid::first_fit(
+            &[
+                g(Fit::Keep, Fit::Words, Fit::Words),
+                g(Fit::Keep, Fit::Min(12), Fit::Min(MIN_TEXT)),
+                g(Fit::Min(12), Fit::Min(12), Fit::Min(12)),
+            ],
+            &rows,
+            width,
+        ));
     }
 
     if !r.odd_nodes.is_empty() {
-        let _ = writeln!(
-            o,
-            "\nODD NODES OUT (holding a minority value; {} node(s))",
-            r.odd_nodes.len()
+        o.push('\n');
+        say(
+            &mut o,
+            &format!(
+                "ODD NODES OUT (holding a minority value; {} node(s))",
+                r.odd_nodes.len()
+            ),
         );
-        let w = r
+        let rows: Vec<Vec<Text>> = r
             .odd_nodes
             .iter()
-            .map(|n| n.node.len())
-            .max()
-            .unwrap_or(4)
-            .min(40);
-        for n in r.odd_nodes.iter().take(max_names.max(1) * 4) {
-            let f: Vec<String> = n
-                .fields
-                .iter()
-                .map(|f| format!("{}={}", t(&f.field), clip(&f.value, 24)))
-                .collect();
-            let _ = writeln!(
-                o,
-                " {:<w$}  {} field(s): {}",
-                t(&n.node),
-                n.fields.len(),
-                clip(&f.join(", "), 160)
-            );
-        }
+            .take(max_names.max(1) * 4)
+            .map(|n| {
+                let f: Vec<String> = n
+                    .fields
+                    .iter()
+                    .map(|f| format!("{}={}", t(&f.field), clip(&f.value, 24)))
+                    .collect();
+                vec![
+                    t(&n.node).into(),
+                    format!("{} field(s): {}", n.fields.len(), clip(&f.join(", "), 160)).into(),
+                ]
+            })
+            .collect();
+        let g = |node, fields| {
+            Grid::new(vec![
+                Column::new("NODE", node),
+                Column::new("FIELDS", fields),
+            ])
+            .without_header()
+        };
+        o.push_str(&grid::first_fit(
+            &[
+                g(Fit::Keep, Fit::Words),
+                g(Fit::Keep, Fit::Min(MIN_TEXT)),
+                g(Fit::Min(12), Fit::Min(MIN_TEXT)),
+            ],
+            &rows,
+            width,
+        ));
         if r.odd_nodes.len() > max_names.max(1) * 4 {
             let _ = writeln!(
                 o,
@@ -193,17 +217,41 @@ pub fn table(r: &Rollup, max_names: usize) -> String {
 
     if !r.unreadable.is_empty() {
         let _ = writeln!(o, "\nUNREADABLE ({})", r.unreadable.len());
-        for u in &r.unreadable {
-            let _ = writeln!(o, " {}: {}", t(&u.input), t(&u.error));
-        }
+        let rows: Vec<Vec<Text>> = r
+            .unreadable
+            .iter()
+            .map(|u| vec![format!("{}:", t(&u.input)).into(), t(&u.error).into()])
+            .collect();
+        let g = |input, error| {
+            Grid::new(vec![
+                Column::new("INPUT", input),
+                Column::new("ERROR", error),
+            ])
+            .without_header()
+        };
+        o.push_str(&grid::first_fit(
+            &[
+                g(Fit::Keep, Fit::Words),
+                g(Fit::Keep, Fit::Min(MIN_TEXT)),
+                g(Fit::Min(12), Fit::Min(MIN_TEXT)),
+            ],
+            &rows,
+            width,
+        ));
     }
-    let _ = writeln!(
-        o,
-        "\nsummary: {} node(s), {} failed, {} incomplete, {} unreadable, {} drift field(s) · exit code {}",
-        s.nodes, s.failed, s.incomplete, s.unreadable, s.drift_fields, s.exit_code
+    o.push('\n');
+    say(
+        &mut o,
+        &format!(
+            "summary: {} node(s), {} failed, {} incomplete, {} unreadable, {} drift field(s) · exit code {}",
+            s.nodes, s.failed, s.incomplete, s.unreadable, s.drift_fields, s.exit_code
+        ),
     );
     o
 }
+
+/// The narrowest a wrapped text column of the roll-up gets before its words are cut.
+const MIN_TEXT: usize = 24;
 
 pub fn prometheus(r: &Rollup) -> String {
     let s = &r.summary;

@@ -10,7 +10,7 @@
 //! Prose is wrapped to the terminal width but at most [`MAX_PROSE`] columns, the line length
 //! that stays readable; code and tables use the full width.
 
-use super::wrap;
+use super::{grid, wrap};
 use colored::Colorize;
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
@@ -214,38 +214,49 @@ impl Ctx {
         self.blank_line_if_owed();
         let quote = self.prefix();
         let pad = " ".repeat(self.indent + 2);
+        // Aligned (render::grid), every cell whole, the header rows set apart (bold, or a rule
+        // of dashes under them), when the table fits the line after its indentation.
         let ncol = t.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let mut widths = vec![0usize; ncol];
-        for r in &t.rows {
-            for (i, c) in r.iter().enumerate() {
-                widths[i] = widths[i].max(wrap::width(c));
+        let widths: Vec<usize> = (0..ncol)
+            .map(|i| {
+                t.rows
+                    .iter()
+                    .filter_map(|r| r.get(i))
+                    .map(|c| wrap::width(c))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut rows: Vec<Vec<grid::Text>> = Vec::new();
+        for (n, r) in t.rows.iter().enumerate() {
+            let head = n < t.head_rows;
+            rows.push(
+                r.iter()
+                    .map(|c| grid::Text::painted(c.as_str(), grid::Paint::None, head))
+                    .collect(),
+            );
+            if n + 1 == t.head_rows && !self.color {
+                rows.push(
+                    widths
+                        .iter()
+                        .map(|w| grid::Text::from("-".repeat(*w)))
+                        .collect(),
+                );
             }
         }
-        let total = wrap::width(&quote)
-            + pad.len()
-            + widths.iter().sum::<usize>()
-            + 2 * ncol.saturating_sub(1);
-        if total <= self.full.saturating_sub(1) {
-            for (n, r) in t.rows.iter().enumerate() {
-                let mut line = String::new();
-                for (i, c) in r.iter().enumerate() {
-                    let cell = if n < t.head_rows && self.color {
-                        c.bold().to_string()
-                    } else {
-                        c.clone()
-                    };
-                    line.push_str(&cell);
-                    if i + 1 < r.len() {
-                        line.push_str(&" ".repeat(widths[i] - wrap::width(c) + 2));
-                    }
-                }
-                self.out
-                    .push_str(&format!("{quote}{pad}{}\n", line.trim_end()));
-                if n + 1 == t.head_rows && !self.color {
-                    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-                    self.out
-                        .push_str(&format!("{quote}{pad}{}\n", rule.join("  ")));
-                }
+        let g = grid::Grid::new(
+            (0..ncol)
+                .map(|_| grid::Column::new("", grid::Fit::Keep))
+                .collect(),
+        )
+        .without_header()
+        .indent(0)
+        .color(self.color);
+        let room = self.full.saturating_sub(wrap::width(&quote) + pad.len());
+        if let Some(table) = grid::fit(&g, &rows, room) {
+            for l in table.lines() {
+                self.out.push_str(format!("{quote}{pad}{l}").trim_end());
+                self.out.push('\n');
             }
         } else {
             // Too wide to align: one record per row, a `header: value` line per cell, wrapped.

@@ -7,6 +7,7 @@ pub mod diagnose_job;
 pub mod fleet;
 pub mod fleet_html;
 pub mod fleet_page;
+pub mod grid;
 pub mod junit;
 pub mod markdown;
 pub mod oneline;
@@ -24,16 +25,10 @@ pub mod wrap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
-    /// Human table with details under each finding that is not a pass (default)
     Table,
-    /// The versioned report (schema gdrdoctor.report/v1); the machine contract
     Json,
-    /// JUnit XML, one testcase per finding, for CI systems
     Junit,
-    /// Prometheus text exposition for node_exporter's textfile collector
     Prometheus,
-    /// One line under 80 characters: status, failing ids, first message (NHC style; Slurm drain
-    /// reasons; node-problem-detector custom plugins)
     Oneline,
 }
 

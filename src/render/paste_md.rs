@@ -139,7 +139,10 @@ pub fn unknowns(pairs: &[&PastePair]) -> Vec<String> {
 }
 
 /// The GPU x NIC view of every block with pairs.
-pub fn gdr_view(r: &DiagnoseReport) -> String {
+pub fn gdr_view(r: &DiagnoseReport, width: usize) -> String {
+    use super::grid::{self, Column, Fit, Grid, Text};
+    use super::wrap::hanging;
+    let max = width.saturating_sub(1);
     let mut o = String::new();
     let mut blocks: Vec<&str> = r.gdr.iter().map(|p| p.block.as_str()).collect();
     blocks.dedup();
@@ -152,40 +155,40 @@ pub fn gdr_view(r: &DiagnoseReport) -> String {
             .find(|b| b.id == blk)
             .map(|b| b.label())
             .unwrap_or_else(|| blk.to_string());
-        let _ = writeln!(o, "gpu x nic from {label}:");
-        let w = nics.iter().map(|n| n.len()).max().unwrap_or(6).max(7) + 2;
-        let _ = write!(o, "{:<8}", "");
-        for n in &nics {
-            let _ = write!(o, "{n:<w$}");
-        }
-        let _ = writeln!(o);
-        for g in &gpus {
-            let _ = write!(o, "{g:<8}");
-            for n in &nics {
-                let c = mine
-                    .iter()
-                    .find(|p| p.gpu == *g && p.nic == *n)
-                    .map(|p| cell(p))
-                    .unwrap_or_else(|| "?".into());
-                let _ = write!(o, "{c:<w$}");
-            }
-            let _ = writeln!(o);
-        }
+        o.push_str(&hanging("", 0, 2, &format!("gpu x nic from {label}:"), max));
+        let mut columns = vec![Column::new("", Fit::Keep)];
+        columns.extend(nics.iter().map(|n| Column::new(n, Fit::Keep)));
+        let rows: Vec<Vec<Text>> = gpus
+            .iter()
+            .map(|g| {
+                let mut row: Vec<Text> = vec![(*g).into()];
+                row.extend(nics.iter().map(|n| {
+                    Text::from(
+                        mine.iter()
+                            .find(|p| p.gpu == *g && p.nic == *n)
+                            .map(|p| cell(p))
+                            .unwrap_or_else(|| "?".into()),
+                    )
+                }));
+                row
+            })
+            .collect();
+        o.push_str(&grid::force(&Grid::new(columns).indent(0), &rows, width));
         for l in legend(r) {
-            let _ = writeln!(o, "{l}");
+            o.push_str(&hanging("", 0, 2, &l, max));
         }
         for n in &r.gdr_notes {
-            let _ = writeln!(o, "Note: {n}");
+            o.push_str(&hanging("", 0, 2, &format!("Note: {n}"), max));
         }
         for g in &gpus {
             let row: Vec<&PastePair> = mine.iter().copied().filter(|p| p.gpu == *g).collect();
-            let _ = writeln!(o, "  {}", gpu_line(g, &row));
+            o.push_str(&hanging("  ", 2, 4, &gpu_line(g, &row), max));
         }
         let unk = unknowns(&mine);
         if !unk.is_empty() {
-            let _ = writeln!(o, "not in the paste:");
+            o.push_str("not in the paste:\n");
             for u in unk {
-                let _ = writeln!(o, "  {u}");
+                o.push_str(&hanging("  ", 2, 4, &u, max));
             }
         }
         o.push('\n');

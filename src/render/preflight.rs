@@ -76,44 +76,33 @@ fn pairs_cell(a: &Answer, rank: u32) -> String {
     }
 }
 
-fn pad(s: &str, w: usize) -> String {
-    let n = super::wrap::width(s);
-    if n >= w {
-        s.to_string()
-    } else {
-        format!("{s}{}", " ".repeat(w - n))
-    }
-}
-
-fn table_rows(head: &[&str], rows: &[Vec<String>]) -> String {
-    let mut w: Vec<usize> = head.iter().map(|h| super::wrap::width(h)).collect();
-    for r in rows {
-        for (i, c) in r.iter().enumerate() {
-            if i < w.len() {
-                w[i] = w[i].max(super::wrap::width(c));
-            }
-        }
-    }
-    let mut s = String::new();
-    let line = |cells: Vec<String>| -> String {
-        let n = cells.len();
-        let mut l = String::from("  ");
-        for (i, c) in cells.into_iter().enumerate() {
-            if i + 1 == n {
-                l.push_str(&c);
-            } else {
-                l.push_str(&pad(&c, w[i] + 2));
-            }
-        }
-        l.trim_end().to_string()
+/// A table of the answer in `width` columns ([`super::grid`]): every column as wide as its
+/// widest cell and the last one wrapped, then narrower arrangements while it does not fit.
+fn table_rows(head: &[&str], rows: &[Vec<String>], width: usize) -> String {
+    use super::grid::{self, Column, Fit, Grid, Text};
+    let n = head.len();
+    let g = |last: Fit, others: Fit| {
+        Grid::new(
+            head.iter()
+                .enumerate()
+                .map(|(i, h)| Column::new(h, if i + 1 == n { last } else { others }))
+                .collect(),
+        )
+        .indent(2)
     };
-    s.push_str(&line(head.iter().map(|h| h.to_string()).collect()));
-    s.push('\n');
-    for r in rows {
-        s.push_str(&line(r.clone()));
-        s.push('\n');
-    }
-    s
+    let rows: Vec<Vec<Text>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| Text::from(c.as_str())).collect())
+        .collect();
+    let layouts = [
+        g(Fit::Words, Fit::Keep),
+        g(Fit::Min(24), Fit::Keep),
+        g(Fit::Min(24), Fit::Words),
+    ];
+    layouts
+        .iter()
+        .find_map(|l| grid::fit(l, &rows, width))
+        .unwrap_or_else(|| grid::best(&layouts[2], &rows, width, 8))
 }
 
 /// The table (for people).
@@ -180,6 +169,7 @@ pub fn table(a: &Answer, verbose: bool, width: usize) -> String {
             "NODE", "RANK", "CHECK", "GPUS", "NCCL", "NET-ONLY", "GDRDMA", "PAIRS", "VERDICT",
         ],
         &rows,
+        width,
     ));
 
     // GPUs: every one with -v, else those where GDR is off or NCCL and the facts disagree.
@@ -247,6 +237,7 @@ pub fn table(a: &Answer, verbose: bool, width: usize) -> String {
             s.push_str(&table_rows(
                 &["NODE", "GPU", "BDF", "PREDICTED", "NCCL", ""],
                 &rows,
+                width,
             ));
         }
     }
@@ -298,6 +289,7 @@ pub fn table(a: &Answer, verbose: bool, width: usize) -> String {
             s.push_str(&table_rows(
                 &["ROUND", "PAIR", "RAIL", "BUSBW", "LINKS ALLOW", ""],
                 &bad,
+                width,
             ));
         }
     }

@@ -1,99 +1,93 @@
 //! The human table: one row per finding (status, id, subject, message), then, rustc-style, the
 //! evidence and the fix under every finding that is not a pass.
 //!
-//! Sized for the terminal ([`crate::sys::term::stdout_width`]): the status, check and subject columns
-//! are as wide as their longest entry and never wrap; the message wraps at spaces into what is
-//! left. Every other line (header, gdr summary, evidence, help) wraps at spaces too, with a
-//! hanging indent, so nothing is cut inside a word at 80 columns. Lines stay one column short
-//! of the width, so a terminal never wraps them itself.
+//! The rows are a [`super::grid`] table (comfy-table) at the width asked for: the terminal's
+//! ([`crate::sys::term::stdout_width`]) or a fixed one for a pipe or a file. The status and
+//! check columns never wrap; the subject keeps its width and the message wraps at spaces into
+//! what is left, cutting no word when there is room for its longest one. Narrower, the subject
+//! wraps too; narrower still (below [`MIN_MESSAGE`] columns for the message) each row is stacked:
+//! the status, then the check and subject with the message under them. The other lines (header,
+//! gdr summary, evidence, help) are prose, wrapped at spaces with a hanging indent
+//! ([`super::wrap`]).
 
+use super::grid::{self, Column, Fit, Grid, Paint, Text};
 use super::wrap;
 use super::Style;
 use colored::Colorize;
 use gdrdoctor_checks::report::{Finding, Report, Status};
-use std::fmt::Write;
 
-/// Below this many columns for the message, rows are stacked (status, check and subject on one
-/// line, the message under them) instead of side by side.
-const MIN_MESSAGE: usize = 24;
+/// Below this many columns for the message, rows are stacked (the check, the subject and the
+/// message in one column beside the status) instead of side by side.
+pub const MIN_MESSAGE: usize = 24;
 
-fn status_cell(s: Status, color: bool) -> String {
+/// The status as a painted cell.
+fn status_cell(s: Status) -> Text {
     let t = s.as_str().to_uppercase();
-    if !color {
-        return t;
-    }
     match s {
-        Status::Pass => t.green().to_string(),
-        Status::Warn => t.yellow().bold().to_string(),
-        Status::Fail => t.red().bold().to_string(),
-        Status::Skip => t.dimmed().to_string(),
-        Status::Error => t.magenta().bold().to_string(),
+        Status::Pass => Text::painted(t, Paint::Green, false),
+        Status::Warn => Text::painted(t, Paint::Yellow, true),
+        Status::Fail => Text::painted(t, Paint::Red, true),
+        Status::Skip => Text::painted(t, Paint::Dim, false),
+        Status::Error => Text::painted(t, Paint::Magenta, true),
     }
 }
 
-/// One table row: the status (colored when asked), the check id, the subject, the message.
+/// One table row: the status, the check id, the subject, the message.
 struct Row {
-    status: Option<Status>,
+    status: Status,
     id: String,
     subject: String,
     message: String,
 }
 
-/// Lay the rows out in `width` columns: ` STATUS  CHECK  SUBJECT  MESSAGE`, two spaces between
-/// columns, the message wrapped at spaces into the rest of the line.
+/// The findings in `width` columns: side by side (` STATUS  CHECK  SUBJECT  MESSAGE`) when the
+/// message keeps [`MIN_MESSAGE`] columns, else stacked.
 fn layout(rows: &[Row], color: bool, width: usize) -> String {
-    let max = width.saturating_sub(1);
-    let header = Row {
-        status: None,
-        id: "CHECK".into(),
-        subject: "SUBJECT".into(),
-        message: "MESSAGE".into(),
+    let side: Vec<Vec<Text>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                status_cell(r.status),
+                r.id.as_str().into(),
+                r.subject.as_str().into(),
+                r.message.as_str().into(),
+            ]
+        })
+        .collect();
+    // Widest first: whole words in the message, then the message cut only where a word is
+    // wider than it, then the subject wrapped as well.
+    let side_by_side = |subject, message| {
+        Grid::new(vec![
+            Column::new("STATUS", Fit::Keep),
+            Column::new("CHECK", Fit::Keep),
+            Column::new("SUBJECT", subject),
+            Column::new("MESSAGE", message),
+        ])
+        .color(color)
     };
-    let status_text = |r: &Row| {
-        r.status
-            .map_or("STATUS".to_string(), |s| s.as_str().to_uppercase())
-    };
-    let all = || std::iter::once(&header).chain(rows.iter());
-    let w0 = all()
-        .map(|r| wrap::width(&status_text(r)))
-        .max()
-        .unwrap_or(6);
-    let w1 = all().map(|r| wrap::width(&r.id)).max().unwrap_or(5);
-    let w2 = all().map(|r| wrap::width(&r.subject)).max().unwrap_or(7);
-    let fixed = 1 + w0 + 2 + w1 + 2 + w2 + 2;
-    let stacked = max < fixed + MIN_MESSAGE;
-    let mut out = String::new();
-    for r in all() {
-        let plain = status_text(r);
-        let status = match r.status {
-            Some(s) => status_cell(s, color),
-            None => plain.clone(),
-        };
-        let pad = |s: &str, w: usize| " ".repeat(w.saturating_sub(wrap::width(s)));
-        if stacked {
-            let first = format!(" {status}{}  {}  {}", pad(&plain, w0), r.id, r.subject);
-            if wrap::width(first.trim_end()) <= max || r.subject.is_empty() {
-                let _ = writeln!(out, "{}", first.trim_end());
-            } else {
-                // A long id and subject do not fit side by side: the subject goes under the id.
-                let id_line = format!(" {status}{}  {}", pad(&plain, w0), r.id);
-                let _ = writeln!(out, "{}", id_line.trim_end());
-                let _ = writeln!(out, "{}{}", " ".repeat(1 + w0 + 2), r.subject);
-            }
-            out.push_str(&wrap::hanging("     ", 5, 5, &r.message, max));
-            continue;
-        }
-        let first = format!(
-            " {status}{}  {}{}  {}{}  ",
-            pad(&plain, w0),
-            r.id,
-            pad(&r.id, w1),
-            r.subject,
-            pad(&r.subject, w2)
-        );
-        out.push_str(&wrap::hanging(&first, fixed, fixed, &r.message, max));
+    let layouts = [
+        side_by_side(Fit::Keep, Fit::Words),
+        side_by_side(Fit::Keep, Fit::Min(MIN_MESSAGE)),
+        side_by_side(Fit::Words, Fit::Min(MIN_MESSAGE)),
+    ];
+    if let Some(t) = layouts.iter().find_map(|g| grid::fit(g, &side, width)) {
+        return t;
     }
-    out
+    let stacked: Vec<Vec<Text>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                status_cell(r.status),
+                format!("{}  {}\n{}", r.id, r.subject, r.message).into(),
+            ]
+        })
+        .collect();
+    let g = Grid::new(vec![
+        Column::new("STATUS", Fit::Keep),
+        Column::new("CHECK  SUBJECT", Fit::Min(MIN_MESSAGE)),
+    ])
+    .color(color);
+    grid::force(&g, &stacked, width)
 }
 
 /// The table for stdout: as wide as the terminal (see [`crate::sys::term::stdout_width`]).
@@ -131,7 +125,7 @@ pub fn render_width(report: &Report, style: &Style, width: usize) -> String {
     let rows = rows(report, style.verbose);
     out.push_str(&layout(&rows, style.color, width));
     if !report.gdr.is_empty() {
-        gdr_lines(report, style, max, &mut out);
+        gdr_lines(report, style, width, &mut out);
     }
     details(report, style, max, &mut out);
     let s = &report.summary;
@@ -167,7 +161,7 @@ fn rows(report: &Report, verbose: bool) -> Vec<Row> {
                 )
             };
             rows.push(Row {
-                status: Some(Status::Pass),
+                status: Status::Pass,
                 id: id.to_string(),
                 subject: format!("{} subjects", fs.len()),
                 message: msg,
@@ -176,7 +170,7 @@ fn rows(report: &Report, verbose: bool) -> Vec<Row> {
         }
         for f in fs {
             rows.push(Row {
-                status: Some(f.status),
+                status: f.status,
                 id: f.id.clone(),
                 subject: f.subject.clone(),
                 message: f.message.clone(),
@@ -186,8 +180,10 @@ fn rows(report: &Report, verbose: bool) -> Vec<Row> {
     rows
 }
 
-/// The GPUDirect RDMA lines: how many pairs, and per GPU its pairs or why it has none.
-fn gdr_lines(report: &Report, style: &Style, max: usize, out: &mut String) {
+/// The GPUDirect RDMA lines: how many pairs, then a table of each GPU and its pairs or why it
+/// has none.
+fn gdr_lines(report: &Report, style: &Style, width: usize, out: &mut String) {
+    let max = width.saturating_sub(1);
     out.push('\n');
     let on = report.gdr.iter().filter(|p| p.enabled).count();
     let mut mech: Vec<&str> = report
@@ -209,6 +205,7 @@ fn gdr_lines(report: &Report, style: &Style, max: usize, out: &mut String) {
     out.push_str(&wrap::hanging("", 0, 2, &line, max));
     let mut gpus: Vec<&str> = report.gdr.iter().map(|p| p.gpu.as_str()).collect();
     gpus.dedup();
+    let mut rows: Vec<Vec<Text>> = Vec::new();
     for g in gpus {
         let pairs: Vec<_> = report.gdr.iter().filter(|p| p.gpu == g).collect();
         let on: Vec<String> = pairs
@@ -230,36 +227,31 @@ fn gdr_lines(report: &Report, style: &Style, max: usize, out: &mut String) {
                     )
                 })
                 .unwrap_or_default();
-            let first = format!("  {g} -> ");
-            let text = wrap::hanging(
-                &first,
-                wrap::width(&first),
-                4,
-                &format!("no gdr ({why})"),
-                max,
-            );
-            for line in text.lines() {
-                let _ = writeln!(
-                    out,
-                    "{}",
-                    if style.color {
-                        line.red().to_string()
-                    } else {
-                        line.to_string()
-                    }
-                );
-            }
+            rows.push(vec![
+                Text::painted(g, Paint::Red, false),
+                Text::painted("->", Paint::Red, false),
+                Text::painted(format!("no gdr ({why})"), Paint::Red, false),
+            ]);
         } else {
-            let first = format!("  {g} -> ");
-            out.push_str(&wrap::hanging(
-                &first,
-                wrap::width(&first),
-                4,
-                &on.join(", "),
-                max,
-            ));
+            rows.push(vec![g.into(), "->".into(), on.join(", ").into()]);
         }
     }
+    let grid_of = |fit| {
+        Grid::new(vec![
+            Column::new("GPU", Fit::Keep),
+            Column::new("", Fit::Keep),
+            Column::new("NICS", fit),
+        ])
+        .without_header()
+        .indent(2)
+        .gap(1)
+        .color(style.color)
+    };
+    out.push_str(&grid::first_fit(
+        &[grid_of(Fit::Words), grid_of(Fit::Min(MIN_MESSAGE))],
+        &rows,
+        width,
+    ));
 }
 
 /// The details of every finding that is not a pass or skip (every finding with -v).

@@ -1,13 +1,13 @@
 //! `gdrdoctor topo`: the GPU x NIC matrix, like `nvidia-smi topo -m` but with NCCL's path type
 //! and the GDR verdict per pair.
 
+use super::grid::{self, Column, Fit, Grid, Text};
 use gdrdoctor_checks::gdr;
 use gdrdoctor_checks::model::Node;
 use gdrdoctor_checks::nccl::rule;
 use gdrdoctor_checks::report::GdrPair;
 use gdrdoctor_checks::topo;
 use serde::Serialize;
-use std::fmt::Write;
 
 #[derive(Debug, Serialize)]
 pub struct TopoGpu {
@@ -134,37 +134,49 @@ pub fn mark(p: &GdrPair) -> &'static str {
     }
 }
 
-fn legend(o: &mut String, pairs: &[GdrPair], level: &str, source: &str, rules: &str) {
+fn legend(o: &mut String, max: usize, pairs: &[GdrPair], level: &str, source: &str, rules: &str) {
     let on = pairs.iter().filter(|p| p.enabled).count();
-    let _ = writeln!(
+    say(
         o,
-        "* = NCCL uses GPUDirect RDMA for this pair ({on} of {} pairs); threshold {} ({})",
-        pairs.len(),
-        clean(level),
-        clean(source)
+        max,
+        &format!(
+            "* = NCCL uses GPUDirect RDMA for this pair ({on} of {} pairs); threshold {} ({})",
+            pairs.len(),
+            clean(level),
+            clean(source)
+        ),
     );
     if pairs.iter().any(|p| p.via.is_some() && p.enabled) {
-        let _ = writeln!(
+        say(
             o,
-            "+ = GDR with sends through an NVLink peer GPU (PXN): the peer's proxy posts to the NIC"
+            max,
+            "+ = GDR with sends through an NVLink peer GPU (PXN): the peer's proxy posts to the NIC",
         );
     }
     if pairs.iter().any(|p| mark(p) == "s") {
-        let _ = writeln!(o, "s = GDR for sends only");
+        say(o, max, "s = GDR for sends only");
     }
     if pairs.iter().any(|p| mark(p) == "r") {
-        let _ = writeln!(
+        say(
             o,
-            "r = GDR for receives only: the read gate keeps sends staged through host memory (NCCL_NET_GDR_READ=1 lifts it)"
+            max,
+            "r = GDR for receives only: the read gate keeps sends staged through host memory (NCCL_NET_GDR_READ=1 lifts it)",
         );
     }
     if pairs.iter().any(|p| mark(p) == "?") {
-        let _ = writeln!(
+        say(
             o,
-            "? = undecided (for one direction or both): an input NCCL uses is not known here"
+            max,
+            "? = undecided (for one direction or both): an input NCCL uses is not known here",
         );
     }
-    let _ = writeln!(o, "Rules: {}", clean(rules));
+    say(o, max, &format!("Rules: {}", clean(rules)));
+}
+
+/// One line of prose under the matrices, wrapped at spaces to `max` columns (continuation lines
+/// indented by two).
+fn say(o: &mut String, max: usize, text: &str) {
+    o.push_str(&super::wrap::hanging("", 0, 2, text, max));
 }
 
 /// Node text for the terminal ([`super::sanitize::text`]).
@@ -183,7 +195,8 @@ fn short_bdf(bdf: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// The GPU x GPU block: `NV<n>` or the PCIe path, `!` where peer access is missing.
-fn render_gpu_pairs(t: &Topo, o: &mut String) {
+fn render_gpu_pairs(t: &Topo, width: usize, o: &mut String) {
+    let max = width.saturating_sub(1);
     if t.gpus.len() < 2 {
         return;
     }
@@ -214,23 +227,28 @@ fn render_gpu_pairs(t: &Topo, o: &mut String) {
             None => "?".into(),
         }
     };
-    let _ = writeln!(o);
-    let _ = write!(o, "{:<20}", "");
-    for g in &t.gpus {
-        let _ = write!(o, "{:<7}", format!("GPU{}", g.index));
-    }
-    let _ = writeln!(o);
-    for a in &t.gpus {
-        let _ = write!(o, "{:<20}", format!("GPU{} {}", a.index, short_bdf(&a.bdf)));
-        for b in &t.gpus {
-            let _ = write!(o, "{:<7}", cell(&a.bdf, &b.bdf));
-        }
-        let _ = writeln!(o);
-    }
-    let _ = writeln!(o);
-    let _ = writeln!(
+    o.push('\n');
+    let mut columns = vec![Column::new("", Fit::Keep)];
+    columns.extend(
+        t.gpus
+            .iter()
+            .map(|g| Column::new(&format!("GPU{}", g.index), Fit::Keep)),
+    );
+    let rows: Vec<Vec<Text>> = t
+        .gpus
+        .iter()
+        .map(|a| {
+            let mut row: Vec<Text> = vec![format!("GPU{} {}", a.index, short_bdf(&a.bdf)).into()];
+            row.extend(t.gpus.iter().map(|b| Text::from(cell(&a.bdf, &b.bdf))));
+            row
+        })
+        .collect();
+    o.push_str(&matrix(columns, &rows, width));
+    o.push('\n');
+    say(
         o,
-        "GPU pairs: NV<n> = n NVLinks (direct or through NVSwitch), else the PCIe path; ! = no peer access"
+        max,
+        "GPU pairs: NV<n> = n NVLinks (direct or through NVSwitch), else the PCIe path; ! = no peer access",
     );
     let blocked = t
         .gpu_pairs
@@ -238,34 +256,47 @@ fn render_gpu_pairs(t: &Topo, o: &mut String) {
         .filter(|p| p.cuda_both() == Some(false))
         .count();
     if blocked > 0 {
-        let _ = writeln!(
+        say(
             o,
-            "{blocked} of {} GPU pairs have no peer access: see `gdrdoctor check --only gpu.p2p`",
-            t.gpu_pairs.len()
+            max,
+            &format!(
+                "{blocked} of {} GPU pairs have no peer access: see `gdrdoctor check --only gpu.p2p`",
+                t.gpu_pairs.len()
+            ),
         );
     }
 }
 
+/// The text at the fixed width of a pipe ([`crate::sys::term::DEFAULT_WIDTH`]).
 pub fn render_text(t: &Topo) -> String {
+    render_text_width(t, crate::sys::term::DEFAULT_WIDTH)
+}
+
+/// A matrix: the row labels, then one column per head, every cell kept whole. Two spaces
+/// between columns, one where two do not fit the width.
+fn matrix(columns: Vec<Column>, rows: &[Vec<Text>], width: usize) -> String {
+    let g = Grid::new(columns).indent(0);
+    grid::fit(&g, rows, width).unwrap_or_else(|| grid::force(&g.gap(1), rows, width))
+}
+
+/// The GPU x NIC matrix, the legend, the notes and the GPU x GPU block, in `width` columns.
+pub fn render_text_width(t: &Topo, width: usize) -> String {
+    let max = width.saturating_sub(1);
     let mut o = String::new();
     if t.gpus.is_empty() || t.nics.is_empty() {
-        let _ = writeln!(
-            o,
-            "{} gpu(s), {} rdma device(s): no gpu-nic pair to show",
-            t.gpus.len(),
-            t.nics.len()
+        say(
+            &mut o,
+            max,
+            &format!(
+                "{} gpu(s), {} rdma device(s): no gpu-nic pair to show",
+                t.gpus.len(),
+                t.nics.len()
+            ),
         );
-        render_gpu_pairs(t, &mut o);
+        render_gpu_pairs(t, width, &mut o);
         return trim_lines(&o);
     }
     let names: Vec<std::borrow::Cow<'_, str>> = t.nics.iter().map(|n| clean(&n.ibdev)).collect();
-    let w = names
-        .iter()
-        .map(|n| crate::render::wrap::width(n))
-        .max()
-        .unwrap_or(6)
-        .max(6)
-        + 2;
     // Indexed once: every lookup below is per GPU x NIC cell (262,144 on a 512 x 512 node).
     let mut by_pair: std::collections::HashMap<(&str, &str), &GdrPair> =
         std::collections::HashMap::with_capacity(t.pairs.len());
@@ -277,13 +308,9 @@ pub fn render_text(t: &Topo) -> String {
     }
     let no_pairs: Vec<&GdrPair> = Vec::new();
     let pairs_of = |g: &str| by_gpu.get(g).unwrap_or(&no_pairs);
-    let _ = write!(o, "{:<20}", "");
-    for n in &names {
-        let _ = write!(o, "{}", pad(n, w));
-    }
-    let _ = writeln!(o, "NUMA  CPU affinity");
+    let mut rows: Vec<Vec<Text>> = Vec::with_capacity(t.gpus.len() + 3);
     for g in &t.gpus {
-        let _ = write!(o, "{:<20}", format!("GPU{} {}", g.index, short_bdf(&g.bdf)));
+        let mut row: Vec<Text> = vec![format!("GPU{} {}", g.index, short_bdf(&g.bdf)).into()];
         for n in &t.nics {
             let cell = match by_pair.get(&(g.bdf.as_str(), n.ibdev.as_str())) {
                 Some(p) => clean(&format!(
@@ -294,50 +321,82 @@ pub fn render_text(t: &Topo) -> String {
                 .into_owned(),
                 None => "?".into(),
             };
-            let _ = write!(o, "{}", pad(&cell, w));
+            row.push(cell.into());
         }
-        let numa = g
-            .numa_node
-            .map(|n| n.to_string())
-            .unwrap_or_else(|| "?".into());
-        let _ = writeln!(o, "{numa:<6}{}", clean(g.cpulist.as_deref().unwrap_or("?")));
+        row.push(
+            g.numa_node
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "?".into())
+                .into(),
+        );
+        row.push(
+            clean(g.cpulist.as_deref().unwrap_or("?"))
+                .into_owned()
+                .into(),
+        );
+        rows.push(row);
     }
-    let _ = writeln!(o);
-    let _ = write!(o, "{:<20}", "NIC NUMA");
-    for n in &t.nics {
-        let _ = write!(
-            o,
-            "{:<w$}",
+    // A blank row, then the NICs' NUMA nodes and port states under their columns.
+    rows.push(Vec::new());
+    let mut numa: Vec<Text> = vec!["NIC NUMA".into()];
+    numa.extend(t.nics.iter().map(|n| {
+        Text::from(
             n.numa_node
                 .map(|x| x.to_string())
-                .unwrap_or_else(|| "?".into())
-        );
-    }
-    let _ = writeln!(o);
-    let _ = write!(o, "{:<20}", "NIC port");
-    for n in &t.nics {
-        let s = match n.active {
+                .unwrap_or_else(|| "?".into()),
+        )
+    }));
+    rows.push(numa);
+    let mut port: Vec<Text> = vec!["NIC port".into()];
+    port.extend(t.nics.iter().map(|n| {
+        Text::from(match n.active {
             Some(true) => "active",
             Some(false) => "down",
             None => "?",
-        };
-        let _ = write!(o, "{s:<w$}");
+        })
+    }));
+    rows.push(port);
+    let head = |nic_names: &[String], cpu: &str| {
+        let mut c = vec![Column::new("", Fit::Keep)];
+        c.extend(nic_names.iter().map(|n| Column::new(n, Fit::Keep)));
+        c.push(Column::new("NUMA", Fit::Keep));
+        c.push(Column::new(cpu, Fit::Words));
+        c
+    };
+    let full: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let g = Grid::new(head(&full, "CPU affinity")).indent(0);
+    match grid::fit(&g, &rows, width) {
+        Some(table) => o.push_str(&table),
+        None => {
+            // Too wide for the terminal: the NICs go by number, as in `nvidia-smi topo -m`,
+            // with a legend of their names.
+            let short: Vec<String> = (0..names.len()).map(|i| format!("NIC{i}")).collect();
+            o.push_str(&matrix(head(&short, "CPUs"), &rows, width));
+            o.push('\n');
+            let legend: Vec<String> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| format!("NIC{i}={n}"))
+                .collect();
+            say(&mut o, max, &format!("NICs: {}", legend.join(" ")));
+        }
     }
-    let _ = writeln!(o, "\n");
+    o.push('\n');
     legend(
         &mut o,
+        max,
         &t.pairs,
         &t.gdr_level,
         &t.gdr_level_source,
         &t.nccl_rules,
     );
     for n in &t.notes {
-        let _ = writeln!(o, "Note: {}", clean(n));
+        say(&mut o, max, &format!("Note: {}", clean(n)));
     }
-    let _ = writeln!(o, "Path names as nvidia-smi topo -m: PIX one PCIe switch, PXB several switches, PHB through the host bridge,");
-    let _ = writeln!(
-        o,
-        "NODE across host bridges of one NUMA node (NCCL calls it PHB), SYS across sockets."
+    say(
+        &mut o,
+        max,
+        "Path names as nvidia-smi topo -m: PIX one PCIe switch, PXB several switches, PHB through the host bridge, NODE across host bridges of one NUMA node (NCCL calls it PHB), SYS across sockets.",
     );
     // NIC folding: several ibdevs on one NCCL NIC.
     let mut keys: Vec<(&str, Vec<&str>)> = Vec::new();
@@ -350,11 +409,14 @@ pub fn render_text(t: &Topo) -> String {
         }
     }
     for (k, v) in keys.iter().filter(|(_, v)| v.len() > 1) {
-        let _ = writeln!(
-            o,
-            "NCCL folds {} into one NIC ({}: ports or VFs of one device)",
-            clean(&v.join(", ")),
-            clean(k)
+        say(
+            &mut o,
+            max,
+            &format!(
+                "NCCL folds {} into one NIC ({}: ports or VFs of one device)",
+                clean(&v.join(", ")),
+                clean(k)
+            ),
         );
     }
     // Why not, for each GPU without GDR.
@@ -370,21 +432,27 @@ pub fn render_text(t: &Topo) -> String {
             let undecided = pairs.iter().find(|p| !p.undecided.is_empty());
             match undecided {
                 Some(u) => {
-                    let _ = writeln!(
-                        o,
-                        "GPU{} is undecided: {}",
-                        g.index,
-                        clean(&u.undecided.join("; "))
+                    say(
+                        &mut o,
+                        max,
+                        &format!(
+                            "GPU{} is undecided: {}",
+                            g.index,
+                            clean(&u.undecided.join("; "))
+                        ),
                     );
                 }
                 None => {
-                    let _ = writeln!(
-                        o,
-                        "GPU{} has no GDR: nearest {} ({}): {}",
-                        g.index,
-                        clean(&best.nic),
-                        clean(&best.path),
-                        clean(&best.reasons.join("; "))
+                    say(
+                        &mut o,
+                        max,
+                        &format!(
+                            "GPU{} has no GDR: nearest {} ({}): {}",
+                            g.index,
+                            clean(&best.nic),
+                            clean(&best.path),
+                            clean(&best.reasons.join("; "))
+                        ),
                     );
                 }
             }
@@ -412,31 +480,30 @@ pub fn render_text(t: &Topo) -> String {
                 .and_then(|v| index_of.get(v))
                 .map(|i| format!("GPU{i}"))
                 .unwrap_or_else(|| clean(p.via.as_deref().unwrap_or_default()).into_owned());
-            let _ = writeln!(
-                o,
-                "GPU{} has GDR through {peer} via PXN: its own path to {} is {}; NCCL sends through {peer} over NVLink",
+            say(
+&mut o,
+max,
+&format!("GPU{} has GDR through {peer} via PXN: its own path to {} is {}; NCCL sends through {peer} over NVLink",
                 g.index,
                 clean(&p.nic),
                 clean(&p.path)
-            );
+            ),
+);
         } else if let Some(p) = pairs.iter().find(|p| p.enabled && p.send == Some(false)) {
-            let _ = writeln!(
-                o,
-                "GPU{} has GDR for receives only ({}): {}",
-                g.index,
-                clean(&p.nic),
-                clean(&p.reasons.join("; "))
+            say(
+                &mut o,
+                max,
+                &format!(
+                    "GPU{} has GDR for receives only ({}): {}",
+                    g.index,
+                    clean(&p.nic),
+                    clean(&p.reasons.join("; "))
+                ),
             );
         }
     }
-    render_gpu_pairs(t, &mut o);
+    render_gpu_pairs(t, width, &mut o);
     trim_lines(&o)
-}
-
-/// `s` left-aligned in `w` display columns (format's `{:<w$}` counts chars, not columns).
-fn pad(s: &str, w: usize) -> String {
-    let used = crate::render::wrap::width(s);
-    format!("{s}{}", " ".repeat(w.saturating_sub(used)))
 }
 
 fn trim_lines(s: &str) -> String {

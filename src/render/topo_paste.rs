@@ -130,15 +130,17 @@ pub fn build(r: &DiagnoseReport) -> Option<TopoPaste> {
 }
 
 /// The text view: the GPU x NIC verdicts, the rails, what was repaired and what is not trusted.
-pub fn text(r: &DiagnoseReport, t: &TopoPaste) -> String {
-    let mut o = super::paste_md::gdr_view(r);
-    o.push_str(&format!("rails: {}\n", t.rails));
+pub fn text(r: &DiagnoseReport, t: &TopoPaste, width: usize) -> String {
+    use super::wrap::hanging;
+    let max = width.saturating_sub(1);
+    let mut o = super::paste_md::gdr_view(r, width);
+    o.push_str(&hanging("", 0, 2, &format!("rails: {}", t.rails), max));
     for x in &t.repairs {
-        o.push_str(&format!("repaired: {x}\n"));
+        o.push_str(&hanging("", 0, 2, &format!("repaired: {x}"), max));
     }
     for x in &t.problems {
-        o.push_str(&format!("not trusted: {x}\n"));
+        o.push_str(&hanging("", 0, 2, &format!("not trusted: {x}"), max));
     }
-    o.push_str("A matrix alone does not show peer memory, dma-buf or port states; `gdrdoctor diagnose` reads the other pastes (lsmod, ibv_devinfo, NCCL logs) too.\n");
+    o.push_str(&hanging("", 0, 2, "A matrix alone does not show peer memory, dma-buf or port states; `gdrdoctor diagnose` reads the other pastes (lsmod, ibv_devinfo, NCCL logs) too.", max));
     o
 }

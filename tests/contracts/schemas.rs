@@ -40,6 +40,14 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
             "{id}: `schema` field"
         );
         assert_eq!(s["additionalProperties"], false, "{id}: strict at the top");
+        // As published, a document that v1 may grow takes unknown members; the policy is read
+        // by a loader that refuses unknown keys (a typo must not pass silently), and says so.
+        let open = id != gdrdoctor_checks::policy::POLICY_SCHEMA;
+        assert_eq!(
+            published_schema(id)["additionalProperties"],
+            open,
+            "{id}: published with additionalProperties {open} at the top"
+        );
         // Every reference resolves (to this file or one beside it).
         validator(id);
         files.remove(&format!("{}.schema.json", id.replace('/', ".")));
@@ -89,6 +97,58 @@ fn golden_and_probe_reports_match_the_report_schema() {
     .unwrap();
     v["findings"][0]["severity"] = Value::from("high");
     assert!(!validator(gdrdoctor_checks::report::SCHEMA).is_valid(&v));
+}
+
+/// The contract: v1 grows by adding fields, and a consumer that pins today's published schema
+/// keeps reading the next release's reports. A golden report with unknown fields added at the
+/// top, in a finding, in its evidence, in the inventory and in the summary validates against
+/// the published schema (and fails the strict variant the project's tests use).
+#[test]
+fn a_v1_report_with_new_fields_validates_against_the_published_schema() {
+    let read = |p: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(repo().join(p)).unwrap()).unwrap()
+    };
+    let mut v = read("fixtures/golden/hgx-h200x8-cx7x8-port-down.json");
+    let published = published_validator(gdrdoctor_checks::report::SCHEMA);
+    assert!(published.is_valid(&v), "{:?}", errors(&published, &v));
+    v["added_in_a_later_v1"] = serde_json::json!({"anything": [1, 2, 3]});
+    v["findings"][0]["severity"] = Value::from("high");
+    v["findings"][0]["evidence"][0]["unit"] = Value::from("bytes");
+    v["inventory"]["new_area"] = serde_json::json!({"count": 2});
+    v["summary"]["duration_ms"] = Value::from(12);
+    assert!(
+        published.is_valid(&v),
+        "the published schema rejects a grown v1 report: {:?}",
+        errors(&published, &v)
+    );
+    assert!(!validator(gdrdoctor_checks::report::SCHEMA).is_valid(&v));
+    // What the contract does not let grow still fails: a known field of the wrong type, a
+    // status outside its set, a missing required field.
+    let mut bad = v.clone();
+    bad["findings"][0]["status"] = Value::from("fine");
+    assert!(!published.is_valid(&bad));
+    let mut bad = v.clone();
+    bad["summary"]["exit_code"] = Value::from("one");
+    assert!(!published.is_valid(&bad));
+    let mut bad = v.clone();
+    bad.as_object_mut().unwrap().remove("findings");
+    assert!(!published.is_valid(&bad));
+    // The same for diagnose, whose findings come from the report schema by reference.
+    let (_, out, _) = run(&[
+        "diagnose",
+        &repo()
+            .join("fixtures/pastes/nccl-1435-topo-pxb-numa.txt")
+            .display()
+            .to_string(),
+        "-f",
+        "json",
+    ]);
+    let mut d: Value = serde_json::from_str(&out).unwrap();
+    d["added_in_a_later_v1"] = Value::from(true);
+    d["findings"][0]["severity"] = Value::from("high");
+    let published = published_validator(gdrdoctor_checks::paste::report::SCHEMA);
+    assert!(published.is_valid(&d), "{:?}", errors(&published, &d));
+    assert!(!validator(gdrdoctor_checks::paste::report::SCHEMA).is_valid(&d));
 }
 
 #[test]
