@@ -48,6 +48,8 @@ pub fn empty_node() -> Node {
         rdma: Fact::known(Vec::new(), "test"),
         live: LiveFacts::absent("test"),
         health: Health::absent("test"),
+        cpu_model: absent(),
+        addons: Addons::absent("test", "not set"),
     }
 }
 

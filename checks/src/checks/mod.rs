@@ -13,6 +13,7 @@ pub use needs::Needs;
 pub mod counters;
 pub mod driver;
 pub mod gdr;
+pub mod gdrcopy;
 pub mod gpu;
 pub mod iommu;
 pub mod kernel;
@@ -288,6 +289,12 @@ pub static CHECKS: &[CheckDef] = &[
         "no mlx5 health or firmware-fatal event since boot",
         kernel::mlx5_health,
         needs::KERNEL_LOG
+    ),
+    check!(
+        "gdrcopy.gdrdrv",
+        "gdrcopy's gdrdrv is loaded with a /dev/gdrdrv every job can open (when used)",
+        gdrcopy::gdrdrv,
+        gdrcopy::NEEDS
     ),
 ];
 

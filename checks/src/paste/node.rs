@@ -85,6 +85,8 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
             kernel_log: kernel_log(p),
             ..Health::absent(NOT_PASTED)
         },
+        cpu_model: absent("/proc/cpuinfo", NOT_PASTED),
+        addons: Addons::absent("the paste", NOT_PASTED),
     };
     (node, prov)
 }
