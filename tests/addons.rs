@@ -36,3 +36,57 @@ fn gdrcopy_fails_on_a_root_only_node_the_job_asks_for() {
     assert!(f.remediation.as_deref().unwrap().contains("chmod 0666"));
     assert_eq!(r.summary.exit_code, 1);
 }
+
+#[test]
+fn nic_ordering_and_payload_pass_on_the_healthy_node() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
+    for id in ["pcie.relaxed-ordering", "pcie.nic-tlp"] {
+        let fs: Vec<_> = r.findings.iter().filter(|f| f.id == id).collect();
+        assert_eq!(fs.len(), 8, "{id}: one per nic");
+        for f in fs {
+            assert_eq!(f.status, Status::Pass, "{f:#?}");
+        }
+    }
+    let f = find(&r, "pcie.nic-tlp", "0000:19:00.0");
+    assert!(
+        f.message.contains("MaxPayload 256 bytes fits"),
+        "{}",
+        f.message
+    );
+}
+
+#[test]
+fn relaxed_ordering_off_fails_on_an_epyc_host() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-epyc-ro-off"));
+    let f = find(&r, "pcie.relaxed-ordering", "0000:19:00.0");
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+    assert!(f.message.contains("AMD EPYC 9654"), "{}", f.message);
+    assert!(f
+        .evidence
+        .iter()
+        .any(|e| e.observed.contains("RlxdOrd-") && e.expected.as_deref() == Some("RlxdOrd+")));
+    assert_eq!(
+        r.findings
+            .iter()
+            .filter(|f| f.id == "pcie.relaxed-ordering" && f.status == Status::Fail)
+            .count(),
+        8
+    );
+}
+
+#[test]
+fn a_nic_maxpayload_above_its_path_fails_naming_the_bridge() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-nic-mps-over-path"));
+    let f = find(&r, "pcie.nic-tlp", "0000:49:00.0");
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+    assert!(
+        f.message
+            .contains("MaxPayload 512 bytes is larger than 256 bytes"),
+        "{}",
+        f.message
+    );
+    assert_eq!(
+        find(&r, "pcie.nic-tlp", "0000:19:00.0").status,
+        Status::Pass
+    );
+}

@@ -296,6 +296,18 @@ pub static CHECKS: &[CheckDef] = &[
         gdrcopy::gdrdrv,
         gdrcopy::NEEDS
     ),
+    check!(
+        "pcie.relaxed-ordering",
+        "nics have relaxed ordering on where the cpu needs it for full gdr bandwidth",
+        pcie::relaxed_ordering,
+        needs::CONFIG_SPACE
+    ),
+    check!(
+        "pcie.nic-tlp",
+        "nic maxpayload fits its path; extended and 10-bit tags as its peers accept",
+        pcie::nic_tlp,
+        needs::CONFIG_SPACE
+    ),
 ];
 
 /// Which checks to run: `--only`/`--skip` take ids or categories.

@@ -8,6 +8,7 @@ pub mod ats;
 pub mod bars;
 pub mod link;
 pub mod mrrs;
+pub mod ordering;
 pub mod trust;
 
 pub use acs::acs_redirect;
@@ -15,6 +16,7 @@ pub use ats::ats;
 pub use bars::bars;
 pub use link::link;
 pub use mrrs::mrrs;
+pub use ordering::{nic_tlp, relaxed_ordering};
 
 #[cfg(test)]
 mod tests;
