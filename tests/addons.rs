@@ -90,3 +90,40 @@ fn a_nic_maxpayload_above_its_path_fails_naming_the_bridge() {
         Status::Pass
     );
 }
+
+#[test]
+fn the_peermem_module_on_disk_matches_ib_core_on_the_healthy_node() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
+    let f = find(&r, "kmod.peermem-abi", "node");
+    assert_eq!(f.status, Status::Pass, "{f:#?}");
+    assert!(
+        f.message.contains("takes 2 symbols from ib_core"),
+        "{}",
+        f.message
+    );
+    // Read through the xz-compressed ib_core that modules.dep names.
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.source.ends_with("updates/dkms/ib_core.ko.xz")
+                && e.observed.contains("CRC 0x5a1c6e0b")),
+        "{f:#?}"
+    );
+}
+
+#[test]
+fn a_mofed_upgrade_without_a_peermem_rebuild_is_told_before_the_reboot() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-peermem-abi-break"));
+    let f = find(&r, "kmod.peermem-abi", "node");
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+    assert!(
+        f.message
+            .contains("disagrees about version of symbol ib_register_peer_memory_client"),
+        "{}",
+        f.message
+    );
+    assert!(f.message.contains("at the next boot"), "{}", f.message);
+    assert!(f.message.contains("0x5a1c6e0b") && f.message.contains("0x77e0c411"));
+    // Loaded now: the peer-memory check of the running node still passes.
+    assert_eq!(find(&r, "kmod.nvidia-peermem", "node").status, Status::Pass);
+}

@@ -23,7 +23,7 @@ pub(super) fn collect(root: &Root, origin: Origin) -> Addons {
     let rest = Addons::absent("gdrdoctor", "not collected");
     Addons {
         gdrcopy,
-        peermem_abi: rest.peermem_abi,
+        peermem_abi: super::modfile::collect(root),
         fabric_manager: rest.fabric_manager,
     }
 }

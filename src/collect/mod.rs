@@ -23,6 +23,7 @@ mod host;
 mod iommu;
 mod kernel;
 pub mod live;
+mod modfile;
 mod nvidia;
 mod pci;
 mod peermem;

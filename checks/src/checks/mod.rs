@@ -21,6 +21,7 @@ pub mod kmod;
 pub mod mem;
 pub mod needs;
 pub mod pcie;
+pub mod peermem_abi;
 pub mod rdma;
 pub mod roce;
 pub mod topo;
@@ -307,6 +308,12 @@ pub static CHECKS: &[CheckDef] = &[
         "nic maxpayload fits its path; extended and 10-bit tags as its peers accept",
         pcie::nic_tlp,
         needs::CONFIG_SPACE
+    ),
+    check!(
+        "kmod.peermem-abi",
+        "the nvidia-peermem module on disk will load against this kernel's ib_core",
+        peermem_abi::peermem_abi,
+        peermem_abi::NEEDS
     ),
 ];
 
