@@ -914,7 +914,7 @@ fn a_selection_that_selects_nothing_is_a_usage_error() {
         vec!["--only", "pcie", "--skip", "pcie"],
         vec![
             "--skip",
-            "gpu,driver,kmod,iommu,rdma,roce,mem,pcie,topo,gdr,counters,kernel,container",
+            "gpu,driver,kmod,iommu,rdma,roce,mem,pcie,topo,gdr,counters,kernel,container,gdrcopy",
         ],
     ] {
         let mut a = vec!["check", "--sysroot", &root];

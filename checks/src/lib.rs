@@ -9,6 +9,7 @@ pub mod checks;
 pub mod counters;
 pub mod derive;
 pub mod doorbell;
+pub mod elf;
 pub mod findings;
 pub mod gdr;
 pub mod inventory;

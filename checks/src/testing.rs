@@ -49,6 +49,8 @@ pub fn empty_node() -> Node {
         live: LiveFacts::absent("test"),
         health: Health::absent("test"),
         container: absent(),
+        cpu_model: absent(),
+        addons: Addons::absent("test", "not set"),
     }
 }
 

@@ -15,6 +15,7 @@
 //! in) and only when its parent (the *anchor*, e.g. `/sys/module`) exists; in a foreign capture
 //! (hwloc's, a hand-made tree) a missing file is "not in this capture", never a finding.
 
+mod addons;
 pub mod allocation;
 pub mod container;
 pub mod fleet;
@@ -23,6 +24,7 @@ mod host;
 mod iommu;
 mod kernel;
 pub mod live;
+mod modfile;
 mod nvidia;
 mod pci;
 mod peermem;
@@ -211,28 +213,41 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
             let nvidia = timed(tb, "nvidia", || nvidia::collect(root));
             let peermem = timed(tb, "peermem", || peermem::collect(root));
             let rdma = timed(tb, "rdma", || rdma::collect(root));
+            let addons = timed(tb, "addons", || addons::collect(root, origin));
+            let cpu_model = addons::cpu_model(root);
             // The health collector's RDMA half needs only the RDMA list: read it now.
             let side = crate::sys::trace::timed("collect.health-rdma", || {
                 crate::collect::health::collect_rdma_side(root, &rdma)
             });
-            (host, kernel, process, iommu, nvidia, peermem, rdma, side)
+            (
+                host,
+                kernel,
+                process,
+                iommu,
+                nvidia,
+                peermem,
+                rdma,
+                side,
+                (addons, cpu_model),
+            )
         });
         let pci = timed(&mut ta, "pci", || pci::collect(root));
         (pci, rest.join(), klog.join())
     });
     // A collector thread that panicked: the whole collection is wrong; run it again here,
     // where the panic reaches the caller as it did before the threads.
-    let (host, kernel, process, iommu, nvidia, peermem, rdma, side) = match rest {
-        Ok(r) => r,
-        Err(p) => std::panic::resume_unwind(p),
-    };
+    let (host, kernel, process, iommu, nvidia, peermem, rdma, side, (addons, cpu_model)) =
+        match rest {
+            Ok(r) => r,
+            Err(p) => std::panic::resume_unwind(p),
+        };
     let klog = match klog {
         Ok(k) => k,
         Err(p) => std::panic::resume_unwind(p),
     };
     let mut t = Vec::new();
     for name in [
-        "host", "kernel", "process", "pci", "iommu", "nvidia", "peermem", "rdma",
+        "host", "kernel", "process", "pci", "iommu", "nvidia", "peermem", "rdma", "addons",
     ] {
         if let Some(x) = ta.iter().chain(&tb).find(|x| x.collector == name) {
             t.push(x.clone());
@@ -271,6 +286,8 @@ fn files_timed(root: &Root, origin: Origin, meta: Option<&Meta>) -> (Node, Vec<T
             "container view",
             "not asked for: `gdrdoctor check --in-container`, run inside the job's container, judges what a job there can use",
         ),
+        cpu_model,
+        addons,
     };
     (node, t)
 }

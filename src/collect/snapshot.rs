@@ -36,7 +36,8 @@ pub fn take_source(
     let root = &src.root;
     let mut node = collect::files(&src);
     // Issue 17: the kernel log lines and the counter baseline the checks use.
-    let extra = crate::collect::health::snapshot_files(root.is_live(), &mut node);
+    let mut extra = crate::collect::health::snapshot_files(root.is_live(), &mut node);
+    extra.extend(crate::collect::addons::snapshot_file(&node));
     let meta = Meta {
         schema: META_SCHEMA.into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),

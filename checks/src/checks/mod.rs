@@ -14,6 +14,7 @@ pub mod container;
 pub mod counters;
 pub mod driver;
 pub mod gdr;
+pub mod gdrcopy;
 pub mod gpu;
 pub mod iommu;
 pub mod kernel;
@@ -21,6 +22,7 @@ pub mod kmod;
 pub mod mem;
 pub mod needs;
 pub mod pcie;
+pub mod peermem_abi;
 pub mod rdma;
 pub mod roce;
 pub mod topo;
@@ -325,6 +327,30 @@ pub static CHECKS: &[CheckDef] = &[
         "nothing the job's container sees is worse than the host's report (--compare-host)",
         container::host_diff,
         needs::CONTAINER
+    ),
+    check!(
+        "gdrcopy.gdrdrv",
+        "gdrcopy's gdrdrv is loaded with a /dev/gdrdrv every job can open (when used)",
+        gdrcopy::gdrdrv,
+        gdrcopy::NEEDS
+    ),
+    check!(
+        "pcie.relaxed-ordering",
+        "nics have relaxed ordering on where the cpu needs it for full gdr bandwidth",
+        pcie::relaxed_ordering,
+        needs::CONFIG_SPACE
+    ),
+    check!(
+        "pcie.nic-tlp",
+        "nic maxpayload fits its path; extended and 10-bit tags as its peers accept",
+        pcie::nic_tlp,
+        needs::CONFIG_SPACE
+    ),
+    check!(
+        "kmod.peermem-abi",
+        "the nvidia-peermem module on disk will load against this kernel's ib_core",
+        peermem_abi::peermem_abi,
+        peermem_abi::NEEDS
     ),
 ];
 

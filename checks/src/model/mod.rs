@@ -11,6 +11,7 @@
 //! [`fact`] and each other downwards; nothing here imports the rest of the crate but the
 //! config-space decoder.
 
+pub mod addons;
 pub mod container;
 pub mod fact;
 pub mod health;
@@ -20,6 +21,7 @@ pub mod node;
 pub mod pci;
 pub mod rdma;
 
+pub use addons::*;
 pub use container::*;
 pub use fact::*;
 pub use health::*;

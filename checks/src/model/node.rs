@@ -1,5 +1,6 @@
 //! The node: every fact the collectors (or a paste) gathered, in one value.
 
+use super::addons::Addons;
 use super::fact::Fact;
 use super::health::Health;
 use super::host::{CpuVendor, HugePages, Iommu, Modules, NvidiaDriver, PeerMem, Rlimit};
@@ -54,6 +55,10 @@ pub struct Node {
     /// The job container's own view (device nodes, capabilities, /dev/shm, NCCL's plugins):
     /// live and inside a container only (`check --in-container`, or detected).
     pub container: Fact<super::container::ContainerView>,
+    /// `/proc/cpuinfo`'s first `model name` (which CPU generation: relaxed ordering, issue 39).
+    pub cpu_model: Fact<String>,
+    /// gdrcopy, the peer-memory module on disk, Fabric Manager (issue 39).
+    pub addons: Addons,
 }
 
 impl Node {

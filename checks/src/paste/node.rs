@@ -89,6 +89,8 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
             "container view",
             "live-only: run `gdrdoctor check --in-container` inside the job's container",
         ),
+        cpu_model: absent("/proc/cpuinfo", NOT_PASTED),
+        addons: Addons::absent("the paste", NOT_PASTED),
     };
     (node, prov)
 }

@@ -355,6 +355,25 @@ pub(crate) fn compare_pcie(c: &mut Cmp<'_>, cs: &ConfigSpace, ld: &LDev) {
                 le.section("DevCap2").is_some(),
                 p.devcap2.is_some(),
             );
+            // The 10-bit tag bits (issue 39), where this lspci prints them (pciutils 3.7+).
+            if let Some(s) = le.section("DevCap2") {
+                if let Some(v) = flag(s, "10BitTagComp") {
+                    c.eq("DevCap2 10BitTagComp", Some(v), p.tag10_completer);
+                }
+                if let Some(v) = flag(s, "10BitTagReq") {
+                    c.eq("DevCap2 10BitTagReq", Some(v), p.tag10_requester);
+                }
+            }
+            if let Some(s) = le.section("DevCtl2") {
+                if let Some(v) = flag(s, "10BitTagReq") {
+                    c.eq("DevCtl2 10BitTagReq", Some(v), p.tag10_requester_enabled);
+                }
+            }
+            if let Some(s) = le.section("DevCap") {
+                if let Some(v) = flag(s, "ExtTag") {
+                    c.eq("DevCap ExtTag", v, p.ext_tag_supported);
+                }
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod ats;
 pub mod bars;
 pub mod link;
 pub mod mrrs;
+pub mod ordering;
 pub mod p2p_path;
 pub mod trust;
 
@@ -16,6 +17,7 @@ pub use ats::ats;
 pub use bars::bars;
 pub use link::link;
 pub use mrrs::mrrs;
+pub use ordering::{nic_tlp, relaxed_ordering};
 pub use p2p_path::p2p_path;
 
 #[cfg(test)]

@@ -148,6 +148,14 @@ pub struct PcieCap {
     pub no_snoop: bool,
     /// DevCtl: Extended Tag Field Enable.
     pub ext_tag: bool,
+    /// Device Capabilities bit 5, Extended Tag Field Supported (8-bit tags).
+    pub ext_tag_supported: bool,
+    /// Device Capabilities 2 bit 16, 10-Bit Tag Completer Supported (`None`: no DevCap2).
+    pub tag10_completer: Option<bool>,
+    /// Device Capabilities 2 bit 17, 10-Bit Tag Requester Supported.
+    pub tag10_requester: Option<bool>,
+    /// Device Control 2 bit 12, 10-Bit Tag Requester Enable.
+    pub tag10_requester_enabled: Option<bool>,
     pub lnkcap_speed_gts: Option<f64>,
     pub lnkcap_width: Option<u8>,
     pub lnksta_speed_gts: Option<f64>,

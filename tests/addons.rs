@@ -1,0 +1,129 @@
+//! The add-on checks of issue 39 on the constructed nodes (fixtures/gen.py): gdrcopy, the
+//! NIC's PCI ordering settings, the peer-memory module's ABI, Fabric Manager. Each passes on
+//! the healthy node and fails on its broken twin with the reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+use common::*;
+use gdrdoctor_checks::report::Status;
+
+#[test]
+fn gdrcopy_passes_on_the_healthy_node() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
+    let f = find(&r, "gdrcopy.gdrdrv", "node");
+    assert_eq!(f.status, Status::Pass, "{f:#?}");
+    assert!(f.message.contains("gdrdrv 2.5 loaded"), "{}", f.message);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.source.contains("dev-nodes.json") && e.observed.contains("mode 0666")),
+        "{f:#?}"
+    );
+}
+
+#[test]
+fn gdrcopy_fails_on_a_root_only_node_the_job_asks_for() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-gdrdrv-root-only"));
+    let f = find(&r, "gdrcopy.gdrdrv", "node");
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+    assert!(f.message.contains("mode 0600"), "{}", f.message);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.observed == "NCCL_GDRCOPY_ENABLE=1"),
+        "{f:#?}"
+    );
+    assert!(f.remediation.as_deref().unwrap().contains("chmod 0666"));
+    assert_eq!(r.summary.exit_code, 1);
+}
+
+#[test]
+fn nic_ordering_and_payload_pass_on_the_healthy_node() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
+    for id in ["pcie.relaxed-ordering", "pcie.nic-tlp"] {
+        let fs: Vec<_> = r.findings.iter().filter(|f| f.id == id).collect();
+        assert_eq!(fs.len(), 8, "{id}: one per nic");
+        for f in fs {
+            assert_eq!(f.status, Status::Pass, "{f:#?}");
+        }
+    }
+    let f = find(&r, "pcie.nic-tlp", "0000:19:00.0");
+    assert!(
+        f.message.contains("MaxPayload 256 bytes fits"),
+        "{}",
+        f.message
+    );
+}
+
+#[test]
+fn relaxed_ordering_off_fails_on_an_epyc_host() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-epyc-ro-off"));
+    let f = find(&r, "pcie.relaxed-ordering", "0000:19:00.0");
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+    assert!(f.message.contains("AMD EPYC 9654"), "{}", f.message);
+    assert!(f
+        .evidence
+        .iter()
+        .any(|e| e.observed.contains("RlxdOrd-") && e.expected.as_deref() == Some("RlxdOrd+")));
+    assert_eq!(
+        r.findings
+            .iter()
+            .filter(|f| f.id == "pcie.relaxed-ordering" && f.status == Status::Fail)
+            .count(),
+        8
+    );
+}
+
+#[test]
+fn a_nic_maxpayload_above_its_path_fails_naming_the_bridge() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-nic-mps-over-path"));
+    let f = find(&r, "pcie.nic-tlp", "0000:49:00.0");
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+    assert!(
+        f.message
+            .contains("MaxPayload 512 bytes is larger than 256 bytes"),
+        "{}",
+        f.message
+    );
+    assert_eq!(
+        find(&r, "pcie.nic-tlp", "0000:19:00.0").status,
+        Status::Pass
+    );
+}
+
+#[test]
+fn the_peermem_module_on_disk_matches_ib_core_on_the_healthy_node() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
+    let f = find(&r, "kmod.peermem-abi", "node");
+    assert_eq!(f.status, Status::Pass, "{f:#?}");
+    assert!(
+        f.message.contains("takes 2 symbols from ib_core"),
+        "{}",
+        f.message
+    );
+    // Read through the xz-compressed ib_core that modules.dep names.
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.source.ends_with("updates/dkms/ib_core.ko.xz")
+                && e.observed.contains("CRC 0x5a1c6e0b")),
+        "{f:#?}"
+    );
+}
+
+#[test]
+fn a_mofed_upgrade_without_a_peermem_rebuild_is_told_before_the_reboot() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-peermem-abi-break"));
+    let f = find(&r, "kmod.peermem-abi", "node");
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+    assert!(
+        f.message
+            .contains("disagrees about version of symbol ib_register_peer_memory_client"),
+        "{}",
+        f.message
+    );
+    assert!(f.message.contains("at the next boot"), "{}", f.message);
+    assert!(f.message.contains("0x5a1c6e0b") && f.message.contains("0x77e0c411"));
+    // Loaded now: the peer-memory check of the running node still passes.
+    assert_eq!(find(&r, "kmod.nvidia-peermem", "node").status, Status::Pass);
+}
