@@ -29,11 +29,9 @@ use std::path::PathBuf;
 the boot in /run/gdrdoctor/cuda-facts.json, per driver and GPU set, so most runs start no CUDA; \
 --no-cache asks CUDA anyway. GPUs in an exclusive or prohibited compute mode are left out of \
 CUDA (a job may hold them).\n\n",
-    "Error counters only grow, so one reading says little. `--interval` reads the node twice \
-and judges the second reading against the first one's counters; without it, each live run \
-records the counters in /run/gdrdoctor/counters.json (--state-dir, \
-GDRDOCTOR_STATE_DIR) and the next run of the same boot judges the growth since then: run \
-`check` from a timer and a rising counter fails the run that sees it.\n\n",
+    "Error counters only grow: `--interval` reads the node twice; without it, a live run that \
+judges counters records them in the ledger /run/gdrdoctor/counters.json and the next one judges \
+the growth since then (docs/usage.md, the counter ledger).\n\n",
     "Run as root for the full picture: PCI config space beyond 64 bytes is root-only.\n\n",
     "Exit codes (check, probe):\n",
     "  0  nothing failed (warnings allowed unless --fail-on warn)\n",
@@ -46,12 +44,9 @@ pub struct Args {
     /// Read a snapshot (directory or .tar.gz from `gdrdoctor snapshot`) instead of the live node
     #[arg(long, value_name = "DIR|TAR.GZ", env = "GDRDOCTOR_SYSROOT")]
     pub sysroot: Option<PathBuf>,
-    /// Read the host through DIR, where a container mounts the host's `/` (Kubernetes: hostPath `/`
-    /// at /host, read-only): the host's /proc, /sys and /etc are read as the live host's (a
-    /// missing file is absent on the host; symlinks, absolute ones too, resolve inside DIR).
-    /// NVML, CUDA and libibverbs are the container's (checks that need them skip when it has
-    /// none or sees fewer devices than the host); RLIMIT_MEMLOCK is the container runtime's
-    /// (containerd, cri-o, dockerd: the pods inherit it), read from DIR/proc
+    /// Read the host through DIR, where a container mounts the host's `/` (Kubernetes: hostPath
+    /// `/` at /host): its /proc, /sys and /etc as the live host's; NVML, CUDA and libibverbs are
+    /// the container's (docs/usage.md)
     #[arg(long, value_name = "DIR", conflicts_with = "sysroot")]
     pub host_root: Option<PathBuf>,
     /// Output format: table (for people; details under each finding that is not a pass), json
@@ -87,8 +82,8 @@ pub struct Args {
     /// found on the node (or, with none found, the newest rules gdrdoctor knows)
     #[arg(long, value_name = "X.Y.Z", value_parser = crate::output::args::parse_nccl_version)]
     pub nccl_version: Option<String>,
-    /// Read the error counters (AER, RDMA port, NVLink) twice, this far apart (10s, 500ms, 1m),
-    /// and judge how much they grew: a flapping link or a rising error rate shows up here
+    /// Read the error counters (AER, RDMA port, NVLink) twice, this far apart (10s, 1m; 1s to
+    /// 1h), and judge how much they grew: a flapping link or a rising error rate shows up here
     #[arg(long, value_name = "DURATION", value_parser = crate::sys::clock::parse_duration)]
     pub interval: Option<std::time::Duration>,
     #[command(flatten)]
@@ -105,11 +100,9 @@ pub struct Args {
     /// Apply no policy at all, not even /etc/gdrdoctor/policy.toml (wins over --policy)
     #[arg(long)]
     pub no_policy: bool,
-    /// Judge what a job in this container can use (run inside the job's container or pod): the
-    /// RDMA and GPU device nodes opened read-write (the device cgroup), CAP_IPC_LOCK with the
-    /// memlock limit, /dev/shm, the NCCL library and net plugins the loader finds, the NCCL_*
-    /// variables set (the container.* checks; without it they skip, naming what says this is
-    /// a container)
+    /// Judge what a job in this container can use (run it inside the job's container): device
+    /// nodes, CAP_IPC_LOCK and memlock, /dev/shm, the NCCL and net plugins the loader finds,
+    /// NCCL_* (the container.* checks)
     #[arg(long, conflicts_with_all = ["sysroot", "host_root"], env = "GDRDOCTOR_IN_CONTAINER")]
     pub in_container: bool,
     /// With --in-container: compare with the host's report (`gdrdoctor check --format json -o

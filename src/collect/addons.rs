@@ -45,6 +45,24 @@ fn dev_node(root: &Root, origin: Origin, path: &str) -> Fact<Option<DevNode>> {
         Origin::Live | Origin::HostRoot => {
             let p = root.base().join(path.trim_start_matches('/'));
             let shown = p.display().to_string();
+            // A host root is the host's `/` mounted in a container: its `dev` is the directory
+            // on the root file system, not the host's devtmpfs, unless that was mounted too. No
+            // `dev/null` there: the host's device nodes cannot be seen, which is not "absent".
+            if origin == Origin::HostRoot {
+                use std::os::unix::fs::FileTypeExt;
+                let null = root.base().join("dev/null");
+                let devtmpfs =
+                    std::fs::symlink_metadata(&null).is_ok_and(|m| m.file_type().is_char_device());
+                if !devtmpfs {
+                    return Fact::absent(
+                        shown,
+                        format!(
+                            "the host's /dev is not visible under the host root ({} is no device): mount it there too (a hostPath /dev)",
+                            null.display()
+                        ),
+                    );
+                }
+            }
             match std::fs::symlink_metadata(&p) {
                 Ok(m) => Fact::known(Some(dev_of(&m)), shown),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Fact::known(None, shown),

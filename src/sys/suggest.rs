@@ -43,6 +43,15 @@ fn score(input: &str, cand: &str) -> f64 {
     if name.len() >= 4 && after_dot(cand).split('-').any(|w| w.starts_with(name)) {
         s = s.max(0.9);
     }
+    // The whole word (`kmod.peermem` is `kmod.nvidia-peermem` as much as the start of
+    // `kmod.peermem-abi`).
+    let same_category = match (input.split_once('.'), cand.split_once('.')) {
+        (Some((ic, _)), Some((cc, _))) => ic == cc,
+        _ => true,
+    };
+    if same_category && name.len() >= 4 && after_dot(cand).split('-').any(|w| w == name) {
+        s = s.max(0.97);
+    }
     // The start of an id of the same category (`pcie.acs` for `pcie.acs-redirect`).
     if let (Some((ic, iname)), Some((cc, cname))) = (input.split_once('.'), cand.split_once('.')) {
         if ic == cc && iname.len() >= 3 && cname.starts_with(iname) {
