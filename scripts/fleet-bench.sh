@@ -34,10 +34,19 @@ EOF
 du -sh "$WORK/reports"
 echo "nproc: $(nproc)"
 sync
+cat "$WORK"/reports/*.json > /dev/null   # into the page cache
 for fmt in json table; do
-  /usr/bin/time -f "fleet -f $fmt: %e s wall, %U s user, %M KiB max rss" \
+  /usr/bin/time -f "fleet reports/ -f $fmt: %e s wall, %U s user + %S s sys, %M KiB max rss" \
     "$BIN" fleet "$WORK/reports" -f "$fmt" -o "$WORK/fleet.$fmt" || true
 done
+# The same reports on stdin (concatenated, streamed): memory must not follow the input size.
+/usr/bin/time -f "cat reports/*.json | fleet - -f json: %e s wall, %U s user + %S s sys, %M KiB max rss" \
+  sh -c "cat \"$WORK\"/reports/*.json | \"$BIN\" fleet - -f json -o \"$WORK/fleet-stdin.json\"" || true
+# A tenth of the reports, for the memory that grows with the count.
+mkdir -p "$WORK/tenth"
+ls "$WORK/reports" | awk 'NR % 10 == 1' | while read -r f; do ln -sf "$WORK/reports/$f" "$WORK/tenth/$f"; done
+/usr/bin/time -f "fleet tenth/ -f json ($(ls "$WORK/tenth" | wc -l) reports): %e s wall, %U s user + %S s sys, %M KiB max rss" \
+  "$BIN" fleet "$WORK/tenth" -f json -o "$WORK/fleet-tenth.json" || true
 python3 - "$WORK/fleet.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -8,10 +8,12 @@
 //!
 //! The page keeps working without JavaScript: the heat map, the drift table and the node
 //! sections are plain HTML; the script only sorts and filters.
+//!
+//! The markup comes from maud templates: everything a report holds (node names, messages,
+//! values) is escaped by the engine, text and attributes alike, with no escaper called by hand.
 
-use crate::sys::escape::html as esc;
 use gdrdoctor_checks::report::Status;
-use std::fmt::Write;
+use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 /// Everything the fleet page shows, already decided by the caller.
 ///
@@ -271,27 +273,33 @@ fn svg_data_url(svg: &str) -> String {
     )
 }
 
-/// The page.
+/// The page. Written with maud: every value from a report is escaped by the template engine
+/// (text and attributes alike); the only markup not escaped is the page's own CSS and script.
 pub fn render(p: &FleetPage) -> String {
-    let mut o = String::new();
-    let _ = write!(
-        o,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-<meta http-equiv=\"Content-Security-Policy\" content=\"{}\">\n\
-<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-<meta name=\"generator\" content=\"gdrdoctor fleet\">\n<title>{}</title>\n<style>{CSS}</style>\n</head>\n<body>\n",
-        esc(&content_security_policy()),
-        esc(&p.title)
-    );
-    let _ = writeln!(o, "<h1>{}</h1>", esc(&p.title));
-    for s in &p.summary {
-        let _ = writeln!(o, "<p class=\"fl-summary\">{}</p>", esc(s));
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy" content=(content_security_policy());
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="generator" content="gdrdoctor fleet";
+                title { (p.title) }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                h1 { (p.title) }
+                @for s in &p.summary {
+                    p.fl-summary { (s) }
+                }
+                (heat_map(p))
+                (drift_table(p))
+                (node_sections(p))
+                script { (PreEscaped(JS)) }
+            }
+        }
     }
-    heat_map(p, &mut o);
-    drift_table(p, &mut o);
-    node_sections(p, &mut o);
-    let _ = writeln!(o, "<script>{JS}</script>\n</body>\n</html>");
-    o
+    .into_string()
 }
 
 /// The worst status of check `c` on node `n` (`None`: not in its report).
@@ -301,97 +309,79 @@ fn cell(p: &FleetPage, c: usize, n: usize) -> Option<Status> {
 
 /// The heat map: a row per node, a column per check, with the filters above it and the count
 /// of nodes not passing below.
-fn heat_map(p: &FleetPage, o: &mut String) {
-    let _ = writeln!(o, "<h2 id=\"heat\">Checks on every node</h2>");
-    let _ = writeln!(
-        o,
-        "<div class=\"fl-controls\"><label>check <input type=\"search\" id=\"fl-filter-check\" placeholder=\"e.g. pcie or rdma.ports\"></label>\
-<label>node <input type=\"search\" id=\"fl-filter-node\" placeholder=\"part of a node name\"></label>\
-<label><input type=\"checkbox\" id=\"fl-only-bad\"> only what does not pass</label> <span id=\"fl-count\">{n} of {n} nodes</span></div>",
-        n = p.nodes.len()
-    );
-    let _ = writeln!(
-        o,
-        "<p class=\"fl-legend\"><span class=\"st-fail\">F fail</span><span class=\"st-error\">E error</span><span class=\"st-warn\">W warn</span>\
-<span class=\"st-skip\">s skip</span><span class=\"st-pass\">pass</span><span class=\"st-none\" style=\"border:1px solid #d5dae3\">not in the report</span> \
-Click a column to sort by it; a cell opens the node's findings.</p>"
-    );
-    let _ = writeln!(
-        o,
-        "<div class=\"fl-wrap\"><table class=\"fl-heat\" id=\"fl-heat\">"
-    );
-    let _ = write!(
-        o,
-        "<thead><tr><th class=\"fl-node\" data-type=\"text\" tabindex=\"0\" scope=\"col\">node</th>\
-<th class=\"fl-num\" tabindex=\"0\" scope=\"col\" title=\"the node report's exit code\">exit</th>\
-<th class=\"fl-num\" tabindex=\"0\" scope=\"col\">fail</th><th class=\"fl-num\" tabindex=\"0\" scope=\"col\">error</th>\
-<th class=\"fl-num\" tabindex=\"0\" scope=\"col\">warn</th>"
-    );
-    for (ci, c) in p.checks.iter().enumerate() {
-        let bad = (0..p.nodes.len()).any(|n| rank(cell(p, ci, n)) >= 3);
-        let _ = write!(
-            o,
-            "<th class=\"fl-check\" data-check=\"{}\" data-bad=\"{}\" tabindex=\"0\" scope=\"col\" title=\"{}\"><div>{}</div></th>",
-            esc(&c.id),
-            u8::from(bad),
-            esc(&if c.title.is_empty() {
-                c.id.clone()
-            } else {
-                format!("{}: {}", c.id, c.title)
-            }),
-            esc(&c.id)
-        );
-    }
-    let _ = writeln!(o, "</tr></thead>\n<tbody>");
-    for (ni, n) in p.nodes.iter().enumerate() {
-        let bad = n.fail + n.warn + n.error > 0 || n.exit_code != 0;
-        let _ = write!(
-            o,
-            "<tr data-i=\"{ni}\" data-node=\"{}\" data-bad=\"{}\"><td class=\"fl-node\"><a href=\"#n{ni}\">{}</a></td>\
-<td class=\"fl-num fl-exit-{}\">{}</td><td class=\"fl-num\">{}</td><td class=\"fl-num\">{}</td><td class=\"fl-num\">{}</td>",
-            esc(&n.name),
-            u8::from(bad),
-            esc(&n.name),
-            n.exit_code,
-            n.exit_code,
-            n.fail,
-            n.error,
-            n.warn
-        );
-        for (ci, c) in p.checks.iter().enumerate() {
-            let s = cell(p, ci, ni);
-            let _ = write!(
-                o,
-                "<td class=\"fl-cell {}\" data-v=\"{}\" title=\"{} on {}: {}\"><a href=\"#n{ni}\">{}</a></td>",
-                status_class(s),
-                rank(s),
-                esc(&c.id),
-                esc(&n.name),
-                s.map(|s| s.as_str()).unwrap_or("not in the report"),
-                letter(s)
-            );
+fn heat_map(p: &FleetPage) -> Markup {
+    let n = p.nodes.len();
+    html! {
+        h2 #heat { "Checks on every node" }
+        div.fl-controls {
+            label { "check " input type="search" id="fl-filter-check" placeholder="e.g. pcie or rdma.ports"; }
+            label { "node " input type="search" id="fl-filter-node" placeholder="part of a node name"; }
+            label { input type="checkbox" id="fl-only-bad"; " only what does not pass" }
+            " "
+            span #fl-count { (n) " of " (n) " nodes" }
         }
-        let _ = writeln!(o, "</tr>");
-    }
-    let _ = write!(
-        o,
-        "</tbody>\n<tfoot><tr><th class=\"fl-node\" scope=\"row\" title=\"nodes where the check warns, fails or errors\">not passing</th><td></td><td></td><td></td><td></td>"
-    );
-    for ci in 0..p.checks.len() {
-        let bad = (0..p.nodes.len())
-            .filter(|n| rank(cell(p, ci, *n)) >= 3)
-            .count();
-        let _ = write!(
-            o,
-            "<td class=\"fl-cell fl-total\">{}</td>",
-            if bad > 0 {
-                bad.to_string()
-            } else {
-                String::new()
+        p.fl-legend {
+            span.st-fail { "F fail" }
+            span.st-error { "E error" }
+            span.st-warn { "W warn" }
+            span.st-skip { "s skip" }
+            span.st-pass { "pass" }
+            span.st-none style="border:1px solid #d5dae3" { "not in the report" }
+            " Click a column to sort by it; a cell opens the node's findings."
+        }
+        div.fl-wrap {
+            table.fl-heat #fl-heat {
+                thead {
+                    tr {
+                        th.fl-node data-type="text" tabindex="0" scope="col" { "node" }
+                        th.fl-num tabindex="0" scope="col" title="the node report's exit code" { "exit" }
+                        th.fl-num tabindex="0" scope="col" { "fail" }
+                        th.fl-num tabindex="0" scope="col" { "error" }
+                        th.fl-num tabindex="0" scope="col" { "warn" }
+                        @for (ci, c) in p.checks.iter().enumerate() {
+                            @let bad = (0..n).any(|ni| rank(cell(p, ci, ni)) >= 3);
+                            @let title = if c.title.is_empty() { c.id.clone() } else { format!("{}: {}", c.id, c.title) };
+                            th.fl-check data-check=(c.id) data-bad=(u8::from(bad)) tabindex="0" scope="col" title=(title) {
+                                div { (c.id) }
+                            }
+                        }
+                    }
+                }
+                tbody {
+                    @for (ni, node) in p.nodes.iter().enumerate() {
+                        @let bad = node.fail + node.warn + node.error > 0 || node.exit_code != 0;
+                        @let href = format!("#n{ni}");
+                        tr data-i=(ni) data-node=(node.name) data-bad=(u8::from(bad)) {
+                            td.fl-node { a href=(href) { (node.name) } }
+                            td class={ "fl-num fl-exit-" (node.exit_code) } { (node.exit_code) }
+                            td.fl-num { (node.fail) }
+                            td.fl-num { (node.error) }
+                            td.fl-num { (node.warn) }
+                            @for (ci, c) in p.checks.iter().enumerate() {
+                                @let s = cell(p, ci, ni);
+                                td class={ "fl-cell " (status_class(s)) } data-v=(rank(s))
+                                    title={ (c.id) " on " (node.name) ": " (s.map(|s| s.as_str()).unwrap_or("not in the report")) } {
+                                    a href=(href) { (letter(s)) }
+                                }
+                            }
+                        }
+                    }
+                }
+                tfoot {
+                    tr {
+                        th.fl-node scope="row" title="nodes where the check warns, fails or errors" { "not passing" }
+                        td {} td {} td {} td {}
+                        @for ci in 0..p.checks.len() {
+                            @let bad = (0..n).filter(|ni| rank(cell(p, ci, *ni)) >= 3).count();
+                            td class="fl-cell fl-total" {
+                                @if bad > 0 { (bad) }
+                            }
+                        }
+                    }
+                }
             }
-        );
+        }
     }
-    let _ = writeln!(o, "</tr></tfoot></table></div>");
 }
 
 /// The area a field belongs to, for a group's summary: `nics[mlx5_3].ports[1].rate` ->
@@ -409,7 +399,7 @@ fn area(field: &str) -> &str {
 }
 
 /// `nics[mlx5_3] (3), gdr (8)`: the areas of a group's fields, with their counts, in order.
-fn areas(rows: &[DriftRow]) -> String {
+fn areas(rows: &[DriftRow]) -> Markup {
     let mut out: Vec<(&str, usize)> = Vec::new();
     for r in rows {
         let a = area(&r.field);
@@ -418,154 +408,124 @@ fn areas(rows: &[DriftRow]) -> String {
             None => out.push((a, 1)),
         }
     }
-    out.iter()
-        .map(|(a, n)| {
-            if *n == 1 {
-                format!("<code>{}</code>", esc(a))
-            } else {
-                format!("<code>{}</code> ({n})", esc(a))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    html! {
+        @for (i, (a, n)) in out.iter().enumerate() {
+            @if i > 0 { ", " }
+            code { (a) }
+            @if *n > 1 { " (" (n) ")" }
+        }
+    }
+}
+
+/// A link to a node's section, or its name when it is not a node of the page.
+fn node_link(p: &FleetPage, node: &str) -> Markup {
+    html! {
+        @match p.nodes.iter().position(|n| n.name == node) {
+            Some(i) => a href={ "#n" (i) } { (node) },
+            None => (node),
+        }
+    }
 }
 
 /// Drift from the majority: a row per cause (the nodes that differ, and every field in which
 /// they do), not a row per field.
-fn drift_table(p: &FleetPage, o: &mut String) {
-    let _ = writeln!(o, "<h2 id=\"drift\">Drift from the majority</h2>");
-    if p.drift.is_empty() {
-        let _ = writeln!(
-            o,
-            "<p>No drift: every field compared has the same value on every node.</p>"
-        );
-        return;
-    }
+fn drift_table(p: &FleetPage) -> Markup {
     let fields: usize = p.drift.iter().map(|g| g.rows.len()).sum();
-    let _ = writeln!(
-        o,
-        "<p class=\"fl-summary\">{fields} field(s) differ, in {} group(s): the fields in which the same nodes differ are one group (most often one cause).</p>",
-        p.drift.len()
-    );
-    let _ = writeln!(
-        o,
-        "<table class=\"fl-drift\" id=\"fl-drift\"><thead><tr><th>nodes that differ</th><th>what differs from the majority</th></tr></thead><tbody>"
-    );
-    let link = |node: &str| match p.nodes.iter().position(|n| n.name == node) {
-        Some(i) => format!("<a href=\"#n{i}\">{}</a>", esc(node)),
-        None => esc(node),
-    };
-    for g in &p.drift {
-        let who = if g.nodes.is_empty() {
-            "no majority".to_string()
-        } else {
-            g.nodes
-                .iter()
-                .map(|n| link(n))
-                .collect::<Vec<_>>()
-                .join("<br>")
-        };
-        let mut items = String::new();
-        for d in &g.rows {
-            let maj = match &d.majority {
-                Some(v) => format!(
-                    "<code>{}</code> ({} of {})",
-                    esc(v),
-                    d.majority_count,
-                    d.nodes
-                ),
-                None => format!("no majority ({} nodes)", d.nodes),
-            };
-            let odd: Vec<String> = if g.nodes.is_empty() {
-                d.odd
-                    .iter()
-                    .map(|(node, v)| format!("{}: <code>{}</code>", link(node), esc(v)))
-                    .collect()
-            } else {
-                // Every node of the group holds the same value (a node has one value).
-                d.odd
-                    .first()
-                    .map(|(_, v)| format!("<code>{}</code>", esc(v)))
-                    .into_iter()
-                    .collect()
-            };
-            let _ = write!(
-                items,
-                "<li data-field=\"{}\"><code>{}</code>: {maj} &rarr; {}</li>",
-                esc(&d.field),
-                esc(&d.field),
-                odd.join(", ")
-            );
+    html! {
+        h2 #drift { "Drift from the majority" }
+        @if p.drift.is_empty() {
+            p { "No drift: every field compared has the same value on every node." }
+        } @else {
+            p.fl-summary {
+                (fields) " field(s) differ, in " (p.drift.len())
+                " group(s): the fields in which the same nodes differ are one group (most often one cause)."
+            }
+            table.fl-drift #fl-drift {
+                thead { tr { th { "nodes that differ" } th { "what differs from the majority" } } }
+                tbody {
+                    @for g in &p.drift {
+                        tr.fl-cause data-fields=(g.rows.len()) {
+                            td {
+                                @if g.nodes.is_empty() {
+                                    "no majority"
+                                }
+                                @for (i, node) in g.nodes.iter().enumerate() {
+                                    @if i > 0 { br; }
+                                    (node_link(p, node))
+                                }
+                            }
+                            td {
+                                details open[g.rows.len() <= 3] {
+                                    summary { (g.rows.len()) " field(s): " (areas(&g.rows)) }
+                                    ul.fl-fields {
+                                        @for d in &g.rows {
+                                            li data-field=(d.field) {
+                                                code { (d.field) } ": "
+                                                @match &d.majority {
+                                                    Some(v) => { code { (v) } " (" (d.majority_count) " of " (d.nodes) ")" },
+                                                    None => { "no majority (" (d.nodes) " nodes)" },
+                                                }
+                                                " " (PreEscaped("&rarr;")) " "
+                                                @if g.nodes.is_empty() {
+                                                    @for (i, (node, v)) in d.odd.iter().enumerate() {
+                                                        @if i > 0 { ", " }
+                                                        (node_link(p, node)) ": " code { (v) }
+                                                    }
+                                                } @else if let Some((_, v)) = d.odd.first() {
+                                                    // Every node of the group holds the same value.
+                                                    code { (v) }
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
-        let open = if g.rows.len() <= 3 { " open" } else { "" };
-        let _ = writeln!(
-            o,
-            "<tr class=\"fl-cause\" data-fields=\"{}\"><td>{who}</td><td><details{open}><summary>{} field(s): {}</summary><ul class=\"fl-fields\">{items}</ul></details></td></tr>",
-            g.rows.len(),
-            g.rows.len(),
-            areas(&g.rows)
-        );
     }
-    let _ = writeln!(o, "</tbody></table>");
 }
 
 /// A section per node: its findings, its report, its topology picture.
-fn node_sections(p: &FleetPage, o: &mut String) {
-    let _ = writeln!(o, "<h2 id=\"nodes\">Nodes</h2>");
-    for (ni, n) in p.nodes.iter().enumerate() {
-        let open = if n.exit_code != 0 { " open" } else { "" };
-        let _ = writeln!(
-            o,
-            "<details class=\"fl-node\" id=\"n{ni}\" data-node=\"{}\"{open}><summary>{} <span class=\"fl-exit-{}\">exit {}</span>: {} fail, {} error, {} warn, {} pass, {} skip</summary>",
-            esc(&n.name),
-            esc(&n.name),
-            n.exit_code,
-            n.exit_code,
-            n.fail,
-            n.error,
-            n.warn,
-            n.pass,
-            n.skip
-        );
-        if let Some(h) = &n.report_href {
-            let _ = writeln!(
-                o,
-                "<p><a class=\"fl-report\" href=\"{}\">its report</a></p>",
-                esc(h)
-            );
-        }
-        if n.findings.is_empty() {
-            let _ = writeln!(o, "<p>Nothing fails, warns or errors on this node.</p>");
-        } else {
-            let _ = writeln!(o, "<ul class=\"fl-findings\">");
-            for f in &n.findings {
-                let _ = write!(
-                    o,
-                    "<li><span class=\"{}\">&nbsp;{}&nbsp;</span> <code>{}</code> <code>{}</code>: {}",
-                    status_class(Some(f.status)),
-                    f.status,
-                    esc(&f.id),
-                    esc(&f.subject),
-                    esc(&f.message)
-                );
-                if let Some(r) = &f.remediation {
-                    let _ = write!(o, "<div class=\"fl-fix\">fix: {}</div>", esc(r));
+fn node_sections(p: &FleetPage) -> Markup {
+    html! {
+        h2 #nodes { "Nodes" }
+        @for (ni, n) in p.nodes.iter().enumerate() {
+            details.fl-node id={ "n" (ni) } data-node=(n.name) open[n.exit_code != 0] {
+                summary {
+                    (n.name) " "
+                    span class={ "fl-exit-" (n.exit_code) } { "exit " (n.exit_code) }
+                    ": " (n.fail) " fail, " (n.error) " error, " (n.warn) " warn, " (n.pass) " pass, " (n.skip) " skip"
                 }
-                let _ = writeln!(o, "</li>");
+                @if let Some(h) = &n.report_href {
+                    p { a.fl-report href=(h) { "its report" } }
+                }
+                @if n.findings.is_empty() {
+                    p { "Nothing fails, warns or errors on this node." }
+                } @else {
+                    ul.fl-findings {
+                        @for f in &n.findings {
+                            li {
+                                span class=(status_class(Some(f.status))) { (PreEscaped("&nbsp;")) (f.status) (PreEscaped("&nbsp;")) }
+                                " " code { (f.id) } " " code { (f.subject) } ": " (f.message)
+                                @if let Some(r) = &f.remediation {
+                                    div.fl-fix { "fix: " (r) }
+                                }
+                            }
+                        }
+                    }
+                }
+                @if let Some(svg) = &n.topo_svg {
+                    // A file from --svg-dir is foreign markup: never inlined. As an image, its
+                    // bytes can neither run a script nor break out of their element.
+                    div.fl-topo {
+                        img.fl-picture alt={ "topology of " (n.name) } src=(svg_data_url(svg));
+                    }
+                }
             }
-            let _ = writeln!(o, "</ul>");
         }
-        if let Some(svg) = &n.topo_svg {
-            // A file from --svg-dir is foreign markup: never inlined. As an image, its bytes
-            // can neither run a script nor break out of their element.
-            let _ = writeln!(
-                o,
-                "<div class=\"fl-topo\"><img class=\"fl-picture\" alt=\"topology of {}\" src=\"{}\"></div>",
-                esc(&n.name),
-                svg_data_url(svg)
-            );
-        }
-        let _ = writeln!(o, "</details>");
     }
 }
 
@@ -630,6 +590,30 @@ mod tests {
             !h.contains("http://") && !h.contains("https://"),
             "no network"
         );
+    }
+
+    /// A hostile node name, check id, value or message stays text in every place it is put:
+    /// element text, attributes (`data-node`, `title`, `alt`), the drift list.
+    #[test]
+    fn hostile_text_stays_text_everywhere() {
+        let evil = "x\" onmouseover=\"alert(1)\"><script>alert(2)</script>'&";
+        let mut p = page();
+        p.nodes[0].name = evil.into();
+        p.nodes[0].findings[0].message = evil.into();
+        p.nodes[0].topo_svg = Some("<svg data-generator=\"gdrdoctor topo\"></svg>".into());
+        p.checks[0].title = evil.into();
+        p.drift[0].nodes = vec![evil.into()];
+        p.drift[0].rows[0].odd = vec![(evil.into(), evil.into())];
+        p.drift[0].rows[0].field = evil.into();
+        let h = render(&p);
+        assert!(!h.contains("<script>alert"), "no element from a report");
+        assert!(!h.contains("\" onmouseover"), "no attribute from a report");
+        assert_eq!(
+            h.matches("<script>").count(),
+            1,
+            "the page's own script only"
+        );
+        assert!(h.contains("x&quot; onmouseover=&quot;alert(1)&quot;&gt;&lt;script&gt;"));
     }
 
     #[test]
