@@ -141,7 +141,6 @@ pub fn run(args: &Args) -> i32 {
         &collect::assume(args.nccl_version.as_deref()),
     );
     let color = args.out.output.is_none() && color_enabled(args.out.color);
-    colored::control::set_override(color);
     let style = Style {
         color,
         verbose: args.out.verbose,

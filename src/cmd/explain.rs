@@ -41,7 +41,6 @@ pub fn run(args: &Args) -> i32 {
         return if emit(page) { 0 } else { EXIT_USAGE };
     }
     let color = color_enabled(ColorChoice::Auto);
-    colored::control::set_override(color);
     let text = render::markdown::render(page, crate::sys::term::stdout_width(), color);
     if !no_pager && crate::sys::term::page(&text) {
         return 0;

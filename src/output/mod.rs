@@ -112,7 +112,6 @@ pub fn deliver(report: &Report, format: render::Format, out: &OutputArgs) -> i32
     // `-o -` is stdout, laid out and coloured as stdout is.
     let output = out.file();
     let color = output.is_none() && color_enabled(out.color);
-    colored::control::set_override(color);
     let style = Style {
         color,
         verbose: out.verbose,

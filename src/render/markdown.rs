@@ -11,7 +11,7 @@
 //! that stays readable; code and tables use the full width.
 
 use super::{grid, wrap};
-use colored::Colorize;
+use anstyle::{AnsiColor, Style as Ansi};
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
 /// Prose lines are never longer than this, however wide the terminal.
@@ -96,7 +96,7 @@ impl Ctx {
         if !self.color {
             return text.to_string();
         }
-        let mut s = text.normal();
+        let mut s = Ansi::new();
         if k.heading || k.strong {
             s = s.bold();
         }
@@ -104,9 +104,9 @@ impl Ctx {
             s = s.italic();
         }
         if k.code {
-            s = s.cyan();
+            s = s.fg_color(Some(AnsiColor::Cyan.into()));
         }
-        s.to_string()
+        super::paint(text, s)
     }
 
     fn blank_line_if_owed(&mut self) {
@@ -201,7 +201,11 @@ impl Ctx {
         for l in text.trim_end_matches('\n').split('\n') {
             let parts = break_code(l, room);
             for p in parts {
-                let shown = if self.color { p.cyan().to_string() } else { p };
+                let shown = if self.color {
+                    super::paint(&p, AnsiColor::Cyan.on_default())
+                } else {
+                    p
+                };
                 self.out
                     .push_str(format!("{quote}{pad}{shown}").trim_end_matches(' '));
                 self.out.push('\n');
@@ -696,7 +700,6 @@ modprobe nvidia-peermem   # a long command line that must never be wrapped by th
 
     #[test]
     fn color_styles_instead_of_markers() {
-        colored::control::set_override(true);
         let out = render(PAGE, 80, true);
         assert!(out.contains("\x1b[1m"), "{out}");
         assert!(!out.contains("`/sys/module"), "{out}");

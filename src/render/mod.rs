@@ -32,6 +32,16 @@ pub enum Format {
     Oneline,
 }
 
+/// `text` painted with `style`: anstyle's escape sequences, then a reset. Callers paint only
+/// when colour is on (`--color`, whose `auto` is anstream's reading of NO_COLOR, CLICOLOR,
+/// CLICOLOR_FORCE and TERM); table cells are painted by comfy-table ([`grid::Paint`]).
+pub fn paint(text: &str, style: anstyle::Style) -> String {
+    if style == anstyle::Style::new() {
+        return text.to_string();
+    }
+    format!("{}{text}{}", style.render(), style.render_reset())
+}
+
 pub struct Style {
     pub color: bool,
     pub verbose: bool,

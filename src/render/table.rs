@@ -13,7 +13,7 @@
 use super::grid::{self, Column, Fit, Grid, Paint, Text};
 use super::wrap;
 use super::Style;
-use colored::Colorize;
+use anstyle::{AnsiColor, Style as Ansi};
 use gdrdoctor_checks::report::{Finding, Report, Status};
 
 /// Below this many columns for the message, rows are stacked (the check, the subject and the
@@ -269,13 +269,14 @@ fn details(report: &Report, style: &Style, max: usize, out: &mut String) {
     for f in details {
         let head = format!("{}[{}]", f.status.as_str(), f.id);
         let head = if style.color {
-            match f.status {
-                Status::Fail => head.red().bold().to_string(),
-                Status::Warn => head.yellow().bold().to_string(),
-                Status::Error => head.magenta().bold().to_string(),
-                Status::Skip => head.dimmed().to_string(),
-                Status::Pass => head.green().to_string(),
-            }
+            let ansi = match f.status {
+                Status::Fail => AnsiColor::Red.on_default().bold(),
+                Status::Warn => AnsiColor::Yellow.on_default().bold(),
+                Status::Error => AnsiColor::Magenta.on_default().bold(),
+                Status::Skip => Ansi::new().dimmed(),
+                Status::Pass => AnsiColor::Green.on_default(),
+            };
+            super::paint(&head, ansi)
         } else {
             head
         };
@@ -297,7 +298,7 @@ fn details(report: &Report, style: &Style, max: usize, out: &mut String) {
         }
         if let Some(r) = &f.remediation {
             let label = if style.color {
-                "help".cyan().bold().to_string()
+                super::paint("help", AnsiColor::Cyan.on_default().bold())
             } else {
                 "help".into()
             };
