@@ -109,6 +109,17 @@ pub fn run(args: &Args) -> i32 {
             Err(e) => return fail(e),
         }
     }
+    // Each input is capped where it is read; together they are capped too, so that memory stays
+    // bounded (the reader uses about 12 bytes per byte of paste).
+    let total: u64 = inputs.iter().map(|i| i.text.len() as u64).sum();
+    if total > input::MAX_INPUT {
+        return fail(format!(
+            "{}: {} MiB of paste together, more than {} MiB; give the relevant command outputs only (or one host's log at a time)",
+            inputs.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "),
+            total >> 20,
+            input::MAX_INPUT >> 20
+        ));
+    }
     let p = paste::read(&inputs);
     if !paste::report::recognised(&p) {
         return fail(format!(

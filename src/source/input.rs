@@ -5,8 +5,11 @@ use gdrdoctor_checks::paste::Input;
 use std::io::Read;
 use std::path::Path;
 
-/// Pastes larger than this are refused (a whole `lspci -vvvxxxx` of a big node is ~3 MiB).
-const MAX_INPUT: u64 = 64 << 20;
+/// Pastes larger than this are refused (a whole `lspci -vvvxxxx` of a big node is ~3 MiB; a
+/// whole job's NCCL_DEBUG=INFO log of 512 ranks ~5 MiB). `diagnose` also refuses inputs that
+/// together exceed it: its reader takes linear time and about 12 bytes of memory per byte of
+/// paste (docs/performance.md), so this bounds it under 1 GiB.
+pub const MAX_INPUT: u64 = 64 << 20;
 
 /// Open `path` for reading only if it is a regular file (a link to one is followed): opened
 /// without blocking (a FIFO without a writer would block for ever) and judged by what was

@@ -107,3 +107,27 @@ fn topo_nvidia_smi_is_the_diagnose_reader() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["nccl_rules"], "NCCL 2.18.6 rules (--nccl-version 2.18.6)");
 }
+
+#[test]
+fn pastes_over_the_bound_are_refused_with_the_bound_named() {
+    // One input over 64 MiB, and two that are over it together: exit 2, nothing read.
+    let t = tempfile::tempdir().unwrap();
+    let line = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA\n";
+    let half: String = line.repeat((34 << 20) / line.len());
+    let (a, b) = (t.path().join("a.log"), t.path().join("b.log"));
+    std::fs::write(&a, &half).unwrap();
+    std::fs::write(&b, &half).unwrap();
+    let (code, out, err) = run(&[
+        "diagnose",
+        &a.display().to_string(),
+        &b.display().to_string(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty());
+    assert!(err.contains("more than 64 MiB"), "{err}");
+    let big = t.path().join("big.log");
+    std::fs::write(&big, half.repeat(2)).unwrap();
+    let (code, _, err) = run(&["diagnose", &big.display().to_string()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("larger than 64 MiB"), "{err}");
+}

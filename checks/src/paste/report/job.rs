@@ -55,14 +55,15 @@ fn key(host: &Option<String>, pid: Option<u32>, rank: u32) -> (Option<String>, O
 /// Every rank the log names (its `Init` lines and the connections it printed).
 pub fn ranks(log: &NcclLog) -> Vec<RankView> {
     let mut out: Vec<RankView> = Vec::new();
-    let find =
+    // One lookup per line (a whole job's log has a million channel lines).
+    type K = (Option<String>, Option<u32>, u32);
+    let mut index: std::collections::HashMap<K, usize> = Default::default();
+    let mut find =
         |out: &mut Vec<RankView>, host: &Option<String>, pid: Option<u32>, rank: u32, line| {
-            if let Some(i) = out
-                .iter()
-                .position(|r| key(&r.host, r.pid, r.rank) == key(host, pid, rank))
-            {
+            if let Some(&i) = index.get(&(host.clone(), pid, rank)) {
                 return i;
             }
+            index.insert(key(host, pid, rank), out.len());
             out.push(RankView {
                 host: host.clone(),
                 pid,
@@ -92,6 +93,8 @@ pub fn ranks(log: &NcclLog) -> Vec<RankView> {
         v.cuda_dev = v.cuda_dev.or(r.cuda_dev);
     }
     let mut gdr: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut nics: std::collections::HashMap<(Option<String>, String, u32), String> =
+        Default::default();
     for c in &log.connections {
         let (rank, _) = c.local();
         let peer = if rank == c.from_rank {
@@ -114,11 +117,15 @@ pub fn ranks(log: &NcclLog) -> Vec<RankView> {
         } = &c.transport
         {
             let host = c.origin.host.as_deref();
-            let nic = log
-                .net_device(host, net, *dev)
-                .filter(|_| is_rdma(net))
-                .map(|d| d.name.clone())
-                .unwrap_or_else(|| format!("NET/{net}/{dev}"));
+            let nic = nics
+                .entry((c.origin.host.clone(), net.clone(), *dev))
+                .or_insert_with(|| {
+                    log.net_device(host, net, *dev)
+                        .filter(|_| is_rdma(net))
+                        .map(|d| d.name.clone())
+                        .unwrap_or_else(|| format!("NET/{net}/{dev}"))
+                })
+                .clone();
             if !v.nics.contains(&nic) {
                 v.nics.push(nic);
             }
