@@ -296,7 +296,7 @@ pub fn odd_ranks(log: &NcclLog, label: &str) -> Option<Finding> {
             );
         }
     }
-    Some(f.fix("compare that host with the others: `gdrdoctor check` on it (peer memory, ACS, the NIC's port), or `gdrdoctor diagnose --node-report` with the hosts' reports"))
+    Some(f.fix("run `gdrdoctor check` on that host (peer memory, ACS on its GPU-NIC path, the NIC's port) and compare its report with a healthy host's (`gdrdoctor fleet a.json b.json`)"))
 }
 
 /// Each run of every block that held several.
