@@ -298,7 +298,33 @@ pub fn uname_block(b: &mut Block, raw: &RawBlock) -> Option<(String, Option<Stri
 }
 
 /// A `ulimit` block: the locked-memory limit.
+/// The resource a `ulimit` command shows: the last of its resource flags (`-n` open files,
+/// `-l` locked memory, `-a` all), `f` (file size, bash's default) without one.
+pub fn ulimit_resource(command: &str) -> char {
+    let mut r = 'f';
+    for w in command.split_whitespace().skip(1) {
+        if let Some(flags) = w.strip_prefix('-') {
+            for c in flags.chars().filter(|c| !matches!(c, 'H' | 'S')) {
+                r = c;
+            }
+        }
+    }
+    r
+}
+
 pub fn ulimit_block(b: &mut Block, raw: &RawBlock) -> Option<Rlimit> {
+    // `ulimit -n` (open files) or a bare `ulimit` (file size) printed a number that is no
+    // locked-memory limit (`ulimit -n` = 1024 read as a 1 MiB memlock limit).
+    if let Some(c) = raw.command.as_deref() {
+        let r = ulimit_resource(c);
+        if r != 'l' && r != 'a' {
+            b.status = BlockStatus::Ignored;
+            b.problems.push(format!(
+                "`{c}` shows another limit than locked memory (-{r}); paste `ulimit -l`"
+            ));
+            return None;
+        }
+    }
     // `ulimit -H...` shows the hard limit; the kernel enforces the soft one (what `ulimit -l`
     // and `ulimit -a` show), which is what the check judges.
     if raw.command.as_deref().is_some_and(ulimit_hard) {
@@ -328,6 +354,30 @@ pub fn ulimit_block(b: &mut Block, raw: &RawBlock) -> Option<Rlimit> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn ulimit_other_resources_are_not_memlock() {
+        for (c, r) in [
+            ("ulimit -l", 'l'),
+            ("ulimit -a", 'a'),
+            ("ulimit -n", 'n'),
+            ("ulimit -Sn", 'n'),
+            ("ulimit", 'f'),
+            ("ulimit -H -l", 'l'),
+        ] {
+            assert_eq!(super::ulimit_resource(c), r, "{c}");
+        }
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text: "$ ulimit -n\n1024\n".into(),
+        }]);
+        assert!(p.ulimit.is_empty(), "{:?}", p.ulimit);
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text: "$ ulimit -l\n1024\n".into(),
+        }]);
+        assert_eq!(p.ulimit.len(), 1);
+    }
 
     #[test]
     fn ulimit_hard_flags() {
