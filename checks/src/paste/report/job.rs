@@ -163,7 +163,11 @@ fn name(r: &RankView) -> String {
 /// `nccl.ranks`: the ranks whose GDR differs from the others' (NCCL's own `/GDRDMA` word),
 /// with the reason when the log says it for that host (`GPU Direct RDMA Disabled for HCA`, a
 /// distance line). `None` when fewer than two ranks used an RDMA network.
-pub fn odd_ranks(log: &NcclLog, label: &str) -> Option<Finding> {
+pub fn odd_ranks(
+    log: &NcclLog,
+    label: &str,
+    reports: &[(String, crate::report::Report)],
+) -> Option<Finding> {
     const ID: &str = "nccl.ranks";
     let all = ranks(log);
     let net: Vec<&RankView> = all
@@ -296,7 +300,15 @@ pub fn odd_ranks(log: &NcclLog, label: &str) -> Option<Finding> {
             );
         }
     }
-    Some(f.fix("run `gdrdoctor check` on that host (peer memory, ACS on its GPU-NIC path, the NIC's port) and compare its report with a healthy host's (`gdrdoctor fleet a.json b.json`)"))
+    // The nodes' own facts, when their reports were given (`--node-report`).
+    if !reports.is_empty() {
+        let mut hosts: Vec<&str> = odd.iter().filter_map(|r| r.host.as_deref()).collect();
+        hosts.dedup();
+        for h in hosts {
+            f = node_evidence(f, h, reports);
+        }
+    }
+    Some(f.fix("run `gdrdoctor check` on that host (peer memory, ACS on its GPU-NIC path, the NIC's port) and compare its report with a healthy host's (`gdrdoctor fleet a.json b.json`), or give the hosts' reports to `diagnose --node-report DIR`"))
 }
 
 /// Each run of every block that held several.
@@ -525,4 +537,70 @@ pub fn network(log: &NcclLog, label: &str) -> Option<Finding> {
         );
     }
     Some(f)
+}
+
+/// The report of a host: its `host.hostname` is the log's name, or that name's first label
+/// (`gpu-07.cluster` for `gpu-07`, and the reverse).
+fn report_of<'a>(
+    host: &str,
+    reports: &'a [(String, crate::report::Report)],
+) -> Option<&'a (String, crate::report::Report)> {
+    let short = |h: &str| h.split('.').next().unwrap_or(h).to_string();
+    reports.iter().find(|(_, r)| {
+        r.host
+            .hostname
+            .as_deref()
+            .is_some_and(|n| n == host || short(n) == short(host))
+    })
+}
+
+/// What a host's report says that explains a GDR decision: its failed and warned findings of
+/// peer memory, dma-buf, PCIe, IOMMU, the RDMA devices and GDR, or that no report names it.
+fn node_evidence(
+    mut f: Finding,
+    host: &str,
+    reports: &[(String, crate::report::Report)],
+) -> Finding {
+    let Some((name, r)) = report_of(host, reports) else {
+        return f.evidence(
+            "node reports",
+            format!(
+                "no report for {host} among the {} given (their hostnames: {})",
+                reports.len(),
+                reports
+                    .iter()
+                    .map(|(_, r)| r.host.hostname.as_deref().unwrap_or("?"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    };
+    const FAMILIES: [&str; 8] = [
+        "kmod.", "driver.", "pcie.", "iommu.", "rdma.", "gdr.", "dmabuf.", "topo.",
+    ];
+    let bad: Vec<&Finding> = r
+        .findings
+        .iter()
+        .filter(|x| matches!(x.status, Status::Fail | Status::Warn))
+        .filter(|x| FAMILIES.iter().any(|p| x.id.starts_with(p)))
+        .collect();
+    if bad.is_empty() {
+        return f.evidence(
+            format!("node report {name}"),
+            format!("{host}: no failed or warned peer-memory, PCIe, IOMMU, RDMA or GDR check"),
+        );
+    }
+    for x in bad.iter().take(4) {
+        f = f.evidence(
+            format!("node report {name}"),
+            format!(
+                "why on {host}: {} {} ({}): {}",
+                x.status.as_str(),
+                x.id,
+                x.subject,
+                x.message
+            ),
+        );
+    }
+    f
 }
