@@ -73,6 +73,11 @@ pub struct Args {
     /// pasted NCCL log (or, with none, the newest rules gdrdoctor knows)
     #[arg(long, value_name = "X.Y.Z", value_parser = crate::output::args::parse_nccl_version)]
     pub nccl_version: Option<String>,
+    /// `gdrdoctor check --format json` reports of the job's hosts (files, or directories of
+    /// `*.json`): joined to the NCCL log by host name, they explain a rank's GDR decision with
+    /// its node's facts
+    #[arg(long = "node-report", value_name = "FILE|DIR")]
+    pub node_reports: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -118,6 +123,17 @@ pub fn run(args: &Args) -> i32 {
             Err(e) => return fail(e),
         }
     }
+    // Each input is capped where it is read; together they are capped too, so that memory stays
+    // bounded (the reader uses about 12 bytes per byte of paste).
+    let total: u64 = inputs.iter().map(|i| i.text.len() as u64).sum();
+    if total > input::MAX_INPUT {
+        return fail(format!(
+            "{}: {} MiB of paste together, more than {} MiB; give the relevant command outputs only (or one host's log at a time)",
+            inputs.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "),
+            total >> 20,
+            input::MAX_INPUT >> 20
+        ));
+    }
     let p = paste::read(&inputs);
     if !paste::report::recognised(&p) {
         return fail(format!(
@@ -134,12 +150,12 @@ pub fn run(args: &Args) -> i32 {
         fail_on,
         allow_incomplete: args.out.allow_incomplete,
     };
-    let r = paste::report::diagnose_paste(
-        &p,
-        &inputs,
-        &opts,
-        &collect::assume(args.nccl_version.as_deref()),
-    );
+    let mut assume = collect::assume(args.nccl_version.as_deref());
+    match node_reports(&args.node_reports) {
+        Ok(r) => assume.node_reports = r,
+        Err(e) => return fail(e),
+    }
+    let r = paste::report::diagnose_paste(&p, &inputs, &opts, &assume);
     let color = args.out.output.is_none() && color_enabled(args.out.color);
     let style = Style {
         color,
@@ -162,4 +178,38 @@ pub fn run(args: &Args) -> i32 {
         0 => r.summary.exit_code,
         code => code,
     }
+}
+
+/// The `--node-report` files (a directory: its `*.json`, in name order), each a
+/// `gdrdoctor.report/v1`; an unreadable or foreign file is an error naming it.
+fn node_reports(
+    paths: &[PathBuf],
+) -> Result<Vec<(String, gdrdoctor_checks::report::Report)>, String> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut inside: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "json"))
+                .collect();
+            inside.sort();
+            files.extend(inside);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let file = input::open_regular(&f)?;
+        let buf = input::read_capped(file, input::MAX_INPUT, &f.display().to_string())?;
+        let r: gdrdoctor_checks::report::Report = serde_json::from_slice(&buf).map_err(|e| {
+            format!(
+                "{}: not a gdrdoctor check report (gdrdoctor.report/v1): {e}",
+                f.display()
+            )
+        })?;
+        out.push((f.display().to_string(), r));
+    }
+    Ok(out)
 }

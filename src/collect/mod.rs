@@ -177,6 +177,7 @@ pub fn assume(nccl_version: Option<&str>) -> gdrdoctor_checks::paste::report::As
             .into_iter()
             .filter(|(k, _)| k.starts_with("NCCL_"))
             .collect(),
+        ..Default::default()
     }
 }
 

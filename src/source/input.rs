@@ -5,8 +5,11 @@ use gdrdoctor_checks::paste::Input;
 use std::io::Read;
 use std::path::Path;
 
-/// Pastes larger than this are refused (a whole `lspci -vvvxxxx` of a big node is ~3 MiB).
-const MAX_INPUT: u64 = 64 << 20;
+/// Pastes larger than this are refused (a whole `lspci -vvvxxxx` of a big node is ~3 MiB; a
+/// whole job's NCCL_DEBUG=INFO log of 512 ranks ~5 MiB). `diagnose` also refuses inputs that
+/// together exceed it: its reader takes linear time and about 12 bytes of memory per byte of
+/// paste (docs/performance.md), so this bounds it under 1 GiB.
+pub const MAX_INPUT: u64 = 64 << 20;
 
 /// The most rows, or columns, of a pasted `nvidia-smi topo -m` matrix. The largest real nodes
 /// show about 30 (8 GPUs and up to 20 NIC ports, DPUs included); reading a matrix costs more

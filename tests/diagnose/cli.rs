@@ -107,3 +107,84 @@ fn topo_nvidia_smi_is_the_diagnose_reader() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["nccl_rules"], "NCCL 2.18.6 rules (--nccl-version 2.18.6)");
 }
+
+#[test]
+fn pastes_over_the_bound_are_refused_with_the_bound_named() {
+    // One input over 64 MiB, and two that are over it together: exit 2, nothing read.
+    let t = tempfile::tempdir().unwrap();
+    let line = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA\n";
+    let half: String = line.repeat((34 << 20) / line.len());
+    let (a, b) = (t.path().join("a.log"), t.path().join("b.log"));
+    std::fs::write(&a, &half).unwrap();
+    std::fs::write(&b, &half).unwrap();
+    let (code, out, err) = run(&[
+        "diagnose",
+        &a.display().to_string(),
+        &b.display().to_string(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty());
+    assert!(err.contains("more than 64 MiB"), "{err}");
+    let big = t.path().join("big.log");
+    std::fs::write(&big, half.repeat(2)).unwrap();
+    let (code, _, err) = run(&["diagnose", &big.display().to_string()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("larger than 64 MiB"), "{err}");
+}
+
+#[test]
+fn node_reports_explain_the_odd_rank_by_its_host() {
+    // The golden ACS-redirect report, renamed gpu-b: the host whose rank went without GDR.
+    let t = tempfile::tempdir().unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("fixtures/golden/hgx-h200x8-cx7x8-acs-redirect.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    v["host"]["hostname"] = "gpu-b.cluster".into();
+    let dir = t.path().join("reports");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("gpu-b.json"), v.to_string()).unwrap();
+    let log = pastes().join("constructed-2host-rank-without-gdr.txt");
+    let (code, out, err) = run(&[
+        "diagnose",
+        &log.display().to_string(),
+        "--node-report",
+        &dir.display().to_string(),
+        "-f",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let f = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "nccl.ranks")
+        .unwrap();
+    let ev: Vec<&str> = f["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["observed"].as_str().unwrap())
+        .collect();
+    assert!(
+        ev.iter()
+            .any(|e| e.starts_with("why on gpu-b: fail pcie.acs-redirect")),
+        "{ev:?}"
+    );
+    // A file that is no report is refused, naming it.
+    let bad = t.path().join("bad.json");
+    std::fs::write(&bad, "{}").unwrap();
+    let (code, _, err) = run(&[
+        "diagnose",
+        &log.display().to_string(),
+        "--node-report",
+        &bad.display().to_string(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("bad.json") && err.contains("not a gdrdoctor check report"),
+        "{err}"
+    );
+}

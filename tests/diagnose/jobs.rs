@@ -246,3 +246,32 @@ fn lines_without_the_prefix_are_read_with_lower_confidence() {
     assert_eq!(l.connections.len(), 2);
     assert!(l.connections.iter().all(|c| c.origin.unprefixed));
 }
+
+#[test]
+fn an_ibv_devinfo_cut_inside_a_device_is_an_excerpt_not_a_device_without_ports() {
+    // deepep#55's paste ends after `hca_id: mlx5_4`, its transport and an empty `fw_ver:`.
+    let r = run_on(&["deepep-55-ibv_devinfo-excerpt.txt"]);
+    let ports: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "rdma.ports" && f.subject == "mlx5_4")
+        .collect();
+    assert_eq!(ports.len(), 1);
+    assert_ne!(ports[0].status, Status::Fail, "{:?}", ports[0]);
+    assert!(!ports[0].message.contains("no ports"));
+    assert_eq!(r.summary.exit_code, 0);
+    let p = paste::read(&[input("x", text("deepep-55-ibv_devinfo-excerpt.txt"))]);
+    let d = p.ib.iter().find(|(_, d)| d.name == "mlx5_4").unwrap();
+    assert!(d.1.cut.as_deref().is_some_and(|w| w.contains("excerpt")));
+    // A device that says it has 2 ports and shows one is cut too; one that shows all is not.
+    let t = "hca_id:\tmlx5_0\n\tphys_port_cnt:\t\t\t2\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n";
+    let p = paste::read(&[input("x", t.into())]);
+    assert!(p.ib[0]
+        .1
+        .cut
+        .as_deref()
+        .is_some_and(|w| w.contains("1 of its 2")));
+    let t = t.replace("phys_port_cnt:\t\t\t2", "phys_port_cnt:\t\t\t1");
+    let p = paste::read(&[input("x", t)]);
+    assert_eq!(p.ib[0].1.cut, None);
+}

@@ -36,6 +36,35 @@ pub struct IbDevice {
     /// The tool could not read this device (`ibpanic: ... stat of IB device 'X' failed: ...`):
     /// the line. Nothing else of it is known.
     pub failed: Option<String>,
+    /// How many ports the tool said the device has (`phys_port_cnt:`, ibstat's `Number of
+    /// ports:`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port_count: Option<u32>,
+    /// The paste holds only part of this device (an excerpt cut before its port lines): why.
+    /// Its ports are then unknown, not absent: a tool always lists a device's ports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<String>,
+}
+
+/// Mark every device whose port lines the paste does not hold: fewer ports than it said it
+/// has, or none and no port count (the excerpt ends inside the device's header).
+fn mark_cut(out: &mut [IbDevice]) {
+    for d in out.iter_mut().filter(|d| d.failed.is_none()) {
+        let n = d.ports.len() as u32;
+        d.cut = match d.port_count {
+            Some(c) if n < c && n == 0 => Some(format!(
+                "the paste shows none of its {c} port(s) (an excerpt cut inside the device)"
+            )),
+            Some(c) if n < c => Some(format!(
+                "the paste shows {n} of its {c} ports (an excerpt cut inside the device)"
+            )),
+            None if n == 0 => Some(
+                "the paste ends inside the device, before its port count and ports (an excerpt)"
+                    .to_string(),
+            ),
+            _ => None,
+        };
+    }
 }
 
 /// Mark the device an `ibpanic:`/`ibwarn:` line names as unreadable (added when not listed
@@ -160,6 +189,7 @@ pub fn parse_devinfo(lines: &[Line]) -> Vec<IbDevice> {
             "node_guid" => d.node_guid = Some(v),
             "board_id" => d.board_id = Some(v),
             "vendor_part_id" => d.hca_type = Some(format!("MT{v}")),
+            "phys_port_cnt" => d.port_count = v.trim().parse().ok(),
             "port" => {
                 if let Ok(p) = v.parse() {
                     d.ports.push(IbPort {
@@ -182,6 +212,7 @@ pub fn parse_devinfo(lines: &[Line]) -> Vec<IbDevice> {
             }
         }
     }
+    mark_cut(&mut out);
     out
 }
 
@@ -249,6 +280,7 @@ pub fn parse_ibstat(lines: &[Line]) -> Vec<IbDevice> {
             "CA type" => d.hca_type = Some(v).filter(|x| !x.is_empty()),
             "Firmware version" => d.fw_ver = Some(v),
             "Node GUID" => d.node_guid = Some(v),
+            "Number of ports" => d.port_count = v.trim().parse().ok(),
             _ => {
                 let Some(p) = d.ports.last_mut() else {
                     continue;
@@ -270,6 +302,7 @@ pub fn parse_ibstat(lines: &[Line]) -> Vec<IbDevice> {
             }
         }
     }
+    mark_cut(&mut out);
     out
 }
 

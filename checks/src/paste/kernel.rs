@@ -282,7 +282,25 @@ pub fn dmesg_block(b: &mut Block, raw: &RawBlock) -> Dmesg {
 }
 
 /// A `uname` block: the kernel release and the machine.
+/// Whether a kernel release is cut: Linux's releases carry three numbers (`5.10.0`, never
+/// `5.10`; the Makefile's VERSION.PATCHLEVEL.SUBLEVEL), so `5.1` is an excerpt of `5.15.0-..`
+/// or `5.10.0`, and no fact.
+pub fn release_cut(r: &str) -> bool {
+    let numeric = r
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .next()
+        .unwrap_or("");
+    numeric.split('.').filter(|p| !p.is_empty()).count() < 3
+}
+
 pub fn uname_block(b: &mut Block, raw: &RawBlock) -> Option<(String, Option<String>)> {
+    if let Some((r, _, no)) = parse_uname(&raw.lines).filter(|(r, _, _)| release_cut(r)) {
+        b.status = BlockStatus::Refused;
+        b.problems.push(format!(
+            "line {no}: the kernel release `{r}` is cut (a release has three numbers, as 5.15.0): unknown, not used"
+        ));
+        return None;
+    }
     match parse_uname(&raw.lines) {
         Some((r, m, _)) => {
             b.summary = format!("kernel {r}");
@@ -297,8 +315,34 @@ pub fn uname_block(b: &mut Block, raw: &RawBlock) -> Option<(String, Option<Stri
     }
 }
 
+/// The resource a `ulimit` command shows: the last of its resource flags (`-n` open files,
+/// `-l` locked memory, `-a` all), `f` (file size, bash's default) without one.
+pub fn ulimit_resource(command: &str) -> char {
+    let mut r = 'f';
+    for w in command.split_whitespace().skip(1) {
+        if let Some(flags) = w.strip_prefix('-') {
+            for c in flags.chars().filter(|c| !matches!(c, 'H' | 'S')) {
+                r = c;
+            }
+        }
+    }
+    r
+}
+
 /// A `ulimit` block: the locked-memory limit.
 pub fn ulimit_block(b: &mut Block, raw: &RawBlock) -> Option<Rlimit> {
+    // `ulimit -n` (open files) or a bare `ulimit` (file size) printed a number that is no
+    // locked-memory limit (`ulimit -n` = 1024 read as a 1 MiB memlock limit).
+    if let Some(c) = raw.command.as_deref() {
+        let r = ulimit_resource(c);
+        if r != 'l' && r != 'a' {
+            b.status = BlockStatus::Ignored;
+            b.problems.push(format!(
+                "`{c}` shows another limit than locked memory (-{r}); paste `ulimit -l`"
+            ));
+            return None;
+        }
+    }
     // `ulimit -H...` shows the hard limit; the kernel enforces the soft one (what `ulimit -l`
     // and `ulimit -a` show), which is what the check judges.
     if raw.command.as_deref().is_some_and(ulimit_hard) {
@@ -328,6 +372,49 @@ pub fn ulimit_block(b: &mut Block, raw: &RawBlock) -> Option<Rlimit> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn a_cut_kernel_release_is_unknown() {
+        assert!(release_cut("5.1"));
+        assert!(release_cut("6"));
+        assert!(!release_cut("5.15.0-91-generic"));
+        assert!(!release_cut("5.10.0"));
+        assert!(!release_cut("6.8.0-1015-nvidia-64k"));
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text: "$ uname -r\n5.1".into(),
+        }]);
+        assert!(p.uname.is_empty(), "{:?}", p.uname);
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text: "$ uname -r\n5.15.0-91-generic\n".into(),
+        }]);
+        assert_eq!(p.uname.len(), 1);
+    }
+
+    #[test]
+    fn ulimit_other_resources_are_not_memlock() {
+        for (c, r) in [
+            ("ulimit -l", 'l'),
+            ("ulimit -a", 'a'),
+            ("ulimit -n", 'n'),
+            ("ulimit -Sn", 'n'),
+            ("ulimit", 'f'),
+            ("ulimit -H -l", 'l'),
+        ] {
+            assert_eq!(super::ulimit_resource(c), r, "{c}");
+        }
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text: "$ ulimit -n\n1024\n".into(),
+        }]);
+        assert!(p.ulimit.is_empty(), "{:?}", p.ulimit);
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text: "$ ulimit -l\n1024\n".into(),
+        }]);
+        assert_eq!(p.ulimit.len(), 1);
+    }
 
     #[test]
     fn ulimit_hard_flags() {

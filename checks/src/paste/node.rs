@@ -603,7 +603,12 @@ fn rdma_devices(
                 board_id: opt(&d.board_id, "the board id"),
                 node_guid: opt(&d.node_guid, "the node GUID"),
                 node_type: absent(&lab, NOT_PASTED),
-                ports: Fact::known(ports, lab.clone()),
+                // An excerpt cut before the device's port lines: its ports are unknown, not
+                // none (it was "device has no ports", a fail).
+                ports: match (&d.cut, d.ports.is_empty()) {
+                    (Some(why), true) => absent(&lab, format!("{lab}: {}: {why}", d.name)),
+                    _ => Fact::known(ports, lab.clone()),
+                },
             });
         }
         return Fact::known(out, p.label(*first));

@@ -106,7 +106,7 @@ pub struct GpuGdr {
 }
 
 /// Which side of a network connection a line describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     Send,
@@ -390,7 +390,19 @@ impl NcclLog {
 
     /// NCCL's GDR decision per local GPU (rank), NIC and direction, from the connection lines.
     pub fn logged_gdr(&self) -> Vec<LoggedGdr> {
+        type Key<'a> = (
+            Option<&'a str>,
+            Option<u32>,
+            u32,
+            u32,
+            Option<Direction>,
+            Option<u32>,
+            bool,
+            &'a str,
+        );
         let mut out: Vec<LoggedGdr> = Vec::new();
+        // One lookup per line (a whole job's log has a million channel lines).
+        let mut index: std::collections::HashMap<Key, usize> = Default::default();
         for c in &self.connections {
             let Transport::Net {
                 net,
@@ -403,6 +415,23 @@ impl NcclLog {
                 continue;
             };
             let (rank, gpu) = c.local();
+            let key: Key = (
+                c.origin.host.as_deref(),
+                c.origin.pid,
+                rank,
+                *dev,
+                c.direction,
+                *proxy,
+                *gdr,
+                net.as_str(),
+            );
+            if let Some(&i) = index.get(&key) {
+                let x = &mut out[i];
+                if !x.channels.contains(&c.channel) {
+                    x.channels.push(c.channel);
+                }
+                continue;
+            }
             let host = c.origin.host.clone();
             // The printing process's own GPU (its host, pid and device), else the rank's.
             let init = self.rank_line(host.as_deref(), rank);
@@ -420,40 +449,25 @@ impl NcclLog {
                 .map(str::to_string)
                 .or_else(|| bus_id.clone())
                 .or_else(|| nvml_dev.map(|d| d.to_string()));
-            match out.iter_mut().find(|x| {
-                x.host == host
-                    && x.pid == c.origin.pid
-                    && x.rank == rank
-                    && x.nic_dev == *dev
-                    && x.direction == c.direction
-                    && x.proxy == *proxy
-                    && x.gdr == *gdr
-                    && x.net == *net
-            }) {
-                Some(x) => {
-                    if !x.channels.contains(&c.channel) {
-                        x.channels.push(c.channel);
-                    }
-                }
-                None => out.push(LoggedGdr {
-                    nic: self
-                        .net_device(host.as_deref(), net, *dev)
-                        .map(|d| d.name.clone()),
-                    host,
-                    pid: c.origin.pid,
-                    rank,
-                    bus_id,
-                    nvml_dev,
-                    gpu,
-                    net: net.clone(),
-                    nic_dev: *dev,
-                    direction: c.direction,
-                    proxy: *proxy,
-                    gdr: *gdr,
-                    channels: vec![c.channel],
-                    line: c.origin.line,
-                }),
-            }
+            index.insert(key, out.len());
+            out.push(LoggedGdr {
+                nic: self
+                    .net_device(host.as_deref(), net, *dev)
+                    .map(|d| d.name.clone()),
+                host,
+                pid: c.origin.pid,
+                rank,
+                bus_id,
+                nvml_dev,
+                gpu,
+                net: net.clone(),
+                nic_dev: *dev,
+                direction: c.direction,
+                proxy: *proxy,
+                gdr: *gdr,
+                channels: vec![c.channel],
+                line: c.origin.line,
+            });
         }
         out
     }

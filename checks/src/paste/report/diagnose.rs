@@ -99,6 +99,9 @@ pub struct Assume {
     /// `NCCL_*` variables of the environment gdrdoctor runs in: they overlay the paste's (to
     /// ask "what if", as `--sysroot` does), and the verdicts name them as the source.
     pub env: BTreeMap<String, String>,
+    /// `--node-report`: the `gdrdoctor check` reports of the job's hosts (file name, report),
+    /// joined to the log by host name so that a rank's decision is explained by its node.
+    pub node_reports: Vec<(String, crate::report::Report)>,
 }
 
 /// Whether the paste shows a peer-memory client loaded (the files or the module list), whatever
@@ -193,7 +196,7 @@ pub fn diagnose_paste(
         )
         .chain(
             log.as_ref()
-                .and_then(|l| super::job::odd_ranks(l, &log_label)),
+                .and_then(|l| super::job::odd_ranks(l, &log_label, &assume.node_reports)),
         )
         .chain(super::job::runs_finding(&super::job::runs(p)))
         .chain(unplaced_finding(&unplaced, &log_label))

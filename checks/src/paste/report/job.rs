@@ -55,14 +55,15 @@ fn key(host: &Option<String>, pid: Option<u32>, rank: u32) -> (Option<String>, O
 /// Every rank the log names (its `Init` lines and the connections it printed).
 pub fn ranks(log: &NcclLog) -> Vec<RankView> {
     let mut out: Vec<RankView> = Vec::new();
-    let find =
+    // One lookup per line (a whole job's log has a million channel lines).
+    type K = (Option<String>, Option<u32>, u32);
+    let mut index: std::collections::HashMap<K, usize> = Default::default();
+    let mut find =
         |out: &mut Vec<RankView>, host: &Option<String>, pid: Option<u32>, rank: u32, line| {
-            if let Some(i) = out
-                .iter()
-                .position(|r| key(&r.host, r.pid, r.rank) == key(host, pid, rank))
-            {
+            if let Some(&i) = index.get(&(host.clone(), pid, rank)) {
                 return i;
             }
+            index.insert(key(host, pid, rank), out.len());
             out.push(RankView {
                 host: host.clone(),
                 pid,
@@ -92,6 +93,8 @@ pub fn ranks(log: &NcclLog) -> Vec<RankView> {
         v.cuda_dev = v.cuda_dev.or(r.cuda_dev);
     }
     let mut gdr: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let mut nics: std::collections::HashMap<(Option<String>, String, u32), String> =
+        Default::default();
     for c in &log.connections {
         let (rank, _) = c.local();
         let peer = if rank == c.from_rank {
@@ -114,11 +117,15 @@ pub fn ranks(log: &NcclLog) -> Vec<RankView> {
         } = &c.transport
         {
             let host = c.origin.host.as_deref();
-            let nic = log
-                .net_device(host, net, *dev)
-                .filter(|_| is_rdma(net))
-                .map(|d| d.name.clone())
-                .unwrap_or_else(|| format!("NET/{net}/{dev}"));
+            let nic = nics
+                .entry((c.origin.host.clone(), net.clone(), *dev))
+                .or_insert_with(|| {
+                    log.net_device(host, net, *dev)
+                        .filter(|_| is_rdma(net))
+                        .map(|d| d.name.clone())
+                        .unwrap_or_else(|| format!("NET/{net}/{dev}"))
+                })
+                .clone();
             if !v.nics.contains(&nic) {
                 v.nics.push(nic);
             }
@@ -156,7 +163,11 @@ fn name(r: &RankView) -> String {
 /// `nccl.ranks`: the ranks whose GDR differs from the others' (NCCL's own `/GDRDMA` word),
 /// with the reason when the log says it for that host (`GPU Direct RDMA Disabled for HCA`, a
 /// distance line). `None` when fewer than two ranks used an RDMA network.
-pub fn odd_ranks(log: &NcclLog, label: &str) -> Option<Finding> {
+pub fn odd_ranks(
+    log: &NcclLog,
+    label: &str,
+    reports: &[(String, crate::report::Report)],
+) -> Option<Finding> {
     const ID: &str = "nccl.ranks";
     let all = ranks(log);
     let net: Vec<&RankView> = all
@@ -289,7 +300,15 @@ pub fn odd_ranks(log: &NcclLog, label: &str) -> Option<Finding> {
             );
         }
     }
-    Some(f.fix("compare that host with the others: `gdrdoctor check` on it (peer memory, ACS, the NIC's port), or `gdrdoctor diagnose --node-report` with the hosts' reports"))
+    // The nodes' own facts, when their reports were given (`--node-report`).
+    if !reports.is_empty() {
+        let mut hosts: Vec<&str> = odd.iter().filter_map(|r| r.host.as_deref()).collect();
+        hosts.dedup();
+        for h in hosts {
+            f = node_evidence(f, h, reports);
+        }
+    }
+    Some(f.fix("run `gdrdoctor check` on that host (peer memory, ACS on its GPU-NIC path, the NIC's port) and compare its report with a healthy host's (`gdrdoctor fleet a.json b.json`), or give the hosts' reports to `diagnose --node-report DIR`"))
 }
 
 /// Each run of every block that held several.
@@ -518,4 +537,70 @@ pub fn network(log: &NcclLog, label: &str) -> Option<Finding> {
         );
     }
     Some(f)
+}
+
+/// The report of a host: its `host.hostname` is the log's name, or that name's first label
+/// (`gpu-07.cluster` for `gpu-07`, and the reverse).
+fn report_of<'a>(
+    host: &str,
+    reports: &'a [(String, crate::report::Report)],
+) -> Option<&'a (String, crate::report::Report)> {
+    let short = |h: &str| h.split('.').next().unwrap_or(h).to_string();
+    reports.iter().find(|(_, r)| {
+        r.host
+            .hostname
+            .as_deref()
+            .is_some_and(|n| n == host || short(n) == short(host))
+    })
+}
+
+/// What a host's report says that explains a GDR decision: its failed and warned findings of
+/// peer memory, dma-buf, PCIe, IOMMU, the RDMA devices and GDR, or that no report names it.
+fn node_evidence(
+    mut f: Finding,
+    host: &str,
+    reports: &[(String, crate::report::Report)],
+) -> Finding {
+    let Some((name, r)) = report_of(host, reports) else {
+        return f.evidence(
+            "node reports",
+            format!(
+                "no report for {host} among the {} given (their hostnames: {})",
+                reports.len(),
+                reports
+                    .iter()
+                    .map(|(_, r)| r.host.hostname.as_deref().unwrap_or("?"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    };
+    const FAMILIES: [&str; 8] = [
+        "kmod.", "driver.", "pcie.", "iommu.", "rdma.", "gdr.", "dmabuf.", "topo.",
+    ];
+    let bad: Vec<&Finding> = r
+        .findings
+        .iter()
+        .filter(|x| matches!(x.status, Status::Fail | Status::Warn))
+        .filter(|x| FAMILIES.iter().any(|p| x.id.starts_with(p)))
+        .collect();
+    if bad.is_empty() {
+        return f.evidence(
+            format!("node report {name}"),
+            format!("{host}: no failed or warned peer-memory, PCIe, IOMMU, RDMA or GDR check"),
+        );
+    }
+    for x in bad.iter().take(4) {
+        f = f.evidence(
+            format!("node report {name}"),
+            format!(
+                "why on {host}: {} {} ({}): {}",
+                x.status.as_str(),
+                x.id,
+                x.subject,
+                x.message
+            ),
+        );
+    }
+    f
 }

@@ -108,9 +108,18 @@ fn place(log: &NcclLog, p: &Paste) -> (Vec<(String, LoggedGdr)>, Vec<Unplaced>) 
         all.iter().map(|e| (gpu_label(e, log, p), e)).collect();
     for (label, e) in &labelled {
         let Some(label) = label else {
+            let bus = e
+                .bus_id
+                .as_deref()
+                .or(e.gpu.as_deref().filter(|g| g.len() > 2));
             unplaced.push(unplace(
                 e,
-                "neither its bus id nor its nvmlDev is in the log or the paste".into(),
+                match bus {
+                    Some(b) => format!(
+                        "the log names its GPU by bus id {b}, but the paste has no nvmlDev for it and no GPU list (`nvidia-smi -q`, `lspci`) to name it as nvidia-smi does (GPU0, GPU1, ..)"
+                    ),
+                    None => "the log names its GPU by neither a bus id nor an nvmlDev".into(),
+                },
             ));
             continue;
         };
