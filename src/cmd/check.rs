@@ -24,6 +24,7 @@ use std::path::PathBuf;
     "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n",
     "  gdrdoctor check --policy site.toml                # also judge against the site policy\n",
     "  gdrdoctor check --format oneline                  # one line < 80 chars (NHC, node-problem-detector)\n",
+    "  gdrdoctor check --in-container --compare-host host.json   # inside the job's pod\n",
     "  GDRDOCTOR_TRACE=1 gdrdoctor check                 # where the time goes, per phase\n\n",
     "CUDA's answers (cuInit and device attributes; never a context) are kept for the rest of \
 the boot in /run/gdrdoctor/cuda-facts.json, per driver and GPU set, so most runs start no CUDA; \
@@ -95,7 +96,12 @@ pub struct Args {
     /// memlock limit, /dev/shm, the NCCL library and net plugins the loader finds, the NCCL_*
     /// variables set (the container.* checks; without it they skip, naming what says this is
     /// a container)
-    #[arg(long, conflicts_with_all = ["sysroot", "host_root"], env = "GDRDOCTOR_IN_CONTAINER")]
+    #[arg(
+        long,
+        conflicts_with_all = ["sysroot", "host_root"],
+        env = "GDRDOCTOR_IN_CONTAINER",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
     pub in_container: bool,
     /// With --in-container: compare with the host's report (`gdrdoctor check --format json -o
     /// HOST.json` on the host) and name every finding that is worse here, and every GPU-NIC
