@@ -139,3 +139,33 @@ fn nvlink_pairs_are_not_judged_and_the_older_pcie_fixture_fails_too() {
     let f = findings("pcie-h200x8-cx7x4-p2p-blocked");
     assert_eq!(f.iter().filter(|x| x.status == Status::Fail).count(), 4);
 }
+
+/// NCCL_P2P_LEVEL in the job's environment moves the pairs NCCL uses P2P on: with SYS the
+/// cross-switch pairs of the ACS fixture fail too; with LOC none is used and nothing fails.
+#[test]
+fn nccl_p2p_level_decides_which_pairs_are_failed() {
+    let at = fixture("pcie-h200nvlx8-acs-redirect");
+    let src = gdrdoctor::source::Source::open(gdrdoctor::source::Location::Sysroot(&at)).unwrap();
+    let base = gdrdoctor::collect::node(&src, gdrdoctor::collect::Libraries::Skip);
+    let with_level = |level: &str| {
+        let mut n = base.clone();
+        n.env = gdrdoctor_checks::model::Fact::known(
+            [("NCCL_P2P_LEVEL".to_string(), level.to_string())]
+                .into_iter()
+                .collect(),
+            "test environment",
+        );
+        gdrdoctor_checks::checks::pcie::p2p_path(&n)
+    };
+    let sys = with_level("SYS");
+    assert!(sys.iter().all(|f| f.status == Status::Fail), "{sys:#?}");
+    assert!(
+        sys[0].evidence.iter().any(|e| e
+            .observed
+            .contains("within NCCL_P2P_LEVEL SYS (NCCL_P2P_LEVEL=SYS from test environment)")),
+        "{:#?}",
+        sys[0].evidence
+    );
+    let loc = with_level("LOC");
+    assert!(loc.iter().all(|f| f.status == Status::Warn), "{loc:#?}");
+}

@@ -24,6 +24,7 @@ use std::path::PathBuf;
     "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n",
     "  gdrdoctor check --policy site.toml                # also judge against the site policy\n",
     "  gdrdoctor check --format oneline                  # one line < 80 chars (NHC, node-problem-detector)\n",
+    "  gdrdoctor check --in-container --compare-host host.json   # inside the job's pod\n",
     "  GDRDOCTOR_TRACE=1 gdrdoctor check                 # where the time goes, per phase\n\n",
     "CUDA's answers (cuInit and device attributes; never a context) are kept for the rest of \
 the boot in /run/gdrdoctor/cuda-facts.json, per driver and GPU set, so most runs start no CUDA; \
@@ -103,7 +104,12 @@ pub struct Args {
     /// Judge what a job in this container can use (run it inside the job's container): device
     /// nodes, CAP_IPC_LOCK and memlock, /dev/shm, the NCCL and net plugins the loader finds,
     /// NCCL_* (the container.* checks)
-    #[arg(long, conflicts_with_all = ["sysroot", "host_root"], env = "GDRDOCTOR_IN_CONTAINER")]
+    #[arg(
+        long,
+        conflicts_with_all = ["sysroot", "host_root"],
+        env = "GDRDOCTOR_IN_CONTAINER",
+        value_parser = clap::builder::FalseyValueParser::new()
+    )]
     pub in_container: bool,
     /// With --in-container: compare with the host's report (`gdrdoctor check --format json -o
     /// HOST.json` on the host) and name every finding that is worse here, and every GPU-NIC

@@ -59,6 +59,13 @@ pub fn devices(node: &Node) -> Vec<Finding> {
                     .evidence(source.clone(), "none"),
             );
         }
+        Fact::Absent { source, reason } if uverbs.is_empty() => {
+            out.push(
+                Finding::new(ID, Status::Error, "/dev/infiniband", "no rdma device node here, and whether the kernel has rdma devices cannot be read")
+                    .evidence(source.clone(), format!("unknown ({reason})"))
+                    .fix("`ls /sys/class/infiniband_verbs` on the host says which uverbs nodes the job should get"),
+            );
+        }
         exp => {
             let expected = exp.get().map(|e| e.len()).unwrap_or(uverbs.len());
             let f = if open.is_empty() {
@@ -695,6 +702,13 @@ mod tests {
             "{:?}",
             r.evidence
         );
+        // sysfs unreadable and no node: cannot tell, never a fail or a pass.
+        let mut n = in_container(vec![]);
+        if let Fact::Known { value, .. } = &mut n.container {
+            value.verbs_expected = Fact::absent("/sys/class/infiniband_verbs", "permission denied");
+        }
+        let f = devices(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:#?}");
         let mut d = healthy_devs();
         d[4].state = DeviceState::Missing;
         let f = devices(&in_container(d));
