@@ -20,11 +20,10 @@ pub(super) fn collect(root: &Root, origin: Origin) -> Addons {
             .map(|t| t.as_deref().map(gdrdoctor_checks::parse::colon_map)),
         dev: dev_node(root, origin, "/dev/gdrdrv"),
     };
-    let rest = Addons::absent("gdrdoctor", "not collected");
     Addons {
         gdrcopy,
         peermem_abi: super::modfile::collect(root),
-        fabric_manager: rest.fabric_manager,
+        fabric_manager: super::fabric::collect(root),
     }
 }
 
@@ -47,6 +46,28 @@ fn dev_node(root: &Root, origin: Origin, path: &str) -> Fact<Option<DevNode>> {
             let shown = p.display().to_string();
             match std::fs::symlink_metadata(&p) {
                 Ok(m) => Fact::known(Some(dev_of(&m)), shown),
+                // Under --host-root the host's /dev is a separate mount that a hostPath of `/`
+                // does not carry: a node missing there says nothing unless /dev is the host's
+                // devtmpfs (its /dev/null a character device).
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound && origin == Origin::HostRoot =>
+                {
+                    let devtmpfs = std::fs::symlink_metadata(root.base().join("dev/null"))
+                        .is_ok_and(|m| {
+                            std::os::unix::fs::FileTypeExt::is_char_device(&m.file_type())
+                        });
+                    if devtmpfs {
+                        Fact::known(None, shown)
+                    } else {
+                        Fact::absent(
+                            shown,
+                            format!(
+                                "the host's /dev is not mounted under {} (no character device dev/null there): mount it, or run gdrdoctor on the host",
+                                root.base().display()
+                            ),
+                        )
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Fact::known(None, shown),
                 Err(e) => Fact::absent(shown, e.to_string()),
             }

@@ -17,6 +17,7 @@
 
 mod addons;
 pub mod allocation;
+mod fabric;
 pub mod fleet;
 pub mod health;
 mod host;
