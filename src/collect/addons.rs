@@ -78,7 +78,7 @@ fn dev_node(root: &Root, origin: Origin, path: &str) -> Fact<Option<DevNode>> {
                     Some(d) => Fact::known(*d, format!("{path} (via {DEV_NODES_PATH})")),
                     None => Fact::absent(path, format!("not recorded in {DEV_NODES_PATH}")),
                 },
-                Err(e) => Fact::absent(path, format!("{DEV_NODES_PATH}: damaged: {e}")),
+                Err(e) => Fact::absent(path, format!("{DAMAGED}{DEV_NODES_PATH}: {e}")),
             },
             Err(e) if e.is_not_found() => Fact::absent(
                 path,
