@@ -330,8 +330,8 @@ mod tests {
         assert_eq!(
             names,
             [
-                "host", "kernel", "process", "pci", "iommu", "nvidia", "peermem", "rdma", "health",
-                "live"
+                "host", "kernel", "process", "pci", "iommu", "nvidia", "peermem", "rdma", "addons",
+                "health", "live"
             ]
         );
         // A snapshot never asks this machine's libraries: its live facts are its own.
