@@ -127,3 +127,65 @@ fn a_mofed_upgrade_without_a_peermem_rebuild_is_told_before_the_reboot() {
     // Loaded now: the peer-memory check of the running node still passes.
     assert_eq!(find(&r, "kmod.nvidia-peermem", "node").status, Status::Pass);
 }
+
+#[test]
+fn fabric_manager_and_every_gpus_fabric_state_pass_on_the_healthy_node() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
+    let f = find(&r, "driver.fabric-manager", "node");
+    assert_eq!(f.status, Status::Pass, "{f:#?}");
+    assert!(f.message.contains("580.159.04"), "{}", f.message);
+    let states: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "gpu.fabric-state")
+        .collect();
+    assert_eq!(states.len(), 9, "8 gpus and the nvls line");
+    assert!(
+        states.iter().all(|f| f.status == Status::Pass),
+        "{states:#?}"
+    );
+    assert!(find(&r, "gpu.fabric-state", "node")
+        .message
+        .contains("NVLS"));
+}
+
+#[test]
+fn no_fabric_manager_fails_both_and_explains_802() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-no-fabricmanager"));
+    let f = find(&r, "driver.fabric-manager", "node");
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+    assert!(
+        f.message.contains("without fabric manager"),
+        "{}",
+        f.message
+    );
+    let g = find(&r, "gpu.fabric-state", "0000:18:00.0");
+    assert_eq!(g.status, Status::Fail, "{g:#?}");
+    assert!(g.message.contains("not-started") && g.message.contains("802"));
+    assert!(g.evidence.iter().any(|e| e.source == "cuInit"));
+}
+
+#[test]
+fn a_fabric_manager_of_another_version_fails_naming_both() {
+    let r = report_for(&fixture("hgx-h200x8-cx7x8-fabricmanager-version"));
+    let f = find(&r, "driver.fabric-manager", "node");
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+    assert!(
+        f.message
+            .contains("fabric manager 570.172.08 is not the driver's version 580.159.04"),
+        "{}",
+        f.message
+    );
+}
+
+#[test]
+fn pcie_only_and_grace_hopper_nodes_need_no_fabric_manager() {
+    for s in ["pcie-h200x8-cx7x4-p2p-blocked", "gh200x2-cx7x2-c2c"] {
+        let r = report_for(&fixture(s));
+        assert_eq!(
+            find(&r, "driver.fabric-manager", "node").status,
+            Status::Skip,
+            "{s}"
+        );
+    }
+}

@@ -20,11 +20,10 @@ pub(super) fn collect(root: &Root, origin: Origin) -> Addons {
             .map(|t| t.as_deref().map(gdrdoctor_checks::parse::colon_map)),
         dev: dev_node(root, origin, "/dev/gdrdrv"),
     };
-    let rest = Addons::absent("gdrdoctor", "not collected");
     Addons {
         gdrcopy,
         peermem_abi: super::modfile::collect(root),
-        fabric_manager: rest.fabric_manager,
+        fabric_manager: super::fabric::collect(root),
     }
 }
 
@@ -75,7 +74,7 @@ fn dev_node(root: &Root, origin: Origin, path: &str) -> Fact<Option<DevNode>> {
                     Some(d) => Fact::known(*d, format!("{path} (via {DEV_NODES_PATH})")),
                     None => Fact::absent(path, format!("not recorded in {DEV_NODES_PATH}")),
                 },
-                Err(e) => Fact::absent(path, format!("{DEV_NODES_PATH}: damaged: {e}")),
+                Err(e) => Fact::absent(path, format!("{DAMAGED}{DEV_NODES_PATH}: {e}")),
             },
             Err(e) if e.is_not_found() => Fact::absent(
                 path,

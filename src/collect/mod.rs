@@ -18,6 +18,7 @@
 mod addons;
 pub mod allocation;
 pub mod container;
+mod fabric;
 pub mod fleet;
 pub mod health;
 mod host;

@@ -2,7 +2,7 @@
 //! driver is an error value, never a crash. Called inside the `live-nvml` worker, which sends
 //! the parent what it needs to decide about CUDA ([`Early`]) before the per-GPU queries.
 
-use gdrdoctor_checks::model::{NvLink, NvmlFacts, NvmlGpu, NvmlPair, RemappedRows};
+use gdrdoctor_checks::model::{GpuFabric, NvLink, NvmlFacts, NvmlGpu, NvmlPair, RemappedRows};
 use nvml_wrapper::enum_wrappers::device::{
     ComputeMode, P2pCapabilitiesIndex, P2pStatus, TopologyLevel,
 };
@@ -298,8 +298,91 @@ fn gpu_facts(
             Err(_) => break,
         }
     }
+    g.fabric = fabric_info(d, &mut errs);
     g.errors = errs;
     g
+}
+
+/// `nvmlGpuFabricInfo*` as NVML declares it (`nvmlReturn_t` as its code; nvml-wrapper-sys's
+/// layout).
+fn return_name(code: u32) -> String {
+    match code {
+        0 => "success".into(),
+        c => match nvml_wrapper::error::nvml_try(c) {
+            Err(e) => format!("{e} ({c})"),
+            Ok(()) => format!("nvmlReturn {c}"),
+        },
+    }
+}
+
+/// The GPU's fabric registration: `nvmlDeviceGetGpuFabricInfoV` (version 3, then 2, as older
+/// drivers know only 2), else the older `nvmlDeviceGetGpuFabricInfo`; a symbol the driver's
+/// NVML lacks is an error line and `None`.
+fn fabric_info(d: &nvml_wrapper::Device<'_>, errs: &mut Vec<String>) -> Option<GpuFabric> {
+    use nvml_wrapper_sys::bindings::{nvmlGpuFabricInfoV_t, nvmlGpuFabricInfo_t};
+    let lib = d.nvml().lib();
+    // SAFETY: the handle belongs to this live NVML instance (`d` borrows it).
+    let handle = unsafe { d.handle() };
+    let uuid = |u: &[u8; 16]| u.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    if let Ok(f) = lib.nvmlDeviceGetGpuFabricInfoV.as_ref() {
+        for version in [3u32, 2] {
+            // SAFETY: a zeroed nvmlGpuFabricInfo_v3_t is a valid value (integers and a byte
+            // array); NVML reads `version` and writes at most the v3 struct it names.
+            let mut info: nvmlGpuFabricInfoV_t = unsafe { std::mem::zeroed() };
+            info.version = (std::mem::size_of::<nvmlGpuFabricInfoV_t>() as u32) | (version << 24);
+            if version == 2 {
+                info.version = (std::mem::size_of::<
+                    nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_v2_t,
+                >() as u32)
+                    | (2 << 24);
+            }
+            // SAFETY: the function comes from the loaded NVML with its declared prototype; the
+            // pointer is to a live struct of the size its version field says.
+            let r = unsafe { f(handle, &mut info) };
+            if r == 25 && version == 3 {
+                continue;
+            }
+            if r != 0 {
+                errs.push(format!("nvmlDeviceGetGpuFabricInfoV: {}", return_name(r)));
+                return None;
+            }
+            return Some(GpuFabric {
+                state: GpuFabric::state_name(info.state),
+                status: return_name(info.status),
+                clique_id: info.cliqueId,
+                cluster_uuid: uuid(&info.clusterUuid),
+                health_mask: Some(info.healthMask),
+                call: format!("nvmlDeviceGetGpuFabricInfoV (v{version})"),
+            });
+        }
+        return None;
+    }
+    match lib.nvmlDeviceGetGpuFabricInfo.as_ref() {
+        Ok(f) => {
+            // SAFETY: a zeroed nvmlGpuFabricInfo_t is a valid value.
+            let mut info: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: the loaded NVML's function with its declared prototype; a live struct.
+            let r = unsafe { f(handle, &mut info) };
+            if r != 0 {
+                errs.push(format!("nvmlDeviceGetGpuFabricInfo: {}", return_name(r)));
+                return None;
+            }
+            Some(GpuFabric {
+                state: GpuFabric::state_name(info.state),
+                status: return_name(info.status),
+                clique_id: info.cliqueId,
+                cluster_uuid: uuid(&info.clusterUuid),
+                health_mask: None,
+                call: "nvmlDeviceGetGpuFabricInfo".into(),
+            })
+        }
+        Err(e) => {
+            errs.push(format!(
+                "nvmlDeviceGetGpuFabricInfo: not in this NVML (driver before 525): {e}"
+            ));
+            None
+        }
+    }
 }
 
 /// Topology and P2P status of the pairs (i, j) with j > i (NVML order).

@@ -111,6 +111,8 @@ mod tests {
         assert_eq!(first("rdma.port"), Some("rdma.ports"));
         assert_eq!(first("iommu.mdoe"), Some("iommu.mode"));
         assert_eq!(first("pcie.acs"), Some("pcie.acs-redirect"));
+        // `kmod.peermem` is now nearest to `kmod.peermem-abi` (issue 39), a check of its own.
+        assert_eq!(first("kmod.peermem"), Some("kmod.peermem-abi"));
         for typo in ["kmod.peermem", "peermem", "nvidia-peermem"] {
             let near = similar(typo, &selectable());
             assert!(near.contains(&"kmod.nvidia-peermem"), "{typo}: {near:?}");

@@ -17,6 +17,7 @@ mod check;
 #[path = "../common/mod.rs"]
 mod common;
 mod doorbell;
+mod fabric;
 mod registration;
 
 use common::stand_ins::{self, Run, Scenario, StandIns};

@@ -5,7 +5,7 @@
  * nvml-wrapper-sys declares them.
  *
  * Scenario: the `gpu` lines (shared with the stand-in libcuda: bdf, name, mem, bar1,
- * persistence, uuid, mode), `nvml [driver=580.159.04] [cuda=13000]`, `fail nvmlInit result=NVML_ERROR_...`
+ * persistence, uuid, mode, fabric, fabric_status, clique), `nvml [driver=580.159.04] [cuda=13000]`, `fail nvmlInit result=NVML_ERROR_...`
  * (names only), `hang libnvidia-ml [once]`. */
 #include "stub.h"
 
@@ -318,4 +318,101 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int *mode)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	*mode = (int)stub_opt_num(l, "persistence", 1);
 	return NVML_SUCCESS;
+}
+
+/* The GPU's NVLink fabric registration (issue 39): `gpu ... fabric=completed|in-progress|
+ * not-started|not-supported [fabric_status=NVML_ERROR_...] [clique=N]`; without `fabric=` the
+ * GPU is not in an NVSwitch fabric (state NOT_SUPPORTED), as a PCIe H200 answers.
+ * nvmlGpuFabricInfo_v3_t's layout (nvml.h); the version field is checked as NVML does. */
+typedef struct {
+	unsigned int version;
+	unsigned char clusterUuid[16];
+	nvmlReturn_t status;
+	unsigned int cliqueId;
+	unsigned char state;
+	unsigned int healthMask;
+	unsigned char healthSummary;
+} nvmlGpuFabricInfo_v3_t;
+
+typedef struct {
+	unsigned char clusterUuid[16];
+	nvmlReturn_t status;
+	unsigned int cliqueId;
+	unsigned char state;
+} nvmlGpuFabricInfo_t;
+
+static nvmlReturn_t fabric_of(nvmlDevice_t device, unsigned char *state, nvmlReturn_t *status,
+			      unsigned int *clique)
+{
+	const struct stub_line *l = gpu_of(device);
+	nvmlReturn_t r = ready();
+	if (r)
+		return r;
+	if (!l)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	const char *s = stub_opt(l, "fabric");
+	static const char *names[] = { "not-supported", "not-started", "in-progress", "completed" };
+	*state = 0;
+	if (s) {
+		int found = 0;
+		for (unsigned char i = 0; i < 4; i++)
+			if (!strcmp(s, names[i])) {
+				*state = i;
+				found = 1;
+			}
+		if (!found)
+			stub_die("%s:%d: fabric=%s is not a fabric state", stub_path_, l->no, s);
+	}
+	*status = NVML_SUCCESS;
+	const char *st = stub_opt(l, "fabric_status");
+	if (st) {
+		int found = 0;
+		for (size_t i = 0; i < sizeof results_ / sizeof results_[0]; i++)
+			if (!strcmp(results_[i].name, st)) {
+				*status = results_[i].code;
+				found = 1;
+			}
+		if (!found)
+			stub_die("%s:%d: fabric_status=%s is not an nvmlReturn_t name", stub_path_,
+				 l->no, st);
+	}
+	*clique = (unsigned int)stub_opt_num(l, "clique", 32766);
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_v3_t *info)
+{
+	nvmlReturn_t r = scripted("nvmlDeviceGetGpuFabricInfoV");
+	if (r)
+		return r;
+	if (!info)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned int v = info->version >> 24;
+	if (v != 2 && v != 3)
+		return 25; /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+	unsigned char state;
+	nvmlReturn_t status;
+	unsigned int clique;
+	r = fabric_of(device, &state, &status, &clique);
+	if (r)
+		return r;
+	memset(info->clusterUuid, 0xab, sizeof info->clusterUuid);
+	info->status = status;
+	info->cliqueId = clique;
+	info->state = state;
+	info->healthMask = 0;
+	if (v == 3)
+		info->healthSummary = 0;
+	stub_log(LIB, "nvmlDeviceGetGpuFabricInfoV v%u -> state %u status %d", v, state, status);
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *info)
+{
+	nvmlReturn_t r = scripted("nvmlDeviceGetGpuFabricInfo");
+	if (r)
+		return r;
+	if (!info)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return fabric_of(device, &info->state, &info->status, &info->cliqueId);
 }

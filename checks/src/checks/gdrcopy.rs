@@ -85,6 +85,12 @@ pub fn gdrdrv(node: &Node) -> Vec<Finding> {
     };
     let loaded = matches!(module, ModuleState::Loaded | ModuleState::SysModule);
     let dev = g.dev.get();
+    if let Some(why) = g.dev.reason().filter(|r| crate::model::is_damaged(r)) {
+        return vec![base(
+            Status::Error,
+            format!("the record of /dev/gdrdrv is damaged: {why}"),
+        )];
+    }
     let present = loaded || matches!(dev, Some(Some(_)));
     if !present {
         // Nothing of gdrcopy seen: whether that matters depends on who asks.
@@ -414,6 +420,19 @@ mod tests {
         let f = one(&n);
         assert_eq!(f.status, Status::Fail, "{f:?}");
         assert!(f.message.contains("built for the open"), "{}", f.message);
+    }
+
+    #[test]
+    fn a_damaged_record_is_an_error() {
+        let mut n = with_gdrdrv(0o666, Some("2.4"));
+        n.addons.gdrcopy.dev = Fact::absent(
+            "/dev/gdrdrv",
+            format!(
+                "{}gdrdoctor/dev-nodes.json: expected value",
+                crate::model::DAMAGED
+            ),
+        );
+        assert_eq!(one(&n).status, Status::Error);
     }
 
     #[test]

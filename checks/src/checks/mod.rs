@@ -13,6 +13,7 @@ pub use needs::Needs;
 pub mod container;
 pub mod counters;
 pub mod driver;
+pub mod fabric;
 pub mod gdr;
 pub mod gdrcopy;
 pub mod gpu;
@@ -351,6 +352,18 @@ pub static CHECKS: &[CheckDef] = &[
         "the nvidia-peermem module on disk will load against this kernel's ib_core",
         peermem_abi::peermem_abi,
         peermem_abi::NEEDS
+    ),
+    check!(
+        "driver.fabric-manager",
+        "on nvswitch systems fabric manager is installed, enabled and of the driver's version",
+        fabric::fabric_manager,
+        fabric::NEEDS
+    ),
+    check!(
+        "gpu.fabric-state",
+        "each gpu has joined the nvlink fabric (nvml fabric state); nvls as nccl decides it",
+        fabric::fabric_state,
+        fabric::NEEDS
     ),
 ];
 

@@ -25,7 +25,10 @@ const REGISTER: &str = "ib_register_peer_memory_client";
 const FIX: &str = "rebuild nvidia-peermem against the ib_core that is installed: with the driver's DKMS package `sudo dkms remove nvidia/<version> --all && sudo dkms install nvidia/<version>` (or reinstall the NVIDIA driver) after MOFED/DOCA-OFED is installed, so its build finds MOFED's Module.symvers (/usr/src/ofa_kernel/default/Module.symvers); install MOFED/DOCA-OFED before the driver at every upgrade; or drop nvidia-peermem for the dma-buf path (open kernel modules, kernel >= 5.12, NCCL >= 2.13)";
 
 fn skip_or_error(reason: &str) -> Status {
-    if reason.starts_with("damaged") || reason.contains("listed in modules.dep") {
+    if reason.starts_with("damaged")
+        || crate::model::is_damaged(reason)
+        || reason.contains("listed in modules.dep")
+    {
         Status::Error
     } else {
         Status::Skip

@@ -115,6 +115,42 @@ pub struct NvmlGpu {
     pub cc_minor: Option<i32>,
     /// Calls that failed, with NVML's error (`nvmlDeviceGetRemappedRows: Not Supported`).
     pub errors: Vec<String>,
+    /// `nvmlDeviceGetGpuFabricInfoV` (or the older `nvmlDeviceGetGpuFabricInfo`): the GPU's
+    /// place in an NVSwitch fabric, as Fabric Manager left it (issue 39). `None`: not asked
+    /// (an older snapshot) or the call is missing (the reason is in `errors`).
+    #[serde(default)]
+    pub fabric: Option<GpuFabric>,
+}
+
+/// A GPU's NVLink fabric registration.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GpuFabric {
+    /// `not-supported`, `not-started`, `in-progress`, `completed` (`nvmlGpuFabricState_t`), or
+    /// `unknown (N)`.
+    pub state: String,
+    /// The registration's result, an `nvmlReturn_t` name (`success`, `NVML_ERROR_...`).
+    pub status: String,
+    pub clique_id: u32,
+    /// The fabric's cluster UUID, hex.
+    pub cluster_uuid: String,
+    /// `healthMask` (v2 and later), raw.
+    #[serde(default)]
+    pub health_mask: Option<u32>,
+    /// Which call answered.
+    pub call: String,
+}
+
+impl GpuFabric {
+    /// `nvmlGpuFabricState_t` as [`GpuFabric::state`] writes it.
+    pub fn state_name(code: u8) -> String {
+        match code {
+            0 => "not-supported".into(),
+            1 => "not-started".into(),
+            2 => "in-progress".into(),
+            3 => "completed".into(),
+            n => format!("unknown ({n})"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
