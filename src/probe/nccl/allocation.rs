@@ -14,7 +14,6 @@
 use super::{read_capped, PrivateDir, BASE_ENV, LOG_CAP, LOG_FILE};
 use crate::worker::runner::{self, RunFailure};
 use gdrdoctor_checks::preflight::model::{NcclOutput, NodeRun, RunSpec};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -22,16 +21,7 @@ use std::time::Duration;
 /// The worker task's name.
 pub const TASK: &str = "nccl-allocation";
 
-/// What the worker is asked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Params {
-    pub spec: RunSpec,
-    /// The libnccl.so.2 to load.
-    pub library: String,
-    /// Every variable set before NCCL loads: the run's, and NCCL's debug settings.
-    pub env: BTreeMap<String, String>,
-}
+pub use super::allocation_worker::Params;
 
 /// Run this node's part of `spec` in a worker with a deadline (parent side; I/O). `on_id`
 /// receives NCCL's id (hex) when this node makes it.

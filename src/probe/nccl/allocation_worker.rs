@@ -3,16 +3,29 @@
 //! failures are part of the output (with the log the parent reads, they are what the verdict
 //! reports), not worker errors; every step is announced before it is entered.
 
-use super::allocation::Params;
 use crate::collect::allocation::wire;
 use crate::live::cuda::{Context, DeviceBuffer, Driver, Stream};
 use crate::live::nccl::{Comms, Exchange, Nccl, UniqueId};
 use crate::worker::protocol::{self, WorkerError};
+use gdrdoctor_checks::preflight::model::RunSpec;
 use gdrdoctor_checks::preflight::model::{
     Collective, LocalRank, NcclOutput, RailOutput, RoundOutput, Sums,
 };
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// What the worker is asked (the parent, [`super::allocation`], sends it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    pub spec: RunSpec,
+    /// The libnccl.so.2 to load.
+    pub library: String,
+    /// Every variable set before NCCL loads: the run's, and NCCL's debug settings.
+    pub env: BTreeMap<String, String>,
+}
 
 /// Elements read back per GPU to check the sums and the pairs' data.
 const CHECKED: usize = 4096;
