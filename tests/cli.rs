@@ -192,7 +192,7 @@ fn color_policy() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&forced.stdout).contains("\x1b["));
-    // anstream's reading of the conventions: NO_COLOR wins over CLICOLOR_FORCE.
+    // the conventions: NO_COLOR wins over CLICOLOR_FORCE.
     let both = Command::new(bin())
         .args(["check", "--sysroot", &warn])
         .env("CLICOLOR_FORCE", "1")

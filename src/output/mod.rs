@@ -137,16 +137,37 @@ pub fn text_width(output: Option<&Path>) -> usize {
     }
 }
 
-/// `--color`: always, never, or auto. Auto is anstream's reading of the conventions, the one
-/// every command shares: `CLICOLOR_FORCE` (not `0`) forces colour; `NO_COLOR` (not empty),
-/// `CLICOLOR=0` and `TERM=dumb` turn it off; otherwise colour when stdout is a terminal.
+/// `--color`: always, never, or auto. Auto follows the conventions every command shares:
+/// `NO_COLOR` (not empty) turns colour off; `CLICOLOR_FORCE` (not `0`) forces it; `CLICOLOR=0`
+/// and `TERM=dumb` (or no `TERM`) turn it off; otherwise colour when stdout is a terminal.
+/// A CI environment (`CI=...`) changes nothing: `TERM=dumb` is off there too.
 pub fn color_enabled(choice: ColorChoice) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
-        ColorChoice::Auto => {
-            anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never
-        }
+        ColorChoice::Auto => auto_color(
+            |k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned()),
+            std::io::stdout().is_terminal(),
+        ),
+    }
+}
+
+/// The `auto` rule of [`color_enabled`] over an environment lookup and whether stdout is a
+/// terminal.
+fn auto_color(env: impl Fn(&str) -> Option<String>, is_tty: bool) -> bool {
+    if env("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+        return false;
+    }
+    if env("CLICOLOR_FORCE").is_some_and(|v| !v.is_empty() && v != "0") {
+        return true;
+    }
+    if env("CLICOLOR").is_some_and(|v| v == "0") {
+        return false;
+    }
+    match env("TERM") {
+        None => false,
+        Some(t) if t.is_empty() || t == "dumb" => false,
+        Some(_) => is_tty,
     }
 }
 
@@ -170,5 +191,37 @@ pub fn deliver_bytes(out: &[u8], output: Option<&Path>, binary: bool) -> i32 {
                 Err(e) => fail(format!("writing to stdout: {e}")),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod color_tests {
+    use super::auto_color;
+
+    fn with<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn the_conventions_decide_auto_and_ci_changes_nothing() {
+        let term = ("TERM", "xterm-256color");
+        assert!(auto_color(with(&[term]), true));
+        assert!(!auto_color(with(&[term]), false));
+        // The CI failure of fac82a6: anstream colours TERM=dumb when CI is set.
+        assert!(!auto_color(with(&[("TERM", "dumb"), ("CI", "true")]), true));
+        assert!(!auto_color(with(&[("CI", "true")]), true));
+        assert!(!auto_color(with(&[term, ("NO_COLOR", "1")]), true));
+        assert!(auto_color(with(&[term, ("NO_COLOR", "")]), true));
+        assert!(!auto_color(with(&[term, ("CLICOLOR", "0")]), true));
+        assert!(auto_color(with(&[("CLICOLOR_FORCE", "1")]), false));
+        assert!(!auto_color(with(&[("CLICOLOR_FORCE", "0")]), false));
+        assert!(!auto_color(
+            with(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]),
+            true
+        ));
     }
 }

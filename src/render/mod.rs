@@ -33,7 +33,7 @@ pub enum Format {
 }
 
 /// `text` painted with `style`: anstyle's escape sequences, then a reset. Callers paint only
-/// when colour is on (`--color`, whose `auto` is anstream's reading of NO_COLOR, CLICOLOR,
+/// when colour is on (`--color`, whose `auto` reads NO_COLOR, CLICOLOR,
 /// CLICOLOR_FORCE and TERM); table cells are painted by comfy-table ([`grid::Paint`]).
 pub fn paint(text: &str, style: anstyle::Style) -> String {
     if style == anstyle::Style::new() {
