@@ -6,7 +6,8 @@
 #
 # parts (default: all): smoke (scripts/probe-smoke.sh), preflight (scripts/preflight-gpu.sh),
 # bench (scripts/bench-live.sh), fabric (Fabric Manager, NVML fabric state, gdrcopy, peer-memory
-# module facts as the tools show them), snapshot (gdrdoctor snapshot of this node).
+# module facts as the tools show them), snapshot (gdrdoctor snapshot of this node), ring
+# (scripts/ring-shapes.sh: a satisfied GDRDOCTOR_WAIT's cost on several ring shapes).
 # NCCL_NVLS_ENABLE=0 throughout; nothing here calls cuMulticastCreate.
 set -u
 cd "$(dirname "$0")/.."
@@ -44,6 +45,7 @@ for p in "${parts[@]}"; do
       nvidia-smi -q > "$R/nvidia-smi-q.txt" 2>&1
       "$BIN" check --format json -o "$R/check.json" 2> "$R/check.stderr"; echo "check exit $?" >> "$R/fabric.txt"
       ;;
+    ring) OUT=$R/ring timeout -k 5 300 scripts/ring-shapes.sh > "$R/ring.md" 2>&1 ;;
     snapshot) timeout -k 5 120 "$BIN" snapshot "$R/h200-node.tar.gz" > "$R/snapshot.log" 2>&1 ;;
   esac
   echo "$p: $((SECONDS - t0)) s" | tee -a "$R/parts.txt"

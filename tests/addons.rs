@@ -128,6 +128,36 @@ fn a_mofed_upgrade_without_a_peermem_rebuild_is_told_before_the_reboot() {
     assert_eq!(find(&r, "kmod.nvidia-peermem", "node").status, Status::Pass);
 }
 
+/// The mutation campaign's find (CI of 942e6a1): without `/proc/sys/kernel/osrelease` the
+/// module could not be found, the fail became a skip and the exit code 0. The release comes
+/// from `/proc/version` as the host's does; with neither, the evidence is damaged: an error.
+#[test]
+fn a_missing_kernel_release_never_turns_the_abi_break_into_a_skip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("node");
+    copy_tree(&fixture("hgx-h200x8-cx7x8-peermem-abi-break"), &root);
+    let release = std::fs::read_to_string(root.join("proc/sys/kernel/osrelease")).unwrap();
+    std::fs::remove_file(root.join("proc/sys/kernel/osrelease")).unwrap();
+    let r = report_for(&root);
+    let f = find(&r, "kmod.peermem-abi", "node");
+    assert_eq!(f.status, Status::Error, "{f:#?}");
+    assert!(
+        f.message.contains("kernel release is unreadable"),
+        "{}",
+        f.message
+    );
+    std::fs::write(
+        root.join("proc/version"),
+        format!(
+            "Linux version {} (buildd@lcy02-amd64-059) (gcc 13.2.0) #1 SMP\n",
+            release.trim()
+        ),
+    )
+    .unwrap();
+    let f = find(&report_for(&root), "kmod.peermem-abi", "node").clone();
+    assert_eq!(f.status, Status::Fail, "{f:#?}");
+}
+
 #[test]
 fn fabric_manager_and_every_gpus_fabric_state_pass_on_the_healthy_node() {
     let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));

@@ -337,6 +337,9 @@ fn the_trace_names_every_phase() {
         "[live-nvml] nvml.init",
         "[live-nvml] nvml.identify",
         "[live-nvml] nvml.gpu",
+        "cache.files",
+        "cuda.ahead",
+        "[live-cuda] cuda.load",
         "cache.key",
         "cache.load",
         "[live-cuda] cuda.init",
@@ -376,6 +379,53 @@ fn the_trace_names_every_phase() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("  collect.pci"));
+}
+
+/// Issue 37: a run whose cache cannot answer starts CUDA's worker before NVML answers (it loads
+/// libcuda and waits for its request); a run the cache may answer does not; a worker started
+/// ahead and not needed (every GPU exclusive) is killed without a `cuInit`; and the GPUs NVML
+/// names exclusive are still hidden from the `cuInit` of a worker started ahead.
+#[test]
+fn cuda_starts_ahead_of_nvml_only_when_the_cache_cannot_answer() {
+    if standins().is_none() {
+        return;
+    }
+    let ahead = |err: &str| {
+        err.lines()
+            .find(|l| l.starts_with("gdrdoctor: trace:") && l.contains("  cuda.ahead"))
+            .map(str::to_string)
+    };
+    let n = Node::new(
+        "0000:18:00.0=GPU-aaaaaaaa-0000=default;0000:2a:00.0=GPU-bbbbbbbb-0000=exclusive-process",
+    );
+    let (err, calls) = n.check(&[]);
+    let line = ahead(&err).unwrap_or_else(|| panic!("no cuda.ahead on a cold run:\n{err}"));
+    assert!(line.contains("no cache file yet"), "{line}");
+    let inits = cu_inits(&calls);
+    assert_eq!(inits.len(), 1, "{calls:?}");
+    assert!(
+        inits[0].ends_with("CUDA_VISIBLE_DEVICES=GPU-aaaaaaaa-0000"),
+        "{inits:?}"
+    );
+    // Warm: the cache may answer, so nothing is started ahead, and it does answer.
+    let (err, calls) = n.check(&[]);
+    assert!(ahead(&err).is_none(), "{err}");
+    assert!(!err.contains("[live-cuda]"), "{err}");
+    assert!(cu_inits(&calls).is_empty());
+    // --no-cache always asks CUDA: started ahead.
+    let (err, _) = n.check(&["--no-cache"]);
+    assert!(
+        ahead(&err).is_some_and(|l| l.contains("--no-cache")),
+        "{err}"
+    );
+    // Every GPU exclusive: started ahead (no cache yet), then killed, never initialised.
+    let all = Node::new(
+        "0000:18:00.0=GPU-aaaaaaaa-0000=exclusive-process;0000:2a:00.0=GPU-bbbbbbbb-0000=prohibited",
+    );
+    let (err, calls) = all.check(&[]);
+    assert!(ahead(&err).is_some(), "{err}");
+    assert!(cu_inits(&calls).is_empty(), "{calls:?}");
+    assert!(!err.contains("[live-cuda] cuda.init"), "{err}");
 }
 
 /// A slow `cuInit` (the first CUDA client of an idle GPU: UVM registers it, ~170 ms per GPU on

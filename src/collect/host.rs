@@ -30,11 +30,9 @@ pub(super) fn collect(root: &Root, origin: Origin, meta: Option<&Meta>) -> Host 
     let kernel_release = match root.read_trimmed("/proc/sys/kernel/osrelease") {
         Ok(k) => Fact::known(k, "/proc/sys/kernel/osrelease"),
         Err(e) => match root.read_trimmed("/proc/version") {
-            Ok(v) => match v.split_whitespace().nth(2) {
-                Some(r) if v.starts_with("Linux version") => {
-                    Fact::known(r.to_string(), "/proc/version")
-                }
-                _ => Fact::absent("/proc/version", "unrecognised content"),
+            Ok(v) => match release_of_proc_version(&v) {
+                Some(r) => Fact::known(r, "/proc/version"),
+                None => Fact::absent("/proc/version", "unrecognised content"),
             },
             Err(_) => from_meta(meta, "kernel_release", |m| m.kernel_release.clone())
                 .unwrap_or_else(|| Fact::absent("/proc/sys/kernel/osrelease", e.reason())),
@@ -53,5 +51,13 @@ fn hostname(root: &Root, meta: Option<&Meta>) -> Fact<String> {
         Ok(h) => Fact::known(h, "/proc/sys/kernel/hostname"),
         Err(e) => from_meta(meta, "hostname", |m| m.hostname.clone())
             .unwrap_or_else(|| Fact::absent("/proc/sys/kernel/hostname", e.reason())),
+    }
+}
+
+/// The kernel release in `/proc/version` (`Linux version 6.8.0-45-generic (...) ...`).
+pub(super) fn release_of_proc_version(v: &str) -> Option<String> {
+    match v.split_whitespace().nth(2) {
+        Some(r) if v.starts_with("Linux version") => Some(r.to_string()),
+        _ => None,
     }
 }

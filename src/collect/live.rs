@@ -8,11 +8,17 @@
 //!  collect thread ──spawn──> live-nvml worker: nvmlInit, GPUs (address, UUID, compute mode)
 //!        │                        │ early message ──┐      then per-GPU queries (one thread
 //!        │                        │                 │      per GPU), libibverbs, NCCL files
+//!        ├─ the cache cannot hit (no file, another boot or build, --no-cache):
+//!        │    spawn live-cuda worker ahead: it loads libcuda (opens no GPU) and waits
 //!        │  <───────────────────────────────────────┘
 //!        ├─ key (boot id, driver, GPUs, ...) ── cache hit ──> CUDA facts from the cache
-//!        └─ miss ──spawn──> live-cuda worker: cuInit + attributes (no context), GPUs in an
-//!                            exclusive or prohibited compute mode left out
+//!        └─ miss ── request to the worker (started ahead, or now): cuInit + attributes (no
+//!                   context), GPUs in an exclusive or prohibited compute mode left out
 //! ```
+//!
+//! The worker started ahead is given its request only once NVML has named the compute modes,
+//! so `CUDA_VISIBLE_DEVICES` is set before its `cuInit` as before; a worker not needed (every
+//! GPU left out, NVML hung) is killed.
 //!
 //! Everything here runs on its own thread, beside the file collectors (`collect::node`).
 //!
@@ -111,6 +117,10 @@ pub fn query_with(opts: &Options) -> LiveFacts {
     use crate::worker::runner;
     let progress = runner::Progress::new("querying NVML, CUDA and libibverbs");
     let (tx, rx) = std::sync::mpsc::channel::<Early>();
+    let dir = opts
+        .state_dir
+        .clone()
+        .unwrap_or_else(crate::state::default_dir);
     let (nvml_run, cuda) = std::thread::scope(|s| {
         let progress = &progress;
         let nvml = s.spawn(move || {
@@ -126,10 +136,28 @@ pub fn query_with(opts: &Options) -> LiveFacts {
             // `tx` goes with this closure: the channel closes when the worker is done.
             runner::run("live-nvml", &(), DEADLINE, &on)
         });
+        // While NVML starts: the key's file inputs, and CUDA's worker at once when the cache
+        // cannot answer. It loads libcuda and waits for its request, which names the GPUs it
+        // may open (compute modes come from NVML): no GPU is touched before that.
+        let inputs = KeyInputs {
+            files: crate::sys::trace::timed("cache.files", || {
+                cache::FileInputs::read(Path::new("/"))
+            }),
+            env: cache::key_env(|k| std::env::var(k).ok()),
+        };
+        let ahead = match opts.cache {
+            CacheMode::Off => Some("--no-cache".to_string()),
+            CacheMode::Use => cache::certain_miss(&dir, &inputs.files, &inputs.env),
+        }
+        .and_then(|why| {
+            let mut t = crate::sys::trace::span("cuda.ahead");
+            t.detail(|| format!("started before NVML answers: {why}"));
+            runner::start("live-cuda").ok()
+        });
         match rx.recv_timeout(DEADLINE) {
             // The usual case: decide about CUDA while NVML's per-GPU queries run.
             Ok(e) => {
-                let cuda = cuda_facts(opts, Some(&e), progress);
+                let cuda = cuda_facts(opts, &dir, &inputs, Some(&e), ahead, progress);
                 (nvml.join(), cuda)
             }
             // No early message: the worker failed before NVML listed the GPUs, or hung.
@@ -138,6 +166,9 @@ pub fn query_with(opts: &Options) -> LiveFacts {
                 let hung = matches!(&nvml, Ok(Ok(r)) if r.outcome == runner::Outcome::TimedOut)
                     || matches!(&nvml, Ok(Err(runner::RunFailure::TimedOut { .. })));
                 let cuda = if hung {
+                    if let Some(w) = ahead {
+                        w.cancel();
+                    }
                     // A driver that does not answer NVML does not answer CUDA either: do not
                     // wait for it twice.
                     Fact::absent(
@@ -148,7 +179,7 @@ pub fn query_with(opts: &Options) -> LiveFacts {
                         ),
                     )
                 } else {
-                    cuda_facts(opts, None, progress)
+                    cuda_facts(opts, &dir, &inputs, None, ahead, progress)
                 };
                 (nvml, cuda)
             }
@@ -242,23 +273,25 @@ fn now_ms() -> u64 {
     crate::sys::clock::now_ms()
 }
 
-/// CUDA's facts: from the cache when it holds a valid answer, else from a `live-cuda` worker.
+/// The cache key's inputs that do not come from NVML.
+struct KeyInputs {
+    files: cache::FileInputs,
+    env: BTreeMap<String, String>,
+}
+
+/// CUDA's facts: from the cache when it holds a valid answer, else from a `live-cuda` worker
+/// (`ahead`, when one was started before NVML answered; it is killed when not needed).
 fn cuda_facts(
     opts: &Options,
+    dir: &Path,
+    inputs: &KeyInputs,
     early: Option<&Early>,
+    ahead: Option<crate::worker::runner::Started>,
     progress: &crate::worker::runner::Progress,
 ) -> Fact<CudaFacts> {
-    let dir = opts
-        .state_dir
-        .clone()
-        .unwrap_or_else(crate::state::default_dir);
     let left = early.map(left_out).unwrap_or_default();
     let key = crate::sys::trace::timed("cache.key", || match early {
-        Some(e) => cache::key(
-            &cache::FileInputs::read(Path::new("/")),
-            e,
-            cache::key_env(|k| std::env::var(k).ok()),
-        ),
+        Some(e) => cache::key(&inputs.files, e, inputs.env.clone()),
         None => Err("NVML did not list the GPUs".to_string()),
     });
     let mut note = None;
@@ -266,7 +299,7 @@ fn cuda_facts(
         if let Ok(k) = &key {
             let set: BTreeSet<String> = left.keys().cloned().collect();
             let mut t = crate::sys::trace::span("cache.load");
-            match cache::load(&dir, k, &set, now_ms()) {
+            match cache::load(dir, k, &set, now_ms()) {
                 Lookup::Hit { facts, source } => {
                     t.detail(|| "hit".into());
                     return Fact::known(facts, source);
@@ -287,6 +320,9 @@ fn cuda_facts(
     });
     if visible.as_deref() == Some("") {
         // Every GPU is left out: no CUDA at all.
+        if let Some(w) = ahead {
+            w.cancel();
+        }
         return Fact::known(
             CudaFacts {
                 not_asked: left,
@@ -301,7 +337,11 @@ fn cuda_facts(
     };
     let run = {
         let _t = crate::sys::trace::span("live.cuda-worker");
-        crate::worker::runner::run("live-cuda", &params, DEADLINE, &|m| progress.update(m))
+        let on = |m: &str| progress.update(m);
+        match ahead {
+            Some(w) => w.send_params(&params, DEADLINE, &on),
+            None => crate::worker::runner::run("live-cuda", &params, DEADLINE, &on),
+        }
     };
     match run.and_then(|r| r.output::<CudaFacts>()) {
         Ok(f) => {
@@ -310,7 +350,7 @@ fn cuda_facts(
                 (CacheMode::Off, _) => {}
                 (_, Ok(k)) => {
                     let _t = crate::sys::trace::span("cache.save");
-                    match cache::save(&dir, k, &f, now_ms()) {
+                    match cache::save(dir, k, &f, now_ms()) {
                         Ok(p) => {
                             source.push_str(&format!("; kept in {} for this boot", p.display()))
                         }

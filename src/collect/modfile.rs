@@ -12,10 +12,27 @@ use std::io::Read;
 const MAX_MODULE: u64 = 64 << 20;
 
 pub(super) fn collect(root: &Root) -> PeermemAbi {
+    // As the host's kernel release: osrelease, else /proc/version. Neither on a whole node (or
+    // a whole capture) is damage, not "nothing to judge": the mutation campaign found the
+    // missing osrelease turning this check's fail into a skip and the exit code into 0.
     let release = match root.read_trimmed("/proc/sys/kernel/osrelease") {
+        Ok(r) => Ok(r),
+        Err(e) => match root.read_trimmed("/proc/version") {
+            Ok(v) => super::host::release_of_proc_version(&v).ok_or(e),
+            Err(_) => Err(e),
+        },
+    };
+    let release = match release {
         Ok(r) => r,
         Err(e) => {
-            let why = format!("kernel release unknown: {}", e.reason());
+            let why = if e.is_not_found() && !root.is_complete() {
+                format!("kernel release unknown: {NOT_CAPTURED}")
+            } else {
+                format!(
+                    "{DAMAGED}the kernel release is unreadable (/proc/sys/kernel/osrelease: {}; /proc/version neither)",
+                    e.reason()
+                )
+            };
             return PeermemAbi {
                 peermem: Fact::absent("/proc/sys/kernel/osrelease", why.clone()),
                 ib_core: Fact::absent("/proc/sys/kernel/osrelease", why),

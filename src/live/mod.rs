@@ -71,6 +71,16 @@ pub fn gather_nvml(early: &(dyn Fn(&nvml::Early) + Sync)) -> LiveFacts {
     })
 }
 
+/// What a worker does before it reads its request (a worker may be started ahead of it:
+/// [`crate::worker::runner::start`]): the `live-cuda` worker loads libcuda, which opens no GPU,
+/// so that its `cuInit` can start as soon as the parent knows which GPUs it may open.
+pub fn prepare_worker(task: &str) {
+    if task == "live-cuda" {
+        let _t = crate::sys::trace::span("cuda.load");
+        cuda::preload();
+    }
+}
+
 /// `CUDA_MPS_PIPE_DIRECTORY` of the `live-cuda` worker: a directory nobody can create (under
 /// `/proc/self`), so no MPS control pipe is ever found there.
 pub const NO_MPS_PIPE_DIRECTORY: &str = "/proc/self/gdrdoctor-no-mps";

@@ -364,6 +364,47 @@ pub fn load(dir: &Path, key: &Key, left_out: &BTreeSet<String>, now_ms: u64) -> 
     }
 }
 
+/// Before NVML answers: `Some(why)` when this run's cache lookup cannot hit, whatever NVML will
+/// say (no file, a damaged one, another gdrdoctor build, boot, kernel module or environment), so
+/// that CUDA's worker may be started at once ([`crate::collect::live`]); `None` when it may.
+/// The parts of the key only NVML knows (driver version, GPUs) are left to [`load`].
+pub fn certain_miss(
+    dir: &Path,
+    files: &FileInputs,
+    env: &BTreeMap<String, String>,
+) -> Option<String> {
+    let bytes = match super::atomic::read_trusted(dir, CACHE_FILE, MAX_BYTES) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Some("no cache file yet".into()),
+        Err(e) => return Some(e),
+    };
+    let f: CacheFile = match serde_json::from_slice(&bytes) {
+        Ok(f) => f,
+        Err(e) => return Some(format!("corrupt ({e})")),
+    };
+    if f.schema != SCHEMA {
+        return Some(format!("schema {:?}", f.schema));
+    }
+    if !matches!(f.sum(), Ok(s) if s == f.checksum) {
+        return Some("checksum mismatch".into());
+    }
+    let k = &f.key;
+    if k.tool != crate::VERSION {
+        Some("written by another gdrdoctor build".into())
+    } else if files.boot_id.as_deref() != Some(k.boot_id.as_str()) {
+        Some("written during another boot".into())
+    } else if files.kernel_module != k.kernel_module
+        || files.module_instance != k.module_instance
+        || files.module_params != k.module_params
+    {
+        Some("the nvidia kernel module changed".into())
+    } else if *env != k.env {
+        Some("the environment changed".into())
+    } else {
+        None
+    }
+}
+
 /// The largest cache file read.
 const MAX_BYTES: u64 = 4 << 20;
 

@@ -59,6 +59,8 @@ fn serve_request(args: &[String], tables: &[Tasks]) -> i32 {
         }
     }
     let task = args.first().cloned().unwrap_or_default();
+    // Before the request: a worker started ahead of it prepares while the parent decides.
+    crate::live::prepare_worker(&task);
     let mut body = String::new();
     let req = match std::io::stdin()
         .take(MAX_REQUEST)

@@ -235,9 +235,30 @@ pub fn run_with(
     deadline: Duration,
     on_progress: &(dyn Fn(&str) + Sync),
 ) -> Result<WorkerRun, RunFailure> {
-    let task = req.task.as_str();
-    let body = serde_json::to_vec(req)
-        .map_err(|e| RunFailure::Spawn(format!("worker request for `{task}`: {e}")))?;
+    start_with(exe, &req.task)?.send(req, deadline, on_progress)
+}
+
+/// A worker started ahead of its request: it has exec'd and runs what its task does before
+/// reading one (`live-cuda` loads libcuda, nothing more: see
+/// [`crate::live::prepare_worker`]), then waits on its standard input. [`Started::send`] gives
+/// it the request and runs it as [`run`] does; [`Started::cancel`] (or dropping it) kills it.
+pub struct Started {
+    task: String,
+    child: Option<std::process::Child>,
+    pid: i32,
+}
+
+/// Start `gdrdoctor __worker <task>` now; its request comes later ([`Started::send`]).
+pub fn start(task: &str) -> Result<Started, RunFailure> {
+    let exe = std::env::current_exe().map_err(|e| {
+        RunFailure::Spawn(format!(
+            "cannot find the gdrdoctor executable to start a worker: {e}"
+        ))
+    })?;
+    start_with(&exe, task)
+}
+
+fn start_with(exe: &std::path::Path, task: &str) -> Result<Started, RunFailure> {
     let mut cmd = Command::new(exe);
     cmd.arg("__worker")
         .arg(task)
@@ -250,17 +271,82 @@ pub fn run_with(
         cmd.process_group(0);
     }
     forward_signals();
-    let start = Instant::now();
     let spawn_ns = crate::sys::trace::now_ns();
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .map_err(|e| RunFailure::Spawn(format!("{}: cannot start worker: {e}", exe.display())))?;
     crate::sys::trace::record("worker.spawn", spawn_ns, task);
     let pid = child.id() as i32;
     track(pid);
+    Ok(Started {
+        task: task.to_string(),
+        child: Some(child),
+        pid,
+    })
+}
+
+impl Started {
+    /// Run the started worker with `params`, as [`run`] does; the deadline counts from now.
+    pub fn send_params(
+        self,
+        params: &impl serde::Serialize,
+        deadline: Duration,
+        on_progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<WorkerRun, RunFailure> {
+        let req = Request::new(&self.task, params).map_err(RunFailure::Spawn)?;
+        self.send(&req, deadline, on_progress)
+    }
+
+    /// Kill the worker (its process group) and reap it: its request will not come.
+    pub fn cancel(mut self) {
+        self.kill();
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            os::kill_group(self.pid);
+            let _ = child.wait();
+            untrack(self.pid);
+        }
+    }
+
+    fn send(
+        mut self,
+        req: &Request,
+        deadline: Duration,
+        on_progress: &(dyn Fn(&str) + Sync),
+    ) -> Result<WorkerRun, RunFailure> {
+        let task = self.task.clone();
+        let body = serde_json::to_vec(req)
+            .map_err(|e| RunFailure::Spawn(format!("worker request for `{task}`: {e}")))?;
+        let Some(child) = self.child.take() else {
+            return Err(RunFailure::Spawn(format!(
+                "the `{task}` worker was already used"
+            )));
+        };
+        monitor(&task, child, self.pid, &body, deadline, on_progress)
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Send `body` to a started worker, read its output, hold the deadline.
+fn monitor(
+    task: &str,
+    mut child: std::process::Child,
+    pid: i32,
+    body: &[u8],
+    deadline: Duration,
+    on_progress: &(dyn Fn(&str) + Sync),
+) -> Result<WorkerRun, RunFailure> {
+    let start = Instant::now();
     if let Some(mut stdin) = child.stdin.take() {
         // A worker that died at once makes this fail; its exit status says why.
-        let _ = stdin.write_all(&body);
+        let _ = stdin.write_all(body);
     }
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();

@@ -57,6 +57,28 @@ fn dl_error() -> String {
     }
 }
 
+/// Load libcuda now and keep it loaded, as the CUDA bindings will (the first of their candidate
+/// names that loads, or the test-only override): a `live-cuda` worker started ahead of its
+/// request does this while NVML answers the parent, so that its `cuInit` does not wait for the
+/// loader. Loading opens no GPU (`cuInit` does: checked on the H100 by
+/// `scripts/cuinit-uvm/dlopen-then-env.c`, which also shows `CUDA_VISIBLE_DEVICES` set after the
+/// load and before `cuInit` is obeyed). Failures are left for [`library_problem`] to report.
+pub fn preload() {
+    use std::sync::OnceLock;
+    static KEPT: OnceLock<Option<libloading::Library>> = OnceLock::new();
+    if let Some(dir) = crate::live::stand_in::lib_dir() {
+        let _ = preload_override(&dir);
+        return;
+    }
+    KEPT.get_or_init(|| {
+        cudarc::get_lib_name_candidates("cuda")
+            .into_iter()
+            // SAFETY: loading the driver's library runs its initialisers, as the bindings'
+            // own load would; the handle is kept for the life of the process.
+            .find_map(|name| unsafe { libloading::Library::new(name) }.ok())
+    });
+}
+
 /// Why CUDA cannot be used here, or `None` when libcuda loads.
 pub fn library_problem() -> Option<String> {
     if let Some(dir) = crate::live::stand_in::lib_dir() {

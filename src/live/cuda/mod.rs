@@ -33,7 +33,7 @@ pub use context::Context;
 pub use driver::{Device, Driver};
 pub use facts::facts;
 pub use launch::{Event, Function, KernelArg, Module, Stream};
-pub use library::{library_problem, loaded_library};
+pub use library::{library_problem, loaded_library, preload};
 pub use memory::{DeviceBuffer, HostMemory, HostRegistration, IoMapping, MappedHost};
 
 use cudarc::driver::sys;
