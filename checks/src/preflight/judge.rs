@@ -884,7 +884,7 @@ fn nccl_runs(
                         run.nranks,
                         nodes.len(),
                         human_bytes(bytes),
-                        if bw.is_finite() { gbs(bw) } else { "unknown".into() }
+                        busbw_text(run.nranks, bw)
                     ),
                 )
                 .evidence(
@@ -895,6 +895,18 @@ fn nccl_runs(
         }
     }
     rows
+}
+
+/// The all-reduce's bus bandwidth in words: NCCL's bus bandwidth of one rank is 0 by definition
+/// (busBw = algBw x 2(n-1)/n: nothing crossed a link), which is not a measurement.
+fn busbw_text(nranks: u32, slowest: f64) -> String {
+    if nranks <= 1 {
+        "not applicable (one rank: nothing crosses a link)".to_string()
+    } else if slowest.is_finite() {
+        gbs(slowest)
+    } else {
+        "unknown".into()
+    }
 }
 
 fn human_bytes(b: u64) -> String {
@@ -1671,6 +1683,17 @@ mod tests {
             deadline_ms: Some(8000.0),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn one_rank_has_no_bus_bandwidth_to_report() {
+        // The 1-GPU preflight on the H100 printed "bus bandwidth 0.000 GB/s".
+        assert_eq!(
+            busbw_text(1, 0.0),
+            "not applicable (one rank: nothing crosses a link)"
+        );
+        assert_eq!(busbw_text(8, 180.25), gbs(180.25));
+        assert_eq!(busbw_text(8, f64::INFINITY), "unknown");
     }
 
     #[test]
