@@ -23,8 +23,11 @@ static HANDLERS: Once = Once::new();
 /// reaped by [`reap_left`] before the process exits, or by the termination handler.
 static LEFT: [AtomicI32; 16] = [const { AtomicI32::new(0) }; 16];
 
-/// How long the termination handler waits for the killed workers to be reaped.
-const REAP_ON_SIGNAL_MS: u32 = 500;
+/// How long the termination handler waits for the killed workers to be reaped: as long as
+/// the reap at a normal exit (`worker::runner::REAP_BOUND`). 500 ms was seen too short twice in whole CI runs on a
+/// loaded 2-core machine (the SIGKILLed worker still exiting, then left to PID 1); a worker
+/// that dies at once costs nothing of it.
+const REAP_ON_SIGNAL_MS: u32 = 2000;
 
 /// Temporary trees (an unpacked `--sysroot x.tar.gz`, the staging directory of a `.tar.gz`
 /// snapshot) that a termination signal removes before the process exits: NUL-terminated paths,
