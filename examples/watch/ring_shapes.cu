@@ -190,6 +190,24 @@ static double run_typed(const Shape& s, u64 n, bool instr) {
     return now_s() - t0;
 }
 
+// Load every kernel before the first launch: a kernel loaded lazily behind a spinning one never
+// runs (knowledge/hang-probe.md section 0 item 4; this program's first GPU run hung on it).
+template <typename W, int GPU>
+static void preload_typed() {
+    cudaFuncAttributes a;
+    CK(cudaFuncGetAttributes(&a, producer<W, GPU, true>));
+    CK(cudaFuncGetAttributes(&a, producer<W, GPU, false>));
+    CK(cudaFuncGetAttributes(&a, consumer<W, GPU, true>));
+    CK(cudaFuncGetAttributes(&a, consumer<W, GPU, false>));
+}
+
+static void preload() {
+    preload_typed<u64, 0>();
+    preload_typed<u64, 1>();
+    preload_typed<u32, 0>();
+    preload_typed<u32, 1>();
+}
+
 static double run(const Shape& s, u64 n, bool instr) {
     if (s.word == 4) return s.gpu ? run_typed<u32, 1>(s, n, instr) : run_typed<u32, 0>(s, n, instr);
     return s.gpu ? run_typed<u64, 1>(s, n, instr) : run_typed<u64, 0>(s, n, instr);
@@ -248,6 +266,7 @@ int main(int argc, char** argv) {
     }
     CK(cudaSetDevice(0));
     CK(cudaFree(0));
+    preload();
     if (gdrdoctor_progress_init(&gd, "ring_shapes", nullptr) != 0) {
         fprintf(stderr, "ring_shapes: progress area off: %s (the instrumented runs would spin bare)\n", gd.error);
         return 1;
