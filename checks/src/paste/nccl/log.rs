@@ -435,14 +435,17 @@ impl NcclLog {
             let host = c.origin.host.clone();
             // The printing process's own GPU (its host, pid and device), else the rank's.
             let init = self.rank_line(host.as_deref(), rank);
+            let (bracket_bus, bracket_nvml) = self.bracket_gpu(c);
             let bus_id = c
                 .origin
                 .bus_id
                 .clone()
-                .or_else(|| init.and_then(|r| r.bus_id.clone()));
+                .or_else(|| init.and_then(|r| r.bus_id.clone()))
+                .or(bracket_bus);
             let nvml_dev = init
                 .filter(|r| bus_id.is_none() || r.bus_id == bus_id)
-                .and_then(|r| r.nvml_dev);
+                .and_then(|r| r.nvml_dev)
+                .or(bracket_nvml);
             // As the channel line printed it, else the Init line's bus id or nvmlDev (never
             // its cudaDev: CUDA_VISIBLE_DEVICES renumbers it and every host has a device 0).
             let gpu = gpu
@@ -470,6 +473,29 @@ impl NcclLog {
             });
         }
         out
+    }
+
+    /// The local GPU a connection line's bracket names (`5[1a000]`, `5[3]`): (bus id, nvmlDev).
+    /// A bracket of four or more hex digits is a bus id (2.5-2.18.1 print `busId` with `%lx`,
+    /// and every GPU's bus id has at least four: `1000` is bus 01); a short decimal one is an
+    /// nvmlDev when the line comes from NCCL 2.18.3 or later (the version logged, or a
+    /// `Channel NN/c` line, a 2.12+ shape, since short brackets in older `Ring` lines are 2.4's
+    /// cudaDev); anything else names nothing.
+    pub fn bracket_gpu(&self, c: &Connection) -> (Option<String>, Option<u32>) {
+        let Some(b) = c.local().1 else {
+            return (None, None);
+        };
+        if b.len() >= 4 && b.bytes().all(|x| x.is_ascii_hexdigit()) {
+            return (Some(b.to_ascii_lowercase()), None);
+        }
+        let new_shape = match self.version() {
+            Some(v) => v >= Version::new(2, 18, 3),
+            None => c.conn.is_some(),
+        };
+        if b.len() <= 3 && new_shape {
+            return (None, b.parse().ok());
+        }
+        (None, None)
     }
 
     /// Whether the log shows NCCL using a network at all (NET connections or a `Using` line).
