@@ -197,3 +197,26 @@ fn a_nic_level_gdr_off_is_said_as_nccl_found_it() {
         nic.message
     );
 }
+
+#[test]
+fn a_socket_plugin_interface_is_no_hca_without_peer_memory() {
+    // Google's FastSocket plugin prints `NET/FastSocket : GPU Direct RDMA Disabled for HCA 0
+    // 'eth0'` for each interface (nccl#1519): no RDMA network, never a peer-memory failure.
+    let name = "constructed-fastsocket-gdr-disabled.log";
+    let r = run_on(&[name]);
+    assert!(
+        finding(&r, "nccl.gdr")
+            .iter()
+            .all(|f| f.status != Status::Fail),
+        "{:?}",
+        finding(&r, "nccl.gdr")
+    );
+    let net = finding(&r, "nccl.network");
+    assert_eq!(net.len(), 1);
+    assert_eq!(net[0].status, Status::Pass, "{}", net[0].message);
+    assert!(net[0].message.contains("no RDMA network"));
+    assert_eq!(r.summary.exit_code, 0);
+    let l = log_of(name);
+    assert!(l.nic_gdr.is_empty(), "{:?}", l.nic_gdr);
+    assert_eq!(l.no_rdma.len(), 3);
+}
