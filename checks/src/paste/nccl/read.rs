@@ -49,6 +49,7 @@ fn unglue(lines: &[Line]) -> Option<Vec<Line>> {
     let mut open = false;
     for (l, st) in lines.iter().zip(&starts) {
         let mut cuts: Vec<usize> = st.iter().copied().filter(|&p| p > 0).collect();
+        cuts.sort_unstable();
         cuts.dedup();
         let mut pieces: Vec<&str> = Vec::with_capacity(cuts.len() + 1);
         let mut from = 0;
