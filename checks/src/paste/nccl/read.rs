@@ -40,10 +40,18 @@ fn join_wraps(lines: &[Line]) -> Vec<Line> {
 /// `.. commId 0x` + `599e.. - Init COMPLETE`). Every piece keeps its physical line's number.
 /// `None` when no line holds two NCCL markers (nothing to do).
 fn unglue(lines: &[Line]) -> Option<Vec<Line>> {
-    let starts: Vec<Vec<usize>> = lines.iter().map(|l| glued_starts(&l.text)).collect();
-    if starts.iter().all(|s| s.len() < 2) {
+    // A whole job's log has millions of lines, each with one marker: look before allocating.
+    let glued = |t: &str| {
+        ["NCCL INFO", "NCCL WARN"]
+            .iter()
+            .map(|m| t.matches(m).count())
+            .sum::<usize>()
+            >= 2
+    };
+    if !lines.iter().any(|l| glued(&l.text)) {
         return None;
     }
+    let starts: Vec<Vec<usize>> = lines.iter().map(|l| glued_starts(&l.text)).collect();
     let mut out: Vec<Line> = Vec::with_capacity(lines.len() * 2);
     // Whether the last piece pushed may go on in the next line (its line held several).
     let mut open = false;
