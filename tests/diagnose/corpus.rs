@@ -117,6 +117,16 @@ h1:10:11 [2] NCCL INFO Channel 00/0 : 2[2] -> 6[2] [send] via NET/IB/2/GDRDMA
         (x.nvml_dev, x.bus_id.as_deref(), x.cuda_dev),
         (Some(2), None, Some(2))
     );
+    // A VM's GPU on bus 00 (0000:00:04.0 prints `40`): a bus id in 2.14, nothing without the
+    // version (it could be nvmlDev 40 of no real node, or that bus id).
+    for (version, bus) in [("NCCL version 2.14.3+cuda11.8\n", Some("40")), ("", None)] {
+        let t = format!(
+            "{version}vm-1:10:11 [0] NCCL INFO Channel 00/0 : 0[40] -> 1[40] [send] via NET/IB/0\n"
+        );
+        let r = diagnose(&[input("x.log", t)], &RunOptions::default());
+        let x = rank(&r, "vm-1", 0);
+        assert_eq!((x.bus_id.as_deref(), x.nvml_dev), (bus, None), "{version}");
+    }
     let t = "\
 h1:10:11 [3] NCCL INFO Ring 01 : 3 -> 6 [send] via NET/IB/0
 h1:10:11 [3] NCCL INFO Ring 00 : 3[3] -> 1[1] via P2P/IPC

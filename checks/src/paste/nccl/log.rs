@@ -476,26 +476,32 @@ impl NcclLog {
     }
 
     /// The local GPU a connection line's bracket names (`5[1a000]`, `5[3]`): (bus id, nvmlDev).
-    /// A bracket of four or more hex digits is a bus id (2.5-2.18.1 print `busId` with `%lx`,
-    /// and every GPU's bus id has at least four: `1000` is bus 01); a short decimal one is an
-    /// nvmlDev when the line comes from NCCL 2.18.3 or later (the version logged, or a
-    /// `Channel NN/c` line, a 2.12+ shape, since short brackets in older `Ring` lines are 2.4's
-    /// cudaDev); anything else names nothing.
+    /// NCCL 2.5 to 2.18.1 print the `busId` there (`%lx`: `1a000` is 0000:1a:00.0, `40` a VM's
+    /// 0000:00:04.0), 2.18.3 and later the nvmlDev, 2.4 the cudaDev (which names no GPU).
+    /// Without the version: four or more hex digits, or a hex letter, are a bus id (no nvmlDev
+    /// has them); a short decimal in a `Channel NN/c` line (a 2.12+ shape, so 2.18.3+ when it
+    /// is no bus id) is an nvmlDev when no bus id of bus 00 reads the same (`3`, `12`; not
+    /// `10` or `40`); anything else names nothing.
     pub fn bracket_gpu(&self, c: &Connection) -> (Option<String>, Option<u32>) {
         let Some(b) = c.local().1 else {
             return (None, None);
         };
-        if b.len() >= 4 && b.bytes().all(|x| x.is_ascii_hexdigit()) {
-            return (Some(b.to_ascii_lowercase()), None);
+        if b.is_empty() || !b.bytes().all(|x| x.is_ascii_hexdigit()) {
+            return (None, None);
         }
-        let new_shape = match self.version() {
-            Some(v) => v >= Version::new(2, 18, 3),
-            None => c.conn.is_some(),
-        };
-        if b.len() <= 3 && new_shape {
-            return (None, b.parse().ok());
+        let bus = || (Some(b.to_ascii_lowercase()), None);
+        match self.version() {
+            Some(v) if v >= Version::new(2, 18, 3) => (None, b.parse().ok()),
+            Some(v) if v >= Version::new(2, 5, 0) => bus(),
+            Some(_) => (None, None),
+            None if b.len() >= 4 || b.bytes().any(|x| x.is_ascii_alphabetic()) => bus(),
+            None => match b.parse::<u32>() {
+                Ok(n) if c.conn.is_some() && (n < 10 || (n < 16 && !b.ends_with('0'))) => {
+                    (None, Some(n))
+                }
+                _ => (None, None),
+            },
         }
-        (None, None)
     }
 
     /// Whether the log shows NCCL using a network at all (NET connections or a `Using` line).
