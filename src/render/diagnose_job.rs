@@ -69,11 +69,13 @@ pub fn render(r: &DiagnoseReport) -> String {
                 x.host.clone().unwrap_or_else(|| "?".into()),
                 x.rank.to_string(),
                 x.pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
-                format!(
-                    "{}{}",
-                    x.bus_id.as_deref().unwrap_or("?"),
-                    x.nvml_dev.map(|d| format!(", {d}")).unwrap_or_default()
-                ),
+                match (&x.bus_id, x.nvml_dev, x.cuda_dev) {
+                    (Some(b), Some(d), _) => format!("{b}, {d}"),
+                    (Some(b), None, _) => b.clone(),
+                    (None, Some(d), _) => format!("?, {d}"),
+                    (None, None, Some(c)) => format!("? (cudaDev {c})"),
+                    (None, None, None) => "?".into(),
+                },
                 if x.nics.is_empty() {
                     "-".into()
                 } else {

@@ -2,13 +2,14 @@
 
 use super::*;
 
-/// The files of fixtures/pastes (not their SOURCES.md).
+/// The files of fixtures/pastes (not their SOURCES.md, nor corpus.md: a list of logs kept
+/// elsewhere, no paste).
 fn pastes() -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(repo().join("fixtures/pastes"))
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.is_file() && !p.ends_with("SOURCES.md"))
+        .filter(|p| p.is_file() && !p.ends_with("SOURCES.md") && !p.ends_with("corpus.md"))
         .collect();
     v.sort();
     v

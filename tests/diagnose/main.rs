@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod cli;
+mod corpus;
 mod encodings;
 mod jobs;
 mod matrices;

@@ -46,9 +46,11 @@ pub struct ObservedP2p {
 }
 
 /// Whether a network is RDMA (NCCL's IB transport or an IB plugin: `IB`, `IBext`,
-/// `IBext_v8`), not sockets.
+/// `IBext_v8`), not sockets: NCCL's `Socket` and socket plugins such as Google's
+/// `FastSocket` (which print `NET/FastSocket : GPU Direct RDMA Disabled for HCA 0 'eth0'` for
+/// every interface, nccl#1519).
 pub fn is_rdma(net: &str) -> bool {
-    !net.eq_ignore_ascii_case("Socket")
+    !net.to_ascii_lowercase().contains("socket")
 }
 
 /// NCCL's log turned into the comparison's observations.

@@ -410,7 +410,7 @@ pub fn nccl_gdr(
                 (why, "upgrade NCCL to 2.23 or later (it also finds /sys/module/nvidia_peermem/version), or make the dma-buf path work (NCCL >= 2.13 with the NVIDIA open kernel modules >= 515 on a kernel >= 5.12); in a container, give it the host's /sys; `gdrdoctor explain kmod.nvidia-peermem`")
             } else {
                 (
-                    ": no peer-memory client and no dma-buf".to_string(),
+                    ": nccl found no peer-memory client and no usable dma-buf".to_string(),
                     "load a peer-memory client (`modprobe nvidia-peermem`) or enable dma-buf (NVIDIA open kernel modules, kernel >= 5.12); `gdrdoctor explain kmod.nvidia-peermem`",
                 )
             };

@@ -192,6 +192,9 @@ pub(super) fn parse_using(msg: &str, o: &Origin) -> Vec<NetDevice> {
         .split(';')
         .next()
         .unwrap_or("");
+    if list.contains("={") {
+        return parse_merged(list, &net, o);
+    }
     let mut out = Vec::new();
     for tok in list.split_whitespace() {
         let Some(r) = tok.strip_prefix('[') else {
@@ -239,6 +242,57 @@ pub(super) fn parse_using(msg: &str, o: &Origin) -> Vec<NetDevice> {
     out
 }
 
+/// The `Using` list of NCCL 2.20+ when it merges ports into virtual devices
+/// (`NCCL_IB_MERGE_NICS`, dual-port NICs): `[0]={[0] mlx5_7:1/RoCE, [1] mlx5_6:1/RoCE} [1]={..}`.
+/// Each virtual device is one device named as NCCL names it, its ports joined by `+`
+/// (`mlx5_7+mlx5_6`), with the port and link of its first member.
+fn parse_merged(list: &str, net: &str, o: &Origin) -> Vec<NetDevice> {
+    let mut out = Vec::new();
+    let mut rest = list;
+    while let Some(open) = rest.find("]={") {
+        let Some(lb) = rest[..open].rfind('[') else {
+            break;
+        };
+        let index = num(&rest[lb + 1..open]);
+        let body_start = open + 3;
+        let Some(close) = rest[body_start..].find('}') else {
+            break;
+        };
+        let body = &rest[body_start..body_start + close];
+        rest = &rest[body_start + close + 1..];
+        let members: Vec<(String, Option<u32>, Option<String>)> = body
+            .split(',')
+            .filter_map(|m| {
+                let m = m.trim();
+                let m = m.split_once(']').map(|x| x.1).unwrap_or(m).trim();
+                let (name, after) = m.split_once(':')?;
+                let mut parts = after.split('/');
+                let port = parts.next().and_then(num);
+                Some((name.to_string(), port, parts.next().map(str::to_string)))
+            })
+            .collect();
+        let (Some(index), Some(first)) = (index, members.first()) else {
+            continue;
+        };
+        out.push(NetDevice {
+            origin: o.clone(),
+            net: net.to_string(),
+            index,
+            name: members
+                .iter()
+                .map(|m| m.0.as_str())
+                .collect::<Vec<_>>()
+                .join("+"),
+            port: first.1,
+            link: first.2.clone(),
+            extras: vec![],
+            speed_mbps: None,
+            pci_path: None,
+        });
+    }
+    out
+}
+
 /// `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=.. pciPath=.. ar=0`.
 pub(super) fn parse_device_line(msg: &str, o: &Origin) -> Option<NetDevice> {
     let rest = msg.strip_prefix("NET/")?;
@@ -249,7 +303,9 @@ pub(super) fn parse_device_line(msg: &str, o: &Origin) -> Option<NetDevice> {
     let index = num(idx)?;
     let mut toks = rest.split_whitespace();
     let first = toks.next()?;
-    if !rest.contains("speed=") {
+    // 2.20+ lists each device with its properties; 2.3 listed `NET/IB: [0] mlx5_3:1/IB` alone.
+    let bare = toks.clone().next().is_none() && first.contains(':') && first.contains('/');
+    if !rest.contains("speed=") && !bare {
         return None;
     }
     let fields: Vec<&str> = first.split(':').collect();

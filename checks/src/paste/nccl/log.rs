@@ -435,14 +435,17 @@ impl NcclLog {
             let host = c.origin.host.clone();
             // The printing process's own GPU (its host, pid and device), else the rank's.
             let init = self.rank_line(host.as_deref(), rank);
+            let (bracket_bus, bracket_nvml) = self.bracket_gpu(c);
             let bus_id = c
                 .origin
                 .bus_id
                 .clone()
-                .or_else(|| init.and_then(|r| r.bus_id.clone()));
+                .or_else(|| init.and_then(|r| r.bus_id.clone()))
+                .or(bracket_bus);
             let nvml_dev = init
                 .filter(|r| bus_id.is_none() || r.bus_id == bus_id)
-                .and_then(|r| r.nvml_dev);
+                .and_then(|r| r.nvml_dev)
+                .or(bracket_nvml);
             // As the channel line printed it, else the Init line's bus id or nvmlDev (never
             // its cudaDev: CUDA_VISIBLE_DEVICES renumbers it and every host has a device 0).
             let gpu = gpu
@@ -470,6 +473,35 @@ impl NcclLog {
             });
         }
         out
+    }
+
+    /// The local GPU a connection line's bracket names (`5[1a000]`, `5[3]`): (bus id, nvmlDev).
+    /// NCCL 2.5 to 2.18.1 print the `busId` there (`%lx`: `1a000` is 0000:1a:00.0, `40` a VM's
+    /// 0000:00:04.0), 2.18.3 and later the nvmlDev, 2.4 the cudaDev (which names no GPU).
+    /// Without the version: four or more hex digits, or a hex letter, are a bus id (no nvmlDev
+    /// has them); a short decimal in a `Channel NN/c` line (a 2.12+ shape, so 2.18.3+ when it
+    /// is no bus id) is an nvmlDev when no bus id of bus 00 reads the same (`3`, `12`; not
+    /// `10` or `40`); anything else names nothing.
+    pub fn bracket_gpu(&self, c: &Connection) -> (Option<String>, Option<u32>) {
+        let Some(b) = c.local().1 else {
+            return (None, None);
+        };
+        if b.is_empty() || !b.bytes().all(|x| x.is_ascii_hexdigit()) {
+            return (None, None);
+        }
+        let bus = || (Some(b.to_ascii_lowercase()), None);
+        match self.version() {
+            Some(v) if v >= Version::new(2, 18, 3) => (None, b.parse().ok()),
+            Some(v) if v >= Version::new(2, 5, 0) => bus(),
+            Some(_) => (None, None),
+            None if b.len() >= 4 || b.bytes().any(|x| x.is_ascii_alphabetic()) => bus(),
+            None => match b.parse::<u32>() {
+                Ok(n) if c.conn.is_some() && (n < 10 || (n < 16 && !b.ends_with('0'))) => {
+                    (None, Some(n))
+                }
+                _ => (None, None),
+            },
+        }
     }
 
     /// Whether the log shows NCCL using a network at all (NET connections or a `Using` line).

@@ -9,8 +9,11 @@ pub fn parse_lines(lines: &[Line]) -> NcclLog {
     parse_lines_with(lines, false)
 }
 
-/// Join transports a hard wrap cut (the continuation has no NCCL prefix).
+/// Join transports a hard wrap cut (the continuation has no NCCL prefix); first, lines that
+/// hold several NCCL lines are split ([`unglue`]).
 fn join_wraps(lines: &[Line]) -> Vec<Line> {
+    let unglued = unglue(lines);
+    let lines: &[Line] = unglued.as_deref().unwrap_or(lines);
     let mut joined: Vec<Line> = Vec::with_capacity(lines.len());
     let mut k = 0;
     while k < lines.len() {
@@ -26,6 +29,142 @@ fn join_wraps(lines: &[Line]) -> Vec<Line> {
         k += 1;
     }
     joined
+}
+
+/// Lines that hold several NCCL lines, as a web page, a chat or a terminal without line breaks
+/// shows a log (`h:1:2 [0] NCCL INFO Channel .. via NET/IB/0/GDRDMA     h:1:3 [1] NCCL INFO
+/// ..`, the page wrapping the result wherever it liked): each NCCL line is cut out at the start
+/// of its `host:pid:tid [dev]` prefix ([`glued_starts`]), and where the page wrapped a line
+/// that held several, the last piece is joined to the piece the next line starts with (until
+/// that line's first prefix), as the page cut it (`.. [receive] via` + ` NET/IB/4/GDRDMA`,
+/// `.. commId 0x` + `599e.. - Init COMPLETE`). Every piece keeps its physical line's number.
+/// `None` when no line holds two NCCL markers (nothing to do).
+fn unglue(lines: &[Line]) -> Option<Vec<Line>> {
+    // A whole job's log has millions of lines, each with one marker: look before allocating.
+    let glued = |t: &str| {
+        ["NCCL INFO", "NCCL WARN"]
+            .iter()
+            .map(|m| t.matches(m).count())
+            .sum::<usize>()
+            >= 2
+    };
+    if !lines.iter().any(|l| glued(&l.text)) {
+        return None;
+    }
+    let starts: Vec<Vec<usize>> = lines.iter().map(|l| glued_starts(&l.text)).collect();
+    let mut out: Vec<Line> = Vec::with_capacity(lines.len() * 2);
+    // Whether the last piece pushed may go on in the next line (its line held several).
+    let mut open = false;
+    for (l, st) in lines.iter().zip(&starts) {
+        let mut cuts: Vec<usize> = st.iter().copied().filter(|&p| p > 0).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut pieces: Vec<&str> = Vec::with_capacity(cuts.len() + 1);
+        let mut from = 0;
+        for &c in &cuts {
+            pieces.push(&l.text[from..c]);
+            from = c;
+        }
+        pieces.push(&l.text[from..]);
+        let mut rest = pieces.as_slice();
+        // The head of this line, before its first prefix, continues the previous line's last
+        // piece when that line was a glued one and the head has no prefix of its own.
+        if open && st.first() != Some(&0) {
+            if let (Some(head), Some(prev)) = (rest.first(), out.last_mut()) {
+                if !head.trim().is_empty() {
+                    // As the page cut it (`.. commId 0x` + `599e..`), but the space a line
+                    // ended with is gone once pasted: put it back after a marker or `via`
+                    // (`.. NCCL INFO` + `Using network IBext`).
+                    let word_end = ["NCCL INFO", "NCCL WARN", " via"]
+                        .iter()
+                        .any(|w| prev.text.trim_end().ends_with(w));
+                    if word_end && !head.starts_with(char::is_whitespace) {
+                        prev.text.truncate(prev.text.trim_end().len());
+                        prev.text.push(' ');
+                    }
+                    prev.text.push_str(head);
+                    rest = &rest[1..];
+                }
+            }
+        }
+        for piece in rest {
+            if piece.trim().is_empty() {
+                continue;
+            }
+            out.push(Line {
+                no: l.no,
+                text: piece.to_string(),
+            });
+        }
+        open = st.len() >= 2;
+    }
+    for l in &mut out {
+        l.text.truncate(l.text.trim_end().len());
+    }
+    Some(out)
+}
+
+/// Where each NCCL line in `text` starts: at the `host:pid:tid [dev]` prefix before each
+/// `NCCL INFO|WARN` marker (or before its `file.cc:123`), else at the `[dev]`, else at the
+/// marker itself.
+fn glued_starts(text: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(p) = ["NCCL INFO", "NCCL WARN"]
+        .iter()
+        .filter_map(|m| text[at..].find(m).map(|x| x + at))
+        .min()
+    {
+        out.push(prefix_start(text, p));
+        at = p + "NCCL INFO".len();
+    }
+    out
+}
+
+/// The start of the prefix of the marker at `p` (see [`glued_starts`]).
+fn prefix_start(text: &str, p: usize) -> usize {
+    // Tokens to the left of the marker: `[file.cc:123]` `[dev]` `host:pid:tid`.
+    let mut end = p;
+    let mut start = p;
+    let mut tok = || -> Option<(usize, &str)> {
+        let before = text[..end].trim_end();
+        let s = before
+            .rfind(char::is_whitespace)
+            .map(|i| i + before[i..].chars().next().map_or(1, char::len_utf8))
+            .unwrap_or(0);
+        end = s;
+        (s < before.len()).then(|| (s, &before[s..]))
+    };
+    let Some((s, mut t)) = tok() else { return p };
+    let mut s = s;
+    if t.contains(".c")
+        && t.rsplit(':')
+            .next()
+            .is_some_and(|n| n.parse::<u32>().is_ok())
+    {
+        start = s;
+        let Some((s2, t2)) = tok() else { return start };
+        s = s2;
+        t = t2;
+    }
+    let dev = t
+        .strip_prefix('[')
+        .and_then(|d| d.strip_suffix(']'))
+        .is_some_and(|d| d.parse::<u32>().is_ok());
+    if !dev {
+        return start;
+    }
+    start = s;
+    let Some((s, t)) = tok() else { return start };
+    let parts: Vec<&str> = t.rsplitn(3, ':').collect();
+    if parts.len() == 3
+        && parts[..2]
+            .iter()
+            .all(|x| x.bytes().all(|b| b.is_ascii_digit()))
+    {
+        start = s;
+    }
+    start
 }
 
 /// One process of the log: its host and pid (`host:pid:tid` of the prefix).
@@ -215,6 +354,39 @@ fn origins_mut(log: &mut NcclLog) -> impl Iterator<Item = &mut Origin> {
         .chain(log.warnings.iter_mut().map(|d| &mut d.origin))
 }
 
+/// Hosts read from two prefixes that ran into each other (processes writing the same terminal
+/// at once: `g183:161258:16169g183:161264:161695 [7] NCCL INFO ..`, or a line cut after `6[`
+/// and the next one glued on: `6[g183:161258:161696 [1]`): a host name holds no `:` or `[`,
+/// so the host is the name of another line that the glued text ends with (`g183`), and none
+/// (the line stays unplaced) when no other line names such a host.
+fn repair_glued_hosts(log: &mut NcclLog) {
+    let glued = |h: &str| h.contains(':') || h.contains('[');
+    if !log.hosts.iter().any(|h| glued(h)) {
+        return;
+    }
+    let known: Vec<String> = log.hosts.iter().filter(|h| !glued(h)).cloned().collect();
+    let fix = |h: &str| -> Option<String> {
+        let tail = h.rsplit([':', '[']).next().unwrap_or("");
+        known
+            .iter()
+            .filter(|k| tail.ends_with(k.as_str()))
+            .max_by_key(|k| k.len())
+            .cloned()
+    };
+    for o in origins_mut(log) {
+        if o.host.as_deref().is_some_and(glued) {
+            o.host = o.host.as_deref().and_then(fix);
+        }
+    }
+    for d in &mut log.dmabuf_gpus {
+        if glued(&d.0) {
+            d.0 = fix(&d.0).unwrap_or_default();
+        }
+    }
+    log.dmabuf_gpus.retain(|d| !d.0.is_empty());
+    log.hosts = known;
+}
+
 /// Each line's rank and GPU from the `Init` line of the same host, pid and device.
 fn attribute(log: &mut NcclLog) {
     type At = (Option<String>, Option<u32>, Option<u32>);
@@ -330,7 +502,11 @@ fn parse_one(joined: &[Line], last_complete: bool, last_no: Option<usize>) -> Nc
             }
             continue;
         }
-        if let Some(n) = msg.strip_prefix("Using network ") {
+        // `Using internal Network IB`: NCCL 2.3's word for the same.
+        if let Some(n) = msg
+            .strip_prefix("Using network ")
+            .or_else(|| msg.strip_prefix("Using internal Network "))
+        {
             let n = n.trim().to_string();
             if !crate::nccl::compare::is_rdma(&n) {
                 log.no_rdma.push((l.no, msg.clone()));
@@ -398,6 +574,7 @@ fn parse_one(joined: &[Line], last_complete: bool, last_no: Option<usize>) -> Nc
             }
         }
     }
+    repair_glued_hosts(&mut log);
     // Devices listed twice (every rank prints the `Using` line) are one device per host.
     let mut seen = std::collections::BTreeSet::new();
     log.net_devices.retain(|d| {

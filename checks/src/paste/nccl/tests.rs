@@ -333,3 +333,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn lines_run_together_split_at_each_prefix_and_never_panic() {
+    // Two NCCL lines on one line, the page's wrap cutting the second after `via`.
+    let l = parse(
+        "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA     h:1:3 [1] NCCL INFO Channel 00/0 : 3[1] -> 1[1] [receive] via\n NET/IB/1   h:1:2 [0] NCCL INFO Using network IB\n",
+    );
+    assert_eq!(l.connections.len(), 2, "{:?}", l.unreadable);
+    assert_eq!(l.networks, vec!["IB"]);
+    assert!(l
+        .connections
+        .iter()
+        .all(|c| c.origin.host.as_deref() == Some("h")));
+    // Markers without prefixes, prefixes without messages, multibyte text: no panic.
+    for t in [
+        "NCCL INFO NCCL INFO [1] NCCL WARN x:1:2 [3] a.cc:1 NCCL WARN é h:é:1 [2] NCCL INFO\nNCCL INFO\n",
+        "  NCCL WARN [0] NCCL INFO Channel 00/0 : 0[0] -> 1[ é h:1:2 [0] NCCL INFO via\n NET/IB/0/GDRDMA x\n",
+        "é NCCL INFO\u{a0}NCCL INFO é\n",
+    ] {
+        let _ = parse(t);
+    }
+}

@@ -107,6 +107,16 @@ pub fn ranks(log: &NcclLog) -> Vec<RankView> {
         if v.bus_id.is_none() {
             v.bus_id = c.origin.bus_id.clone();
         }
+        // The channel line's own bracket (`5[1a000]`: its bus id up to 2.18.1, `5[3]`: its
+        // nvmlDev from 2.18.3), and the printing thread's `[dev]`, its cudaDev.
+        let (bus, nvml) = log.bracket_gpu(c);
+        if v.bus_id.is_none() {
+            v.bus_id = bus;
+        }
+        v.nvml_dev = v.nvml_dev.or(nvml);
+        if c.origin.pid.is_some() {
+            v.cuda_dev = v.cuda_dev.or(c.origin.dev);
+        }
         let label = c.transport.label();
         let t = v.peers.entry(peer).or_default();
         if !t.contains(&label) {
@@ -473,8 +483,10 @@ pub fn runs_finding(runs: &[RunView]) -> Vec<Finding> {
 
 /// `nccl.network`: NCCL said it has no RDMA network (`NET/IB : No device found`, `Using
 /// network Socket`, a socket interface's `GPU Direct RDMA Disabled`): a finding about the
-/// network, not about peer memory. A warning when connections crossed hosts over sockets, a
-/// pass when the run used no network at all (its GPUs talked over P2P or shared memory).
+/// network, not about peer memory. A warning when connections crossed hosts over sockets or
+/// the log names several hosts, and when no connection line shows what the run used; a pass
+/// when the run of one host used no network at all (its GPUs talked over P2P or shared
+/// memory, as its connection lines show).
 pub fn network(log: &NcclLog, label: &str) -> Option<Finding> {
     const ID: &str = "nccl.network";
     let sockets: Vec<&crate::paste::nccl::Connection> = log
@@ -507,6 +519,33 @@ pub fn network(log: &NcclLog, label: &str) -> Option<Finding> {
             ),
         )
         .fix("if the nodes have InfiniBand or RoCE NICs: NCCL did not find or was told not to use them (NCCL_IB_DISABLE=1, NCCL_NET=Socket, no libibverbs or rdma-core in the container, no /dev/infiniband, ports down: `ibv_devinfo`); if they have none, sockets are the only path and GDR does not apply")
+    } else if rdma == 0 && log.hosts.len() >= 2 {
+        // Several hosts and no RDMA network: whatever crossed hosts went over sockets, shown
+        // in a connection line or not.
+        Finding::new(
+            ID,
+            Status::Warn,
+            "network",
+            format!(
+                "nccl found no RDMA network and the log names {} hosts: traffic between them goes over TCP sockets, where GPUDirect RDMA cannot apply{}",
+                log.hosts.len(),
+                if local == 0 {
+                    " (the paste shows no connection line)"
+                } else {
+                    ""
+                }
+            ),
+        )
+        .fix("if the nodes have InfiniBand or RoCE NICs: NCCL did not find or was told not to use them (NCCL_IB_DISABLE=1, NCCL_NET=Socket, no libibverbs or rdma-core in the container, no /dev/infiniband, ports down: `ibv_devinfo`); if they have none, sockets are the only path and GDR does not apply")
+    } else if rdma == 0 && local == 0 {
+        // No connection line: what the run used is not shown, so no pass.
+        Finding::new(
+            ID,
+            Status::Warn,
+            "network",
+            "nccl found no RDMA network: any traffic between nodes goes over TCP sockets, where GPUDirect RDMA cannot apply; the paste shows no connection line, so whether this job left the node is not shown",
+        )
+        .fix("if the job spans several nodes and they have InfiniBand or RoCE NICs: NCCL did not find or was told not to use them (NCCL_IB_DISABLE=1, NCCL_NET=Socket, no libibverbs or rdma-core in the container, no /dev/infiniband, ports down: `ibv_devinfo`); a job on one node needs no network")
     } else if rdma == 0 {
         Finding::new(
             ID,
