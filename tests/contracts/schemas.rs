@@ -77,6 +77,41 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
     }
 }
 
+/// The schemas derived from the serde types (`gdrdoctor_checks::schema::DERIVED`) are the
+/// files published in docs/schema, byte for byte: a type that changes without its schema fails
+/// here (rewrite the files with `GDRDOCTOR_UPDATE_GOLDEN=1` and review the diff).
+#[test]
+fn published_schemas_are_derived_from_the_serde_types() {
+    let update = std::env::var("GDRDOCTOR_UPDATE_GOLDEN").is_ok_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for d in gdrdoctor_checks::schema::DERIVED {
+        let want = gdrdoctor_checks::schema::text(&(d.published)());
+        let file = schema_file(d.id);
+        if update {
+            std::fs::write(&file, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (run with GDRDOCTOR_UPDATE_GOLDEN=1)",
+                file.display()
+            )
+        });
+        if have != want {
+            stale.push(d.id);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "docs/schema differs from the schema derived from the types for {stale:?}; rerun with GDRDOCTOR_UPDATE_GOLDEN=1 and review"
+    );
+    assert!(
+        gdrdoctor_checks::schema::DERIVED
+            .iter()
+            .any(|d| d.id == gdrdoctor_checks::report::SCHEMA),
+        "the report schema is derived"
+    );
+}
+
 #[test]
 fn golden_and_probe_reports_match_the_report_schema() {
     let mut n = 0;

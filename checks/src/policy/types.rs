@@ -690,53 +690,47 @@ impl<'de> Deserialize<'de> for LinkWidth {
     }
 }
 
-/// A calendar date (UTC), `2026-03-31`: a TOML date or a string.
+/// A calendar date (UTC), `2026-03-31`: a TOML date or a string. A `jiff` civil date: the
+/// calendar (leap years, days of the month, Unix time to a date) is jiff's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Date {
-    pub year: i32,
-    pub month: u32,
-    pub day: u32,
-}
+pub struct Date(pub jiff::civil::Date);
 
 impl Date {
+    /// `YYYY-MM-DD` exactly (four-digit year, two-digit month and day), a day that exists.
     pub fn parse(s: &str) -> Option<Date> {
         let s = s.trim();
         let b = s.as_bytes();
-        if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        // jiff also reads other ISO 8601 shapes (`20260331`, `+002026-03-31`, a date with a
+        // time); a waiver's date is written one way only.
+        let digits =
+            |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+        if b.len() != 10
+            || b[4] != b'-'
+            || b[7] != b'-'
+            || !digits(0..4)
+            || !digits(5..7)
+            || !digits(8..10)
+        {
             return None;
         }
-        let year: i32 = s.get(0..4)?.parse().ok()?;
-        let month: u32 = s.get(5..7)?.parse().ok()?;
-        let day: u32 = s.get(8..10)?.parse().ok()?;
-        let d = Date { year, month, day };
-        ((1..=12).contains(&month) && day >= 1 && day <= d.days_in_month()).then_some(d)
+        s.parse::<jiff::civil::Date>().ok().map(Date)
     }
-    fn days_in_month(&self) -> u32 {
-        match self.month {
-            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-            4 | 6 | 9 | 11 => 30,
-            _ if (self.year % 4 == 0 && self.year % 100 != 0) || self.year % 400 == 0 => 29,
-            _ => 28,
-        }
-    }
-    /// The civil date of a Unix time (seconds), UTC (Howard Hinnant's `civil_from_days`).
+    /// The civil date of a Unix time (seconds), UTC; times beyond jiff's range (years -9999 to
+    /// 9999) are clamped to it.
     pub fn from_unix(secs: i64) -> Date {
-        let z = secs.div_euclid(86_400) + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
-        Date { year, month, day }
+        let t = jiff::Timestamp::from_second(secs).unwrap_or(if secs < 0 {
+            jiff::Timestamp::MIN
+        } else {
+            jiff::Timestamp::MAX
+        });
+        Date(jiff::tz::TimeZone::UTC.to_datetime(t).date())
     }
 }
 
 impl fmt::Display for Date {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04}-{:02}-{:02}", self.year, self.month, self.day)
+        // jiff writes years 0-9999 as four digits, as ISO 8601 (and TOML) do.
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -838,16 +832,24 @@ mod tests {
     fn dates_parse_and_come_from_unix_time() {
         assert_eq!(
             Date::parse("2026-03-31"),
-            Some(Date {
-                year: 2026,
-                month: 3,
-                day: 31
-            })
+            Some(Date(jiff::civil::date(2026, 3, 31)))
         );
         assert!(Date::parse("2026-02-29").is_none());
         assert!(Date::parse("2024-02-29").is_some());
         assert!(Date::parse("2026-13-01").is_none());
         assert!(Date::parse("2026-3-1").is_none());
+        // Only YYYY-MM-DD: the other ISO 8601 shapes jiff reads are refused.
+        for other in [
+            "20260331",
+            "+002026-03-31",
+            "2026-03-31T00:00",
+            "2026-03-3a",
+            "2026+03-31",
+        ] {
+            assert!(Date::parse(other).is_none(), "{other}");
+        }
+        assert!(Date::parse("1900-02-29").is_none());
+        assert!(Date::parse("2000-02-29").is_some());
         assert_eq!(Date::from_unix(0).to_string(), "1970-01-01");
         assert_eq!(Date::from_unix(951_782_400).to_string(), "2000-02-29");
         assert_eq!(Date::from_unix(1_796_084_248).to_string(), "2026-12-01");

@@ -1,0 +1,184 @@
+//! The JSON Schemas of `docs/schema/` that are derived from the serde types (`schemars`), so that
+//! the published contract cannot drift from what the code writes and reads.
+//!
+//! A type derives `JsonSchema` next to `Serialize`/`Deserialize`; its attributes carry what the
+//! types alone do not say (the set of values of a string, a pattern, a field that is always
+//! written even when null). The schema is made for the reader's contract (what the type's
+//! `Deserialize` needs: a field with `#[serde(default)]` may be absent, which is how v1 grew),
+//! and `#[schemars(extend("x-required" = true))]` on the fields that every v1 document carries,
+//! null when unknown (`#[schemars(required)]` would also drop the `null`): [`published`] moves
+//! each such property into its object's `required` list.
+//!
+//! Published, a document v1 may grow takes members it does not know: every object the types
+//! close (`#[serde(deny_unknown_fields)]`, `"additionalProperties": false`) is opened
+//! (`"additionalProperties": true`). The project's tests close them again (tests/contracts/),
+//! so that a field the code adds without a schema change fails there.
+//! `tests/contracts/schemas.rs` compares each file of docs/schema with [`DERIVED`]'s output and
+//! rewrites it under `GDRDOCTOR_UPDATE_GOLDEN=1`.
+
+use schemars::generate::SchemaSettings;
+use schemars::JsonSchema;
+use serde_json::{Map, Value};
+
+/// One derived schema: its id and how to make its published text.
+pub struct Derived {
+    pub id: &'static str,
+    pub published: fn() -> Value,
+}
+
+/// Every schema of docs/schema derived from the types; the others are still written by hand.
+pub const DERIVED: &[Derived] = &[Derived {
+    id: crate::report::SCHEMA,
+    published: crate::report::json_schema,
+}];
+
+/// The published schema of `T` under `id`: draft 2020-12, `$id` `urn:gdrdoctor:schema:<id>`,
+/// the title `id`, `description`; the `schema` member is the constant `id`; every closed object
+/// opened (`open`: the document may grow) or left closed.
+pub fn published<T: JsonSchema>(id: &str, description: &str, open: bool) -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .into_generator();
+    let mut v = generator.into_root_schema_for::<T>().to_value();
+    if let Value::Object(top) = &mut v {
+        top.insert("$id".into(), format!("urn:gdrdoctor:schema:{id}").into());
+        top.insert("title".into(), id.into());
+        top.insert("description".into(), description.into());
+        if let Some(Value::Object(props)) = top.get_mut("properties") {
+            props.insert("schema".into(), serde_json::json!({ "const": id }));
+        }
+    }
+    tidy(&mut v, open);
+    v
+}
+
+/// Any JSON object, its members not described (a probe's raw measurements): no
+/// `additionalProperties` that the strict variant of the tests would close.
+pub fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object" })
+}
+
+/// The text of a schema file: two-space indents, a final newline.
+pub fn text(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// Open the closed objects (when `open`) and drop schemars' own integer formats (`uint32`,
+/// `int64`, `double`...), which no validator knows: the integer type and its minimum say it.
+fn tidy(v: &mut Value, open: bool) {
+    match v {
+        Value::Object(m) => {
+            let mut always = Vec::new();
+            if let Some(Value::Object(props)) = m.get_mut("properties") {
+                for (name, p) in props.iter_mut() {
+                    if let Some(p) = p.as_object_mut() {
+                        if p.remove("x-required").is_some() {
+                            always.push(Value::from(name.as_str()));
+                        }
+                    }
+                }
+            }
+            if !always.is_empty() {
+                let required = m
+                    .entry("required")
+                    .or_insert_with(|| Value::Array(Vec::new()));
+                if let Value::Array(r) = required {
+                    for name in always {
+                        if !r.contains(&name) {
+                            r.push(name);
+                        }
+                    }
+                }
+            }
+            if open && m.get("additionalProperties") == Some(&Value::Bool(false)) {
+                m.insert("additionalProperties".into(), Value::Bool(true));
+            }
+            if m.get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| f != "date-time")
+            {
+                m.remove("format");
+            }
+            for (k, x) in m.iter_mut() {
+                // A `const` or `enum` is a value, not a schema.
+                if k != "const" && k != "enum" && k != "default" {
+                    tidy(x, open);
+                }
+            }
+            sort(m);
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| tidy(x, open)),
+        _ => {}
+    }
+}
+
+/// Keys in sorted order, whichever map serde_json was built with.
+fn sort(m: &mut Map<String, Value>) {
+    let mut entries: Vec<(String, Value)> = std::mem::take(m).into_iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    m.extend(entries);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn the_report_schema_is_open_where_v1_grows_and_keeps_its_sets_and_patterns() {
+        let v = crate::report::json_schema();
+        if std::env::var_os("SHOW_SCHEMA").is_some() {
+            eprintln!("{}", text(&v));
+        }
+        assert_eq!(v["$schema"], "https://json-schema.org/draft/2020-12/schema");
+        assert_eq!(v["title"], crate::report::SCHEMA);
+        assert_eq!(v["properties"]["schema"]["const"], crate::report::SCHEMA);
+        assert_eq!(v["additionalProperties"], true);
+        let d = &v["$defs"];
+        for name in [
+            "tool",
+            "host",
+            "summary",
+            "finding",
+            "inventory",
+            "gdr",
+            "evidence",
+        ] {
+            assert_eq!(d[name]["additionalProperties"], true, "{name}");
+        }
+        assert_eq!(
+            d["finding"]["properties"]["status"]["enum"],
+            serde_json::json!(["pass", "skip", "warn", "error", "fail"])
+        );
+        assert_eq!(
+            d["host"]["properties"]["source"]["enum"],
+            serde_json::json!(["live", "sysroot", "host-root", "evidence"])
+        );
+        assert_eq!(
+            d["summary"]["properties"]["exit_code"]["enum"],
+            serde_json::json!([0, 1, 2, 3])
+        );
+        assert_eq!(
+            d["gpu"]["properties"]["bdf"]["pattern"],
+            crate::report::BDF_PATTERN
+        );
+        // Always written even when null: required. Added later in v1: optional.
+        let req = |def: &str| d[def]["required"].as_array().cloned().unwrap_or_default();
+        assert!(
+            req("host").contains(&"hostname".into()),
+            "{:?}",
+            req("host")
+        );
+        assert!(req("pci").contains(&"parent".into()));
+        assert!(!req("pci").contains(&"config_bytes".into()));
+        assert!(!req("gdr").contains(&"send".into()));
+        assert!(!v["required"]
+            .as_array()
+            .unwrap()
+            .contains(&"timestamp".into()));
+        // No schemars-only formats.
+        assert!(!text(&v).contains("\"uint"), "{}", text(&v));
+    }
+}
