@@ -84,9 +84,26 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
 fn published_schemas_are_derived_from_the_serde_types() {
     let update = std::env::var("GDRDOCTOR_UPDATE_GOLDEN").is_ok_and(|v| v == "1");
     let mut stale = Vec::new();
-    for d in gdrdoctor_checks::schema::DERIVED {
-        let want = gdrdoctor_checks::schema::text(&(d.published)());
-        let file = schema_file(d.id);
+    let derived = gdrdoctor_checks::schema::DERIVED
+        .iter()
+        .map(|d| (d.id, (d.published)()))
+        .chain([
+            (
+                gdrdoctor::source::meta::META_SCHEMA,
+                gdrdoctor::source::meta::json_schema(),
+            ),
+            (
+                gdrdoctor::state::counters::STATE_SCHEMA,
+                gdrdoctor::state::counters::json_schema(),
+            ),
+            (
+                gdrdoctor::state::counters::STATE_SCHEMA_V1,
+                gdrdoctor::state::counters::json_schema_v1(),
+            ),
+        ]);
+    for (id, schema) in derived {
+        let want = gdrdoctor_checks::schema::text(&schema);
+        let file = schema_file(id);
         if update {
             std::fs::write(&file, &want).unwrap();
         }
@@ -97,7 +114,7 @@ fn published_schemas_are_derived_from_the_serde_types() {
             )
         });
         if have != want {
-            stale.push(d.id);
+            stale.push(id);
         }
     }
     assert!(
