@@ -100,6 +100,10 @@ fn published_schemas_are_derived_from_the_serde_types() {
                 gdrdoctor::state::counters::STATE_SCHEMA_V1,
                 gdrdoctor::state::counters::json_schema_v1(),
             ),
+            (
+                gdrdoctor::collect::fleet::rollup::FLEET_SCHEMA,
+                gdrdoctor::collect::fleet::rollup::json_schema(),
+            ),
         ]);
     for (id, schema) in derived {
         let want = gdrdoctor_checks::schema::text(&schema);
