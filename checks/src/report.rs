@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 pub const SCHEMA: &str = "gdrdoctor.report/v1";
 
 /// A PCI address as the report writes it (`0000:18:00.0`; domains may be longer than 4 digits).
-pub(crate) const BDF_PATTERN: &str = r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$";
+pub const BDF_PATTERN: &str = r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$";
 
 /// What happened when a check looked at one subject.
 #[derive(

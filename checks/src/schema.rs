@@ -7,7 +7,9 @@
 //! `Deserialize` needs: a field with `#[serde(default)]` may be absent, which is how v1 grew),
 //! and `#[schemars(extend("x-required" = true))]` on the fields that every v1 document carries,
 //! null when unknown (`#[schemars(required)]` would also drop the `null`): [`published`] moves
-//! each such property into its object's `required` list.
+//! each such property into its object's `required` list. A type without `Deserialize` (the
+//! outputs only written) marks the members added later in v1, which a consumer may not find in
+//! an older document, with `extend("x-optional" = true)`: they leave `required`.
 //!
 //! Published, a document v1 may grow takes members it does not know: every object the types
 //! close (`#[serde(deny_unknown_fields)]`, `"additionalProperties": false`) is opened
@@ -73,14 +75,21 @@ fn tidy(v: &mut Value, open: bool) {
     match v {
         Value::Object(m) => {
             let mut always = Vec::new();
+            let mut later = Vec::new();
             if let Some(Value::Object(props)) = m.get_mut("properties") {
                 for (name, p) in props.iter_mut() {
                     if let Some(p) = p.as_object_mut() {
                         if p.remove("x-required").is_some() {
                             always.push(Value::from(name.as_str()));
                         }
+                        if p.remove("x-optional").is_some() {
+                            later.push(Value::from(name.as_str()));
+                        }
                     }
                 }
+            }
+            if let Some(Value::Array(r)) = m.get_mut("required") {
+                r.retain(|n| !later.contains(n));
             }
             if !always.is_empty() {
                 let required = m

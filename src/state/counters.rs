@@ -54,6 +54,7 @@ pub struct Family {
     /// The reading before the last one: what a run less than a second after the last judges
     /// against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Reading")]
     pub previous: Option<Reading>,
 }
 
