@@ -31,10 +31,16 @@ pub struct Derived {
 /// The schemas of docs/schema derived from the types of this crate; the binary's (snapshot
 /// metadata, counter state) are listed by `tests/contracts/schemas.rs`; the others are still
 /// written by hand.
-pub const DERIVED: &[Derived] = &[Derived {
-    id: crate::report::SCHEMA,
-    published: crate::report::json_schema,
-}];
+pub const DERIVED: &[Derived] = &[
+    Derived {
+        id: crate::report::SCHEMA,
+        published: crate::report::json_schema,
+    },
+    Derived {
+        id: crate::preflight::model::SCHEMA,
+        published: crate::preflight::model::json_schema,
+    },
+];
 
 /// The published schema of `T` under `id`: draft 2020-12, `$id` `urn:gdrdoctor:schema:<id>`,
 /// the title `id`, `description`; the `schema` member is the constant `id`; every closed object
@@ -54,6 +60,51 @@ pub fn published<T: JsonSchema>(id: &str, description: &str, open: bool) -> Valu
     }
     tidy(&mut v, open);
     v
+}
+
+/// The published schema of `T` as [`published`] (open), for a document that shares types with
+/// the report: each of `report_defs` (names in the report schema's `$defs`) is referred to in
+/// `gdrdoctor.report.v1.schema.json` beside it instead of copied, and the schema has no `$id`
+/// (the reference resolves against the file's own location).
+pub fn published_referring<T: JsonSchema>(
+    id: &str,
+    description: &str,
+    report_defs: &[&str],
+) -> Value {
+    let mut v = published::<T>(id, description, true);
+    if let Value::Object(top) = &mut v {
+        top.remove("$id");
+        if let Some(Value::Object(defs)) = top.get_mut("$defs") {
+            for name in report_defs {
+                defs.remove(*name);
+            }
+            if defs.is_empty() {
+                top.remove("$defs");
+            }
+        }
+    }
+    refer(&mut v, report_defs);
+    v
+}
+
+fn refer(v: &mut Value, report_defs: &[&str]) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(r)) = m.get_mut("$ref") {
+                if let Some(name) = r.strip_prefix("#/$defs/") {
+                    if report_defs.contains(&name) {
+                        *r = format!(
+                            "{}.schema.json#/$defs/{name}",
+                            crate::report::SCHEMA.replace('/', ".")
+                        );
+                    }
+                }
+            }
+            m.values_mut().for_each(|x| refer(x, report_defs));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| refer(x, report_defs)),
+        _ => {}
+    }
 }
 
 /// Any JSON object, its members not described (a probe's raw measurements): no
