@@ -105,6 +105,10 @@ fn published_schemas_are_derived_from_the_serde_types() {
                 gdrdoctor::collect::fleet::rollup::json_schema(),
             ),
             (TOPO_SCHEMA, gdrdoctor::render::topo::json_schema()),
+            (
+                gdrdoctor::state::cuda_cache::SCHEMA,
+                gdrdoctor::state::cuda_cache::json_schema(),
+            ),
         ]);
     for (id, schema) in derived {
         let want = gdrdoctor_checks::schema::text(&schema);
