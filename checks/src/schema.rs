@@ -40,6 +40,10 @@ pub const DERIVED: &[Derived] = &[
         id: crate::preflight::model::SCHEMA,
         published: crate::preflight::model::json_schema,
     },
+    Derived {
+        id: crate::policy::POLICY_SCHEMA,
+        published: crate::policy::types::json_schema,
+    },
 ];
 
 /// The published schema of `T` under `id`: draft 2020-12, `$id` `urn:gdrdoctor:schema:<id>`,
@@ -60,6 +64,54 @@ pub fn published<T: JsonSchema>(id: &str, description: &str, open: bool) -> Valu
     }
     tidy(&mut v, open);
     v
+}
+
+/// The published schema of a TOML document (closed: its loader refuses unknown keys): TOML has
+/// no null, so an absent key is how an `Option` says `None`, and no `null` is offered.
+pub fn published_toml<T: JsonSchema>(id: &str, description: &str) -> Value {
+    let mut v = published::<T>(id, description, false);
+    no_null(&mut v);
+    v
+}
+
+fn no_null(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Array(types)) = m.get_mut("type") {
+                types.retain(|t| t != "null");
+                if types.len() == 1 {
+                    let t = types.remove(0);
+                    m.insert("type".into(), t);
+                }
+            }
+            if let Some(Value::Array(values)) = m.get_mut("enum") {
+                values.retain(|x| !x.is_null());
+            }
+            if m.get("default").is_some_and(Value::is_null) {
+                m.remove("default");
+            }
+            // `anyOf: [X, {"type": "null"}]` (an optional reference): X.
+            if let Some(Value::Array(alts)) = m.get_mut("anyOf") {
+                alts.retain(|x| x != &serde_json::json!({ "type": "null" }));
+                if alts.len() == 1 {
+                    if let Some(Value::Object(only)) = alts.pop() {
+                        m.remove("anyOf");
+                        for (k, x) in only {
+                            m.entry(k).or_insert(x);
+                        }
+                    }
+                }
+            }
+            for (k, x) in m.iter_mut() {
+                if k != "const" && k != "enum" && k != "default" {
+                    no_null(x);
+                }
+            }
+            sort(m);
+        }
+        Value::Array(a) => a.iter_mut().for_each(no_null),
+        _ => {}
+    }
 }
 
 /// The published schema of `T` as [`published`] (open), for a document that shares types with
