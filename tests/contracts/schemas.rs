@@ -106,6 +106,10 @@ fn published_schemas_are_derived_from_the_serde_types() {
             ),
             (TOPO_SCHEMA, gdrdoctor::render::topo::json_schema()),
             (
+                TOPO_PASTE_SCHEMA,
+                gdrdoctor::render::topo_paste::json_schema(),
+            ),
+            (
                 gdrdoctor::state::cuda_cache::SCHEMA,
                 gdrdoctor::state::cuda_cache::json_schema(),
             ),
