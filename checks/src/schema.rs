@@ -244,12 +244,88 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    /// A document with a member always written (null when unknown), one added later, one the
+    /// reader defaults, and a nested object.
+    #[derive(serde::Serialize, serde::Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Doc {
+        schema: String,
+        #[schemars(extend("x-required" = true))]
+        always: Option<String>,
+        #[serde(default)]
+        later: Option<u32>,
+        #[schemars(extend("x-optional" = true))]
+        written_later: Vec<String>,
+        inner: Inner,
+        maybe: Option<Inner>,
+    }
+
+    /// Not closed by its type: the published file still opens it and the tests close it.
+    #[derive(serde::Serialize, serde::Deserialize, JsonSchema)]
+    struct Inner {
+        n: u8,
+    }
+
+    fn required(v: &Value) -> Vec<&str> {
+        let mut r: Vec<&str> = v["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap())
+            .collect();
+        r.sort();
+        r
+    }
+
+    #[test]
+    fn required_and_open_follow_the_markers() {
+        let v = published::<Doc>("gdrdoctor.doc/v1", "d", true);
+        assert_eq!(v["$id"], "urn:gdrdoctor:schema:gdrdoctor.doc/v1");
+        assert_eq!(
+            v["properties"]["schema"],
+            serde_json::json!({ "const": "gdrdoctor.doc/v1" })
+        );
+        assert_eq!(required(&v), ["always", "inner", "schema"]);
+        assert_eq!(
+            v["properties"]["always"]["type"],
+            serde_json::json!(["string", "null"])
+        );
+        assert!(!text(&v).contains("x-required") && !text(&v).contains("x-optional"));
+        assert_eq!(v["additionalProperties"], true);
+        assert_eq!(v["$defs"]["Inner"]["additionalProperties"], true);
+        let closed = published::<Doc>("gdrdoctor.doc/v1", "d", false);
+        assert_eq!(closed["additionalProperties"], false);
+        assert_eq!(closed["$defs"]["Inner"]["additionalProperties"], false);
+    }
+
+    #[test]
+    fn toml_schemas_offer_no_null() {
+        let v = published_toml::<Doc>("gdrdoctor.doc/v1", "d");
+        let t = text(&v);
+        assert!(!t.contains("null"), "{t}");
+        assert_eq!(v["properties"]["always"]["type"], "string");
+        assert_eq!(v["properties"]["maybe"]["$ref"], "#/$defs/Inner");
+    }
+
+    #[test]
+    fn a_referring_schema_points_into_the_report_schema() {
+        #[derive(serde::Serialize, JsonSchema)]
+        struct Answer {
+            schema: String,
+            findings: Vec<crate::report::Finding>,
+        }
+        let v = published_referring::<Answer>("gdrdoctor.answer/v1", "d", &["finding", "evidence"]);
+        assert!(v.get("$id").is_none(), "a referring schema has no $id");
+        assert_eq!(
+            v["properties"]["findings"]["items"]["$ref"],
+            "gdrdoctor.report.v1.schema.json#/$defs/finding"
+        );
+        assert!(v.get("$defs").is_none(), "{}", text(&v));
+    }
+
     #[test]
     fn the_report_schema_is_open_where_v1_grows_and_keeps_its_sets_and_patterns() {
         let v = crate::report::json_schema();
-        if std::env::var_os("SHOW_SCHEMA").is_some() {
-            eprintln!("{}", text(&v));
-        }
         assert_eq!(v["$schema"], "https://json-schema.org/draft/2020-12/schema");
         assert_eq!(v["title"], crate::report::SCHEMA);
         assert_eq!(v["properties"]["schema"]["const"], crate::report::SCHEMA);
