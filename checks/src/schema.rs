@@ -206,6 +206,11 @@ fn tidy(v: &mut Value, open: bool) {
                     }
                 }
             }
+            // In name order: the same file whichever map serde_json was built with (the
+            // members marked above come in the map's order).
+            if let Some(Value::Array(r)) = m.get_mut("required") {
+                r.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+            }
             // Every struct's object (closed by `deny_unknown_fields` or not): open when
             // published, closed otherwise (the tests close the published ones again).
             if m.contains_key("properties")
