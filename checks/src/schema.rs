@@ -284,11 +284,11 @@ mod tests {
 
     #[test]
     fn required_and_open_follow_the_markers() {
-        let v = published::<Doc>("gdrdoctor.doc/v1", "d", true);
-        assert_eq!(v["$id"], "urn:gdrdoctor:schema:gdrdoctor.doc/v1");
+        let v = published::<Doc>("example.doc/v1", "d", true);
+        assert_eq!(v["$id"], "urn:gdrdoctor:schema:example.doc/v1");
         assert_eq!(
             v["properties"]["schema"],
-            serde_json::json!({ "const": "gdrdoctor.doc/v1" })
+            serde_json::json!({ "const": "example.doc/v1" })
         );
         assert_eq!(required(&v), ["always", "inner", "schema"]);
         assert_eq!(
@@ -298,14 +298,14 @@ mod tests {
         assert!(!text(&v).contains("x-required") && !text(&v).contains("x-optional"));
         assert_eq!(v["additionalProperties"], true);
         assert_eq!(v["$defs"]["Inner"]["additionalProperties"], true);
-        let closed = published::<Doc>("gdrdoctor.doc/v1", "d", false);
+        let closed = published::<Doc>("example.doc/v1", "d", false);
         assert_eq!(closed["additionalProperties"], false);
         assert_eq!(closed["$defs"]["Inner"]["additionalProperties"], false);
     }
 
     #[test]
     fn toml_schemas_offer_no_null() {
-        let v = published_toml::<Doc>("gdrdoctor.doc/v1", "d");
+        let v = published_toml::<Doc>("example.doc/v1", "d");
         let t = text(&v);
         assert!(!t.contains("null"), "{t}");
         assert_eq!(v["properties"]["always"]["type"], "string");
@@ -319,7 +319,7 @@ mod tests {
             schema: String,
             findings: Vec<crate::report::Finding>,
         }
-        let v = published_referring::<Answer>("gdrdoctor.answer/v1", "d", &["finding", "evidence"]);
+        let v = published_referring::<Answer>("example.answer/v1", "d", &["finding", "evidence"]);
         assert!(v.get("$id").is_none(), "a referring schema has no $id");
         assert_eq!(
             v["properties"]["findings"]["items"]["$ref"],
