@@ -11,9 +11,9 @@
 //! outputs only written) marks the members added later in v1, which a consumer may not find in
 //! an older document, with `extend("x-optional" = true)`: they leave `required`.
 //!
-//! Published, a document v1 may grow takes members it does not know: every object the types
-//! close (`#[serde(deny_unknown_fields)]`, `"additionalProperties": false`) is opened
-//! (`"additionalProperties": true`). The project's tests close them again (tests/contracts/),
+//! Published, a document v1 may grow takes members it does not know: every struct's object
+//! (closed by `#[serde(deny_unknown_fields)]` or not) gets `"additionalProperties": true`; the
+//! policy, whose loader refuses unknown keys, gets `false`. The project's tests close them again (tests/contracts/),
 //! so that a field the code adds without a schema change fails there.
 //! `tests/contracts/schemas.rs` compares each file of docs/schema with [`DERIVED`]'s output and
 //! rewrites it under `GDRDOCTOR_UPDATE_GOLDEN=1`.
@@ -28,9 +28,9 @@ pub struct Derived {
     pub published: fn() -> Value,
 }
 
-/// The schemas of docs/schema derived from the types of this crate; the binary's (snapshot
-/// metadata, counter state) are listed by `tests/contracts/schemas.rs`; the others are still
-/// written by hand.
+/// The schemas of docs/schema derived from the types of this crate. The binary's (snapshot
+/// metadata, counter state, CUDA cache, fleet, topo, topo-paste) are listed beside these by
+/// `tests/contracts/schemas.rs`; diagnose's is still written by hand.
 pub const DERIVED: &[Derived] = &[
     Derived {
         id: crate::report::SCHEMA,
