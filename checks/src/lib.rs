@@ -25,6 +25,7 @@ pub mod preflight;
 pub mod progress_record;
 pub mod report;
 pub mod roce;
+pub mod schema;
 pub mod stall;
 pub mod testing;
 pub mod topo;

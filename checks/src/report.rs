@@ -2,13 +2,20 @@
 //!
 //! The JSON is the contract: renderers for humans may change, this shape may only grow.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub const SCHEMA: &str = "gdrdoctor.report/v1";
 
+/// A PCI address as the report writes it (`0000:18:00.0`; domains may be longer than 4 digits).
+pub const BDF_PATTERN: &str = r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$";
+
 /// What happened when a check looked at one subject.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
+#[schemars(inline)]
 pub enum Status {
     Pass,
     Skip,
@@ -43,19 +50,24 @@ impl std::fmt::Display for Status {
 }
 
 /// One piece of evidence: what we read, where, and what a healthy node shows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "evidence")]
 pub struct Evidence {
     pub source: String,
     pub observed: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub expected: Option<String>,
 }
 
 /// The outcome of one check for one subject.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "finding")]
 pub struct Finding {
+    /// Stable check id, `category.name`.
+    #[schemars(regex(pattern = r"^[a-z0-9-]+\.[a-z0-9.-]+$"))]
     pub id: String,
     pub status: Status,
     /// `node`, a PCI address, an RDMA device (`mlx5_0`, `mlx5_0/1`), or a pair (`0000:..|mlx5_0`).
@@ -63,10 +75,12 @@ pub struct Finding {
     /// Lowercase, no trailing period: states what is, not what to do.
     pub message: String,
     #[serde(default)]
+    #[schemars(extend("x-required" = true))]
     pub evidence: Vec<Evidence>,
     /// What to change, with exact commands; only on non-passing findings.
     #[serde(default)]
     pub remediation: Option<String>,
+    #[schemars(regex(pattern = r"^docs/checks/.+\.md$"))]
     pub docs: String,
 }
 
@@ -123,14 +137,16 @@ impl Finding {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "summary")]
 pub struct Summary {
     pub pass: usize,
     pub warn: usize,
     pub fail: usize,
     pub skip: usize,
     pub error: usize,
+    #[schemars(extend("enum" = [0, 1, 2, 3]))]
     pub exit_code: i32,
 }
 
@@ -172,89 +188,121 @@ pub fn exit_code(findings: &[Finding], fail_on: FailOn, allow_incomplete: bool) 
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "tool")]
 pub struct Tool {
     pub version: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "host")]
 pub struct Host {
+    #[schemars(extend("x-required" = true))]
     pub hostname: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub kernel: Option<String>,
     /// `live`, `sysroot`, `host-root` (the host's `/` mounted into a container), or `evidence`
     /// (pasted tool output).
+    #[schemars(extend("enum" = ["live", "sysroot", "host-root", "evidence"]))]
     pub source: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "link")]
 pub struct Link {
+    #[schemars(extend("x-required" = true))]
     pub cur_speed_gts: Option<f64>,
+    #[schemars(extend("x-required" = true))]
     pub cur_width: Option<u32>,
+    #[schemars(extend("x-required" = true))]
     pub max_speed_gts: Option<f64>,
+    #[schemars(extend("x-required" = true))]
     pub max_width: Option<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "bar")]
 pub struct Bar {
     pub index: usize,
+    #[schemars(regex(pattern = r"^0x[0-9a-f]+$"))]
     pub start: String,
     pub size: u64,
     pub prefetchable: bool,
     pub mem64: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "gpu")]
 pub struct GpuInv {
+    #[schemars(regex(pattern = BDF_PATTERN))]
     pub bdf: String,
     pub vendor_id: String,
     pub device_id: String,
     pub name: String,
+    #[schemars(extend("x-required" = true))]
     pub numa_node: Option<i32>,
     pub link: Link,
     pub bars: Vec<Bar>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "port")]
 pub struct PortInv {
     pub port: u32,
+    #[schemars(extend("x-required" = true))]
     pub state: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub phys_state: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub link_layer: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub rate: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "nic")]
 pub struct NicInv {
     pub ibdev: String,
+    #[schemars(extend("x-required" = true), regex(pattern = BDF_PATTERN))]
     pub bdf: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub fw_ver: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub hca_type: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub board_id: Option<String>,
     pub ports: Vec<PortInv>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "pcie")]
 pub struct PcieInv {
+    #[schemars(extend("x-required" = true))]
     pub lnkcap_speed_gts: Option<f64>,
+    #[schemars(extend("x-required" = true))]
     pub lnkcap_width: Option<u8>,
+    #[schemars(extend("x-required" = true))]
     pub lnksta_speed_gts: Option<f64>,
+    #[schemars(extend("x-required" = true))]
     pub lnksta_width: Option<u8>,
     pub mps: u32,
     pub mrrs: u32,
     pub relaxed_ordering: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "acs")]
 pub struct AcsInv {
+    #[schemars(regex(pattern = r"^0x[0-9a-f]{4}$"))]
     pub ctl: String,
     pub src_valid: bool,
     pub req_redir: bool,
@@ -265,34 +313,49 @@ pub struct AcsInv {
     pub trans_blocking: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "ats")]
 pub struct AtsInv {
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "pci")]
 pub struct PciInv {
+    #[schemars(regex(pattern = BDF_PATTERN))]
     pub bdf: String,
+    #[schemars(extend("x-required" = true), regex(pattern = r"^0x[0-9a-f]{6}$"))]
     pub class: Option<String>,
+    #[schemars(extend("x-required" = true), regex(pattern = r"^[0-9a-f]{4}$"))]
     pub vendor_id: Option<String>,
+    #[schemars(extend("x-required" = true), regex(pattern = r"^[0-9a-f]{4}$"))]
     pub device_id: Option<String>,
+    #[schemars(extend("x-required" = true), regex(pattern = BDF_PATTERN))]
     pub parent: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub pcie: Option<PcieInv>,
+    #[schemars(extend("x-required" = true))]
     pub acs: Option<AcsInv>,
+    #[schemars(extend("x-required" = true))]
     pub ats: Option<AtsInv>,
     /// Bytes of config space that were readable (64 for non-root readers); null when not read.
     #[serde(default)]
     pub config_bytes: Option<usize>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "driver")]
 pub struct DriverInv {
+    #[schemars(extend("x-required" = true))]
     pub nvidia_version: Option<String>,
+    #[schemars(extend("x-required" = true), extend("enum" = ["open", "proprietary", null]))]
     pub flavor: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub peermem: Option<bool>,
+    #[schemars(extend("x-required" = true))]
     pub nv_peer_mem: Option<bool>,
     /// `PeerMappingOverride=1` in RegistryDwords (GPU may map NIC doorbells without root).
     #[serde(default)]
@@ -305,15 +368,18 @@ pub struct DriverInv {
     pub grdma_topo_override: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "iommu")]
 pub struct IommuInv {
+    #[schemars(extend("enum" = ["off", "passthrough", "translated", "unknown"]))]
     pub mode: String,
     pub evidence: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "inventory")]
 pub struct Inventory {
     pub gpus: Vec<GpuInv>,
     pub nics: Vec<NicInv>,
@@ -329,9 +395,11 @@ pub struct Inventory {
 }
 
 /// GDR verdict for one GPU x NIC pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "gdr")]
 pub struct GdrPair {
+    #[schemars(regex(pattern = BDF_PATTERN))]
     pub gpu: String,
     pub nic: String,
     /// NCCL's path type (`PIX`, `PXB`, `PHB`, `SYS`, ...).
@@ -340,6 +408,7 @@ pub struct GdrPair {
     #[serde(default)]
     pub nvidia_smi: Option<String>,
     pub enabled: bool,
+    #[schemars(extend("x-required" = true))]
     pub mechanism: Option<String>,
     /// Why GDR is off for this pair (empty when enabled).
     pub reasons: Vec<String>,
@@ -381,14 +450,20 @@ pub struct GdrPair {
     pub notes: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Report {
+    #[schemars(extend("const" = SCHEMA))]
     pub schema: String,
     pub tool: Tool,
     /// When the report was produced (RFC 3339, UTC, seconds), set by the binary; absent in
     /// reports built in-process (the golden files), so that those stay deterministic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        with = "String",
+        regex(pattern = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"),
+        extend("format" = "date-time")
+    )]
     pub timestamp: Option<String>,
     pub host: Host,
     pub summary: Summary,
@@ -397,7 +472,18 @@ pub struct Report {
     pub gdr: Vec<GdrPair>,
     /// Raw measurements of `gdrdoctor probe` (timings per step); absent for `check`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any_object")]
     pub probe: Option<serde_json::Value>,
+}
+
+/// The published JSON Schema of the report (docs/schema/gdrdoctor.report.v1.schema.json),
+/// derived from [`Report`] ([`crate::schema`]).
+pub fn json_schema() -> serde_json::Value {
+    crate::schema::published::<Report>(
+        SCHEMA,
+        "The JSON report of `gdrdoctor check` and `gdrdoctor probe` (docs/report-format.md), derived from the serde types. v1 only grows: objects take members they do not know (additionalProperties true), and consumers must ignore fields they do not know.",
+        true,
+    )
 }
 
 #[cfg(test)]

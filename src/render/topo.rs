@@ -9,26 +9,36 @@ use gdrdoctor_checks::report::GdrPair;
 use gdrdoctor_checks::topo;
 use serde::Serialize;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct TopoGpu {
     pub index: usize,
+    #[schemars(regex(pattern = gdrdoctor_checks::report::BDF_PATTERN))]
     pub bdf: String,
+    #[schemars(extend("x-required" = true))]
     pub numa_node: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub cpulist: Option<String>,
+    /// The PCIe switches above the GPU, nearest first.
+    #[schemars(inner(regex(pattern = gdrdoctor_checks::report::BDF_PATTERN)))]
     pub switches: Vec<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct TopoNic {
     pub ibdev: String,
+    #[schemars(extend("x-required" = true))]
     pub bdf: Option<String>,
     /// NCCL's key: ports and VFs of one NIC fold into one PCI device.
+    #[schemars(extend("x-required" = true))]
     pub nccl_bdf: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub numa_node: Option<i32>,
+    /// Any port ACTIVE; null when the ports are unknown.
+    #[schemars(extend("x-required" = true))]
     pub active: Option<bool>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Topo {
     pub schema: &'static str,
     /// NCCL_NET_GDR_LEVEL in effect, and where it came from.
@@ -40,21 +50,38 @@ pub struct Topo {
     /// Every GPU pair: NVLink, PCIe path, NVML P2P status and CUDA peer access.
     pub gpu_pairs: Vec<gdrdoctor_checks::gdr::p2p::GpuPair>,
     /// Whose rules the verdicts follow: `NCCL 2.28.9 rules (libnccl.so.2 2.28.9 at ...)`.
+    #[schemars(extend("x-optional" = true))]
     pub nccl_rules: String,
     /// Node-wide remarks from the environment (PXN disabled, ignored values, ...).
+    #[schemars(extend("x-optional" = true))]
     pub notes: Vec<String>,
     /// NCCL's P2P decision per GPU pair under NCCL_P2P_LEVEL / NCCL_P2P_DISABLE.
+    #[schemars(extend("x-optional" = true))]
     pub gpu_p2p: Vec<TopoP2p>,
 }
 
+/// The published JSON Schema of `topo --format json` (docs/schema/gdrdoctor.topo.v1.schema.json),
+/// derived from [`Topo`].
+pub fn json_schema() -> serde_json::Value {
+    gdrdoctor_checks::schema::published::<Topo>(
+        "gdrdoctor.topo/v1",
+        "`gdrdoctor topo --format json`: the GPU x NIC matrix of a node (live or --sysroot) with NCCL's GDR verdict per pair. `topo --nvidia-smi FILE` writes gdrdoctor.topo-paste/v1.",
+        true,
+    )
+}
+
 /// NCCL's P2P answer for one GPU pair.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct TopoP2p {
     pub a: String,
     pub b: String,
+    /// NVL over NVLink, else the PCIe path; null when unknown.
+    #[schemars(extend("x-required" = true))]
     pub path: Option<String>,
     /// `None`: not known.
+    #[schemars(extend("x-required" = true))]
     pub p2p: Option<bool>,
+    #[schemars(extend("x-optional" = true))]
     pub reason: String,
 }
 

@@ -5,47 +5,78 @@ use gdrdoctor_checks::paste::{report::DiagnoseReport, verdict::Gdr};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// A GPU as the matrix names it.
+const GPU_PATTERN: &str = "^GPU[0-9]+$";
+
 /// One pair of `topo --nvidia-smi --format json`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct TopoPastePair {
+    #[schemars(regex(pattern = GPU_PATTERN))]
     pub gpu: String,
+    /// The RDMA device (by the NIC legend), else the matrix column.
     pub nic: String,
-    /// The cell as nvidia-smi printed it (`?` when the paste does not hold it).
+    /// The cell as nvidia-smi printed it (`?` when the paste does not hold a trustworthy value).
+    #[schemars(regex(pattern = r"^(PIX|PXB|PHB|NODE|SYS|SOC|P2C|C2C|X|NV[0-9]+|\?)$"))]
     pub path: String,
     /// The pair's own path is within NCCL's GDR threshold; null when the cell is unknown.
+    #[schemars(extend("x-required" = true))]
     pub gdr_by_distance: Option<bool>,
-    /// NCCL's verdict: `on`, `off`, or `unknown` when the paste lacks what it needs.
+    /// NCCL's verdict: `on`, `off`, or `unknown` when the paste lacks what it needs (a matrix
+    /// alone never shows peer memory or port states).
+    #[schemars(with = "String", extend("enum" = ["on", "off", "unknown"]))]
     pub gdr: Gdr,
-    /// Per direction, when decided.
+    /// GDR for sends, when decided; null: undecided.
+    #[schemars(extend("x-required" = true))]
     pub send: Option<bool>,
+    /// GDR for receives, when decided; null: undecided.
+    #[schemars(extend("x-required" = true))]
     pub receive: Option<bool>,
     /// The NVLink peer that carries this GPU's sends to the NIC (PXN).
+    #[schemars(extend("x-required" = true), regex(pattern = GPU_PATTERN))]
     pub via: Option<String>,
+    /// Why GDR is off.
     pub reasons: Vec<String>,
     /// What the verdict needs that the paste does not show.
     pub unknown: Vec<String>,
 }
 
 /// `gdrdoctor topo --nvidia-smi FILE --format json` (`gdrdoctor.topo-paste/v1`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct TopoPaste {
     pub schema: &'static str,
+    #[schemars(extend("const" = "evidence"))]
     pub source: &'static str,
-    /// The matrix block (`b1`) and where it is.
+    /// The matrix block and where it is: `b1 (nvidia-smi topo -m, topo.txt:1-20)`.
+    #[schemars(regex(pattern = r"^b[1-9][0-9]* \(nvidia-smi topo -m, .*:[0-9]+-[0-9]+\)$"))]
     pub block: String,
-    /// The threshold, where it came from, and whose rules.
+    /// The GDR distance threshold (NCCL's name, or 2.4-2.5's integer).
     pub gdr_level: String,
+    /// Where the threshold came from.
     pub gdr_level_source: String,
+    /// Whose rules the verdicts follow, and why.
     pub nccl_rules: String,
+    /// Node-wide remarks of the rule (environment effects, ignored values).
     pub notes: Vec<String>,
     pub pairs: Vec<TopoPastePair>,
     /// Per GPU whose row is readable: the NICs within the GDR distance.
+    #[schemars(extend("propertyNames" = {"pattern": GPU_PATTERN}))]
     pub close_nics: BTreeMap<String, Vec<String>>,
     /// One line on the rails (balanced, uneven, asymmetric, none).
     pub rails: String,
+    /// What in the matrix was repaired.
     pub repairs: Vec<String>,
     /// What in the matrix cannot be trusted (those cells have no verdict).
     pub problems: Vec<String>,
+}
+
+/// The published JSON Schema of `topo --nvidia-smi FILE --format json`
+/// (docs/schema/gdrdoctor.topo-paste.v1.schema.json), derived from [`TopoPaste`].
+pub fn json_schema() -> serde_json::Value {
+    gdrdoctor_checks::schema::published::<TopoPaste>(
+        "gdrdoctor.topo-paste/v1",
+        "`gdrdoctor topo --nvidia-smi FILE --format json`: NCCL's rule on a pasted `nvidia-smi topo -m` (the first matrix of the file), the matrix view of `gdrdoctor diagnose` (docs/report-format.md).",
+        true,
+    )
 }
 
 pub fn build(r: &DiagnoseReport) -> Option<TopoPaste> {

@@ -10,18 +10,41 @@ use std::collections::BTreeMap;
 pub const META_PATH: &str = "/gdrdoctor/meta.json";
 pub const META_SCHEMA: &str = "gdrdoctor.snapshot/v1";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Meta {
     pub schema: String,
+    /// The gdrdoctor version that took the snapshot.
     pub tool_version: String,
+    /// When the snapshot was taken, seconds since the Unix epoch.
     pub created_unix: u64,
+    /// `uname -n`; null when unknown.
+    #[schemars(extend("x-required" = true))]
     pub hostname: Option<String>,
+    /// `uname -r`; null when unknown.
+    #[schemars(extend("x-required" = true))]
     pub kernel_release: Option<String>,
+    /// `uname -m`; null when unknown.
+    #[schemars(extend("x-required" = true))]
     pub arch: Option<String>,
+    /// The effective user id of the snapshot; null when unknown.
+    #[schemars(extend("x-required" = true))]
     pub euid: Option<u32>,
+    /// RLIMIT_MEMLOCK of the snapshot's process; null when unknown.
+    #[schemars(extend("x-required" = true))]
     pub memlock: Option<Rlimit>,
+    /// The `NCCL_*`, `NVSHMEM_*` and `CUDA_*` environment.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+}
+
+/// The published JSON Schema of `gdrdoctor/meta.json` (docs/schema/gdrdoctor.snapshot.v1.schema.json),
+/// derived from [`Meta`].
+pub fn json_schema() -> serde_json::Value {
+    gdrdoctor_checks::schema::published::<Meta>(
+        META_SCHEMA,
+        "`gdrdoctor/meta.json` in a snapshot: the live-only facts (uname, rlimits, euid, environment).",
+        true,
+    )
 }
 
 /// Read the metadata of a sysroot; `Ok(None)` when there is none (a foreign capture).

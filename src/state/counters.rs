@@ -41,41 +41,81 @@ pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// One family's readings (`aer`, `ib`, `hw`, `rdma-at`, `nvlink`, `pcie-replay`): the last
 /// one, and the one before it (what a run right after the last judges against).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "family")]
 pub struct Family {
+    /// When the last reading was taken, milliseconds since the Unix epoch.
     pub taken_unix_ms: u64,
+    /// counter key -> value, as the checks read them (aer/<bdf>/<file>/<name>,
+    /// ib/<dev>/<port>/<name>, hw/<dev>/<port>/<name>, nvlink/<bdf>/<link>/<name>,
+    /// pcie-replay/<bdf>), and rdma-at/<dev>/<bdf> -> 1: the PCI function each RDMA device sat on.
     pub values: BTreeMap<String, u64>,
+    /// The reading before the last one: what a run less than a second after the last judges
+    /// against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Reading")]
     pub previous: Option<Reading>,
 }
 
 /// A family's earlier reading.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "reading")]
 pub struct Reading {
+    /// When the reading was taken, milliseconds since the Unix epoch.
     pub taken_unix_ms: u64,
+    /// counter key -> value, as the checks read them (aer/<bdf>/<file>/<name>,
+    /// ib/<dev>/<port>/<name>, hw/<dev>/<port>/<name>, nvlink/<bdf>/<link>/<name>,
+    /// pcie-replay/<bdf>), and rdma-at/<dev>/<bdf> -> 1: the PCI function each RDMA device sat on.
     pub values: BTreeMap<String, u64>,
 }
 
 /// The state file: a ledger of readings per counter family. A run moves only the families of
 /// the counters checks it ran.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateFile {
     pub schema: String,
+    /// /proc/sys/kernel/random/boot_id of the boot that took the readings.
     pub boot_id: String,
+    /// Family (aer, ib, hw, rdma-at, nvlink, pcie-replay) -> its readings.
     pub families: BTreeMap<String, Family>,
 }
 
 /// The v1 file: one reading of every counter.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct StateFileV1 {
     schema: String,
+    /// /proc/sys/kernel/random/boot_id of the boot that took the reading.
     boot_id: String,
+    /// When the reading was taken, milliseconds since the Unix epoch.
     taken_unix_ms: u64,
+    /// counter key -> value, as the checks read them (aer/<bdf>/<file>/<name>,
+    /// ib/<dev>/<port>/<name>, hw/<dev>/<port>/<name>, nvlink/<bdf>/<link>/<name>,
+    /// pcie-replay/<bdf>), and rdma-at/<dev>/<bdf> -> 1: the PCI function each RDMA device sat on.
     values: BTreeMap<String, u64>,
+}
+
+/// The published JSON Schema of the counter ledger (docs/schema/gdrdoctor.counters-state.v2.schema.json),
+/// derived from [`StateFile`].
+pub fn json_schema() -> serde_json::Value {
+    gdrdoctor_checks::schema::published::<StateFile>(
+        STATE_SCHEMA,
+        "The counter ledger of periodic live runs (`/run/gdrdoctor/counters.json`, or `--state-dir` / GDRDOCTOR_STATE_DIR): per family of counters, the last reading a run that judged that family took, and the one before it. A run moves only the families of the counters checks it judges, under the lock `counters.lock` beside the file. gdrdoctor reads a v1 file (one reading of every counter) as if every family had been read then, ignores (and rewrites) a file it cannot use.",
+        true,
+    )
+}
+
+/// The published JSON Schema of the v1 state file (docs/schema/gdrdoctor.counters-state.v1.schema.json),
+/// derived from the type that still reads it.
+pub fn json_schema_v1() -> serde_json::Value {
+    gdrdoctor_checks::schema::published::<StateFileV1>(
+        STATE_SCHEMA_V1,
+        "The counter state file of periodic live runs (`/run/gdrdoctor/counters.json`, or `--state-dir` / GDRDOCTOR_STATE_DIR): the last reading of the error counters, judged against by the next run. gdrdoctor ignores (and rewrites) a file it cannot use.",
+        true,
+    )
 }
 
 /// The largest state file read (they are a few KiB).

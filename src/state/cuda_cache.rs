@@ -46,20 +46,33 @@ pub const KEY_ENV: [&str; 4] = [
 pub const SOURCE_PREFIX: &str = gdrdoctor_checks::model::CUDA_CACHE_SOURCE_PREFIX;
 
 /// Everything that could change CUDA's answers (see the module comment).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Key {
+    /// The gdrdoctor build that wrote the file.
     pub tool: String,
+    /// `/proc/sys/kernel/random/boot_id`.
     pub boot_id: String,
+    /// NVML's driver version.
     pub driver_version: String,
+    /// The `/proc/driver/nvidia/version` line (open or proprietary module, build).
+    #[schemars(extend("x-required" = true))]
     pub kernel_module: Option<String>,
+    /// Inode of `/sys/module/nvidia` (new at every load of the module).
+    #[schemars(extend("x-required" = true))]
     pub module_instance: Option<u64>,
+    /// Hash of `/proc/driver/nvidia/params`.
+    #[schemars(extend("x-required" = true))]
     pub module_params: Option<String>,
+    /// Every GPU NVML lists.
     pub gpus: Vec<KeyGpu>,
+    /// The CUDA and loader environment variables that were set.
     pub env: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(deny_unknown_fields)]
 pub struct KeyGpu {
     pub bdf: String,
@@ -151,7 +164,7 @@ pub fn key(
 }
 
 /// Which libcuda file the answers came from: if it changes, they may too.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LibraryId {
     pub path: String,
@@ -178,16 +191,22 @@ impl LibraryId {
 }
 
 /// The file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CacheFile {
     schema: String,
+    /// Everything that could change CUDA's answers; any difference makes the file stale.
     key: Key,
+    /// The libcuda file the answers came from.
+    #[schemars(extend("x-required" = true))]
     library: Option<LibraryId>,
+    /// When the file was written, milliseconds since the Unix epoch.
     written_unix_ms: u64,
+    /// CUDA's answers.
     facts: CudaFacts,
     /// FNV-1a 64 of the file with this field empty (catches a damaged file; the owner and
     /// mode checks keep other users out).
+    #[schemars(regex(pattern = r"^[0-9a-f]{16}$"))]
     checksum: String,
 }
 
@@ -198,6 +217,16 @@ impl CacheFile {
         let b = serde_json::to_vec(&c).map_err(|e| e.to_string())?;
         Ok(format!("{:016x}", fnv64(&b)))
     }
+}
+
+/// The published JSON Schema of the cache file (docs/schema/gdrdoctor.cuda-cache.v1.schema.json),
+/// derived from the type that writes and reads it.
+pub fn json_schema() -> serde_json::Value {
+    gdrdoctor_checks::schema::published::<CacheFile>(
+        SCHEMA,
+        "The CUDA answers of live `check` runs kept for the rest of the boot (`/run/gdrdoctor/cuda-facts.json`, or `--state-dir` / GDRDOCTOR_STATE_DIR): cuInit and device attributes, never a context. Used only when its key matches the node now; gdrdoctor ignores (and rewrites) a file it cannot use or whose checksum, owner or mode is wrong. Not an interface: read it for diagnosis only.",
+        true,
+    )
 }
 
 /// FNV-1a, 64 bits.

@@ -24,11 +24,21 @@ pub fn today() -> Date {
     Date::from_unix(unix_now())
 }
 
-/// RFC 3339 UTC timestamp with seconds: `2026-11-30T12:34:56Z`.
+/// RFC 3339 UTC timestamp with seconds: `2026-11-30T12:34:56Z` (jiff's civil time of the
+/// `Timestamp` in UTC; whole seconds, no fraction); times outside years 0000 to 9999 are
+/// clamped to them.
 pub fn rfc3339(secs: i64) -> String {
-    let d = Date::from_unix(secs);
-    let s = secs.rem_euclid(86_400);
-    format!("{d}T{:02}:{:02}:{:02}Z", s / 3600, (s % 3600) / 60, s % 60)
+    // RFC 3339 has four-digit years: nothing before 0000-01-01T00:00:00Z.
+    const YEAR_ZERO: i64 = -62_167_219_200;
+    let t = jiff::Timestamp::from_second(secs.max(YEAR_ZERO)).unwrap_or(jiff::Timestamp::MAX);
+    let dt = jiff::tz::TimeZone::UTC.to_datetime(t);
+    format!(
+        "{}T{:02}:{:02}:{:02}Z",
+        dt.date(),
+        dt.hour(),
+        dt.minute(),
+        dt.second()
+    )
 }
 
 /// Now, as [`rfc3339`].
@@ -90,5 +100,14 @@ mod tests {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(super::rfc3339(1_796_084_248), "2026-12-01T00:17:28Z");
         assert_eq!(super::rfc3339(-1), "1969-12-31T23:59:59Z");
+        assert_eq!(super::rfc3339(951_868_799), "2000-02-29T23:59:59Z");
+        // Out of the calendar's range: clamped (to jiff's last instant, late on 9999-12-30 so
+        // that every offset stays in the calendar), still the one shape.
+        for t in [super::rfc3339(i64::MAX), super::rfc3339(i64::MIN)] {
+            assert_eq!(t.len(), 20, "{t}");
+            assert!(t.ends_with('Z') && &t[10..11] == "T", "{t}");
+        }
+        assert!(super::rfc3339(i64::MAX).starts_with("9999-12-"));
+        assert_eq!(super::rfc3339(i64::MIN), "0000-01-01T00:00:00Z");
     }
 }

@@ -77,6 +77,82 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
     }
 }
 
+/// The schemas derived from the serde types (`gdrdoctor_checks::schema::DERIVED`) are the
+/// files published in docs/schema, byte for byte: a type that changes without its schema fails
+/// here (rewrite the files with `GDRDOCTOR_UPDATE_GOLDEN=1` and review the diff).
+#[test]
+fn published_schemas_are_derived_from_the_serde_types() {
+    let update = std::env::var("GDRDOCTOR_UPDATE_GOLDEN").is_ok_and(|v| v == "1");
+    let mut stale = Vec::new();
+    let derived = gdrdoctor_checks::schema::DERIVED
+        .iter()
+        .map(|d| (d.id, (d.published)()))
+        .chain([
+            (
+                gdrdoctor::source::meta::META_SCHEMA,
+                gdrdoctor::source::meta::json_schema(),
+            ),
+            (
+                gdrdoctor::state::counters::STATE_SCHEMA,
+                gdrdoctor::state::counters::json_schema(),
+            ),
+            (
+                gdrdoctor::state::counters::STATE_SCHEMA_V1,
+                gdrdoctor::state::counters::json_schema_v1(),
+            ),
+            (
+                gdrdoctor::collect::fleet::rollup::FLEET_SCHEMA,
+                gdrdoctor::collect::fleet::rollup::json_schema(),
+            ),
+            (TOPO_SCHEMA, gdrdoctor::render::topo::json_schema()),
+            (
+                TOPO_PASTE_SCHEMA,
+                gdrdoctor::render::topo_paste::json_schema(),
+            ),
+            (
+                gdrdoctor::state::cuda_cache::SCHEMA,
+                gdrdoctor::state::cuda_cache::json_schema(),
+            ),
+        ]);
+    let mut derived_ids = Vec::new();
+    for (id, schema) in derived {
+        derived_ids.push(id);
+        let want = gdrdoctor_checks::schema::text(&schema);
+        let file = schema_file(id);
+        if update {
+            std::fs::write(&file, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (run with GDRDOCTOR_UPDATE_GOLDEN=1)",
+                file.display()
+            )
+        });
+        if have != want {
+            stale.push(id);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "docs/schema differs from the schema derived from the types for {stale:?}; rerun with GDRDOCTOR_UPDATE_GOLDEN=1 and review"
+    );
+    // Every schema is derived but diagnose's, still written by hand (docs/schema/README.md).
+    let mut not_derived: BTreeSet<String> = std::fs::read_dir(schema_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".schema.json"))
+        .collect();
+    for id in &derived_ids {
+        not_derived.remove(&format!("{}.schema.json", id.replace('/', ".")));
+    }
+    assert_eq!(
+        not_derived.into_iter().collect::<Vec<_>>(),
+        ["gdrdoctor.diagnose.v1.schema.json"],
+        "schemas in docs/schema not derived from the types"
+    );
+}
+
 #[test]
 fn golden_and_probe_reports_match_the_report_schema() {
     let mut n = 0;

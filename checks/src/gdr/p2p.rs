@@ -14,7 +14,10 @@ use crate::topo;
 use serde::Serialize;
 
 /// One unordered GPU pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Published in `topo --format json` (`gpu_pairs`): only `a` and `b` are required there, the
+/// other members came later in v1 (`x-optional`, see `crate::schema`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "gpu_pair")]
 pub struct GpuPair {
     pub a: String,
     pub b: String,
@@ -23,11 +26,14 @@ pub struct GpuPair {
     /// NVML common ancestor (`single`, `multiple`, `hostbridge`, `node`, `system`).
     pub nvml_ancestor: Option<String>,
     /// Active NVLinks from `a` straight to `b`.
+    #[schemars(extend("x-optional" = true))]
     pub nvlinks_direct: usize,
     /// Active NVLinks of `a` and of `b` that end at an NVSwitch (the pair talks through the
     /// fabric: the smaller of the two counts).
+    #[schemars(extend("x-optional" = true))]
     pub nvlinks_switch: usize,
     /// NVML P2P status per capability (`read`, `write`, `nvlink`, `atomics`, `prop`).
+    #[schemars(extend("x-optional" = true))]
     pub p2p: std::collections::BTreeMap<String, String>,
     /// `cuDeviceCanAccessPeer` a -> b and b -> a.
     pub cuda_ab: Option<bool>,

@@ -78,10 +78,17 @@ pub struct HugePages {
     pub size_kib: u64,
 }
 
-/// A resource limit; `None` means unlimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// A resource limit in bytes; `None` (null in JSON) means unlimited.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[schemars(rename = "rlimit")]
 pub struct Rlimit {
+    /// The soft limit in bytes; null: unlimited.
+    #[schemars(extend("x-required" = true))]
     pub soft: Option<u64>,
+    /// The hard limit in bytes; null: unlimited.
+    #[schemars(extend("x-required" = true))]
     pub hard: Option<u64>,
 }
 

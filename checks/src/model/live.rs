@@ -185,12 +185,13 @@ pub struct NvLink {
     pub crc_data_errors: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaFacts {
     /// `cuDriverGetVersion`, e.g. 13000.
     pub driver_version: i32,
     pub devices: Vec<CudaDevice>,
     /// The library file that was loaded (from /proc/self/maps), to spot toolkit stubs.
+    #[schemars(extend("x-required" = true))]
     pub library: Option<String>,
     /// Every ordered GPU pair: `cuDeviceCanAccessPeer` and `cuDeviceGetP2PAttribute`.
     #[serde(default)]
@@ -202,22 +203,26 @@ pub struct CudaFacts {
 }
 
 /// Peer access from `a` to `b` (CUDA ordinals; PCI addresses beside them).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaPeer {
     pub a: i32,
     pub b: i32,
     pub a_bdf: String,
     pub b_bdf: String,
     /// `cuDeviceCanAccessPeer`.
+    #[schemars(extend("x-required" = true))]
     pub can_access: Option<bool>,
     /// `CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK` (0 is best).
+    #[schemars(extend("x-required" = true))]
     pub performance_rank: Option<i32>,
     /// `CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`.
+    #[schemars(extend("x-required" = true))]
     pub native_atomic: Option<bool>,
+    #[schemars(extend("x-required" = true))]
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CudaDevice {
     pub ordinal: i32,
     pub bdf: String,
@@ -226,14 +231,23 @@ pub struct CudaDevice {
     pub cc_minor: i32,
     pub multiprocessors: i32,
     /// Attribute values, `None` where the driver does not know the attribute.
+    #[schemars(extend("x-required" = true))]
     pub gpu_direct_rdma_supported: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub gpu_direct_rdma_flush_writes_options: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub gpu_direct_rdma_writes_ordering: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub gpu_direct_rdma_with_cuda_vmm_supported: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub dma_buf_supported: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub host_register_supported: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub can_use_host_pointer_for_registered_mem: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub virtual_memory_management_supported: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub total_memory: Option<u64>,
 }
 

@@ -2,6 +2,7 @@
 //! unknown keys, and every value type checks itself while it is deserialized, so that the
 //! TOML reader can name the line of any mistake.
 
+use schemars::JsonSchema;
 use serde::de::{self, Deserializer, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -24,7 +25,7 @@ pub fn flavor_str(f: crate::model::Flavor) -> &'static str {
 
 /// A whole policy file. Every section is optional: a policy states only what the site cares
 /// about.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
     /// `gdrdoctor.policy/v1` when present.
@@ -112,8 +113,9 @@ impl<'de> Deserialize<'de> for SchemaId {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct GpuRule {
     /// Exactly this many NVIDIA GPUs on the PCI bus.
     #[serde(default)]
@@ -126,8 +128,9 @@ pub struct GpuRule {
     pub device_id: Option<PciId>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct RdmaRule {
     /// Exactly this many RDMA devices (`/sys/class/infiniband`).
     #[serde(default)]
@@ -140,8 +143,9 @@ pub struct RdmaRule {
     pub firmware: Option<FirmwareRule>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct PortRule {
     /// Which ports: device names or `device/port`, with `*` and `?` (default: every port).
     #[serde(default)]
@@ -159,7 +163,8 @@ pub struct PortRule {
     pub width: Option<PortWidth>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[schemars(inline)]
 pub enum PortState {
     #[serde(rename = "ACTIVE")]
     Active,
@@ -182,7 +187,8 @@ impl PortState {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[schemars(inline)]
 pub enum LinkLayer {
     InfiniBand,
     Ethernet,
@@ -197,8 +203,9 @@ impl LinkLayer {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct FirmwareRule {
     /// Which devices (default: every RDMA device), `*` and `?` allowed.
     #[serde(default)]
@@ -214,8 +221,9 @@ pub struct FirmwareRule {
     pub all_equal: Option<bool>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct PcieRule {
     #[serde(default)]
     pub gpu: Option<LinkRule>,
@@ -226,8 +234,9 @@ pub struct PcieRule {
     pub switch: Option<LinkRule>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct LinkRule {
     /// At least this link speed, GT/s (2.5, 5, 8, 16, 32, 64).
     #[serde(default)]
@@ -237,8 +246,9 @@ pub struct LinkRule {
     pub width: Option<LinkWidth>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct DriverRule {
     #[serde(default)]
     pub flavor: Option<DriverFlavor>,
@@ -250,8 +260,9 @@ pub struct DriverRule {
     pub min_version: Option<Version>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(inline)]
 pub enum DriverFlavor {
     Open,
     Proprietary,
@@ -266,13 +277,15 @@ impl DriverFlavor {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct PeerMemoryRule {
     pub mechanism: Mechanism,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[schemars(inline)]
 pub enum Mechanism {
     #[serde(rename = "peermem")]
     Peermem,
@@ -292,15 +305,17 @@ impl Mechanism {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct IommuRule {
     /// One mode or a list of accepted modes.
     pub mode: OneOrMany<IommuModeName>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(inline)]
 pub enum IommuModeName {
     Off,
     Passthrough,
@@ -317,8 +332,9 @@ impl IommuModeName {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct GdrRule {
     /// Every GPU has at least one NIC that NCCL would use GPUDirect RDMA with.
     #[serde(default)]
@@ -365,8 +381,9 @@ impl<'de> Deserialize<'de> for PathName {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct KernelRule {
     /// Exactly this release (`uname -r`).
     #[serde(default)]
@@ -378,8 +395,9 @@ pub struct KernelRule {
     pub cmdline: Option<CmdlineRule>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct CmdlineRule {
     /// Parameters that must be present, exactly (`iommu=pt`, `quiet`).
     #[serde(default)]
@@ -430,8 +448,9 @@ impl<'de> Deserialize<'de> for CmdlineParam {
 }
 
 /// The status a check's non-passing findings get.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(inline)]
 pub enum Severity {
     Warn,
     Fail,
@@ -446,8 +465,9 @@ impl Severity {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct Waiver {
     /// A check id or category.
     pub check: CheckRef,
@@ -456,6 +476,7 @@ pub struct Waiver {
     pub subject: Option<NonEmpty>,
     /// Only on these hosts (hostname patterns); default every host.
     #[serde(default, deserialize_with = "some_hosts")]
+    #[schemars(with = "Vec<NonEmpty>")]
     pub hosts: Vec<NonEmpty>,
     /// Why the finding is accepted (a ticket, a vendor case): shown with every waived finding.
     pub reason: NonEmpty,
@@ -690,53 +711,47 @@ impl<'de> Deserialize<'de> for LinkWidth {
     }
 }
 
-/// A calendar date (UTC), `2026-03-31`: a TOML date or a string.
+/// A calendar date (UTC), `2026-03-31`: a TOML date or a string. A `jiff` civil date: the
+/// calendar (leap years, days of the month, Unix time to a date) is jiff's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Date {
-    pub year: i32,
-    pub month: u32,
-    pub day: u32,
-}
+pub struct Date(pub jiff::civil::Date);
 
 impl Date {
+    /// `YYYY-MM-DD` exactly (four-digit year, two-digit month and day), a day that exists.
     pub fn parse(s: &str) -> Option<Date> {
         let s = s.trim();
         let b = s.as_bytes();
-        if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        // jiff also reads other ISO 8601 shapes (`20260331`, `+002026-03-31`, a date with a
+        // time); a waiver's date is written one way only.
+        let digits =
+            |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+        if b.len() != 10
+            || b[4] != b'-'
+            || b[7] != b'-'
+            || !digits(0..4)
+            || !digits(5..7)
+            || !digits(8..10)
+        {
             return None;
         }
-        let year: i32 = s.get(0..4)?.parse().ok()?;
-        let month: u32 = s.get(5..7)?.parse().ok()?;
-        let day: u32 = s.get(8..10)?.parse().ok()?;
-        let d = Date { year, month, day };
-        ((1..=12).contains(&month) && day >= 1 && day <= d.days_in_month()).then_some(d)
+        s.parse::<jiff::civil::Date>().ok().map(Date)
     }
-    fn days_in_month(&self) -> u32 {
-        match self.month {
-            1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-            4 | 6 | 9 | 11 => 30,
-            _ if (self.year % 4 == 0 && self.year % 100 != 0) || self.year % 400 == 0 => 29,
-            _ => 28,
-        }
-    }
-    /// The civil date of a Unix time (seconds), UTC (Howard Hinnant's `civil_from_days`).
+    /// The civil date of a Unix time (seconds), UTC; times beyond jiff's range (years -9999 to
+    /// 9999) are clamped to it.
     pub fn from_unix(secs: i64) -> Date {
-        let z = secs.div_euclid(86_400) + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
-        Date { year, month, day }
+        let t = jiff::Timestamp::from_second(secs).unwrap_or(if secs < 0 {
+            jiff::Timestamp::MIN
+        } else {
+            jiff::Timestamp::MAX
+        });
+        Date(jiff::tz::TimeZone::UTC.to_datetime(t).date())
     }
 }
 
 impl fmt::Display for Date {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04}-{:02}-{:02}", self.year, self.month, self.day)
+        // jiff writes years 0-9999 as four digits, as ISO 8601 (and TOML) do.
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -815,6 +830,95 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
     }
 }
 
+// ---- JSON Schema of the value types that check themselves (docs/schema/gdrdoctor.policy.v1.schema.json)
+
+/// A check id or category, as `gdrdoctor list` shows them.
+const CHECK_REF_PATTERN: &str = r"^[a-z0-9-]+(\.[a-z0-9.-]+)?$";
+/// Dotted numbers, compared numerically.
+const VERSION_SCHEMA_PATTERN: &str = "^[0-9]";
+
+macro_rules! value_schema {
+    ($t:ty, $name:literal, $schema:tt) => {
+        impl JsonSchema for $t {
+            fn inline_schema() -> bool {
+                true
+            }
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                $name.into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!($schema)
+            }
+        }
+    };
+}
+
+value_schema!(SchemaId, "SchemaId", { "const": POLICY_SCHEMA });
+value_schema!(NonEmpty, "NonEmpty", { "type": "string", "minLength": 1, "pattern": "\\S" });
+value_schema!(PciId, "PciId", { "type": "string", "pattern": "^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$" });
+value_schema!(Version, "Version", {
+    "type": "string",
+    "pattern": VERSION_SCHEMA_PATTERN,
+    "description": "dotted numbers, compared numerically"
+});
+value_schema!(Rate, "Rate", { "type": "number", "exclusiveMinimum": 0 });
+value_schema!(PortWidth, "PortWidth", { "type": "string", "pattern": "^(1|2|4|8|12)[xX]$" });
+value_schema!(LinkSpeed, "LinkSpeed", {
+    "enum": [2.5, 5, 8, 16, 32, 64],
+    "description": "at least this, GT/s"
+});
+value_schema!(LinkWidth, "LinkWidth", {
+    "enum": [1, 2, 4, 8, 12, 16, 32],
+    "description": "at least this many lanes"
+});
+value_schema!(PathName, "PathName", {
+    "enum": ["PIX", "PXB", "P2C", "PHB", "NODE", "SYS", "pix", "pxb", "p2c", "phb", "node", "sys"]
+});
+value_schema!(CmdlineParam, "CmdlineParam", { "type": "string", "minLength": 1, "pattern": "^[^=\\s]" });
+value_schema!(CheckRef, "CheckRef", {
+    "type": "string",
+    "pattern": CHECK_REF_PATTERN,
+    "description": "a check id or category that `gdrdoctor list` shows"
+});
+// As a key of `[severity]`, the same pattern holds the names (schemars' `patternProperties`).
+value_schema!(Date, "Date", {
+    "anyOf": [
+        { "type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$" },
+        {
+            "type": "object",
+            "properties": {
+                TOML_DATETIME_KEY: { "type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$" }
+            },
+            "additionalProperties": false,
+            "required": [TOML_DATETIME_KEY]
+        }
+    ],
+    "description": "a TOML date or a YYYY-MM-DD string: the last day (UTC) the waiver applies"
+});
+
+impl<T: JsonSchema> JsonSchema for OneOrMany<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        format!("OneOrMany_{}", T::schema_name()).into()
+    }
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let one = g.subschema_for::<T>();
+        schemars::json_schema!({ "anyOf": [one, { "type": "array", "items": one }] })
+    }
+}
+
+/// The published JSON Schema of the policy (docs/schema/gdrdoctor.policy.v1.schema.json),
+/// derived from [`Policy`]: closed (`additionalProperties: false`), as the loader refuses
+/// unknown keys.
+pub fn json_schema() -> serde_json::Value {
+    crate::schema::published_toml::<Policy>(
+        POLICY_SCHEMA,
+        "The site policy `gdrdoctor check --policy FILE` reads (TOML; docs/guides/fleet.md). Editors that take JSON Schemas for TOML (taplo, Even Better TOML) can use this file; gdrdoctor itself checks more (known check ids, versions) and names the line of any error.",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -838,16 +942,24 @@ mod tests {
     fn dates_parse_and_come_from_unix_time() {
         assert_eq!(
             Date::parse("2026-03-31"),
-            Some(Date {
-                year: 2026,
-                month: 3,
-                day: 31
-            })
+            Some(Date(jiff::civil::date(2026, 3, 31)))
         );
         assert!(Date::parse("2026-02-29").is_none());
         assert!(Date::parse("2024-02-29").is_some());
         assert!(Date::parse("2026-13-01").is_none());
         assert!(Date::parse("2026-3-1").is_none());
+        // Only YYYY-MM-DD: the other ISO 8601 shapes jiff reads are refused.
+        for other in [
+            "20260331",
+            "+002026-03-31",
+            "2026-03-31T00:00",
+            "2026-03-3a",
+            "2026+03-31",
+        ] {
+            assert!(Date::parse(other).is_none(), "{other}");
+        }
+        assert!(Date::parse("1900-02-29").is_none());
+        assert!(Date::parse("2000-02-29").is_some());
         assert_eq!(Date::from_unix(0).to_string(), "1970-01-01");
         assert_eq!(Date::from_unix(951_782_400).to_string(), "2000-02-29");
         assert_eq!(Date::from_unix(1_796_084_248).to_string(), "2026-12-01");

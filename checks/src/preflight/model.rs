@@ -4,6 +4,7 @@
 //! (docs/schema/gdrdoctor.preflight.v1.schema.json).
 
 use crate::report::{Finding, Report};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -212,11 +213,14 @@ pub struct RunInput {
 }
 
 /// How the allocation was started and reached.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct Allocation {
     /// `slurm`, `openmpi`, `pmi`, `torchrun`, `kubernetes`, `flags`.
+    #[schemars(extend("enum" = ["slurm", "openmpi", "pmi", "torchrun", "kubernetes", "flags"]))]
     pub engine: String,
+    #[schemars(extend("x-required" = true))]
     pub job: Option<String>,
     pub world: u32,
     pub rendezvous: String,
@@ -246,8 +250,9 @@ pub struct Member {
 }
 
 /// A connection refused at the rendezvous: a stranger, a replay, a duplicate rank.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct Refusal {
     pub peer: String,
     pub reason: String,
@@ -264,8 +269,9 @@ pub struct OddField {
 }
 
 /// The site's bandwidth thresholds for pairs.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct Thresholds {
     /// A rail below this fraction of what the slower end's links allow fails (0: off).
     pub min_fraction: f64,
@@ -283,8 +289,9 @@ impl Default for Thresholds {
 }
 
 /// How long a stage took at rank 0.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct Stage {
     pub name: String,
     pub ms: f64,
@@ -306,14 +313,16 @@ pub struct Inputs {
 
 // ---- the answer -------------------------------------------------------------------------------
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct Tool {
     pub version: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct Summary {
     pub nodes: u32,
     pub joined: u32,
@@ -323,20 +332,27 @@ pub struct Summary {
     pub fail: u32,
     pub skip: u32,
     pub error: u32,
+    #[schemars(extend("enum" = [0, 1, 3]))]
     pub exit_code: i32,
 }
 
 /// One node (allocation rank).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "node")]
 pub struct NodeRow {
     pub rank: u32,
+    #[schemars(extend("x-required" = true))]
     pub node: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub host: Option<String>,
     /// `joined`, `never-joined`, `lost`, `no-report`.
+    #[schemars(extend("enum" = ["joined", "never-joined", "lost", "no-report"]))]
     pub state: String,
     /// The node's `check` exit code and counts.
+    #[schemars(extend("x-required" = true))]
     pub check_exit: Option<i32>,
+    #[schemars(extend("x-required" = true))]
     pub check: Option<crate::report::Summary>,
     /// Failing and erroring check ids.
     pub failing: Vec<String>,
@@ -347,24 +363,31 @@ pub struct NodeRow {
 }
 
 /// What the node's facts predict for one GPU.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "prediction")]
 pub struct Prediction {
     /// The nearest NIC (NCCL's path type, the smallest wins).
+    #[schemars(extend("x-required" = true))]
     pub nic: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub path: Option<String>,
     /// GDR with that NIC (null: undecided).
+    #[schemars(extend("x-required" = true))]
     pub gdr: Option<bool>,
+    #[schemars(extend("x-required" = true))]
     pub mechanism: Option<String>,
     pub reasons: Vec<String>,
 }
 
 /// What NCCL did with one GPU.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "observed")]
 pub struct Observed {
     /// The run the connection lines come from (`net-only`, else `default`).
     pub run: String,
+    #[schemars(extend("x-required" = true))]
     pub nic: Option<String>,
     /// As NCCL printed it: `NET/IB/0/GDRDMA`.
     pub transport: String,
@@ -374,82 +397,110 @@ pub struct Observed {
 }
 
 /// One (node, GPU, NIC): what `topo` predicted beside what NCCL did.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "rail")]
 pub struct RailRow {
     pub rank: u32,
+    #[schemars(extend("x-required" = true))]
     pub node: Option<String>,
     /// The GPU's index on the node (CUDA ordinal) and its address.
     pub gpu: u32,
     pub bdf: String,
+    #[schemars(extend("x-required" = true))]
     pub nccl_rank: Option<u32>,
     pub predicted: Prediction,
+    #[schemars(extend("x-required" = true))]
     pub observed: Option<Observed>,
     /// `null` when nothing was observed.
+    #[schemars(extend("x-required" = true))]
     pub agree: Option<bool>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "run_node")]
 pub struct RunNode {
     pub rank: u32,
+    #[schemars(extend("x-required" = true))]
     pub node: Option<String>,
     /// `ok`, `nccl-error`, `timed-out`, `failed`, `sums-wrong`, `not-run`.
+    #[schemars(extend("enum" = ["ok", "nccl-error", "timed-out", "failed", "sums-wrong", "not-run"]))]
     pub status: String,
+    #[schemars(extend("x-required" = true))]
     pub step: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub error: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub init_ms: Option<f64>,
+    #[schemars(extend("x-required" = true))]
     pub allreduce_busbw_gbs: Option<f64>,
     pub nccl_warnings: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "run")]
 pub struct RunRow {
+    #[schemars(extend("enum" = ["default", "net-only"]))]
     pub label: String,
     pub env: BTreeMap<String, String>,
     pub nranks: u32,
+    #[schemars(extend("x-required" = true))]
     pub version: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub ms: Option<f64>,
+    #[schemars(extend("x-required" = true))]
     pub not_run: Option<String>,
     pub nodes: Vec<RunNode>,
 }
 
 /// One rail of one pair of nodes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "pair")]
 pub struct PairRow {
     pub round: u32,
     /// Allocation ranks and names of the two nodes.
     pub a: u32,
     pub b: u32,
+    #[schemars(extend("x-required" = true))]
     pub a_node: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub b_node: Option<String>,
     pub rail: u32,
+    #[schemars(extend("x-required" = true))]
     pub busbw_gbs: Option<f64>,
     /// What the slower end's links allow, and which link that is.
+    #[schemars(extend("x-required" = true))]
     pub allowed_gbs: Option<f64>,
+    #[schemars(extend("x-required" = true))]
     pub limited_by: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub fraction: Option<f64>,
     pub wrong: u64,
     /// `pass`, `fail`, `error`.
+    #[schemars(extend("enum" = ["pass", "fail", "error"]))]
     pub status: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct TakeOut {
     pub rank: u32,
+    #[schemars(extend("x-required" = true))]
     pub node: Option<String>,
     pub reasons: Vec<String>,
 }
 
 /// `gdrdoctor.preflight/v1`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Answer {
     pub schema: String,
     pub tool: Tool,
+    #[schemars(extend("x-required" = true), extend("format" = "date-time"))]
     pub timestamp: Option<String>,
     pub allocation: Allocation,
     pub summary: Summary,
@@ -462,6 +513,17 @@ pub struct Answer {
     pub take_out: Vec<TakeOut>,
     pub refused: Vec<Refusal>,
     pub findings: Vec<Finding>,
+}
+
+/// The published JSON Schema of the answer (docs/schema/gdrdoctor.preflight.v1.schema.json),
+/// derived from [`Answer`]; findings and the nodes' check summaries refer to the report schema
+/// beside it.
+pub fn json_schema() -> serde_json::Value {
+    crate::schema::published_referring::<Answer>(
+        SCHEMA,
+        "`gdrdoctor preflight --format json` at rank 0: the allocation's answer (docs/guides/preflight.md). findings and the nodes' check summaries are those of gdrdoctor.report/v1, referred to in gdrdoctor.report.v1.schema.json beside this file (no $id here, so that the reference resolves against this file's location). v1 only grows: objects take members they do not know, and consumers must ignore fields they do not know.",
+        &["finding", "evidence", "summary"],
+    )
 }
 
 #[cfg(test)]

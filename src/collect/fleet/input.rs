@@ -42,7 +42,7 @@ pub struct Input {
 }
 
 /// An input that could not be read at all, named with the reason.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct Unreadable {
     pub input: String,
     pub error: String,

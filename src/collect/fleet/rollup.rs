@@ -14,10 +14,12 @@ pub const FLEET_SCHEMA: &str = "gdrdoctor.fleet/v1";
 /// The value a node shows for a field its report does not have.
 pub const ABSENT: &str = "(absent)";
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Rollup {
     pub schema: &'static str,
     pub tool: Tool,
+    /// When the roll-up was made, RFC 3339 UTC.
+    #[schemars(extend("format" = "date-time"))]
     pub timestamp: String,
     pub summary: FleetSummary,
     pub nodes: Vec<Node>,
@@ -27,12 +29,12 @@ pub struct Rollup {
     pub unreadable: Vec<Unreadable>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Tool {
     pub version: String,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct FleetSummary {
     /// Inputs named on the command line and found below directories.
     pub reports: usize,
@@ -47,18 +49,24 @@ pub struct FleetSummary {
     pub drift_fields: usize,
     pub odd_nodes: usize,
     /// Oldest and newest report timestamps (reports without one are not counted).
+    #[schemars(extend("x-required" = true))]
     pub oldest: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub newest: Option<String>,
+    #[schemars(extend("enum" = [0, 1, 2, 3]))]
     pub exit_code: i32,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Node {
     pub name: String,
+    #[schemars(extend("x-required" = true))]
     pub hostname: Option<String>,
     pub input: String,
+    #[schemars(extend("x-required" = true))]
     pub timestamp: Option<String>,
     pub source: String,
+    #[schemars(extend("enum" = ["check", "probe"]))]
     pub command: &'static str,
     pub exit_code: i32,
     pub pass: usize,
@@ -72,7 +80,7 @@ pub struct Node {
     pub detail: Option<super::digest::NodeDetail>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Check {
     pub id: String,
     /// Nodes whose report has this check.
@@ -86,52 +94,65 @@ pub struct Check {
     pub not_passing: Vec<NotPassing>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct NotPassing {
     pub node: String,
+    #[schemars(extend("enum" = ["warn", "fail", "error"]))]
     pub status: Status,
     pub subjects: Vec<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct Drift {
     pub field: String,
     /// `odd`: a majority value exists and the listed nodes differ from it; `split`: no value
     /// is held by more than half of the nodes.
+    #[schemars(extend("enum" = ["odd", "split"]))]
     pub kind: &'static str,
     /// Nodes the field applies to (those whose report has the element it belongs to).
     pub nodes: usize,
+    #[schemars(extend("x-required" = true))]
     pub majority: Option<MajorityValue>,
     /// The other values, most common first, with their nodes (for `split`, every value but
     /// the most common one lists its nodes).
     pub values: Vec<DriftValue>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct MajorityValue {
     pub value: String,
     pub count: usize,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct DriftValue {
     pub value: String,
     pub count: usize,
     pub nodes: Vec<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct OddNode {
     pub node: String,
     /// Drift fields where this node holds a minority value, with that value.
     pub fields: Vec<OddField>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct OddField {
     pub field: String,
     pub value: String,
     pub majority: String,
+}
+
+/// The published JSON Schema of `fleet --format json` (docs/schema/gdrdoctor.fleet.v1.schema.json),
+/// derived from [`Rollup`].
+pub fn json_schema() -> serde_json::Value {
+    gdrdoctor_checks::schema::published::<Rollup>(
+        FLEET_SCHEMA,
+        "`gdrdoctor fleet --format json`: many nodes' reports rolled up (docs/guides/fleet.md).",
+        true,
+    )
 }
 
 pub struct Options {
