@@ -18,6 +18,7 @@ use std::path::PathBuf;
 
 mod cli;
 mod encodings;
+mod excerpts;
 mod jobs;
 mod matrices;
 mod model;

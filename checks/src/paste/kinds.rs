@@ -105,8 +105,9 @@ pub static KINDS: &[KindDef] = &[
         one_line: false,
         forced_any: false,
         read: |b, raw, _, i, p| {
-            let (d, orphans) = lspci::block(b, raw);
+            let (d, orphans, part) = lspci::block(b, raw);
             p.lspci.extend(d.into_iter().map(|x| (i, x)));
+            p.lspci_excerpts.extend(part.map(|w| (i, w)));
             p.acs_lines
                 .extend(orphans.into_iter().map(|(no, f)| (i, no, f)));
         },

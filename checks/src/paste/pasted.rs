@@ -14,6 +14,9 @@ pub struct Paste {
     pub matrices: Vec<(usize, topo::Matrix)>,
     pub nccl: Vec<(usize, nccl::NcclLog)>,
     pub lspci: Vec<(usize, lspci::LspciDevice)>,
+    /// The `lspci` blocks that are excerpts of the bus (`lspci -s`, `-d`, `| grep`), with what
+    /// each covers ([`lspci::excerpt`]).
+    pub lspci_excerpts: Vec<(usize, String)>,
     /// `ACSCtl:` lines of no device (`lspci -vvv | grep ACSCtl`): (block, line, flags).
     pub acs_lines: Vec<(usize, usize, lspci::AcsFlags)>,
     pub trees: Vec<(usize, lspci::Tree)>,
@@ -37,6 +40,27 @@ impl Paste {
         self.blocks
             .iter()
             .any(|b| b.kind == k && b.status != super::block::BlockStatus::Refused)
+    }
+    /// When every pasted `lspci` block is an excerpt of the bus: what they cover, in words
+    /// (`None` when no lspci was pasted or one of them may be the whole bus). A function the
+    /// excerpt lacks is not shown, never absent.
+    pub fn pci_excerpt(&self) -> Option<String> {
+        let blocks: std::collections::BTreeSet<usize> =
+            self.lspci.iter().map(|(i, _)| *i).collect();
+        if blocks.is_empty()
+            || blocks
+                .iter()
+                .any(|b| !self.lspci_excerpts.iter().any(|(x, _)| x == b))
+        {
+            return None;
+        }
+        Some(
+            self.lspci_excerpts
+                .iter()
+                .map(|(i, w)| format!("{}: {w}", self.label(*i)))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
     }
     pub fn label(&self, block: usize) -> String {
         self.blocks

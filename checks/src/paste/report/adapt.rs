@@ -3,7 +3,7 @@
 
 use crate::checks::Needs;
 use crate::paste::node::Provenance;
-use crate::paste::{BlockStatus, Paste};
+use crate::paste::{BlockStatus, Kind, Paste};
 use crate::report::{self, Finding, Status};
 
 /// The words of a fact two pasted copies disagree on (`node::rdma_devices`).
@@ -45,6 +45,37 @@ pub(super) fn adapt(
         }];
         f.remediation = None;
         return f;
+    }
+    // An lspci excerpt (`lspci -s`, `-d`, `| grep`) is not the whole bus: a node-wide answer
+    // of a check that reads the PCI functions ("no rdma nic on the pci bus", "no nvidia gpu")
+    // would be a claim about functions the excerpt does not show.
+    if let Some(part) = p.pci_excerpt() {
+        let reads_pci = needs
+            .kinds
+            .iter()
+            .any(|k| matches!(k, Kind::Lspci | Kind::LspciTree));
+        if reads_pci && f.subject == "node" && f.status != Status::Error {
+            let was = f.message.clone();
+            f.status = Status::Skip;
+            f.message = format!(
+                "{}: the pasted lspci is an excerpt of the bus, and what it does not show is not absent from the node; run `{}`",
+                needs.what, needs.command
+            );
+            f.evidence = vec![
+                report::Evidence {
+                    source: "excerpt".into(),
+                    observed: part,
+                    expected: None,
+                },
+                report::Evidence {
+                    source: "check (on the excerpt)".into(),
+                    observed: was,
+                    expected: None,
+                },
+            ];
+            f.remediation = None;
+            return f;
+        }
     }
     for e in &mut f.evidence {
         if let Some((path, lab)) = prov

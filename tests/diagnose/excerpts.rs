@@ -1,0 +1,64 @@
+//! Excerpts and truncated values (issue 34 item 5) and facts of `nvidia-smi -q` and `ulimit`
+//! (item 8): an excerpt says what it covers and no more; a value cut by the paste is unknown.
+
+use super::*;
+
+fn find_all<'a>(r: &'a DiagnoseReport, id: &str) -> Vec<&'a gdrdoctor_checks::report::Finding> {
+    r.findings.iter().filter(|f| f.id == id).collect()
+}
+
+#[test]
+fn an_lspci_s_excerpt_of_a_nic_is_not_a_node_without_gpus() {
+    let r = run_on(&["constructed-lspci-s-nic-excerpt.txt"]);
+    // `lspci -s <nic>` shows one function: "no nvidia gpu on the pci bus" was a fail, exit 1.
+    let g = find_all(&r, "gpu.present");
+    assert!(!g.is_empty());
+    for f in &g {
+        assert_eq!(f.status, Status::Skip, "{f:?}");
+        assert!(f.message.contains("excerpt"), "{}", f.message);
+        assert!(
+            f.evidence
+                .iter()
+                .any(|e| e.observed.contains("-s 0000:1a:00.0")),
+            "{f:?}"
+        );
+    }
+    // No node-wide statement of absence from the excerpt.
+    for f in r.findings.iter().filter(|f| f.subject == "node") {
+        assert!(
+            !f.message.contains("on the pci bus") && !f.message.starts_with("no nvidia gpu"),
+            "{f:?}"
+        );
+    }
+    // The function it does show is read.
+    let link: Vec<_> = find_all(&r, "pcie.link")
+        .into_iter()
+        .filter(|f| f.subject != "node")
+        .collect();
+    assert!(link.iter().all(|f| f.status != Status::Fail), "{link:?}");
+    assert_eq!(r.summary.exit_code, 0, "{:?}", r.summary);
+    let b = &r.blocks[0];
+    assert!(b.summary.contains("an excerpt of the bus"), "{}", b.summary);
+}
+
+#[test]
+fn an_lspci_grep_excerpt_says_what_it_covers() {
+    let r = run_on(&["constructed-lspci-grep-gpus.txt"]);
+    for f in r.findings.iter().filter(|f| f.subject == "node") {
+        assert!(!f.message.contains("on the pci bus"), "{f:?}");
+    }
+    let b = &r.blocks[0];
+    assert!(b.summary.contains("grep -i nvidia"), "{}", b.summary);
+    // Without its command, a listing with no bridge at all is no whole bus either.
+    let t = text("constructed-lspci-grep-gpus.txt").replace("$ lspci | grep -i nvidia\n", "");
+    let p = paste::read(&[input("x", t)]);
+    assert!(p.pci_excerpt().is_some(), "{:?}", p.lspci_excerpts);
+}
+
+#[test]
+fn a_whole_lspci_is_not_an_excerpt() {
+    let t = "$ sudo lspci -vvv\n00:00.0 Host bridge: Intel Corporation Sky Lake-E DMI3 Registers (rev 07)\n\tNUMA node: 0\n\n18:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n\tNUMA node: 0\n";
+    let p = paste::read(&[input("x", t.into())]);
+    assert_eq!(p.lspci.len(), 2, "{:?}", p.blocks);
+    assert_eq!(p.pci_excerpt(), None);
+}
