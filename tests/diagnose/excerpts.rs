@@ -62,3 +62,25 @@ fn a_whole_lspci_is_not_an_excerpt() {
     assert_eq!(p.lspci.len(), 2, "{:?}", p.blocks);
     assert_eq!(p.pci_excerpt(), None);
 }
+
+fn run_text(name: &str, t: &str) -> DiagnoseReport {
+    diagnose(&[input(name, t.to_string())], &RunOptions::default())
+}
+
+#[test]
+fn a_matrix_from_the_gpu0_row_without_header_is_read_with_what_it_shows() {
+    let t = "GPU0     X      NV8     PXB     SYS     0-31,64-95      0               N/A\n\
+             GPU1    NV8      X      SYS     PXB     32-63,96-127    1               N/A\n";
+    let r = run_text("topo.txt", t);
+    let b = &r.blocks[0];
+    // It was refused whole ("the columns cannot be rebuilt"); the GPU x GPU part is there.
+    assert_eq!(b.status, BlockStatus::Incomplete, "{b:?}");
+    assert!(
+        b.problems.iter().any(|p| p.contains("header line missing")),
+        "{b:?}"
+    );
+    let m = &r.matrices[0].matrix;
+    assert_eq!(m.nvlinks("GPU0", "GPU1"), Some(8));
+    // No GPU x NIC verdict from columns nobody named.
+    assert!(r.gdr.is_empty(), "{:?}", r.gdr);
+}
