@@ -84,3 +84,37 @@ fn a_matrix_from_the_gpu0_row_without_header_is_read_with_what_it_shows() {
     // No GPU x NIC verdict from columns nobody named.
     assert!(r.gdr.is_empty(), "{:?}", r.gdr);
 }
+
+#[test]
+fn an_xid_cut_at_the_end_of_the_paste_is_unknown_not_xid_7() {
+    // `79` cut to `7`: it was "Xid 7 (not in gdrdoctor's table)", a warn, exit 0.
+    let r = run_text(
+        "xid.txt",
+        "$ sudo dmesg | grep -i xid\n[ 1843.308145] NVRM: Xid (PCI:0000:44:00): 7",
+    );
+    let x = find_all(&r, "kernel.xid");
+    assert_eq!(x.len(), 1, "{x:?}");
+    assert_eq!(x[0].status, Status::Error, "{:?}", x[0]);
+    assert!(x[0].message.contains("unknown"), "{}", x[0].message);
+    assert!(!x[0].message.contains("Xid 7 ("), "{}", x[0].message);
+    assert_ne!(r.summary.exit_code, 0);
+    // The whole line is read as before.
+    let r = run_text(
+        "xid.txt",
+        "[ 1843.308145] NVRM: Xid (PCI:0000:44:00): 79, pid=1234, GPU has fallen off the bus.\n",
+    );
+    assert_eq!(find_all(&r, "kernel.xid")[0].status, Status::Fail);
+}
+
+#[test]
+fn a_cut_driver_version_is_no_driver_fact() {
+    let r = run_text(
+        "v.txt",
+        "$ cat /proc/driver/nvidia/version\nNVRM version: NVIDIA UNIX x86_64 Kernel Module  535.1",
+    );
+    assert_eq!(r.blocks[0].status, BlockStatus::Refused, "{:?}", r.blocks);
+    for f in find_all(&r, "driver.nvidia") {
+        assert!(!f.message.contains("535.1 "), "{f:?}");
+        assert_ne!(f.status, Status::Pass, "{f:?}");
+    }
+}
