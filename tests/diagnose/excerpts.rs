@@ -118,3 +118,110 @@ fn a_cut_driver_version_is_no_driver_fact() {
         assert_ne!(f.status, Status::Pass, "{f:?}");
     }
 }
+
+#[test]
+fn nvidia_smi_q_facts_are_judged_by_the_node_checks_rules() {
+    let r = run_on(&["constructed-smi-q-hgx-fabric-link.txt"]);
+    let st = |id: &str, subject: &str| {
+        r.findings
+            .iter()
+            .find(|f| f.id == id && f.subject == subject)
+            .map(|f| f.status)
+    };
+    // Before, every one of these was "live gpu facts: not in the pasted text".
+    assert_eq!(st("gpu.persistence", "0000:18:00.0"), Some(Status::Warn));
+    assert_eq!(st("gpu.persistence", "0000:2a:00.0"), Some(Status::Pass));
+    assert_eq!(st("gpu.fabric-state", "0000:18:00.0"), Some(Status::Fail));
+    assert_eq!(st("gpu.fabric-state", "0000:2a:00.0"), Some(Status::Pass));
+    // An idle GPU lowers its link speed (pass); a link at x8 of x16 is downtrained (warn).
+    assert_eq!(st("pcie.link", "0000:18:00.0"), Some(Status::Pass));
+    assert_eq!(st("pcie.link", "0000:2a:00.0"), Some(Status::Warn));
+    assert_eq!(st("gpu.bar1", "0000:18:00.0"), Some(Status::Pass));
+    assert_eq!(st("gpu.row-remap", "0000:18:00.0"), Some(Status::Pass));
+    let bar1 = r
+        .findings
+        .iter()
+        .find(|f| f.id == "gpu.bar1" && f.subject == "0000:18:00.0")
+        .unwrap();
+    assert!(
+        bar1.evidence
+            .iter()
+            .any(|e| e.source.contains("nvidia-smi -q")),
+        "{bar1:?}"
+    );
+    assert_ne!(r.summary.exit_code, 0);
+    let b = &r.blocks[0];
+    assert!(
+        b.summary.contains("ECC on now, off after the next reset"),
+        "{}",
+        b.summary
+    );
+    assert!(b.summary.contains("no NVLink-C2C"), "{}", b.summary);
+}
+
+#[test]
+fn a_small_bar1_in_nvidia_smi_q_warns() {
+    let t = text("constructed-smi-q-hgx-fabric-link.txt").replace(
+        "Total                             : 131072 MiB",
+        "Total                             : 256 MiB",
+    );
+    let r = run_text("q.txt", &t);
+    let b: Vec<_> = find_all(&r, "gpu.bar1");
+    assert!(!b.is_empty());
+    assert!(b.iter().all(|f| f.status == Status::Warn), "{b:?}");
+}
+
+#[test]
+fn fabric_state_n_a_is_not_a_fabric_failure() {
+    // A100 systems print `State : N/A` even with Fabric Manager running.
+    let t = text("constructed-smi-q-hgx-fabric-link.txt")
+        .replace(": In Progress", ": N/A")
+        .replace(": Completed", ": N/A")
+        .replace(": Success", ": N/A");
+    let r = run_text("q.txt", &t);
+    for f in find_all(&r, "gpu.fabric-state") {
+        assert_ne!(f.status, Status::Fail, "{f:?}");
+        assert_ne!(f.status, Status::Pass, "{f:?}");
+    }
+}
+
+#[test]
+fn gpu_c2c_mode_n_a_is_said_to_be_no_c2c() {
+    let t = text("constructed-smi-q-hgx-fabric-link.txt");
+    let p = paste::read(&[input("q", t)]);
+    let (node, _) = paste::node::build(&p);
+    let cx = paste::verdict::Context::new(&node, &p, None, None);
+    let (ok, src) = cx.c2c_mode.clone().unwrap();
+    assert!(!ok);
+    assert!(src.contains("GPU C2C Mode : N/A"), "{src}");
+}
+
+#[test]
+fn ulimit_a_is_read_for_its_locked_memory_line_only() {
+    let a = "$ ulimit -a\nreal-time non-blocking time  (microseconds, -R) unlimited\ncore file size              (blocks, -c) 0\nmax locked memory           (kbytes, -l) 8192\nopen files                          (-n) 1048576\n";
+    let p = paste::read(&[input("u", a.into())]);
+    // It was four blocks, the first refused ("no locked-memory limit"), an error.
+    assert_eq!(p.blocks.len(), 1, "{:?}", p.blocks);
+    assert_eq!(p.ulimit.len(), 1);
+    assert_eq!(p.ulimit[0].1.soft, Some(8192 * 1024));
+    // `ulimit -l -n`: the labelled output holds the memlock line (read), not -n's number.
+    let p = paste::read(&[input(
+        "u",
+        "$ ulimit -l -n\nmax locked memory           (kbytes, -l) 64\nopen files                          (-n) 1024\n".into(),
+    )]);
+    assert_eq!(p.ulimit.len(), 1, "{:?}", p.blocks);
+    assert_eq!(p.ulimit[0].1.soft, Some(64 * 1024));
+    // Lines of other limits only: no memlock, and no error either.
+    let r = run_text(
+        "u",
+        "$ ulimit -a\nopen files                          (-n) 1048576\npipe size                (512 bytes, -p) 8\n",
+    );
+    assert!(
+        r.blocks.iter().all(|b| b.status == BlockStatus::Ignored),
+        "{:?}",
+        r.blocks
+    );
+    assert!(find_all(&r, "mem.memlock")
+        .iter()
+        .all(|f| f.status == Status::Skip));
+}

@@ -158,6 +158,8 @@ pub fn parse_ulimit(lines: &[Line]) -> Option<(Rlimit, usize)> {
         let t = l.text.trim();
         let v = if t.starts_with("max locked memory") {
             t.split_whitespace().last()?
+        } else if super::line::ulimit_labelled(t).is_some() {
+            continue;
         } else if lines.len() == 1 {
             t
         } else {
@@ -377,14 +379,23 @@ pub fn uname_block(b: &mut Block, raw: &RawBlock) -> Option<(String, Option<Stri
 /// `-l` locked memory, `-a` all), `f` (file size, bash's default) without one.
 pub fn ulimit_resource(command: &str) -> char {
     let mut r = 'f';
+    let mut n = 0;
     for w in command.split_whitespace().skip(1) {
         if let Some(flags) = w.strip_prefix('-') {
             for c in flags.chars().filter(|c| !matches!(c, 'H' | 'S')) {
+                if c != r {
+                    n += 1;
+                }
                 r = c;
             }
         }
     }
-    r
+    // Several resources (`ulimit -n -l`): bash labels each line as `ulimit -a` does.
+    if n > 1 {
+        'a'
+    } else {
+        r
+    }
 }
 
 /// A `ulimit` block: the locked-memory limit.
@@ -406,6 +417,22 @@ pub fn ulimit_block(b: &mut Block, raw: &RawBlock) -> Option<Rlimit> {
     if raw.command.as_deref().is_some_and(ulimit_hard) {
         b.status = BlockStatus::Ignored;
         b.problems.push("the hard limit (`ulimit -H`): the soft limit, which the kernel enforces, is what counts; paste `ulimit -l`".into());
+        return None;
+    }
+    // Labelled lines of other limits only (`open files (-n) 1024`, or `ulimit -a` cut before
+    // its `max locked memory` line): no locked-memory limit, and nothing wrong with the text.
+    let labelled: Vec<(char, &str)> = raw
+        .lines
+        .iter()
+        .filter_map(|l| super::line::ulimit_labelled(&l.text))
+        .collect();
+    if !labelled.is_empty() && !labelled.iter().any(|(f, _)| *f == 'l') {
+        b.status = BlockStatus::Ignored;
+        let flags: Vec<String> = labelled.iter().map(|(f, _)| format!("-{f}")).collect();
+        b.problems.push(format!(
+            "ulimit lines of other limits ({}), none of locked memory (-l); paste `ulimit -l`",
+            flags.join(" ")
+        ));
         return None;
     }
     match parse_ulimit(&raw.lines) {
@@ -487,6 +514,8 @@ mod tests {
             ("ulimit -Sn", 'n'),
             ("ulimit", 'f'),
             ("ulimit -H -l", 'l'),
+            ("ulimit -l -n", 'a'),
+            ("ulimit -n -l", 'a'),
         ] {
             assert_eq!(super::ulimit_resource(c), r, "{c}");
         }

@@ -27,7 +27,8 @@ pub struct KindDef {
     pub continues: fn(&Class, &str) -> bool,
     /// A block may hold blank lines (up to three in a row).
     pub blank_ok: bool,
-    /// The output is one line: a block its command forced ends after it.
+    /// The output is one line: a block its command forced ends after it (unless the line is
+    /// of a shape the kind continues with: `ulimit -a`'s labelled lines).
     pub one_line: bool,
     /// A block its command forced takes lines of another kind's shape too (unless the line
     /// can only open another tool's output).
@@ -237,7 +238,8 @@ pub static KINDS: &[KindDef] = &[
         kind: Kind::Ulimit,
         command: |c| c.starts_with("ulimit"),
         opens: |c| matches!(c, Class::Ulimit),
-        continues: |_, _| false,
+        // `ulimit -a` (and `ulimit` with several flags) prints one labelled line per limit.
+        continues: |c, _| matches!(c, Class::Ulimit),
         blank_ok: false,
         one_line: true,
         forced_any: true,

@@ -68,6 +68,26 @@ pub struct Context {
     pub models: Vec<(String, String)>,
     /// The CPU is x86, and what shows it.
     pub x86: Option<String>,
+    /// `GPU C2C Mode` of `nvidia-smi -q` when every pasted GPU shows the same value: whether
+    /// it is `Enabled`, and the words to cite.
+    pub c2c_mode: Option<(bool, String)>,
+}
+
+/// `GPU C2C Mode` (nvidia-smi -q, driver 550+), when every pasted GPU shows one and the same:
+/// `Enabled` only on a GPU joined to a Grace CPU by NVLink-C2C; `Disabled` or `N/A` on the
+/// others (every x86 node: the words name C2C, the GPU has none).
+fn c2c_mode(p: &Paste) -> Option<(bool, String)> {
+    let (i, q) = p.smiq.iter().find(|(_, q)| !q.gpus.is_empty())?;
+    let first = q.gpus.first()?.c2c_mode.clone()?;
+    q.gpus
+        .iter()
+        .all(|g| g.c2c_mode.as_deref() == Some(first.as_str()))
+        .then(|| {
+            (
+                first == "Enabled",
+                format!("`GPU C2C Mode : {first}` for every GPU in {}", p.label(*i)),
+            )
+        })
 }
 
 /// The rules of the paste: `--nccl-version`, else the log's version, else the newest.
@@ -244,6 +264,7 @@ impl Context {
             nic_logged,
             models: models(node, p),
             x86: x86(node),
+            c2c_mode: c2c_mode(p),
         }
     }
 
@@ -352,8 +373,15 @@ impl Context {
         };
         let (c2c, c2c_source) = if p2c_cell {
             (Some(true), format!("the pasted matrix shows P2C for {id}"))
+        } else if let Some((true, src)) = &self.c2c_mode {
+            (Some(true), format!("{src}: NVLink-C2C to a Grace CPU"))
         } else if let Some((m, src)) = model.as_ref().filter(|(m, _)| gdr::grace_model(m)) {
             (Some(true), format!("{m} ({src}) is a Grace superchip GPU"))
+        } else if let Some((false, src)) = &self.c2c_mode {
+            (
+                Some(false),
+                format!("{src}: no NVLink-C2C (the words name C2C; the GPU has none)"),
+            )
         } else if let Some(x) = &self.x86 {
             (Some(false), format!("x86 CPU ({x}): no NVLink-C2C"))
         } else if let Some((m, src)) = &model {

@@ -25,6 +25,13 @@ pub fn link(node: &Node) -> Vec<Finding> {
     for g in &cx.gpus {
         subjects.push((g.bdf.clone(), "gpu"));
     }
+    // A GPU whose place in the tree is not known (a paste without `lspci -tv`) still has its
+    // own link: judged against its own capability.
+    for g in crate::derive::gpus(node) {
+        if !subjects.iter().any(|(s, _)| *s == g.bdf) {
+            subjects.push((g.bdf.clone(), "gpu"));
+        }
+    }
     for f in cx.nic_functions() {
         if !subjects.iter().any(|(s, _)| s == f.bdf) {
             subjects.push((f.bdf.clone(), "nic"));
