@@ -225,3 +225,49 @@ fn ulimit_a_is_read_for_its_locked_memory_line_only() {
         .iter()
         .all(|f| f.status == Status::Skip));
 }
+
+#[test]
+fn an_ibv_devinfo_cut_inside_a_port_or_a_value_gives_no_verdict_on_it() {
+    // Cut inside the port's state (`PORT_ACT`), at the paste's end.
+    let t = "hca_id:\tmlx5_0\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t28.39.1002\n\tphys_port_cnt:\t\t\t1\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACT";
+    let p = paste::read(&[input("i", t.into())]);
+    let d = &p.ib[0].1;
+    assert!(d.ports.iter().all(|pt| pt.state.is_none()), "{:?}", d.ports);
+    let r = run_text("i", t);
+    for f in find_all(&r, "rdma.ports") {
+        assert!(matches!(f.status, Status::Skip | Status::Error), "{f:?}");
+    }
+    // Cut inside the firmware version: no firmware verdict.
+    let t = "hca_id:\tmlx5_0\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t28.3";
+    let r = run_text("i", t);
+    for f in find_all(&r, "rdma.firmware") {
+        assert!(matches!(f.status, Status::Skip | Status::Error), "{f:?}");
+    }
+    for f in find_all(&r, "rdma.ports") {
+        assert!(!f.message.contains("no ports"), "{f:?}");
+        assert_ne!(f.status, Status::Fail, "{f:?}");
+    }
+}
+
+#[test]
+fn a_kernel_release_cut_in_the_boot_banner_is_unknown() {
+    let p = paste::read(&[input(
+        "d",
+        "$ sudo dmesg\n[    0.000000] Linux version 5.1".into(),
+    )]);
+    let (node, _) = paste::node::build(&p);
+    assert!(
+        node.kernel_release.get().is_none(),
+        "{:?}",
+        node.kernel_release
+    );
+    let p = paste::read(&[input(
+        "d",
+        "$ sudo dmesg\n[    0.000000] Linux version 5.15.0-91-generic (buildd@lcy02) (gcc 11.4.0)\n".into(),
+    )]);
+    let (node, _) = paste::node::build(&p);
+    assert_eq!(
+        node.kernel_release.get().map(String::as_str),
+        Some("5.15.0-91-generic")
+    );
+}

@@ -128,7 +128,17 @@ fn kernel_release(p: &Paste) -> (Fact<String>, Fact<String>) {
         super::kernel::DmesgEvent::LinuxVersion { release, .. } => Some((i, release)),
         _ => None,
     }) {
-        kernel_release = Fact::known(r.clone(), p.label(*i));
+        kernel_release = if super::kernel::release_cut(r) {
+            absent(
+                "/proc/sys/kernel/osrelease",
+                format!(
+                    "{}: the kernel release `{r}` in the boot banner is cut (a release has three numbers, as 5.15.0): unknown",
+                    p.label(*i)
+                ),
+            )
+        } else {
+            Fact::known(r.clone(), p.label(*i))
+        };
     }
 
     (kernel_release, arch)
