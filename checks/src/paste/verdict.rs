@@ -861,6 +861,37 @@ NIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n";
         assert!(p.reasons[0].contains("path PHB is beyond"), "{p:?}");
     }
 
+    #[test]
+    fn c2c_words_on_a_gpu_without_c2c_are_no_c2c() {
+        // The undecided pair above, with NCCL's own `NCCL_NET_GDR_C2C` line (the C2C rule on)
+        // and nvidia-smi -q's `GPU C2C Mode : N/A`: the words name C2C, the GPUs have none
+        // (x86 H100s), so NODE is plain PHB: off.
+        let t = TWO.replace("NV18", "SYS");
+        let log = "n1:1:2 [0] NCCL INFO NCCL version 2.28.9+cuda12.9\nn1:1:2 [0] NCCL INFO NCCL_NET_GDR_C2C set by environment to 1\n";
+        let (_, v) = pairs(&[&t, LSMOD, IBSTAT, log], None);
+        assert_eq!(pair(&v, "GPU0", "mlx5_1").gdr, Gdr::Unknown);
+        let smi = "$ nvidia-smi -q\nDriver Version : 570.86.10\nGPU 00000000:18:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n    GPU C2C Mode : N/A\nGPU 00000000:2A:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n    GPU C2C Mode : N/A\n";
+        let (node, p) = paste(&[&t, LSMOD, IBSTAT, log, smi]);
+        let cx = Context::new(&node, &p, p.nccl_merged().as_ref(), None);
+        assert_eq!(cx.c2c_mode.as_ref().map(|c| c.0), Some(false));
+        let sys = system(&cx, &p, p.matrices[0].0, &p.matrices[0].1);
+        assert_eq!(sys.gpus[0].c2c, Some(false));
+        assert!(
+            sys.gpus[0].c2c_source.contains("GPU C2C Mode : N/A"),
+            "{}",
+            sys.gpus[0].c2c_source
+        );
+        let (_, v) = decide(&cx, "b1", &sys);
+        let x = pair(&v, "GPU0", "mlx5_1");
+        assert_eq!(x.gdr, Gdr::Off, "{x:?}");
+        // `Enabled` is C2C (a Grace superchip's GPU).
+        let smi = smi.replace("N/A", "Enabled");
+        let (node, p) = paste(&[&t, LSMOD, IBSTAT, log, &smi]);
+        let cx = Context::new(&node, &p, None, None);
+        let sys = system(&cx, &p, p.matrices[0].0, &p.matrices[0].1);
+        assert_eq!(sys.gpus[0].c2c, Some(true));
+    }
+
     proptest::proptest! {
         /// A matrix alone never gives `on` (peer memory, dma-buf and ports are not in it), and
         /// no input panics.
