@@ -271,3 +271,18 @@ fn a_kernel_release_cut_in_the_boot_banner_is_unknown() {
         Some("5.15.0-91-generic")
     );
 }
+
+#[test]
+fn without_rdma_devices_a_pasted_nic_is_not_no_nic() {
+    // A whole lspci (a host bridge and a ConnectX-7), no ibv_devinfo: which functions are RDMA
+    // NICs is not shown. It was "no rdma nic on the pci bus", "no gpu or nic on the pci bus".
+    let t = "$ sudo lspci -vvv\n00:00.0 Host bridge: Intel Corporation Sky Lake-E DMI3 Registers (rev 07)\n\tNUMA node: 0\n\n1a:00.0 Infiniband controller: Mellanox Technologies MT2910 Family [ConnectX-7]\n\tNUMA node: 0\n\tKernel driver in use: mlx5_core\n";
+    let r = run_text("l", t);
+    for f in r.findings.iter().filter(|f| f.subject == "node") {
+        assert!(!f.message.contains("no rdma nic"), "{f:?}");
+        assert!(!f.message.contains("no gpu or nic"), "{f:?}");
+    }
+    assert!(find_all(&r, "pcie.ats")
+        .iter()
+        .any(|f| f.message.contains("which pci functions are rdma nics")));
+}

@@ -22,8 +22,31 @@ pub(super) fn adapt(
     p: &Paste,
     prov: &Provenance,
     rdma_unplaced: bool,
+    rdma_unknown: bool,
 ) -> Finding {
     let mut f = f;
+    // Without the RDMA devices (no ibv_devinfo, ibstat or NCCL device list), which PCI
+    // functions are RDMA NICs is not shown: "no rdma nic on the pci bus" would be a claim the
+    // paste does not make (a pasted ConnectX was "no gpu or nic on the pci bus").
+    if rdma_unknown
+        && f.subject == "node"
+        && f.status == Status::Skip
+        && f.message.contains("nic")
+        && needs
+            .kinds
+            .iter()
+            .any(|k| matches!(k, Kind::Lspci | Kind::LspciTree))
+    {
+        let was = f.message.clone();
+        f.message = "which pci functions are rdma nics: the rdma devices are not in the pasted text; run `ibv_devinfo -v; ls -l /sys/class/infiniband/`".into();
+        f.evidence = vec![report::Evidence {
+            source: "check".into(),
+            observed: was,
+            expected: None,
+        }];
+        f.remediation = None;
+        return f;
+    }
     let pairs_nics = [
         "pcie.ats",
         "pcie.mrrs",
