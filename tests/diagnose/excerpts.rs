@@ -286,3 +286,18 @@ fn without_rdma_devices_a_pasted_nic_is_not_no_nic() {
         .iter()
         .any(|f| f.message.contains("which pci functions are rdma nics")));
 }
+
+#[test]
+fn the_fabric_grep_gdrdoctor_asks_for_is_read() {
+    // `nvidia-smi -q | grep -A4 -i fabric` (what driver.fabric-manager's skip asks for) has no
+    // `GPU 0000..` lines: each `Fabric` section is the next GPU nvidia-smi lists. It was
+    // "not in the pasted text", exit 0, with a GPU In Progress in it.
+    let t = "$ nvidia-smi -q | grep -A4 -i fabric\n    Fabric\n        State                             : In Progress\n        Status                            : N/A\n        CliqueId                          : N/A\n        ClusterUUID                       : N/A\n--\n    Fabric\n        State                             : Completed\n        Status                            : Success\n        CliqueId                          : 1\n        ClusterUUID                       : 5a7e0f2c-0000-0000-0000-000000000000\n";
+    let r = run_text("f", t);
+    let f = find_all(&r, "gpu.fabric-state");
+    assert_eq!(f.len(), 2, "{f:?}");
+    assert_eq!(f[0].status, Status::Fail, "{:?}", f[0]);
+    assert!(f[0].subject.contains("GPU #1") && f[0].subject.contains("bus id not pasted"));
+    assert_eq!(f[1].status, Status::Pass);
+    assert_ne!(r.summary.exit_code, 0);
+}

@@ -392,7 +392,7 @@ fn smi_gpus(p: &Paste, pci: &mut Fact<Vec<PciDevice>>, prov: &mut Provenance) ->
     };
     let lab = p.label(*i);
     let mut devs: Vec<PciDevice> = pci.get().cloned().unwrap_or_default();
-    for g in &q.gpus {
+    for g in q.gpus.iter().filter(|g| !g.anonymous) {
         let from_smi = |v: Option<String>, what: &str| -> Fact<String> {
             match v {
                 Some(x) => Fact::known(x, format!("{lab} (GPU Link Info)")),

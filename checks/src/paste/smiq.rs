@@ -39,7 +39,25 @@ pub struct SmiGpu {
     /// `GPU C2C Mode` (driver 550+): `Enabled` only on a GPU joined to a Grace CPU by
     /// NVLink-C2C; `Disabled` or `N/A` elsewhere (every x86 node).
     pub c2c_mode: Option<String>,
+    /// A section of a filtered output (`nvidia-smi -q | grep -A4 -i fabric`) with no
+    /// `GPU 0000..` line: the GPU is the n-th nvidia-smi lists, its bus id not pasted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub anonymous: bool,
+    /// The sections an anonymous GPU has shown (a second one starts the next GPU).
+    #[serde(skip)]
+    pub sections: Vec<String>,
 }
+
+/// Sections and keys that appear once per GPU: in a filtered output without `GPU` lines, a
+/// second one starts the next GPU.
+const PER_GPU: [&str; 6] = [
+    "Fabric",
+    "Persistence Mode",
+    "Ecc Mode",
+    "ECC Mode",
+    "Remapped Rows",
+    "BAR1 Memory Usage",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct SmiQ {
@@ -97,6 +115,11 @@ pub fn parse(lines: &[Line]) -> SmiQ {
         if t.is_empty() {
             continue;
         }
+        // `grep -A`'s separator between matches.
+        if t == "--" {
+            stack.clear();
+            continue;
+        }
         if let Some(b) = t.strip_prefix("GPU ").and_then(bus_id) {
             q.gpus.push(SmiGpu {
                 bdf: b,
@@ -108,6 +131,25 @@ pub fn parse(lines: &[Line]) -> SmiQ {
         }
         while stack.last().is_some_and(|(i, _)| *i >= indent) {
             stack.pop();
+        }
+        let key = t.split(':').next().unwrap_or("").trim();
+        if stack.is_empty() && PER_GPU.contains(&key) && q.gpus.iter().all(|g| g.anonymous) {
+            let next = q
+                .gpus
+                .last()
+                .is_none_or(|g| g.sections.iter().any(|x| x == key));
+            if next {
+                let n = q.gpus.len() + 1;
+                q.gpus.push(SmiGpu {
+                    bdf: format!("GPU #{n} of nvidia-smi's list (bus id not pasted)"),
+                    line: l.no,
+                    anonymous: true,
+                    ..SmiGpu::default()
+                });
+            }
+            if let Some(g) = q.gpus.last_mut() {
+                g.sections.push(key.to_string());
+            }
         }
         let Some((k, v)) = t.split_once(':') else {
             stack.push((indent, t.to_string()));
