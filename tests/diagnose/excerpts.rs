@@ -301,3 +301,17 @@ fn the_fabric_grep_gdrdoctor_asks_for_is_read() {
     assert_eq!(f[1].status, Status::Pass);
     assert_ne!(r.summary.exit_code, 0);
 }
+
+#[test]
+fn a_pasted_gpu_link_is_judged_without_the_tree() {
+    // lspci of a GPU without `lspci -tv`: the GPU is not placed in a tree, but its own link is
+    // in the paste. It was "no gpu or nic on the pci bus".
+    let t = "$ sudo lspci -vvv\n00:00.0 Host bridge: Intel Corporation Sky Lake-E DMI3 Registers (rev 07)\n\tNUMA node: 0\n\n18:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n\tNUMA node: 0\n\tCapabilities: [60] Express (v2) Endpoint, MSI 00\n\t\tLnkCap:\tPort #0, Speed 32GT/s, Width x16, ASPM not supported\n\t\tLnkSta:\tSpeed 32GT/s (ok), Width x8 (downgraded)\n\tKernel driver in use: nvidia\n";
+    let r = run_text("l", t);
+    let f = find_all(&r, "pcie.link");
+    assert!(
+        f.iter()
+            .any(|f| f.subject == "0000:18:00.0" && f.status == Status::Warn),
+        "{f:?}"
+    );
+}
