@@ -315,3 +315,19 @@ fn a_pasted_gpu_link_is_judged_without_the_tree() {
         "{f:?}"
     );
 }
+
+#[test]
+fn a_pasted_nic_link_downtrained_is_told_without_rdma_devices() {
+    // The blog capture of a ConnectX-6 at x8 of x16 (realdata SOURCES.md): lspci of the NIC
+    // alone, no ibv_devinfo. It was skip ("no gpu or nic on the pci bus").
+    let Some(root) = realdata() else { return };
+    let path = root.join("blog-cx6-degraded-x8-link/lspci-vvv-31_00.0-excerpt.txt");
+    let r = run_text("l", &std::fs::read_to_string(path).unwrap());
+    let f = find_all(&r, "pcie.link");
+    assert!(
+        f.iter().any(|f| f.subject == "0000:31:00.0"
+            && f.status == Status::Warn
+            && f.message.contains("x8 of x16")),
+        "{f:?}"
+    );
+}
