@@ -331,3 +331,19 @@ fn a_pasted_nic_link_downtrained_is_told_without_rdma_devices() {
         "{f:?}"
     );
 }
+
+#[test]
+fn ibv_devinfo_of_one_device_is_not_the_device_list() {
+    let one = "$ ibv_devinfo -d mlx5_0\nhca_id:\tmlx5_0\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t28.39.1002\n\tphys_port_cnt:\t\t\t1\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tlink_layer:\t\tInfiniBand\n";
+    let r = run_text("i", one);
+    let d = find_all(&r, "rdma.devices");
+    assert!(d.iter().all(|f| f.status == Status::Skip), "{d:?}");
+    assert!(
+        d[0].message.contains("limited to some devices"),
+        "{:?}",
+        d[0]
+    );
+    // The whole list (no -d) is the node's list.
+    let r = run_text("i", &one.replace(" -d mlx5_0", ""));
+    assert_eq!(find_all(&r, "rdma.devices")[0].status, Status::Pass);
+}

@@ -62,6 +62,45 @@ impl Paste {
                 .join("; "),
         )
     }
+    /// When every pasted `ibv_devinfo` / `ibstat` block is limited to some devices
+    /// (`ibv_devinfo -d mlx5_0`, `ibstat mlx5_0`, `| grep ..`): what they cover, in words.
+    pub fn rdma_excerpt(&self) -> Option<String> {
+        let blocks: Vec<&super::block::Block> = self
+            .blocks
+            .iter()
+            .filter(|b| matches!(b.kind, Kind::IbvDevinfo | Kind::Ibstat))
+            .collect();
+        let limited = |c: &str| -> bool {
+            let head = c.split('|').next().unwrap_or(c);
+            let words: Vec<&str> = head.split_whitespace().collect();
+            c.contains('|')
+                || words
+                    .iter()
+                    .any(|w| *w == "-d" || w.starts_with("--ib-dev") || w.starts_with("-d"))
+                || (words.first().is_some_and(|w| *w == "ibstat")
+                    && words.iter().skip(1).any(|w| !w.starts_with('-')))
+        };
+        if blocks.is_empty()
+            || !blocks
+                .iter()
+                .all(|b| b.command.as_deref().is_some_and(limited))
+        {
+            return None;
+        }
+        Some(
+            blocks
+                .iter()
+                .map(|b| {
+                    format!(
+                        "{}: `{}` shows only the devices it names or its filter kept",
+                        b.id,
+                        b.command.as_deref().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    }
     pub fn label(&self, block: usize) -> String {
         self.blocks
             .get(block)

@@ -100,6 +100,35 @@ pub(super) fn adapt(
             return f;
         }
     }
+    // `ibv_devinfo -d mlx5_0` (or `ibstat mlx5_0`, `| grep`) is not the node's device list.
+    if let Some(part) = p.rdma_excerpt() {
+        let reads_rdma = needs
+            .kinds
+            .iter()
+            .any(|k| matches!(k, Kind::IbvDevinfo | Kind::Ibstat));
+        if reads_rdma && f.subject == "node" && f.status != Status::Error {
+            let was = f.message.clone();
+            f.status = Status::Skip;
+            f.message = format!(
+                "{}: the pasted device list is limited to some devices, and what it does not show is not absent from the node; run `{}`",
+                needs.what, needs.command
+            );
+            f.evidence = vec![
+                report::Evidence {
+                    source: "excerpt".into(),
+                    observed: part,
+                    expected: None,
+                },
+                report::Evidence {
+                    source: "check (on the excerpt)".into(),
+                    observed: was,
+                    expected: None,
+                },
+            ];
+            f.remediation = None;
+            return f;
+        }
+    }
     for e in &mut f.evidence {
         if let Some((path, lab)) = prov
             .iter()
