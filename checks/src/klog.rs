@@ -39,6 +39,10 @@ pub enum Event {
         xid: u32,
         detail: String,
     },
+    /// `NVRM: Xid (PCI:0000:9b:00): 7` and nothing after: the driver always writes `, ...`
+    /// after the number (`journal.c`: `"%d, %s"`), so the line was cut, maybe inside the
+    /// number (`7` of `79`): the Xid is unknown. `shown`: the digits the line kept.
+    XidCut { gpu: String, shown: String },
     /// `NVRM: GPU at 0000:01:00.0 has fallen off the bus.` (some drivers print no Xid line).
     FellOffBus { gpu: String },
     /// An IOMMU refused a device's DMA: the device, the IOMMU (`DMAR`, `AMD-Vi`), what.
@@ -262,6 +266,9 @@ fn parse_xid(m: &str) -> Option<Event> {
     let gpu = normalize_bdf(pci.trim().trim_start_matches("PCI:"))?;
     let rest = rest.trim_start_matches(':').trim_start();
     let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if !digits.is_empty() && rest[digits.len()..].trim().is_empty() {
+        return Some(Event::XidCut { gpu, shown: digits });
+    }
     let xid = digits.parse().ok()?;
     let detail = rest[digits.len()..]
         .trim_start_matches([',', ' '])
@@ -651,6 +658,14 @@ mod tests {
                 e => panic!("{l}: {e:?}"),
             }
         }
+        // Cut after (or inside) the number: unknown, not Xid 7.
+        assert_eq!(
+            parse_line("[ 1843.3] NVRM: Xid (PCI:0000:44:00): 7"),
+            Some(Event::XidCut {
+                gpu: "0000:44:00.0".into(),
+                shown: "7".into()
+            })
+        );
         assert_eq!(
             parse_line("[ 5.1] NVRM: GPU at 0000:01:00.0 has fallen off the bus."),
             Some(Event::FellOffBus {

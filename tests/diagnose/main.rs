@@ -19,6 +19,7 @@ use std::path::PathBuf;
 mod cli;
 mod corpus;
 mod encodings;
+mod excerpts;
 mod jobs;
 mod matrices;
 mod model;

@@ -642,6 +642,30 @@ pub fn gpu_bar1(node: &Node) -> Vec<Finding> {
     let mut out = Vec::new();
     for g in gpus {
         let src = format!("{}/resource", g.sysfs_path);
+        // No BARs read (a paste of `nvidia-smi -q` without lspci): BAR1's size as NVML
+        // reports it, judged by the same rule against the memory NVML reports.
+        if g.resources.get().is_none() {
+            if let Some((b1, mem)) = nvml_for(node, &g.bdf).and_then(|n| {
+                n.bar1_total
+                    .filter(|b| *b > 0)
+                    .map(|b| (b, n.memory_total.filter(|m| *m > 0)))
+            }) {
+                let src = format!("{} (nvmlDeviceGetBAR1MemoryInfo)", node.live.nvml.source());
+                let observed = format!("BAR1 {}", parse::human_bytes(b1));
+                let f = match mem {
+                    Some(m) if b1 < m => Finding::new(ID, Status::Warn, &g.bdf, format!("bar1 is {} but the gpu has {} of memory: at most that much gpu memory can be registered for rdma at once", parse::human_bytes(b1), parse::human_bytes(m)))
+                        .expected(src, observed, format!(">= {}", parse::human_bytes(m)))
+                        .fix("enable Above 4G Decoding and Resizable BAR in the BIOS (and `NVreg_EnableResizableBar=1` where the driver needs it), then reboot; `nvidia-smi -q -d MEMORY` shows BAR1 Memory Usage"),
+                    Some(m) => Finding::new(ID, Status::Pass, &g.bdf, format!("bar1 {} covers the gpu's {} of memory", parse::human_bytes(b1), parse::human_bytes(m))).evidence(src, observed),
+                    None if b1 <= 256 << 20 => Finding::new(ID, Status::Warn, &g.bdf, format!("bar1 is only {}: gpudirect rdma can map at most that much gpu memory", parse::human_bytes(b1)))
+                        .expected(src, observed, "a bar1 as large as the gpu memory")
+                        .fix("enable Above 4G Decoding and Resizable BAR in the BIOS, then reboot"),
+                    None => Finding::new(ID, Status::Pass, &g.bdf, format!("bar1 is {} (the gpu memory size is not shown; not compared)", parse::human_bytes(b1))).evidence(src, observed),
+                };
+                out.push(f);
+                continue;
+            }
+        }
         let Some(b1) = bar1(g) else {
             out.push(
                 Finding::new(

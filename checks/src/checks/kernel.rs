@@ -117,10 +117,14 @@ pub fn xid(node: &Node) -> Vec<Finding> {
     // GPU -> (xid, detail, line) in log order.
     let mut by: BTreeMap<String, Vec<(u32, String, &str)>> = BTreeMap::new();
     let mut fell: BTreeMap<String, &str> = BTreeMap::new();
+    let mut cut: BTreeMap<String, (String, &str)> = BTreeMap::new();
     for line in &l.lines {
         match klog::parse_line(line) {
             Some(Event::Xid { gpu, xid, detail }) => {
                 by.entry(gpu).or_default().push((xid, detail, line))
+            }
+            Some(Event::XidCut { gpu, shown }) => {
+                cut.entry(gpu).or_insert((shown, line));
             }
             Some(Event::FellOffBus { gpu }) => {
                 fell.entry(gpu).or_insert(line);
@@ -135,16 +139,32 @@ pub fn xid(node: &Node) -> Vec<Finding> {
             v.push((79, "GPU has fallen off the bus".into(), line));
         }
     }
+    // An Xid line cut after its number: which Xid is unknown (an error, never "no Xid").
+    let mut out: Vec<Finding> = cut
+        .into_iter()
+        .map(|(gpu, (shown, line))| {
+            Finding::new(
+                ID,
+                Status::Error,
+                &gpu,
+                format!("{gpu}: an Xid line ends right after its number `{shown}` (the driver always writes more after it): the line is cut, the Xid unknown ({shown} or a longer number)"),
+            )
+            .evidence(src.clone(), line.trim().to_string())
+            .fix("paste the whole line (`sudo dmesg | grep -i xid`, inside a ``` code block)")
+        })
+        .collect();
     if by.is_empty() {
-        return vec![none_found(
-            ID,
-            l,
-            src,
-            "no Xid".into(),
-            format!("{} lines, none with `NVRM: Xid`", l.scanned),
-        )];
+        if out.is_empty() {
+            out.push(none_found(
+                ID,
+                l,
+                src,
+                "no Xid".into(),
+                format!("{} lines, none with `NVRM: Xid`", l.scanned),
+            ));
+        }
+        return out;
     }
-    let mut out = Vec::new();
     for (gpu, evs) in by {
         let mut counts: BTreeMap<u32, (usize, XidAction, &str)> = BTreeMap::new();
         for (x, d, line) in &evs {

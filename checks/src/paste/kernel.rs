@@ -158,6 +158,8 @@ pub fn parse_ulimit(lines: &[Line]) -> Option<(Rlimit, usize)> {
         let t = l.text.trim();
         let v = if t.starts_with("max locked memory") {
             t.split_whitespace().last()?
+        } else if super::line::ulimit_labelled(t).is_some() {
+            continue;
         } else if lines.len() == 1 {
             t
         } else {
@@ -209,8 +211,45 @@ pub fn env_block(b: &mut Block, raw: &RawBlock) -> BTreeMap<String, String> {
     e
 }
 
+/// Whether an NVIDIA driver version is cut (or not a version at all): NVIDIA's versions are
+/// `MAJOR.MINOR[.PATCH]` with a major of two or three digits, a minor of two or three
+/// (`450.66`, `535.104.05`, `390.116`) and a patch of two (`570.86.10`); `535.1` or
+/// `535.104.0` is the start of one, not a version, and `53` is none.
+pub fn driver_version_cut(v: &str) -> bool {
+    let parts: Vec<&str> = v.trim().split('.').collect();
+    let digits = |p: &str, lo: usize, hi: usize| {
+        (lo..=hi).contains(&p.len()) && p.chars().all(|c| c.is_ascii_digit())
+    };
+    !match parts.as_slice() {
+        [a, b] => digits(a, 2, 3) && digits(b, 2, 3),
+        [a, b, c] => digits(a, 2, 3) && digits(b, 2, 3) && digits(c, 2, 2),
+        _ => false,
+    }
+}
+
+/// The driver version in a version-file text, when it is there but cut ([`driver_version_cut`]).
+fn cut_version_in(t: &str) -> Option<String> {
+    let line = t
+        .lines()
+        .find(|l| l.trim_start().starts_with("NVRM version:"))?;
+    let after = line.split("Kernel Module").nth(1)?;
+    let w = after
+        .split_whitespace()
+        .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))?;
+    driver_version_cut(w).then(|| w.to_string())
+}
+
 /// A `/proc/driver/nvidia/version` block: the version file's text.
 pub fn nvidia_version_block(b: &mut Block, raw: &RawBlock) -> Option<String> {
+    if let Some((t, no)) = nvidia_version_text(&raw.lines) {
+        if let Some(v) = cut_version_in(&t) {
+            b.status = BlockStatus::Refused;
+            b.problems.push(format!(
+                "line {no}: the driver version `{v}` is cut (NVIDIA's versions read as 535.104.05 or 450.66): unknown, not used"
+            ));
+            return None;
+        }
+    }
     match nvidia_version_text(&raw.lines) {
         Some((t, _)) => {
             b.summary = t.chars().take(100).collect();
@@ -274,9 +313,30 @@ pub fn dmesg_block(b: &mut Block, raw: &RawBlock) -> Dmesg {
         e.len()
     );
     b.status = status(&b.repairs, &b.problems);
+    for l in &lines {
+        if let Some(crate::klog::Event::XidCut { gpu, shown }) = crate::klog::parse_line(l) {
+            b.problems.push(format!(
+                "an Xid line of {gpu} ends right after its number `{shown}`: cut, the Xid unknown"
+            ));
+        }
+    }
+    b.status = status(&b.repairs, &b.problems);
+    let nvidia_version = match nvidia_version_text(&raw.lines) {
+        Some((t, no)) => match cut_version_in(&t) {
+            Some(v) => {
+                b.problems.push(format!(
+                    "line {no}: the driver version `{v}` in the driver's banner is cut: unknown, not used"
+                ));
+                b.status = status(&b.repairs, &b.problems);
+                None
+            }
+            None => Some(t),
+        },
+        None => None,
+    };
     Dmesg {
         lines,
-        nvidia_version: nvidia_version_text(&raw.lines).map(|(t, _)| t),
+        nvidia_version,
         events: e,
     }
 }
@@ -319,14 +379,23 @@ pub fn uname_block(b: &mut Block, raw: &RawBlock) -> Option<(String, Option<Stri
 /// `-l` locked memory, `-a` all), `f` (file size, bash's default) without one.
 pub fn ulimit_resource(command: &str) -> char {
     let mut r = 'f';
+    let mut n = 0;
     for w in command.split_whitespace().skip(1) {
         if let Some(flags) = w.strip_prefix('-') {
             for c in flags.chars().filter(|c| !matches!(c, 'H' | 'S')) {
+                if c != r {
+                    n += 1;
+                }
                 r = c;
             }
         }
     }
-    r
+    // Several resources (`ulimit -n -l`): bash labels each line as `ulimit -a` does.
+    if n > 1 {
+        'a'
+    } else {
+        r
+    }
 }
 
 /// A `ulimit` block: the locked-memory limit.
@@ -348,6 +417,22 @@ pub fn ulimit_block(b: &mut Block, raw: &RawBlock) -> Option<Rlimit> {
     if raw.command.as_deref().is_some_and(ulimit_hard) {
         b.status = BlockStatus::Ignored;
         b.problems.push("the hard limit (`ulimit -H`): the soft limit, which the kernel enforces, is what counts; paste `ulimit -l`".into());
+        return None;
+    }
+    // Labelled lines of other limits only (`open files (-n) 1024`, or `ulimit -a` cut before
+    // its `max locked memory` line): no locked-memory limit, and nothing wrong with the text.
+    let labelled: Vec<(char, &str)> = raw
+        .lines
+        .iter()
+        .filter_map(|l| super::line::ulimit_labelled(&l.text))
+        .collect();
+    if !labelled.is_empty() && !labelled.iter().any(|(f, _)| *f == 'l') {
+        b.status = BlockStatus::Ignored;
+        let flags: Vec<String> = labelled.iter().map(|(f, _)| format!("-{f}")).collect();
+        b.problems.push(format!(
+            "ulimit lines of other limits ({}), none of locked memory (-l); paste `ulimit -l`",
+            flags.join(" ")
+        ));
         return None;
     }
     match parse_ulimit(&raw.lines) {
@@ -393,6 +478,34 @@ mod tests {
     }
 
     #[test]
+    fn a_cut_driver_version_is_unknown() {
+        for v in ["450.66", "535.104.05", "570.86.10", "390.116", "96.43.23"] {
+            assert!(!driver_version_cut(v), "{v}");
+        }
+        for v in ["535.1", "535.104.0", "53", "535.", "5", "535.104.05.1"] {
+            assert!(driver_version_cut(v), "{v}");
+        }
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text: "$ cat /proc/driver/nvidia/version\nNVRM version: NVIDIA UNIX x86_64 Kernel Module  535.1".into(),
+        }]);
+        assert!(p.nvidia_version.is_empty(), "{:?}", p.nvidia_version);
+        assert_eq!(p.blocks[0].status, crate::paste::BlockStatus::Refused);
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text: "$ cat /proc/driver/nvidia/version\nNVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n".into(),
+        }]);
+        assert_eq!(p.nvidia_version.len(), 1);
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text:
+                "$ dmesg\n[    1.0] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.1"
+                    .into(),
+        }]);
+        assert!(p.nvidia_version.is_empty(), "{:?}", p.nvidia_version);
+    }
+
+    #[test]
     fn ulimit_other_resources_are_not_memlock() {
         for (c, r) in [
             ("ulimit -l", 'l'),
@@ -401,6 +514,8 @@ mod tests {
             ("ulimit -Sn", 'n'),
             ("ulimit", 'f'),
             ("ulimit -H -l", 'l'),
+            ("ulimit -l -n", 'a'),
+            ("ulimit -n -l", 'a'),
         ] {
             assert_eq!(super::ulimit_resource(c), r, "{c}");
         }

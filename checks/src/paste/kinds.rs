@@ -27,7 +27,8 @@ pub struct KindDef {
     pub continues: fn(&Class, &str) -> bool,
     /// A block may hold blank lines (up to three in a row).
     pub blank_ok: bool,
-    /// The output is one line: a block its command forced ends after it.
+    /// The output is one line: a block its command forced ends after it (unless the line is
+    /// of a shape the kind continues with: `ulimit -a`'s labelled lines).
     pub one_line: bool,
     /// A block its command forced takes lines of another kind's shape too (unless the line
     /// can only open another tool's output).
@@ -105,8 +106,9 @@ pub static KINDS: &[KindDef] = &[
         one_line: false,
         forced_any: false,
         read: |b, raw, _, i, p| {
-            let (d, orphans) = lspci::block(b, raw);
+            let (d, orphans, part) = lspci::block(b, raw);
             p.lspci.extend(d.into_iter().map(|x| (i, x)));
+            p.lspci_excerpts.extend(part.map(|w| (i, w)));
             p.acs_lines
                 .extend(orphans.into_iter().map(|(no, f)| (i, no, f)));
         },
@@ -236,7 +238,8 @@ pub static KINDS: &[KindDef] = &[
         kind: Kind::Ulimit,
         command: |c| c.starts_with("ulimit"),
         opens: |c| matches!(c, Class::Ulimit),
-        continues: |_, _| false,
+        // `ulimit -a` (and `ulimit` with several flags) prints one labelled line per limit.
+        continues: |c, _| matches!(c, Class::Ulimit),
         blank_ok: false,
         one_line: true,
         forced_any: true,

@@ -308,6 +308,29 @@ fn is_tree(t: &str) -> bool {
     marker && (s.starts_with('|') || s.starts_with("+-") || s.starts_with("\\-"))
 }
 
+/// A line of `ulimit -a` (or of `ulimit` with several flags): `open files   (-n) 1024`,
+/// `max locked memory   (kbytes, -l) 8192`: the flag and the value.
+pub fn ulimit_labelled(s: &str) -> Option<(char, &str)> {
+    let t = s.trim();
+    if !t.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return None;
+    }
+    let close = t.rfind(')')?;
+    let open = t[..close].rfind('(')?;
+    let inside = &t[open + 1..close];
+    let flag = inside.rsplit([',', ' ']).next()?.strip_prefix('-')?;
+    let mut fc = flag.chars();
+    let (Some(f), None) = (fc.next(), fc.next()) else {
+        return None;
+    };
+    let value = t[close + 1..].trim();
+    let one_word = !value.is_empty() && !value.contains(char::is_whitespace);
+    let label_ok = t[..open]
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c == ' ' || c == '-');
+    (f.is_ascii_alphabetic() && one_word && label_ok).then_some((f, value))
+}
+
 pub fn classify(text: &str) -> Class {
     let t = text.trim_end();
     let s = t.trim_start();
@@ -415,7 +438,7 @@ pub fn classify(text: &str) -> Class {
     {
         return Class::Uname;
     }
-    if s.starts_with("max locked memory") {
+    if s.starts_with("max locked memory") || ulimit_labelled(s).is_some() {
         return Class::Ulimit;
     }
     if is_cmdline(s) {

@@ -595,14 +595,78 @@ pub fn parse_tree(lines: &[Line]) -> Tree {
     t
 }
 
-/// An `lspci -vvv` block: its functions, and the `ACSCtl:` lines of no function (line,
-/// flags).
-pub fn block(b: &mut Block, raw: &RawBlock) -> (Vec<LspciDevice>, Vec<(usize, AcsFlags)>) {
+/// The value of a command-line option (`-s 18:00.0`, `-s18:00.0`, `-d 10de:`), if given.
+fn option_value(words: &[&str], opt: char) -> Option<String> {
+    let mut it = words.iter();
+    while let Some(w) = it.next() {
+        let Some(flags) = w.strip_prefix('-').filter(|f| !f.starts_with('-')) else {
+            continue;
+        };
+        if let Some(at) = flags.find(opt) {
+            let rest = &flags[at + opt.len_utf8()..];
+            return Some(if rest.is_empty() {
+                it.next().map(|x| x.to_string()).unwrap_or_default()
+            } else {
+                rest.to_string()
+            });
+        }
+    }
+    None
+}
+
+/// What an `lspci` block covers when it is not the whole bus, in words (`None`: it may be the
+/// whole bus). `lspci -s BDF` shows the functions it names, `lspci -d VENDOR:DEVICE` those of
+/// one vendor or device, `lspci | grep ...` the lines its filter kept: none of them shows what
+/// the rest of the bus holds, so "no NIC on this node" cannot follow from one. A block without
+/// its command and without a single bridge (every bare-metal bus has host bridges and root
+/// ports, class 0x06) is no whole bus either.
+pub fn excerpt(command: Option<&str>, devs: &[LspciDevice]) -> Option<String> {
+    match command {
+        Some(c) => {
+            let (head, filter) = match c.split_once('|') {
+                Some((h, f)) => (h, Some(f.trim())),
+                None => (c, None),
+            };
+            let words: Vec<&str> = head.split_whitespace().collect();
+            if let Some(s) = option_value(&words, 's') {
+                return Some(format!(
+                    "`{c}` shows only the function(s) at {}",
+                    if s.is_empty() { "the named address" } else { &s }
+                ));
+            }
+            if let Some(d) = option_value(&words, 'd') {
+                return Some(format!(
+                    "`{c}` shows only the functions of vendor:device {}",
+                    if d.is_empty() { "the named ids" } else { &d }
+                ));
+            }
+            filter.map(|f| format!("`{c}` shows only the lines `{f}` kept"))
+        }
+        None => (!devs.is_empty()
+            && !devs
+                .iter()
+                .any(|d| d.class.is_some_and(|c| c >> 16 == 0x06)))
+        .then(|| {
+            format!(
+                "no command shown and no bridge among its {} function(s): not the whole bus (an excerpt, or a virtual machine's passed-through devices)",
+                devs.len()
+            )
+        }),
+    }
+}
+
+/// An `lspci -vvv` block: its functions, the `ACSCtl:` lines of no function (line, flags), and
+/// what the block covers when it is an excerpt of the bus ([`excerpt`]).
+pub fn block(
+    b: &mut Block,
+    raw: &RawBlock,
+) -> (Vec<LspciDevice>, Vec<(usize, AcsFlags)>, Option<String>) {
     let d = parse(&raw.lines);
     let orphans = orphan_acs(&raw.lines);
     let hex = d.iter().filter(|x| x.config_bytes > 0).count();
+    let part = excerpt(raw.command.as_deref(), &d);
     b.summary = format!(
-        "{} PCI function(s){}{}",
+        "{} PCI function(s){}{}{}",
         d.len(),
         if orphans.is_empty() {
             String::new()
@@ -613,6 +677,10 @@ pub fn block(b: &mut Block, raw: &RawBlock) -> (Vec<LspciDevice>, Vec<(usize, Ac
             format!(", {hex} with a config-space hex dump")
         } else {
             String::new()
+        },
+        match &part {
+            Some(w) => format!(" (an excerpt of the bus: {w})"),
+            None => String::new(),
         }
     );
     if d.iter().any(|x| x.access_denied) {
@@ -632,7 +700,7 @@ pub fn block(b: &mut Block, raw: &RawBlock) -> (Vec<LspciDevice>, Vec<(usize, Ac
     } else {
         b.status = status(&b.repairs, &b.problems);
     }
-    (d, orphans)
+    (d, orphans, part)
 }
 
 /// An `lspci -tv` block: the tree.

@@ -42,7 +42,8 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
     let env = environment(p, log.as_ref(), nccl_label.as_deref());
     let default_domain = default_domain(p);
     let version_file = version_file(p, &mut prov);
-    let pci = pci_devices(p, &mut prov);
+    let mut pci = pci_devices(p, &mut prov);
+    let nvml = smi_gpus(p, &mut pci, &mut prov);
     // RDMA devices: ibv_devinfo / ibstat, else what NCCL listed.
     let rdma = rdma_devices(p, log.as_ref(), &mut prov);
     let node = Node {
@@ -80,7 +81,10 @@ pub fn build(p: &Paste) -> (Node, Provenance) {
         peermem,
         pci,
         rdma,
-        live: LiveFacts::absent(NOT_PASTED),
+        live: LiveFacts {
+            nvml,
+            ..LiveFacts::absent(NOT_PASTED)
+        },
         health: Health {
             kernel_log: kernel_log(p),
             ..Health::absent(NOT_PASTED)
@@ -124,7 +128,17 @@ fn kernel_release(p: &Paste) -> (Fact<String>, Fact<String>) {
         super::kernel::DmesgEvent::LinuxVersion { release, .. } => Some((i, release)),
         _ => None,
     }) {
-        kernel_release = Fact::known(r.clone(), p.label(*i));
+        kernel_release = if super::kernel::release_cut(r) {
+            absent(
+                "/proc/sys/kernel/osrelease",
+                format!(
+                    "{}: the kernel release `{r}` in the boot banner is cut (a release has three numbers, as 5.15.0): unknown",
+                    p.label(*i)
+                ),
+            )
+        } else {
+            Fact::known(r.clone(), p.label(*i))
+        };
     }
 
     (kernel_release, arch)
@@ -352,6 +366,115 @@ fn pci_devices(p: &Paste, prov: &mut Provenance) -> Fact<Vec<PciDevice>> {
         }
         Fact::known(devs, p.label(*first_i))
     }
+}
+
+/// A PCIe generation's transfer rate as sysfs writes it (`16.0 GT/s PCIe`).
+fn gen_speed(g: u32) -> Option<String> {
+    let gts = match g {
+        1 => 2.5,
+        2 => 5.0,
+        3 => 8.0,
+        4 => 16.0,
+        5 => 32.0,
+        6 => 64.0,
+        _ => return None,
+    };
+    Some(format!("{gts:.1} GT/s PCIe"))
+}
+
+/// `nvidia-smi -q`: the NVML facts it prints (persistence, BAR1, link, ECC, fabric, row
+/// remapping), and each GPU it lists on the PCI bus when no pasted lspci shows it: nvidia-smi
+/// lists only display-class NVIDIA functions bound to the nvidia driver, with their link
+/// generation and width (`GPU Link Info`), which fill the link facts lspci did not give.
+fn smi_gpus(p: &Paste, pci: &mut Fact<Vec<PciDevice>>, prov: &mut Provenance) -> Fact<NvmlFacts> {
+    let Some((i, q)) = p.smiq.iter().find(|(_, q)| !q.gpus.is_empty()) else {
+        return absent("libnvidia-ml.so.1", NOT_PASTED);
+    };
+    let lab = p.label(*i);
+    let mut devs: Vec<PciDevice> = pci.get().cloned().unwrap_or_default();
+    for g in q.gpus.iter().filter(|g| !g.anonymous) {
+        let from_smi = |v: Option<String>, what: &str| -> Fact<String> {
+            match v {
+                Some(x) => Fact::known(x, format!("{lab} (GPU Link Info)")),
+                None => absent(&lab, format!("{lab} does not show the {what}")),
+            }
+        };
+        let num = |v: Option<u32>, what: &str| -> Fact<u32> {
+            match v {
+                Some(x) => Fact::known(x, format!("{lab} (GPU Link Info)")),
+                None => absent(&lab, format!("{lab} does not show the {what}")),
+            }
+        };
+        if let Some(d) = devs.iter_mut().find(|d| d.bdf == g.bdf) {
+            // lspci's LnkSta/LnkCap first; nvidia-smi's where lspci did not show them.
+            if d.cur_link_speed.get().is_none() {
+                d.cur_link_speed = from_smi(
+                    g.pcie_gen_current.and_then(gen_speed),
+                    "current PCIe generation",
+                );
+            }
+            if d.max_link_speed.get().is_none() {
+                d.max_link_speed = from_smi(
+                    g.pcie_gen_max.and_then(gen_speed),
+                    "maximum PCIe generation",
+                );
+            }
+            if d.cur_link_width.get().is_none() {
+                d.cur_link_width = num(g.width_current, "current link width");
+            }
+            if d.max_link_width.get().is_none() {
+                d.max_link_width = num(g.width_max, "maximum link width");
+            }
+            continue;
+        }
+        let path = format!("nvidia-smi -q {}", g.bdf);
+        prov.push((path.clone(), lab.clone()));
+        let not = |what: &str| -> String {
+            format!("{lab} does not show {what} (`sudo lspci -vvv -d 10de:`)")
+        };
+        devs.push(PciDevice {
+            bdf: g.bdf.clone(),
+            sysfs_path: path,
+            parent: None,
+            host_bridge: String::new(),
+            vendor_id: Fact::known(0x10de, format!("{lab} (nvidia-smi lists NVIDIA GPUs only)")),
+            device_id: absent(&lab, not("the device id")),
+            subsystem_vendor_id: absent(&lab, not("the subsystem ids")),
+            subsystem_device_id: absent(&lab, not("the subsystem ids")),
+            // Display class (0x03); the subclass (VGA or 3D) is not shown.
+            class: Fact::known(
+                0x030000,
+                format!("{lab} (nvidia-smi lists display-class GPUs; the subclass is not shown)"),
+            ),
+            numa_node: absent(&lab, not("the NUMA node")),
+            local_cpulist: absent(&lab, NOT_PASTED),
+            cur_link_speed: from_smi(
+                g.pcie_gen_current.and_then(gen_speed),
+                "current PCIe generation",
+            ),
+            cur_link_width: num(g.width_current, "current link width"),
+            max_link_speed: from_smi(
+                g.pcie_gen_max.and_then(gen_speed),
+                "maximum PCIe generation",
+            ),
+            max_link_width: num(g.width_max, "maximum link width"),
+            resources: absent(&lab, not("the BAR addresses")),
+            driver: Fact::known(
+                Some("nvidia".to_string()),
+                format!("{lab} (nvidia-smi lists GPUs the nvidia driver holds)"),
+            ),
+            iommu_group: absent(&lab, NOT_PASTED),
+            config: absent(&lab, not("config space")),
+            is_virtfn: false,
+        });
+    }
+    if !matches!(pci, Fact::Known { .. }) {
+        prov.push(("/sys/bus/pci/devices".into(), lab.clone()));
+        *pci = Fact::known(devs, lab.clone());
+    } else if let Fact::Known { value, .. } = pci {
+        *value = devs;
+    }
+    Fact::known(super::smiq::nvml_facts(q), format!("{lab} (nvidia-smi -q)"))
 }
 
 /// The pasted kernel log lines, through the same keeper as every other kernel log

@@ -14,6 +14,9 @@ pub struct Paste {
     pub matrices: Vec<(usize, topo::Matrix)>,
     pub nccl: Vec<(usize, nccl::NcclLog)>,
     pub lspci: Vec<(usize, lspci::LspciDevice)>,
+    /// The `lspci` blocks that are excerpts of the bus (`lspci -s`, `-d`, `| grep`), with what
+    /// each covers ([`lspci::excerpt`]).
+    pub lspci_excerpts: Vec<(usize, String)>,
     /// `ACSCtl:` lines of no device (`lspci -vvv | grep ACSCtl`): (block, line, flags).
     pub acs_lines: Vec<(usize, usize, lspci::AcsFlags)>,
     pub trees: Vec<(usize, lspci::Tree)>,
@@ -37,6 +40,66 @@ impl Paste {
         self.blocks
             .iter()
             .any(|b| b.kind == k && b.status != super::block::BlockStatus::Refused)
+    }
+    /// When every pasted `lspci` block is an excerpt of the bus: what they cover, in words
+    /// (`None` when no lspci was pasted or one of them may be the whole bus). A function the
+    /// excerpt lacks is not shown, never absent.
+    pub fn pci_excerpt(&self) -> Option<String> {
+        let blocks: std::collections::BTreeSet<usize> =
+            self.lspci.iter().map(|(i, _)| *i).collect();
+        if blocks.is_empty()
+            || blocks
+                .iter()
+                .any(|b| !self.lspci_excerpts.iter().any(|(x, _)| x == b))
+        {
+            return None;
+        }
+        Some(
+            self.lspci_excerpts
+                .iter()
+                .map(|(i, w)| format!("{}: {w}", self.label(*i)))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    }
+    /// When every pasted `ibv_devinfo` / `ibstat` block is limited to some devices
+    /// (`ibv_devinfo -d mlx5_0`, `ibstat mlx5_0`, `| grep ..`): what they cover, in words.
+    pub fn rdma_excerpt(&self) -> Option<String> {
+        let blocks: Vec<&super::block::Block> = self
+            .blocks
+            .iter()
+            .filter(|b| matches!(b.kind, Kind::IbvDevinfo | Kind::Ibstat))
+            .collect();
+        let limited = |c: &str| -> bool {
+            let head = c.split('|').next().unwrap_or(c);
+            let words: Vec<&str> = head.split_whitespace().collect();
+            c.contains('|')
+                || words
+                    .iter()
+                    .any(|w| *w == "-d" || w.starts_with("--ib-dev") || w.starts_with("-d"))
+                || (words.first().is_some_and(|w| *w == "ibstat")
+                    && words.iter().skip(1).any(|w| !w.starts_with('-')))
+        };
+        if blocks.is_empty()
+            || !blocks
+                .iter()
+                .all(|b| b.command.as_deref().is_some_and(limited))
+        {
+            return None;
+        }
+        Some(
+            blocks
+                .iter()
+                .map(|b| {
+                    format!(
+                        "{}: `{}` shows only the devices it names or its filter kept",
+                        b.id,
+                        b.command.as_deref().unwrap_or_default()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
     }
     pub fn label(&self, block: usize) -> String {
         self.blocks

@@ -23,11 +23,47 @@ pub struct SmiGpu {
     pub fb_total_mib: Option<u64>,
     /// `Remapped Rows > Pending : Yes`.
     pub remap_pending: Option<bool>,
+    /// `Remapped Rows > Correctable Error`, `Uncorrectable Error`, `Remapping Failure Occurred`.
+    pub remap_correctable: Option<u32>,
+    pub remap_uncorrectable: Option<u32>,
+    pub remap_failure: Option<bool>,
+    /// `Ecc Mode > Current` / `Pending` (`Enabled`/`Disabled`; `N/A`: none).
+    pub ecc_current: Option<bool>,
+    pub ecc_pending: Option<bool>,
+    /// `Fabric > State` / `Status` as printed (`Completed`, `In Progress`, `Not Started`,
+    /// `Not Supported`; `N/A` where the driver does not report it, as on A100 systems).
+    pub fabric_state: Option<String>,
+    pub fabric_status: Option<String>,
+    pub clique_id: Option<u32>,
+    pub cluster_uuid: Option<String>,
+    /// `GPU C2C Mode` (driver 550+): `Enabled` only on a GPU joined to a Grace CPU by
+    /// NVLink-C2C; `Disabled` or `N/A` elsewhere (every x86 node).
+    pub c2c_mode: Option<String>,
+    /// A section of a filtered output (`nvidia-smi -q | grep -A4 -i fabric`) with no
+    /// `GPU 0000..` line: the GPU is the n-th nvidia-smi lists, its bus id not pasted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub anonymous: bool,
+    /// The sections an anonymous GPU has shown (a second one starts the next GPU).
+    #[serde(skip)]
+    pub sections: Vec<String>,
 }
+
+/// Sections and keys that appear once per GPU: in a filtered output without `GPU` lines, a
+/// second one starts the next GPU.
+const PER_GPU: [&str; 6] = [
+    "Fabric",
+    "Persistence Mode",
+    "Ecc Mode",
+    "ECC Mode",
+    "Remapped Rows",
+    "BAR1 Memory Usage",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct SmiQ {
     pub driver_version: Option<String>,
+    /// The `Driver Version` line when its value is cut ([`super::kernel::driver_version_cut`]).
+    pub driver_version_cut: Option<String>,
     pub cuda_version: Option<String>,
     pub attached_gpus: Option<u32>,
     pub gpus: Vec<SmiGpu>,
@@ -54,6 +90,22 @@ fn first_num<T: std::str::FromStr>(v: &str) -> Option<T> {
     d.parse().ok()
 }
 
+fn yes(v: &str) -> Option<bool> {
+    match v {
+        "Yes" => Some(true),
+        "No" => Some(false),
+        _ => None,
+    }
+}
+
+fn enabled(v: &str) -> Option<bool> {
+    match v {
+        "Enabled" => Some(true),
+        "Disabled" => Some(false),
+        _ => None,
+    }
+}
+
 pub fn parse(lines: &[Line]) -> SmiQ {
     let mut q = SmiQ::default();
     let mut stack: Vec<(usize, String)> = Vec::new();
@@ -61,6 +113,11 @@ pub fn parse(lines: &[Line]) -> SmiQ {
         let indent = l.text.len() - l.text.trim_start().len();
         let t = l.text.trim();
         if t.is_empty() {
+            continue;
+        }
+        // `grep -A`'s separator between matches.
+        if t == "--" {
+            stack.clear();
             continue;
         }
         if let Some(b) = t.strip_prefix("GPU ").and_then(bus_id) {
@@ -75,6 +132,25 @@ pub fn parse(lines: &[Line]) -> SmiQ {
         while stack.last().is_some_and(|(i, _)| *i >= indent) {
             stack.pop();
         }
+        let key = t.split(':').next().unwrap_or("").trim();
+        if stack.is_empty() && PER_GPU.contains(&key) && q.gpus.iter().all(|g| g.anonymous) {
+            let next = q
+                .gpus
+                .last()
+                .is_none_or(|g| g.sections.iter().any(|x| x == key));
+            if next {
+                let n = q.gpus.len() + 1;
+                q.gpus.push(SmiGpu {
+                    bdf: format!("GPU #{n} of nvidia-smi's list (bus id not pasted)"),
+                    line: l.no,
+                    anonymous: true,
+                    ..SmiGpu::default()
+                });
+            }
+            if let Some(g) = q.gpus.last_mut() {
+                g.sections.push(key.to_string());
+            }
+        }
         let Some((k, v)) = t.split_once(':') else {
             stack.push((indent, t.to_string()));
             continue;
@@ -86,7 +162,13 @@ pub fn parse(lines: &[Line]) -> SmiQ {
         }
         let path: Vec<&str> = stack.iter().map(|(_, s)| s.as_str()).collect();
         match (k, q.gpus.last_mut()) {
-            ("Driver Version", _) if path.is_empty() => q.driver_version = Some(v.to_string()),
+            ("Driver Version", _) if path.is_empty() => {
+                if super::kernel::driver_version_cut(v) {
+                    q.driver_version_cut = Some(v.to_string());
+                } else {
+                    q.driver_version = Some(v.to_string());
+                }
+            }
             ("CUDA Version", _) if path.is_empty() => q.cuda_version = Some(v.to_string()),
             ("Attached GPUs", _) => q.attached_gpus = first_num(v),
             (_, Some(g)) => {
@@ -106,6 +188,28 @@ pub fn parse(lines: &[Line]) -> SmiQ {
                     "Current" if under("Link Width") => g.width_current = first_num(v),
                     "Total" if under("BAR1 Memory Usage") => g.bar1_total_mib = first_num(v),
                     "Total" if under("FB Memory Usage") => g.fb_total_mib = first_num(v),
+                    "Current" if under("Ecc Mode") || under("ECC Mode") => {
+                        g.ecc_current = enabled(v)
+                    }
+                    "Pending" if under("Ecc Mode") || under("ECC Mode") => {
+                        g.ecc_pending = enabled(v)
+                    }
+                    "State" if under("Fabric") => g.fabric_state = Some(v.to_string()),
+                    "Status" if under("Fabric") && !under("Health") => {
+                        g.fabric_status = Some(v.to_string())
+                    }
+                    "CliqueId" if under("Fabric") => g.clique_id = first_num(v),
+                    "ClusterUUID" if under("Fabric") => g.cluster_uuid = Some(v.to_string()),
+                    "GPU C2C Mode" => g.c2c_mode = Some(v.to_string()),
+                    "Correctable Error" if under("Remapped Rows") => {
+                        g.remap_correctable = first_num(v)
+                    }
+                    "Uncorrectable Error" if under("Remapped Rows") => {
+                        g.remap_uncorrectable = first_num(v)
+                    }
+                    "Remapping Failure Occurred" if under("Remapped Rows") => {
+                        g.remap_failure = yes(v)
+                    }
                     "Pending" if under("Remapped Rows") => {
                         g.remap_pending = match v {
                             "Yes" => Some(true),
@@ -125,13 +229,143 @@ pub fn parse(lines: &[Line]) -> SmiQ {
 /// An `nvidia-smi -q` block.
 pub fn block(b: &mut Block, raw: &RawBlock) -> SmiQ {
     let q = parse(&raw.lines);
+    let mut notes = Vec::new();
+    for g in &q.gpus {
+        if let (Some(c), Some(p)) = (g.ecc_current, g.ecc_pending) {
+            if c != p {
+                notes.push(format!(
+                    "{}: ECC {} now, {} after the next reset (pending)",
+                    g.bdf,
+                    if c { "on" } else { "off" },
+                    if p { "on" } else { "off" }
+                ));
+            }
+        }
+    }
+    let not_c2c: Vec<&SmiGpu> = q
+        .gpus
+        .iter()
+        .filter(|g| g.c2c_mode.as_deref().is_some_and(|m| m != "Enabled"))
+        .collect();
+    if !not_c2c.is_empty() {
+        notes.push(format!(
+            "`GPU C2C Mode : {}` on {}: no NVLink-C2C to a Grace CPU (not C2C GPUs)",
+            not_c2c[0].c2c_mode.as_deref().unwrap_or_default(),
+            if not_c2c.len() == q.gpus.len() {
+                "every GPU".to_string()
+            } else {
+                not_c2c
+                    .iter()
+                    .map(|g| g.bdf.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ));
+    }
     b.summary = format!(
-        "driver {}, {} GPU section(s)",
+        "driver {}, {} GPU section(s){}",
         q.driver_version.as_deref().unwrap_or("?"),
-        q.gpus.len()
+        q.gpus.len(),
+        if notes.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", notes.join("; "))
+        }
     );
+    if let Some(v) = &q.driver_version_cut {
+        b.problems.push(format!(
+            "`Driver Version : {v}` is cut (NVIDIA's versions read as 535.104.05 or 450.66): unknown, not used"
+        ));
+    }
     b.status = status(&b.repairs, &b.problems);
     q
+}
+
+/// The facts NVML would give, as `nvidia-smi -q` printed them (nvidia-smi is NVML's own
+/// client: `Persistence Mode` is `nvmlDeviceGetPersistenceMode`, `BAR1 Memory Usage` is
+/// `nvmlDeviceGetBAR1MemoryInfo`, `Fabric` is `nvmlDeviceGetGpuFabricInfo`, ...). What the
+/// block does not print stays `None` (unknown), never a default; NVLinks are not in
+/// `nvidia-smi -q` at all (`nvidia-smi nvlink -s`), so `nvlinks` is empty and says nothing.
+pub fn nvml_facts(q: &SmiQ) -> crate::model::NvmlFacts {
+    use crate::model::{GpuFabric, NvmlFacts, NvmlGpu, RemappedRows};
+    let cuda = q.cuda_version.as_deref().and_then(|v| {
+        let (a, b) = v.split_once('.')?;
+        Some(a.trim().parse::<i32>().ok()? * 1000 + b.trim().parse::<i32>().ok()? * 10)
+    });
+    NvmlFacts {
+        driver_version: q.driver_version.clone(),
+        cuda_driver_version: cuda,
+        nvml_version: None,
+        pairs: Vec::new(),
+        gpus: q
+            .gpus
+            .iter()
+            .map(|g| {
+                let mut errors = Vec::new();
+                let fabric = match (g.fabric_state.as_deref(), g.fabric_status.as_deref()) {
+                    (Some(st), status) if st != "N/A" => {
+                        let state = match st {
+                            "Completed" => "completed".to_string(),
+                            "In Progress" => "in-progress".to_string(),
+                            "Not Started" => "not-started".to_string(),
+                            "Not Supported" => "not-supported".to_string(),
+                            other => format!("unknown ({other})"),
+                        };
+                        Some(GpuFabric {
+                            state,
+                            status: match status {
+                                Some("Success") => "success".to_string(),
+                                Some(x) => x.to_string(),
+                                None => "not shown".to_string(),
+                            },
+                            clique_id: g.clique_id.unwrap_or(0),
+                            cluster_uuid: g.cluster_uuid.clone().unwrap_or_default(),
+                            health_mask: None,
+                            call: "nvidia-smi -q (Fabric)".into(),
+                        })
+                    }
+                    (Some(_), _) => {
+                        errors.push("nvmlDeviceGetGpuFabricInfo: nvidia-smi -q shows `Fabric State : N/A` (the driver does not report it for this GPU)".into());
+                        None
+                    }
+                    (None, _) => {
+                        errors.push("nvmlDeviceGetGpuFabricInfo: not in the pasted nvidia-smi -q (`nvidia-smi -q | grep -A4 -i fabric`)".into());
+                        None
+                    }
+                };
+                NvmlGpu {
+                    bdf: g.bdf.clone(),
+                    name: g.product_name.clone(),
+                    memory_total: g.fb_total_mib.map(|m| m << 20),
+                    bar1_total: g.bar1_total_mib.map(|m| m << 20),
+                    pcie_gen_current: g.pcie_gen_current,
+                    pcie_gen_max: g.pcie_gen_max,
+                    pcie_width_current: g.width_current,
+                    pcie_width_max: g.width_max,
+                    persistence_mode: g.persistence_mode,
+                    ecc_enabled: g.ecc_current,
+                    // Only when every field the check reports is shown.
+                    remapped_rows: match (
+                        g.remap_pending,
+                        g.remap_failure,
+                        g.remap_correctable,
+                        g.remap_uncorrectable,
+                    ) {
+                        (Some(pending), Some(failure), Some(c), Some(u)) => Some(RemappedRows {
+                            correctable: c,
+                            uncorrectable: u,
+                            pending,
+                            failure,
+                        }),
+                        _ => None,
+                    },
+                    fabric,
+                    errors,
+                    ..NvmlGpu::default()
+                }
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]

@@ -164,8 +164,9 @@ pub fn split(lines: &[Line]) -> Vec<RawBlock> {
                         });
                     }
                 }
-                // single-line outputs end at once
-                if kinds::def(fk).one_line {
+                // single-line outputs end at once (labelled lines of a kind that continues
+                // with them go on: `ulimit -a`)
+                if kinds::def(fk).one_line && !continues(fk, &c, &l.text) {
                     close(&mut cur, &mut out);
                     forced = None;
                 }

@@ -68,6 +68,26 @@ pub struct Context {
     pub models: Vec<(String, String)>,
     /// The CPU is x86, and what shows it.
     pub x86: Option<String>,
+    /// `GPU C2C Mode` of `nvidia-smi -q` when every pasted GPU shows the same value: whether
+    /// it is `Enabled`, and the words to cite.
+    pub c2c_mode: Option<(bool, String)>,
+}
+
+/// `GPU C2C Mode` (nvidia-smi -q, driver 550+), when every pasted GPU shows one and the same:
+/// `Enabled` only on a GPU joined to a Grace CPU by NVLink-C2C; `Disabled` or `N/A` on the
+/// others (every x86 node: the words name C2C, the GPU has none).
+fn c2c_mode(p: &Paste) -> Option<(bool, String)> {
+    let (i, q) = p.smiq.iter().find(|(_, q)| !q.gpus.is_empty())?;
+    let first = q.gpus.first()?.c2c_mode.clone()?;
+    q.gpus
+        .iter()
+        .all(|g| g.c2c_mode.as_deref() == Some(first.as_str()))
+        .then(|| {
+            (
+                first == "Enabled",
+                format!("`GPU C2C Mode : {first}` for every GPU in {}", p.label(*i)),
+            )
+        })
 }
 
 /// The rules of the paste: `--nccl-version`, else the log's version, else the newest.
@@ -244,6 +264,7 @@ impl Context {
             nic_logged,
             models: models(node, p),
             x86: x86(node),
+            c2c_mode: c2c_mode(p),
         }
     }
 
@@ -352,8 +373,15 @@ impl Context {
         };
         let (c2c, c2c_source) = if p2c_cell {
             (Some(true), format!("the pasted matrix shows P2C for {id}"))
+        } else if let Some((true, src)) = &self.c2c_mode {
+            (Some(true), format!("{src}: NVLink-C2C to a Grace CPU"))
         } else if let Some((m, src)) = model.as_ref().filter(|(m, _)| gdr::grace_model(m)) {
             (Some(true), format!("{m} ({src}) is a Grace superchip GPU"))
+        } else if let Some((false, src)) = &self.c2c_mode {
+            (
+                Some(false),
+                format!("{src}: no NVLink-C2C (the words name C2C; the GPU has none)"),
+            )
         } else if let Some(x) = &self.x86 {
             (Some(false), format!("x86 CPU ({x}): no NVLink-C2C"))
         } else if let Some((m, src)) = &model {
@@ -831,6 +859,37 @@ NIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n";
         let p = pair(&v, "GPU0", "mlx5_1");
         assert_eq!(p.gdr, Gdr::Off, "{p:?}");
         assert!(p.reasons[0].contains("path PHB is beyond"), "{p:?}");
+    }
+
+    #[test]
+    fn c2c_words_on_a_gpu_without_c2c_are_no_c2c() {
+        // The undecided pair above, with NCCL's own `NCCL_NET_GDR_C2C` line (the C2C rule on)
+        // and nvidia-smi -q's `GPU C2C Mode : N/A`: the words name C2C, the GPUs have none
+        // (x86 H100s), so NODE is plain PHB: off.
+        let t = TWO.replace("NV18", "SYS");
+        let log = "n1:1:2 [0] NCCL INFO NCCL version 2.28.9+cuda12.9\nn1:1:2 [0] NCCL INFO NCCL_NET_GDR_C2C set by environment to 1\n";
+        let (_, v) = pairs(&[&t, LSMOD, IBSTAT, log], None);
+        assert_eq!(pair(&v, "GPU0", "mlx5_1").gdr, Gdr::Unknown);
+        let smi = "$ nvidia-smi -q\nDriver Version : 570.86.10\nGPU 00000000:18:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n    GPU C2C Mode : N/A\nGPU 00000000:2A:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n    GPU C2C Mode : N/A\n";
+        let (node, p) = paste(&[&t, LSMOD, IBSTAT, log, smi]);
+        let cx = Context::new(&node, &p, p.nccl_merged().as_ref(), None);
+        assert_eq!(cx.c2c_mode.as_ref().map(|c| c.0), Some(false));
+        let sys = system(&cx, &p, p.matrices[0].0, &p.matrices[0].1);
+        assert_eq!(sys.gpus[0].c2c, Some(false));
+        assert!(
+            sys.gpus[0].c2c_source.contains("GPU C2C Mode : N/A"),
+            "{}",
+            sys.gpus[0].c2c_source
+        );
+        let (_, v) = decide(&cx, "b1", &sys);
+        let x = pair(&v, "GPU0", "mlx5_1");
+        assert_eq!(x.gdr, Gdr::Off, "{x:?}");
+        // `Enabled` is C2C (a Grace superchip's GPU).
+        let smi = smi.replace("N/A", "Enabled");
+        let (node, p) = paste(&[&t, LSMOD, IBSTAT, log, &smi]);
+        let cx = Context::new(&node, &p, None, None);
+        let sys = system(&cx, &p, p.matrices[0].0, &p.matrices[0].1);
+        assert_eq!(sys.gpus[0].c2c, Some(true));
     }
 
     proptest::proptest! {

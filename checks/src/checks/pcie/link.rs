@@ -25,9 +25,28 @@ pub fn link(node: &Node) -> Vec<Finding> {
     for g in &cx.gpus {
         subjects.push((g.bdf.clone(), "gpu"));
     }
+    // A GPU whose place in the tree is not known (a paste without `lspci -tv`) still has its
+    // own link: judged against its own capability.
+    for g in crate::derive::gpus(node) {
+        if !subjects.iter().any(|(s, _)| *s == g.bdf) {
+            subjects.push((g.bdf.clone(), "gpu"));
+        }
+    }
     for f in cx.nic_functions() {
         if !subjects.iter().any(|(s, _)| s == f.bdf) {
             subjects.push((f.bdf.clone(), "nic"));
+        }
+    }
+    // Where the RDMA devices are not known at all (a pasted lspci without ibv_devinfo), an
+    // InfiniBand controller or a Mellanox/NVIDIA network function still has its own link.
+    if node.rdma.get().is_none() {
+        for d in node.pci.get().into_iter().flatten() {
+            let class = d.class_code().unwrap_or(0);
+            let nic =
+                class >> 8 == 0x0207 || (class >> 16 == 0x02 && d.vendor_id.get() == Some(&0x15b3));
+            if nic && !d.is_virtfn && !subjects.iter().any(|(s, _)| *s == d.bdf) {
+                subjects.push((d.bdf.clone(), "nic"));
+            }
         }
     }
     let endpoints: Vec<(String, &'static str)> = subjects.clone();

@@ -3,7 +3,7 @@
 
 use crate::checks::Needs;
 use crate::paste::node::Provenance;
-use crate::paste::{BlockStatus, Paste};
+use crate::paste::{BlockStatus, Kind, Paste};
 use crate::report::{self, Finding, Status};
 
 /// The words of a fact two pasted copies disagree on (`node::rdma_devices`).
@@ -22,8 +22,31 @@ pub(super) fn adapt(
     p: &Paste,
     prov: &Provenance,
     rdma_unplaced: bool,
+    rdma_unknown: bool,
 ) -> Finding {
     let mut f = f;
+    // Without the RDMA devices (no ibv_devinfo, ibstat or NCCL device list), which PCI
+    // functions are RDMA NICs is not shown: "no rdma nic on the pci bus" would be a claim the
+    // paste does not make (a pasted ConnectX was "no gpu or nic on the pci bus").
+    if rdma_unknown
+        && f.subject == "node"
+        && f.status == Status::Skip
+        && f.message.contains("nic")
+        && needs
+            .kinds
+            .iter()
+            .any(|k| matches!(k, Kind::Lspci | Kind::LspciTree))
+    {
+        let was = f.message.clone();
+        f.message = "which pci functions are rdma nics: the rdma devices are not in the pasted text; run `ibv_devinfo -v; ls -l /sys/class/infiniband/`".into();
+        f.evidence = vec![report::Evidence {
+            source: "check".into(),
+            observed: was,
+            expected: None,
+        }];
+        f.remediation = None;
+        return f;
+    }
     let pairs_nics = [
         "pcie.ats",
         "pcie.mrrs",
@@ -45,6 +68,66 @@ pub(super) fn adapt(
         }];
         f.remediation = None;
         return f;
+    }
+    // An lspci excerpt (`lspci -s`, `-d`, `| grep`) is not the whole bus: a node-wide answer
+    // of a check that reads the PCI functions ("no rdma nic on the pci bus", "no nvidia gpu")
+    // would be a claim about functions the excerpt does not show.
+    if let Some(part) = p.pci_excerpt() {
+        let reads_pci = needs
+            .kinds
+            .iter()
+            .any(|k| matches!(k, Kind::Lspci | Kind::LspciTree));
+        if reads_pci && f.subject == "node" && f.status != Status::Error {
+            let was = f.message.clone();
+            f.status = Status::Skip;
+            f.message = format!(
+                "{}: the pasted lspci is an excerpt of the bus, and what it does not show is not absent from the node; run `{}`",
+                needs.what, needs.command
+            );
+            f.evidence = vec![
+                report::Evidence {
+                    source: "excerpt".into(),
+                    observed: part,
+                    expected: None,
+                },
+                report::Evidence {
+                    source: "check (on the excerpt)".into(),
+                    observed: was,
+                    expected: None,
+                },
+            ];
+            f.remediation = None;
+            return f;
+        }
+    }
+    // `ibv_devinfo -d mlx5_0` (or `ibstat mlx5_0`, `| grep`) is not the node's device list.
+    if let Some(part) = p.rdma_excerpt() {
+        let reads_rdma = needs
+            .kinds
+            .iter()
+            .any(|k| matches!(k, Kind::IbvDevinfo | Kind::Ibstat));
+        if reads_rdma && f.subject == "node" && f.status != Status::Error {
+            let was = f.message.clone();
+            f.status = Status::Skip;
+            f.message = format!(
+                "{}: the pasted device list is limited to some devices, and what it does not show is not absent from the node; run `{}`",
+                needs.what, needs.command
+            );
+            f.evidence = vec![
+                report::Evidence {
+                    source: "excerpt".into(),
+                    observed: part,
+                    expected: None,
+                },
+                report::Evidence {
+                    source: "check (on the excerpt)".into(),
+                    observed: was,
+                    expected: None,
+                },
+            ];
+            f.remediation = None;
+            return f;
+        }
     }
     for e in &mut f.evidence {
         if let Some((path, lab)) = prov

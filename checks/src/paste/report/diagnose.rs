@@ -157,7 +157,14 @@ pub fn diagnose_paste(
             if has_topo && replaced.contains(&f.id.as_str()) {
                 continue;
             }
-            fs.push(adapt(f, &def.needs, p, &prov, rdma_unplaced));
+            fs.push(adapt(
+                f,
+                &def.needs,
+                p,
+                &prov,
+                rdma_unplaced,
+                node.rdma.get().is_none(),
+            ));
         }
     }
     let wants = |id: &str| {

@@ -44,9 +44,29 @@ pub fn parse_lines(lines: &[Line]) -> Option<Matrix> {
         repairs.push("cells or names glued together (tabs lost in the paste): split".into());
     }
     // No header: rebuild the columns from the rows.
+    let mut raws = raws;
     if columns.is_empty() {
         match rebuild_columns(&raws, &nic_names) {
-            Ok(c) => {
+            Ok((c, unnamed)) if unnamed > 0 => {
+                // The GPU columns are named by the GPU rows' X diagonal (GPU0.. come first);
+                // what the columns after them are, the paste does not say.
+                let n = c.len();
+                repairs.push(format!(
+                    "header line missing: {n} GPU column(s) rebuilt from the rows' X diagonal"
+                ));
+                problems.push(format!(
+                    "header line missing: the rows carry {} cells but only {} are named by their own rows; the {unnamed} column(s) after {} are GPUs whose rows are not in the paste or NICs without rows or a NIC legend: their cells are unknown (paste `nvidia-smi topo -m` whole, with its header)",
+                    n + unnamed,
+                    c.join(", "),
+                    c.last().map(String::as_str).unwrap_or("them")
+                ));
+                for r in &mut raws {
+                    r.cells.truncate(n);
+                }
+                columns = c;
+                fields = vec!["cpu", "numa", "gpunuma"];
+            }
+            Ok((c, _)) => {
                 repairs.push(format!(
                     "header line missing: {} columns rebuilt from the rows' X diagonal{}",
                     c.len(),
@@ -387,10 +407,11 @@ fn place_rows(
 }
 
 /// Rebuild the device columns of a matrix whose header line was lost.
+/// The columns, and how many columns after them no row or legend names (their cells unknown).
 fn rebuild_columns(
     raws: &[RawRow],
     legend: &BTreeMap<String, String>,
-) -> Result<Vec<String>, String> {
+) -> Result<(Vec<String>, usize), String> {
     let gpu_rows: Vec<&RawRow> = raws.iter().filter(|r| r.label.starts_with("GPU")).collect();
     let nic_rows: Vec<&RawRow> = raws
         .iter()
@@ -424,9 +445,12 @@ fn rebuild_columns(
     } else if width > n_gpu {
         let k = width - n_gpu;
         if legend.len() != k || (0..k).any(|j| !legend.contains_key(&format!("NIC{j}"))) {
-            return Err(format!(
-                "{k} NIC column(s) without NIC rows or a matching legend"
-            ));
+            if n_gpu == 0 {
+                return Err(format!(
+                    "{k} NIC column(s) without NIC rows or a matching legend"
+                ));
+            }
+            return Ok((cols, k));
         }
         cols.extend((0..k).map(|j| format!("NIC{j}")));
     }
@@ -436,7 +460,7 @@ fn rebuild_columns(
             cols.len()
         ));
     }
-    Ok(cols)
+    Ok((cols, 0))
 }
 
 /// Parse the first matrix found in a text, without the block splitter (`super::read`, which

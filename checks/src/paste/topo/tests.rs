@@ -178,12 +178,35 @@ fn lost_header_rebuilt_from_nic_rows() {
 }
 
 #[test]
-fn lost_header_without_nic_names_is_refused() {
+fn lost_header_without_nic_names_reads_what_the_rows_show() {
+    // Only the GPU rows, no header, no NIC rows, no legend: the GPU columns are named by the
+    // rows' X diagonal; the columns after them (GPUs whose rows are cut, or NICs) are unknown.
     let t =
         "GPU0     X      NV8     PIX     0-31    0\nGPU1    NV8      X      SYS     32-63   1\n";
     let m = parse(t).unwrap();
-    assert!(m.columns.is_empty());
-    assert!(m.problems.iter().any(|p| p.contains("cannot be rebuilt")));
+    assert_eq!(m.columns, vec!["GPU0", "GPU1"]);
+    assert_eq!(m.nvlinks("GPU0", "GPU1"), Some(8));
+    assert_eq!(m.cell("GPU1", "GPU0"), Some("NV8"));
+    assert!(m.nics().is_empty());
+    assert!(m.repairs.iter().any(|r| r.contains("header line missing")));
+    assert!(
+        m.problems
+            .iter()
+            .any(|p| p.contains("header line missing") && p.contains("1 column(s) after GPU1")),
+        "{:?}",
+        m.problems
+    );
+    assert_eq!(
+        m.row("GPU1").unwrap().cpu_affinity.as_deref(),
+        Some("32-63")
+    );
+    // One GPU row alone: GPU0's own column, the rest unknown.
+    let m = parse("GPU0     X      PXB     SYS     0-31,64-95      0               N/A\n").unwrap();
+    assert_eq!(m.columns, vec!["GPU0"]);
+    assert!(m
+        .problems
+        .iter()
+        .any(|p| p.contains("2 column(s) after GPU0")));
 }
 
 #[test]
