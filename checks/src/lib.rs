@@ -26,6 +26,7 @@ pub mod progress_record;
 pub mod report;
 pub mod roce;
 pub mod schema;
+pub mod schemas;
 pub mod stall;
 pub mod testing;
 pub mod topo;

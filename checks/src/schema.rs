@@ -15,36 +15,14 @@
 //! (closed by `#[serde(deny_unknown_fields)]` or not) gets `"additionalProperties": true`; the
 //! policy, whose loader refuses unknown keys, gets `false`. The project's tests close them again (tests/contracts/),
 //! so that a field the code adds without a schema change fails there.
-//! `tests/contracts/schemas.rs` compares each file of docs/schema with [`DERIVED`]'s output and
-//! rewrites it under `GDRDOCTOR_UPDATE_GOLDEN=1`.
+//! `tests/contracts/schemas.rs` compares each file of docs/schema with [`crate::schemas::DERIVED`]'s
+//! output and rewrites it under `GDRDOCTOR_UPDATE_GOLDEN=1`. This module knows no document of
+//! the crate (the registry of them is [`crate::schemas`], above the documents): the report's
+//! own schema function calls it, and it must not call back.
 
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
-
-/// One derived schema: its id and how to make its published text.
-pub struct Derived {
-    pub id: &'static str,
-    pub published: fn() -> Value,
-}
-
-/// The schemas of docs/schema derived from the types of this crate. The binary's (snapshot
-/// metadata, counter state, CUDA cache, fleet, topo, topo-paste) are listed beside these by
-/// `tests/contracts/schemas.rs`; diagnose's is still written by hand.
-pub const DERIVED: &[Derived] = &[
-    Derived {
-        id: crate::report::SCHEMA,
-        published: crate::report::json_schema,
-    },
-    Derived {
-        id: crate::preflight::model::SCHEMA,
-        published: crate::preflight::model::json_schema,
-    },
-    Derived {
-        id: crate::policy::POLICY_SCHEMA,
-        published: crate::policy::types::json_schema,
-    },
-];
 
 /// The published schema of `T` under `id`: draft 2020-12, `$id` `urn:gdrdoctor:schema:<id>`,
 /// the title `id`, `description`; the `schema` member is the constant `id`; every closed object
@@ -115,12 +93,14 @@ fn no_null(v: &mut Value) {
 }
 
 /// The published schema of `T` as [`published`] (open), for a document that shares types with
-/// the report: each of `report_defs` (names in the report schema's `$defs`) is referred to in
-/// `gdrdoctor.report.v1.schema.json` beside it instead of copied, and the schema has no `$id`
-/// (the reference resolves against the file's own location).
+/// the report: each of `report_defs` (names in the `$defs` of the schema `report_id`, the
+/// report's) is referred to in that schema's file beside it (`gdrdoctor.report.v1.schema.json`)
+/// instead of copied, and the schema has no `$id` (the reference resolves against the file's
+/// own location).
 pub fn published_referring<T: JsonSchema>(
     id: &str,
     description: &str,
+    report_id: &str,
     report_defs: &[&str],
 ) -> Value {
     let mut v = published::<T>(id, description, true);
@@ -135,26 +115,24 @@ pub fn published_referring<T: JsonSchema>(
             }
         }
     }
-    refer(&mut v, report_defs);
+    let file = format!("{}.schema.json", report_id.replace('/', "."));
+    refer(&mut v, &file, report_defs);
     v
 }
 
-fn refer(v: &mut Value, report_defs: &[&str]) {
+fn refer(v: &mut Value, file: &str, report_defs: &[&str]) {
     match v {
         Value::Object(m) => {
             if let Some(Value::String(r)) = m.get_mut("$ref") {
                 if let Some(name) = r.strip_prefix("#/$defs/") {
                     if report_defs.contains(&name) {
-                        *r = format!(
-                            "{}.schema.json#/$defs/{name}",
-                            crate::report::SCHEMA.replace('/', ".")
-                        );
+                        *r = format!("{file}#/$defs/{name}");
                     }
                 }
             }
-            m.values_mut().for_each(|x| refer(x, report_defs));
+            m.values_mut().for_each(|x| refer(x, file, report_defs));
         }
-        Value::Array(a) => a.iter_mut().for_each(|x| refer(x, report_defs)),
+        Value::Array(a) => a.iter_mut().for_each(|x| refer(x, file, report_defs)),
         _ => {}
     }
 }
@@ -310,74 +288,5 @@ mod tests {
         assert!(!t.contains("null"), "{t}");
         assert_eq!(v["properties"]["always"]["type"], "string");
         assert_eq!(v["properties"]["maybe"]["$ref"], "#/$defs/Inner");
-    }
-
-    #[test]
-    fn a_referring_schema_points_into_the_report_schema() {
-        #[derive(serde::Serialize, JsonSchema)]
-        struct Answer {
-            schema: String,
-            findings: Vec<crate::report::Finding>,
-        }
-        let v = published_referring::<Answer>("example.answer/v1", "d", &["finding", "evidence"]);
-        assert!(v.get("$id").is_none(), "a referring schema has no $id");
-        assert_eq!(
-            v["properties"]["findings"]["items"]["$ref"],
-            "gdrdoctor.report.v1.schema.json#/$defs/finding"
-        );
-        assert!(v.get("$defs").is_none(), "{}", text(&v));
-    }
-
-    #[test]
-    fn the_report_schema_is_open_where_v1_grows_and_keeps_its_sets_and_patterns() {
-        let v = crate::report::json_schema();
-        assert_eq!(v["$schema"], "https://json-schema.org/draft/2020-12/schema");
-        assert_eq!(v["title"], crate::report::SCHEMA);
-        assert_eq!(v["properties"]["schema"]["const"], crate::report::SCHEMA);
-        assert_eq!(v["additionalProperties"], true);
-        let d = &v["$defs"];
-        for name in [
-            "tool",
-            "host",
-            "summary",
-            "finding",
-            "inventory",
-            "gdr",
-            "evidence",
-        ] {
-            assert_eq!(d[name]["additionalProperties"], true, "{name}");
-        }
-        assert_eq!(
-            d["finding"]["properties"]["status"]["enum"],
-            serde_json::json!(["pass", "skip", "warn", "error", "fail"])
-        );
-        assert_eq!(
-            d["host"]["properties"]["source"]["enum"],
-            serde_json::json!(["live", "sysroot", "host-root", "evidence"])
-        );
-        assert_eq!(
-            d["summary"]["properties"]["exit_code"]["enum"],
-            serde_json::json!([0, 1, 2, 3])
-        );
-        assert_eq!(
-            d["gpu"]["properties"]["bdf"]["pattern"],
-            crate::report::BDF_PATTERN
-        );
-        // Always written even when null: required. Added later in v1: optional.
-        let req = |def: &str| d[def]["required"].as_array().cloned().unwrap_or_default();
-        assert!(
-            req("host").contains(&"hostname".into()),
-            "{:?}",
-            req("host")
-        );
-        assert!(req("pci").contains(&"parent".into()));
-        assert!(!req("pci").contains(&"config_bytes".into()));
-        assert!(!req("gdr").contains(&"send".into()));
-        assert!(!v["required"]
-            .as_array()
-            .unwrap()
-            .contains(&"timestamp".into()));
-        // No schemars-only formats.
-        assert!(!text(&v).contains("\"uint"), "{}", text(&v));
     }
 }

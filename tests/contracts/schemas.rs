@@ -77,14 +77,14 @@ fn every_schema_id_has_a_schema_and_every_schema_is_valid() {
     }
 }
 
-/// The schemas derived from the serde types (`gdrdoctor_checks::schema::DERIVED`) are the
+/// The schemas derived from the serde types (`gdrdoctor_checks::schemas::DERIVED`) are the
 /// files published in docs/schema, byte for byte: a type that changes without its schema fails
 /// here (rewrite the files with `GDRDOCTOR_UPDATE_GOLDEN=1` and review the diff).
 #[test]
 fn published_schemas_are_derived_from_the_serde_types() {
     let update = std::env::var("GDRDOCTOR_UPDATE_GOLDEN").is_ok_and(|v| v == "1");
     let mut stale = Vec::new();
-    let derived = gdrdoctor_checks::schema::DERIVED
+    let derived = gdrdoctor_checks::schemas::DERIVED
         .iter()
         .map(|d| (d.id, (d.published)()))
         .chain([

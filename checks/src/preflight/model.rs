@@ -522,6 +522,7 @@ pub fn json_schema() -> serde_json::Value {
     crate::schema::published_referring::<Answer>(
         SCHEMA,
         "`gdrdoctor preflight --format json` at rank 0: the allocation's answer (docs/guides/preflight.md). findings and the nodes' check summaries are those of gdrdoctor.report/v1, referred to in gdrdoctor.report.v1.schema.json beside this file (no $id here, so that the reference resolves against this file's location). v1 only grows: objects take members they do not know, and consumers must ignore fields they do not know.",
+        crate::report::SCHEMA,
         &["finding", "evidence", "summary"],
     )
 }
