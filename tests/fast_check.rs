@@ -65,6 +65,8 @@ struct Node {
     driver: String,
     /// How long the stand-in's `cuInit` takes (`cuda init_ms=`).
     cuinit_ms: Option<u32>,
+    /// More options of the `nvml` line (`attach_ms=`, `gpu_ms=`).
+    nvml_opts: String,
 }
 
 impl Node {
@@ -77,6 +79,7 @@ impl Node {
             gpus: gpus.into(),
             driver: "580.159.04".into(),
             cuinit_ms: None,
+            nvml_opts: String::new(),
         }
     }
 
@@ -91,7 +94,11 @@ impl Node {
         let scenario_file = self.state.path().join("scenario");
         std::fs::write(
             &scenario_file,
-            scenario(&self.gpus, &self.driver, self.cuinit_ms),
+            scenario(
+                &self.gpus,
+                &format!("{} {}", self.driver, self.nvml_opts),
+                self.cuinit_ms,
+            ),
         )
         .unwrap();
         let out = Command::new(common::bin())
@@ -426,6 +433,62 @@ fn cuda_starts_ahead_of_nvml_only_when_the_cache_cannot_answer() {
     assert!(ahead(&err).is_some(), "{err}");
     assert!(cu_inits(&calls).is_empty(), "{calls:?}");
     assert!(!err.contains("[live-cuda] cuda.init"), "{err}");
+}
+
+/// The duration of the first trace line naming `phase`, in ms.
+fn span_ms(err: &str, phase: &str) -> f64 {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("gdrdoctor: trace:") && l.contains(&format!("  {phase}")))
+        .unwrap_or_else(|| panic!("no `{phase}` in the trace:\n{err}"));
+    line.trim_start_matches("gdrdoctor: trace:")
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {line}"))
+}
+
+/// Issue 37 item 3: NVML's per-GPU work, the GPUs' first handles (the driver attaching each)
+/// included, runs one thread per GPU, so that an 8-GPU node costs about what a 1-GPU node does.
+/// The stand-in charges 40 ms per GPU for the first handle and 40 ms for its queries: serial,
+/// identifying 8 GPUs would take 320 ms and the worker 640 ms.
+#[test]
+fn nvml_cost_does_not_grow_with_the_gpu_count() {
+    if standins().is_none() {
+        return;
+    }
+    let gpus = |n: usize| {
+        (0..n)
+            .map(|i| format!("0000:{:02x}:00.0=GPU-{i:08x}-0000=default", 0x18 + 0x10 * i))
+            .collect::<Vec<_>>()
+            .join(";")
+    };
+    let warm = |n: usize| {
+        let mut node = Node::new(&gpus(n));
+        node.nvml_opts = "attach_ms=40 gpu_ms=40".into();
+        node.check(&[]);
+        let (err, _) = node.check(&[]);
+        (
+            span_ms(&err, "[live-nvml] nvml.identify"),
+            span_ms(&err, "live.nvml-worker"),
+            err,
+        )
+    };
+    let (id1, w1, _) = warm(1);
+    let (id8, w8, err) = warm(8);
+    assert!(
+        id1 >= 40.0 && w1 >= 80.0,
+        "the delays were not charged: {id1} {w1}"
+    );
+    assert!(
+        id8 < 160.0,
+        "identifying 8 GPUs took {id8} ms (1 GPU: {id1}):\n{err}"
+    );
+    assert!(
+        w8 < 320.0,
+        "the NVML worker took {w8} ms for 8 GPUs (1 GPU: {w1}):\n{err}"
+    );
+    eprintln!("nvml, 40 + 40 ms per GPU: 1 GPU identify {id1:.1} worker {w1:.1}; 8 GPUs identify {id8:.1} worker {w8:.1} ms");
 }
 
 /// A slow `cuInit` (the first CUDA client of an idle GPU: UVM registers it, ~170 ms per GPU on

@@ -115,42 +115,33 @@ pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
         }
     };
     drop(sys);
-    // First pass, cheap: handles, addresses, UUIDs, compute modes.
+    // First pass: handles, addresses, UUIDs, compute modes, one thread per GPU (a GPU's first
+    // handle is where the driver attaches it, a few ms each: serial, it grew with the count).
     let first = crate::sys::trace::span("nvml.identify");
+    let identified: Vec<(NvmlGpu, Vec<String>, Option<nvml_wrapper::Device<'_>>)> =
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n).map(|i| s.spawn(move || identify(nvml, i))).collect();
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    h.join().unwrap_or_else(|_| {
+                        let g = NvmlGpu {
+                            bdf: format!("index {i}"),
+                            ..Default::default()
+                        };
+                        (g, vec!["the NVML identify thread panicked".into()], None)
+                    })
+                })
+                .collect()
+        });
     let mut devs: Vec<Option<nvml_wrapper::Device<'_>>> = Vec::new();
     let mut gpus: Vec<NvmlGpu> = Vec::new();
     let mut errs: Vec<Vec<String>> = Vec::new();
-    for i in 0..n {
-        let mut g = NvmlGpu::default();
-        let mut e = Vec::new();
-        match nvml.device_by_index(i) {
-            Ok(d) => {
-                g.bdf = match d.pci_info() {
-                    Ok(p) => crate::live::cuda::normalize_bdf(&p.bus_id),
-                    Err(x) => {
-                        e.push(format!("nvmlDeviceGetPciInfo: {}", err_text(&x)));
-                        format!("index {i}")
-                    }
-                };
-                g.uuid = d
-                    .uuid()
-                    .map_err(|x| e.push(format!("nvmlDeviceGetUUID: {}", err_text(&x))))
-                    .ok();
-                g.compute_mode = d
-                    .compute_mode()
-                    .map(|m| compute_mode_name(m).to_string())
-                    .map_err(|x| e.push(format!("nvmlDeviceGetComputeMode: {}", err_text(&x))))
-                    .ok();
-                devs.push(Some(d));
-            }
-            Err(x) => {
-                g.bdf = format!("index {i}");
-                e.push(format!("nvmlDeviceGetHandleByIndex: {}", err_text(&x)));
-                devs.push(None);
-            }
-        }
+    for (g, e, d) in identified {
         gpus.push(g);
         errs.push(e);
+        devs.push(d);
     }
     drop(first);
     early(&Early {
@@ -211,6 +202,39 @@ pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
         f.pairs.extend(p);
     }
     Ok(f)
+}
+
+/// GPU `i`'s handle, address, UUID and compute mode (what the early message and the cache key
+/// need), and the errors met on the way.
+fn identify(nvml: &Nvml, i: u32) -> (NvmlGpu, Vec<String>, Option<nvml_wrapper::Device<'_>>) {
+    let mut g = NvmlGpu::default();
+    let mut e = Vec::new();
+    match nvml.device_by_index(i) {
+        Ok(d) => {
+            g.bdf = match d.pci_info() {
+                Ok(p) => crate::live::cuda::normalize_bdf(&p.bus_id),
+                Err(x) => {
+                    e.push(format!("nvmlDeviceGetPciInfo: {}", err_text(&x)));
+                    format!("index {i}")
+                }
+            };
+            g.uuid = d
+                .uuid()
+                .map_err(|x| e.push(format!("nvmlDeviceGetUUID: {}", err_text(&x))))
+                .ok();
+            g.compute_mode = d
+                .compute_mode()
+                .map(|m| compute_mode_name(m).to_string())
+                .map_err(|x| e.push(format!("nvmlDeviceGetComputeMode: {}", err_text(&x))))
+                .ok();
+            (g, e, Some(d))
+        }
+        Err(x) => {
+            g.bdf = format!("index {i}");
+            e.push(format!("nvmlDeviceGetHandleByIndex: {}", err_text(&x)));
+            (g, e, None)
+        }
+    }
 }
 
 /// Everything NVML says about one GPU (its address, UUID and compute mode are already in `g`).

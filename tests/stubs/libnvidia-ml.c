@@ -5,7 +5,8 @@
  * nvml-wrapper-sys declares them.
  *
  * Scenario: the `gpu` lines (shared with the stand-in libcuda: bdf, name, mem, bar1,
- * persistence, uuid, mode, fabric, fabric_status, clique), `nvml [driver=580.159.04] [cuda=13000]`, `fail nvmlInit result=NVML_ERROR_...`
+ * persistence, uuid, mode, fabric, fabric_status, clique), `nvml [driver=580.159.04] [cuda=13000]
+ * [attach_ms=0] [gpu_ms=0]`, `fail nvmlInit result=NVML_ERROR_...`
  * (names only), `hang libnvidia-ml [once]`. */
 #include "stub.h"
 
@@ -196,6 +197,10 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
 		return r;
 	if (!device || index >= (unsigned int)ngpus())
 		return NVML_ERROR_INVALID_ARGUMENT;
+	/* `nvml attach_ms=N`: the first handle of a GPU costs what attaching it costs the driver. */
+	long long ms = stub_opt_num(stub_nth("nvml", 0), "attach_ms", 0);
+	if (ms > 0)
+		usleep((useconds_t)ms * 1000);
 	devices_[index].index = (int)index;
 	*device = &devices_[index];
 	return NVML_SUCCESS;
@@ -287,6 +292,10 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *m)
 		return r;
 	if (!l || !m)
 		return NVML_ERROR_INVALID_ARGUMENT;
+	/* `nvml gpu_ms=N`: one GPU's queries cost N ms (charged here, once per GPU). */
+	long long ms = stub_opt_num(stub_nth("nvml", 0), "gpu_ms", 0);
+	if (ms > 0)
+		usleep((useconds_t)ms * 1000);
 	m->total = (unsigned long long)stub_opt_num(l, "mem", 150754820096LL);
 	m->reserved = 0;
 	m->used = 0;
