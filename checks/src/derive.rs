@@ -133,6 +133,29 @@ pub fn iommu_mode(node: &Node) -> (IommuMode, Vec<String>) {
             ev.push(CONTRADICTION.into());
             return (IommuMode::Unknown, ev);
         }
+        // Groups with a translating or identity domain exist only behind a registered unit: an
+        // empty class beside them is damage, not "off" (the sweep of 2026-12-07: the AMD
+        // node's ivhd0 link removed turned its translated iommu into a pass).
+        let domains: Vec<String> = node
+            .iommu
+            .groups
+            .get()
+            .map(|gs| {
+                gs.iter()
+                    .filter_map(|g| g.kind.get())
+                    .filter(|t| matches!(t.as_str(), "DMA" | "DMA-FQ" | "identity"))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !domains.is_empty() {
+            ev.push(format!(
+                "/sys/kernel/iommu_groups: {} group(s) with a {} domain, which only a registered iommu unit gives",
+                domains.len(),
+                domains[0]
+            ));
+            return (IommuMode::Unknown, ev);
+        }
         if let Some(Some(line)) = node.iommu.default_domain.get() {
             ev.push(format!(
                 "kernel log: {line} (no unit is attached, so no translation)"

@@ -48,7 +48,10 @@ pub(super) fn collect(root: &Root) -> PeermemAbi {
                 NOT_CAPTURED.to_string()
             } else if e.is_not_found() {
                 match root.exists(&base) {
-                    Ok(true) => "no modules.dep: depmod has not run for this kernel".into(),
+                    // The kernel's module directory without its index: modprobe finds no
+                    // module by name. Not "nothing installed" (the sweep of 2026-12-07 found
+                    // the ABI break turning into a skip, exit 0, with this file removed).
+                    Ok(true) => format!("{DAMAGED}{base} has no modules.dep (depmod has not run for this kernel, or the file was lost): modprobe cannot find any module by name"),
                     _ => format!("no {base}: this kernel's modules are not installed here (a container without the host's /lib/modules?)"),
                 }
             } else {
@@ -60,6 +63,14 @@ pub(super) fn collect(root: &Root) -> PeermemAbi {
             };
         }
     };
+    if dep.trim().is_empty() {
+        // depmod writes every module of the kernel into it: an empty index is damage.
+        let why = format!("{DAMAGED}{dep_path} is empty (depmod lists every module of the kernel)");
+        return PeermemAbi {
+            peermem: Fact::absent(dep_path.clone(), why.clone()),
+            ib_core: Fact::absent(dep_path, why),
+        };
+    }
     PeermemAbi {
         peermem: module(root, &base, &dep_path, &dep, "nvidia_peermem"),
         ib_core: module(root, &base, &dep_path, &dep, "ib_core"),

@@ -113,6 +113,19 @@ mod tests {
     }
 
     #[test]
+    fn groups_with_domains_but_no_registered_unit_are_an_error_not_off() {
+        // The sweep of 2026-12-07: the AMD node's /sys/class/iommu/ivhd0 removed.
+        let mut n = switch_pair();
+        n.iommu.groups = known(vec![group("17", "DMA", &["0000:18:00.0"])]);
+        let f = mode(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:#?}");
+        assert!(f[0]
+            .evidence
+            .iter()
+            .any(|e| e.observed.contains("only a registered iommu unit gives")));
+    }
+
+    #[test]
     fn nothing_readable_is_an_error_not_off() {
         let mut n = empty_node();
         n.iommu.classes = Fact::absent("/sys/class/iommu", "not in this capture");

@@ -68,12 +68,18 @@ fn ro_quirk(d: &PciDevice) -> bool {
 
 /// The bridges above `d`, nearest first.
 fn ancestors<'a>(node: &'a Node, d: &'a PciDevice) -> Vec<&'a PciDevice> {
+    ancestors_or_gap(node, d).0
+}
+
+/// The bridges above `d`, nearest first, and the first parent named in sysfs that is not among
+/// the node's PCI functions (the walk stops there: the path above it is unknown).
+fn ancestors_or_gap<'a>(node: &'a Node, d: &'a PciDevice) -> (Vec<&'a PciDevice>, Option<String>) {
     let pci = node.pci.get().map(Vec::as_slice).unwrap_or_default();
     let mut out: Vec<&PciDevice> = Vec::new();
     let mut cur = d.parent.clone();
     while let Some(b) = cur {
         let Some(p) = pci.iter().find(|x| x.bdf == b) else {
-            break;
+            return (out, Some(b));
         };
         if out.iter().any(|x| x.bdf == p.bdf) {
             break;
@@ -81,7 +87,7 @@ fn ancestors<'a>(node: &'a Node, d: &'a PciDevice) -> Vec<&'a PciDevice> {
         out.push(p);
         cur = p.parent.clone();
     }
-    out
+    (out, None)
 }
 
 /// The PCI Express capability of `d`, or an `error` finding pushed to `out`.
@@ -176,6 +182,13 @@ pub fn relaxed_ordering(node: &Node) -> Vec<Finding> {
                     Status::Fail,
                     format!("this cpu needs it for full gpudirect rdma bandwidth: {cpu}"),
                 ),
+                // No cpu to judge by: it may be one that needs the bit (an EPYC). Not a warn,
+                // which exits 0 (the sweep of 2026-12-07: /proc/cpuinfo removed turned the
+                // EPYC node's fail into a warn).
+                None if vendor.is_none() && model.is_none() => (
+                    Status::Error,
+                    format!("whether this cpu needs it cannot be told: the cpu is {cpu_text}"),
+                ),
                 None => (
                     Status::Warn,
                     "mlx5 does relaxed-ordered reads and writes for nccl's registrations only with this bit set; gpudirect rdma loses bandwidth on cpus and switches that reorder".to_string(),
@@ -220,7 +233,7 @@ pub fn nic_tlp(node: &Node) -> Vec<Finding> {
             continue;
         };
         let at = format!("{}/config@0x{:x}", d.sysfs_path, p.offset);
-        let above = ancestors(node, d);
+        let (above, gap) = ancestors_or_gap(node, d);
         // The GPUs the NIC reaches below a bridge it shares with them (its peers' completers).
         let gpus: Vec<&PciDevice> = pci
             .iter()
@@ -306,6 +319,19 @@ pub fn nic_tlp(node: &Node) -> Vec<Finding> {
             Finding::new(ID, worst, bdf, msg).fix(format!(
                 "MaxPayload is set by the kernel from the whole hierarchy (`pci=pcie_bus_safe` for peer-to-peer, `pcie_bus_perf` is not for p2p); read it with `lspci -vvv -s {bdf}` and each bridge above it; extended tags: `setpci -s {bdf} CAP_EXP+8.w=0100:0100`; 10-bit tags: turn the requester off on the nic (`setpci -s {bdf} CAP_EXP+28.w=0000:1000`) unless every completer supports them"
             ))
+        } else if let Some(b) = &gap {
+            // A bridge on the path is missing from the node's PCI functions: its MaxPayload,
+            // maybe the lowest, is unknown (the sweep of 2026-12-07: that bridge's link
+            // removed turned the NIC's MaxPayload fail into a pass).
+            Finding::new(
+                ID,
+                Status::Error,
+                bdf,
+                format!(
+                    "cannot judge {}'s path: bridge {b} above it is not among the pci functions (/sys/bus/pci/devices/{b} missing: damaged sysfs?)",
+                    nic.name
+                ),
+            )
         } else if path_min.is_none() && !unread.is_empty() {
             Finding::new(
                 ID,
