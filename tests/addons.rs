@@ -158,6 +158,57 @@ fn a_missing_kernel_release_never_turns_the_abi_break_into_a_skip() {
     assert_eq!(f.status, Status::Fail, "{f:#?}");
 }
 
+/// A copy of fixture `name` with `damage` done to it, and its report.
+fn damaged(name: &str, damage: impl FnOnce(&std::path::Path)) -> gdrdoctor_checks::report::Report {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("node");
+    copy_tree(&fixture(name), &root);
+    damage(&root);
+    report_for(&root)
+}
+
+/// The sweep of 2026-12-07 (every file of the newest fixtures removed, then emptied) found four
+/// defects read as health; each is an error now, never a pass or a warn that exits 0.
+#[test]
+fn lost_evidence_behind_the_newest_checks_is_an_error() {
+    let dep = "lib/modules/6.8.0-49-generic/modules.dep";
+    for (what, r) in [
+        (
+            "modules.dep removed",
+            damaged("hgx-h200x8-cx7x8-peermem-abi-break", |r| {
+                std::fs::remove_file(r.join(dep)).unwrap()
+            }),
+        ),
+        (
+            "modules.dep emptied",
+            damaged("hgx-h200x8-cx7x8-peermem-abi-break", |r| {
+                std::fs::write(r.join(dep), "").unwrap()
+            }),
+        ),
+    ] {
+        let f = find(&r, "kmod.peermem-abi", "node");
+        assert_eq!(f.status, Status::Error, "{what}: {f:#?}");
+    }
+    let r = damaged("hgx-h200x8-cx7x8-epyc-ro-off", |r| {
+        std::fs::remove_file(r.join("proc/cpuinfo")).unwrap()
+    });
+    let ro: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "pcie.relaxed-ordering" && f.status != Status::Pass)
+        .collect();
+    assert!(
+        !ro.is_empty() && ro.iter().all(|f| f.status == Status::Error),
+        "{ro:#?}"
+    );
+    let r = damaged("hgx-h200x8-cx7x8-nic-mps-over-path", |r| {
+        std::fs::remove_file(r.join("sys/bus/pci/devices/0000:47:01.0")).unwrap()
+    });
+    let f = find(&r, "pcie.nic-tlp", "0000:49:00.0");
+    assert_eq!(f.status, Status::Error, "{f:#?}");
+    assert!(f.message.contains("0000:47:01.0"), "{}", f.message);
+}
+
 #[test]
 fn fabric_manager_and_every_gpus_fabric_state_pass_on_the_healthy_node() {
     let r = report_for(&fixture("hgx-h200x8-cx7x8-healthy"));
