@@ -78,26 +78,7 @@ pub(super) fn adapt(
             .iter()
             .any(|k| matches!(k, Kind::Lspci | Kind::LspciTree));
         if reads_pci && f.subject == "node" && f.status != Status::Error {
-            let was = f.message.clone();
-            f.status = Status::Skip;
-            f.message = format!(
-                "{}: the pasted lspci is an excerpt of the bus, and what it does not show is not absent from the node; run `{}`",
-                needs.what, needs.command
-            );
-            f.evidence = vec![
-                report::Evidence {
-                    source: "excerpt".into(),
-                    observed: part,
-                    expected: None,
-                },
-                report::Evidence {
-                    source: "check (on the excerpt)".into(),
-                    observed: was,
-                    expected: None,
-                },
-            ];
-            f.remediation = None;
-            return f;
+            return excerpt_skip(f, part, needs, "the pasted lspci is an excerpt of the bus");
         }
     }
     // `ibv_devinfo -d mlx5_0` (or `ibstat mlx5_0`, `| grep`) is not the node's device list.
@@ -107,26 +88,12 @@ pub(super) fn adapt(
             .iter()
             .any(|k| matches!(k, Kind::IbvDevinfo | Kind::Ibstat));
         if reads_rdma && f.subject == "node" && f.status != Status::Error {
-            let was = f.message.clone();
-            f.status = Status::Skip;
-            f.message = format!(
-                "{}: the pasted device list is limited to some devices, and what it does not show is not absent from the node; run `{}`",
-                needs.what, needs.command
+            return excerpt_skip(
+                f,
+                part,
+                needs,
+                "the pasted device list is limited to some devices",
             );
-            f.evidence = vec![
-                report::Evidence {
-                    source: "excerpt".into(),
-                    observed: part,
-                    expected: None,
-                },
-                report::Evidence {
-                    source: "check (on the excerpt)".into(),
-                    observed: was,
-                    expected: None,
-                },
-            ];
-            f.remediation = None;
-            return f;
         }
     }
     for e in &mut f.evidence {
@@ -192,6 +159,31 @@ pub(super) fn adapt(
             expected: None,
         },
     );
+    f.remediation = None;
+    f
+}
+
+/// A node-wide finding judged on an excerpt (`what` the excerpt is): a skip naming the excerpt
+/// and the command that shows the whole, with the check's own answer kept as evidence.
+fn excerpt_skip(mut f: Finding, part: String, needs: &Needs, what: &str) -> Finding {
+    let was = std::mem::take(&mut f.message);
+    f.status = Status::Skip;
+    f.message = format!(
+        "{}: {what}, and what it does not show is not absent from the node; run `{}`",
+        needs.what, needs.command
+    );
+    f.evidence = vec![
+        report::Evidence {
+            source: "excerpt".into(),
+            observed: part,
+            expected: None,
+        },
+        report::Evidence {
+            source: "check (on the excerpt)".into(),
+            observed: was,
+            expected: None,
+        },
+    ];
     f.remediation = None;
     f
 }
