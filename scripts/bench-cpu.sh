@@ -7,6 +7,7 @@
 #   figure                         reference
 #   check --sysroot (8x8 HGX)      gdrdoctor --version (process start), and cat of every file
 #   topo --sysroot (8x8 HGX)       of the fixture's tree
+#   check --sysroot X.tar.gz       gdrdoctor --version, and tar xzf of the same archive
 #   diagnose of a large paste      cat of the paste (every real paste in fixtures/pastes, joined)
 #   fleet of N reports (10,000)    cat of the same report files
 #
@@ -50,6 +51,11 @@ cat fixtures/pastes/*.txt fixtures/pastes/*.log > "$PASTE" 2>/dev/null || true
 version=$(median_ms "$RUNS" "$BIN" --version)
 catfix=$(median_ms "$RUNS" cat_fix)
 check=$(median_ms "$RUNS" "$BIN" check --sysroot "$FIX" --format json)
+ARCHIVE=$PWD/fixtures/nodes/hgx-h200x8-cx7x8-healthy.tar.gz
+mkdir -p "$WORK/untar"
+untar() { rm -rf "$WORK/untar/x" && mkdir "$WORK/untar/x" && tar xzf "$ARCHIVE" -C "$WORK/untar/x"; }
+untarms=$(median_ms "$RUNS" untar)
+checktgz=$(median_ms "$RUNS" "$BIN" check --sysroot "$ARCHIVE" --format json)
 topo=$(median_ms "$RUNS" "$BIN" topo --sysroot "$FIX")
 catpaste=$(median_ms "$RUNS" cat "$PASTE")
 diagnose=$(median_ms "$RUNS" "$BIN" diagnose "$PASTE" --format json)
@@ -81,6 +87,8 @@ echo "| figure | command | ms (median) | reference | ms (median) | ratio |"
 echo "|---|---|---|---|---|---|"
 row "8x8 check" "check --sysroot hgx-h200x8-cx7x8-healthy -f json" "$check" "gdrdoctor --version" "$version"
 row "8x8 check" "check --sysroot hgx-h200x8-cx7x8-healthy -f json" "$check" "cat of its $(tr -cd '\0' < "$WORK/files" | wc -c) files" "$catfix"
+row "8x8 check, the archive" "check --sysroot hgx-h200x8-cx7x8-healthy.tar.gz -f json" "$checktgz" "gdrdoctor --version" "$version"
+row "8x8 check, the archive" "check --sysroot hgx-h200x8-cx7x8-healthy.tar.gz -f json" "$checktgz" "tar xzf of the archive" "$untarms"
 row "8x8 topo" "topo --sysroot hgx-h200x8-cx7x8-healthy" "$topo" "gdrdoctor --version" "$version"
 row "8x8 topo" "topo --sysroot hgx-h200x8-cx7x8-healthy" "$topo" "cat of its files" "$catfix"
 row "diagnose, $(wc -c < "$PASTE") B paste" "diagnose all-pastes.txt -f json" "$diagnose" "gdrdoctor --version" "$version"

@@ -149,6 +149,57 @@ pub fn unpack(archive: &Path) -> Result<TempTree, SnapshotError> {
     Ok(tree)
 }
 
+/// A `.tar.gz` snapshot read into memory (for `--sysroot x.tar.gz`), within
+/// [`Limits::SNAPSHOT`] and under the same rules as [`unpack`]: regular files, directories and
+/// symlinks only, no `..` in a name, nothing below a file or a link. Nothing is written.
+pub fn read_tree(archive: &Path) -> Result<crate::source::reader::memory::Tree, SnapshotError> {
+    // The compressed archive whole (a node's is tens of KiB): one read, no second buffer.
+    let gz =
+        std::fs::read(archive).map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))?;
+    crate::sys::trace::timed("archive.tree", || tree_from(&gz[..], &Limits::SNAPSHOT))
+        .map_err(|e| SnapshotError(format!("{}: {e}", archive.display())))
+}
+
+/// [`read_tree`] from any reader of a gzip-compressed tar.
+pub fn tree_from(
+    input: impl std::io::Read,
+    limits: &Limits,
+) -> Result<crate::source::reader::memory::Tree, String> {
+    use crate::source::reader::memory::{kernel_path, Builder};
+    use std::io::Read;
+    use tar::EntryType;
+    let mut a = tar::Archive::new(flate2::read::GzDecoder::new(input));
+    let (mut bytes, mut count) = (0u64, 0usize);
+    let mut tree = Builder::default();
+    for entry in a.entries().map_err(|e| e.to_string())? {
+        let mut entry = entry.map_err(|e| e.to_string())?;
+        let kind = entry.header().entry_type();
+        let shown = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let size = entry_size(&entry, &shown)?;
+        admit(kind, size, &shown, &mut bytes, &mut count, limits)?;
+        let path = kernel_path(&shown)?;
+        match kind {
+            EntryType::Directory => tree.dir(path),
+            EntryType::Symlink => {
+                let target = entry
+                    .link_name_bytes()
+                    .map(|t| String::from_utf8_lossy(&t).into_owned())
+                    .ok_or_else(|| format!("{shown}: a symlink without a target"))?;
+                tree.link(path, target);
+            }
+            _ => {
+                // `admit` bounded the size; the body is read whole.
+                let mut body = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+                entry
+                    .read_to_end(&mut body)
+                    .map_err(|e| format!("{shown}: {e}"))?;
+                tree.file(path, body);
+            }
+        }
+    }
+    crate::sys::trace::timed("archive.finish", || tree.finish())
+}
+
 /// One entry's verdict under `limits`: the running totals updated, or why the archive is
 /// refused (naming the entry).
 fn admit(

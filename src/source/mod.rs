@@ -1,5 +1,5 @@
 //! Where the facts come from, decided once: [`Origin`] says what kind of root it is, and
-//! [`Source`] opens it (unpacking a `.tar.gz`, reading `gdrdoctor/meta.json`, marking a
+//! [`Source`] opens it (reading a `.tar.gz` into memory, reading `gdrdoctor/meta.json`, marking a
 //! gdrdoctor snapshot complete). `check`, `topo`, `probe` and `snapshot` all start here; the
 //! collectors ask the origin, never the root, whether a fact comes from a system call or from
 //! the snapshot's metadata.
@@ -93,14 +93,12 @@ impl<'a> Location<'a> {
 /// mount of `/` brings them along; a mount of `/etc` alone does not).
 pub const HOST_ROOT_NEEDS: &[&str] = &["proc", "sys"];
 
-/// An opened root with its origin and metadata. A `.tar.gz` is unpacked to a private temporary
-/// directory that goes when the source drops (or a termination signal ends the process).
+/// An opened root with its origin and metadata. A `.tar.gz` is read into memory
+/// ([`archive::read_tree`]), never unpacked.
 pub struct Source {
     pub root: Root,
     pub origin: Origin,
     pub meta: Option<Meta>,
-    /// The private tree a `.tar.gz` was unpacked into; removed when the source drops.
-    unpacked: Option<archive::TempTree>,
 }
 
 impl std::fmt::Debug for Source {
@@ -119,7 +117,6 @@ impl Source {
             root: Root::live(),
             origin: Origin::Live,
             meta: None,
-            unpacked: None,
         }
     }
 
@@ -131,13 +128,9 @@ impl Source {
             Location::Sysroot(p) => p,
         };
         if p.is_file() {
-            // Every early return below drops `tree`, which removes what was unpacked.
-            let tree = archive::unpack(p).map_err(|e| format!("--sysroot {e}"))?;
-            let root = Root::sysroot(tree.path())
-                .map_err(|e| format!("--sysroot {}: {e}", p.display()))?;
-            let mut s = Source::from_root(root)?;
-            s.unpacked = Some(tree);
-            return Ok(s);
+            // Read in memory: nothing unpacked, nothing to remove.
+            let tree = archive::read_tree(p).map_err(|e| format!("--sysroot {e}"))?;
+            return Source::from_root(Root::archive(p, tree));
         }
         let root = Root::sysroot(p).map_err(|e| format!("--sysroot: {e}"))?;
         Source::from_root(root)
@@ -176,7 +169,6 @@ impl Source {
             root,
             origin: Origin::HostRoot,
             meta: None,
-            unpacked: None,
         })
     }
 
@@ -193,7 +185,6 @@ impl Source {
             origin: Origin::classify(&root, meta.as_ref()),
             root,
             meta,
-            unpacked: None,
         })
     }
 

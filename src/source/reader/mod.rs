@@ -15,6 +15,7 @@
 
 mod at;
 mod error;
+pub mod memory;
 mod partial;
 mod read;
 mod resolve;
@@ -84,6 +85,9 @@ pub struct Root {
     config_stats: [std::sync::atomic::AtomicU64; 4],
     /// Directory descriptors opened so far ([`MAX_DIR_FDS`]).
     dir_fds: std::sync::atomic::AtomicUsize,
+    /// A snapshot archive's tree, in memory ([`Root::archive`]): every read is answered from
+    /// it, none from the file system (`base` is then the archive's path, for messages).
+    mem: Option<std::sync::Arc<memory::Tree>>,
 }
 
 /// The hasher of the reader's path tables: FNV-1a, a byte at a time. The keys are kernel paths
@@ -153,6 +157,7 @@ impl Root {
                 trace: trace_enabled(),
                 // Read as the live node is: only the config-space bytes the decoder uses.
                 partial: true,
+                mem: None,
             };
         }
         Root {
@@ -166,6 +171,7 @@ impl Root {
             dir_fds: Default::default(),
             trace: trace_enabled(),
             partial: true,
+            mem: None,
         }
     }
 
@@ -188,7 +194,26 @@ impl Root {
             dir_fds: Default::default(),
             trace: trace_enabled(),
             partial: false,
+            mem: None,
         })
+    }
+
+    /// A snapshot archive read in memory (`--sysroot x.tar.gz`); `archive` names it in the
+    /// report and in messages.
+    pub fn archive(archive: &Path, tree: memory::Tree) -> Root {
+        Root {
+            base: archive.to_path_buf(),
+            live: false,
+            complete: false,
+            recorder: None,
+            dir_cache: Mutex::default(),
+            known_dirs: Mutex::default(),
+            config_stats: Default::default(),
+            dir_fds: Default::default(),
+            trace: trace_enabled(),
+            partial: false,
+            mem: Some(std::sync::Arc::new(tree)),
+        }
     }
 
     /// Record every path touched from now on (for `snapshot`).
@@ -249,9 +274,12 @@ impl Root {
         if self.is_known_dir(&key) {
             return Ok(key);
         }
-        let host = self.host_path(&comps);
-        match std::fs::symlink_metadata(&host) {
-            Ok(_) => Ok(key),
+        let seen = match &self.mem {
+            Some(m) => m.lstat(&key).map(|_| ()),
+            None => std::fs::symlink_metadata(self.host_path(&comps)).map(|_| ()),
+        };
+        match seen {
+            Ok(()) => Ok(key),
             Err(e) => Err(ReadError::io(path, &e)),
         }
     }
@@ -271,41 +299,62 @@ impl Root {
     /// List a directory, sorted by name.
     pub fn read_dir(&self, path: &str) -> Result<Vec<DirEntry>, ReadError> {
         let comps = self.resolve_comps(path, true)?;
-        let host = self.host_path(&comps);
-        let rd = std::fs::read_dir(&host).map_err(|e| ReadError::io(path, &e))?;
         let dir_path = join(&comps);
+        let listed: Vec<DirEntry> = match &self.mem {
+            Some(m) => m
+                .list(&dir_path)
+                .map_err(|e| ReadError::io(path, &e))?
+                .to_vec(),
+            None => {
+                let host = self.host_path(&comps);
+                let rd = std::fs::read_dir(&host).map_err(|e| ReadError::io(path, &e))?;
+                let mut v = Vec::new();
+                for e in rd {
+                    let e = e.map_err(|e| ReadError::io(path, &e))?;
+                    let kind = match e.file_type() {
+                        Ok(t) if t.is_symlink() => EntryKind::Link,
+                        Ok(t) if t.is_dir() => EntryKind::Dir,
+                        Ok(t) if t.is_file() => EntryKind::File,
+                        _ => EntryKind::Other,
+                    };
+                    v.push(DirEntry {
+                        name: e.file_name().to_string_lossy().into_owned(),
+                        kind,
+                    });
+                }
+                v
+            }
+        };
         self.record(&dir_path, Recorded::Dir);
-        let mut out = Vec::new();
-        for e in rd {
-            let e = e.map_err(|e| ReadError::io(path, &e))?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name == KEEP_MARKER {
+        let mut out = Vec::with_capacity(listed.len());
+        for e in listed {
+            if e.name == KEEP_MARKER {
                 continue;
             }
-            let kind = match e.file_type() {
-                Ok(t) if t.is_symlink() => EntryKind::Link,
-                Ok(t) if t.is_dir() => EntryKind::Dir,
-                Ok(t) if t.is_file() => EntryKind::File,
-                _ => EntryKind::Other,
-            };
             let child = if dir_path == "/" {
-                format!("/{name}")
+                format!("/{}", e.name)
             } else {
-                format!("{dir_path}/{name}")
+                format!("{dir_path}/{}", e.name)
             };
-            match kind {
+            match e.kind {
                 // The target is read only for a snapshot (one readlink per entry otherwise: 48
                 // for the PCI bus of an eight-GPU node, each resolved again when it is used).
                 EntryKind::Link if self.recorder.is_some() => {
-                    if let Ok(t) = std::fs::read_link(e.path()) {
-                        self.record(&child, Recorded::Link(t.to_string_lossy().into_owned()));
+                    let t = match &self.mem {
+                        Some(m) => m.read_link(&child).ok(),
+                        None => std::fs::read_link(self.host_path(&split(&child)))
+                            .ok()
+                            .map(|t| t.to_string_lossy().into_owned()),
+                    };
+                    if let Some(t) = t {
+                        self.record(&child, Recorded::Link(t));
                     }
                 }
                 EntryKind::Dir => self.record(&child, Recorded::Dir),
                 EntryKind::File => self.record(&child, Recorded::Listed),
                 EntryKind::Link | EntryKind::Other => {}
             }
-            out.push(DirEntry { name, kind });
+            out.push(e);
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -315,7 +364,7 @@ impl Root {
     pub fn read_link(&self, path: &str) -> Result<String, ReadError> {
         // A link in a resolved directory (`<device>/driver`, `<device>/iommu_group`): read
         // relative to its descriptor.
-        if let Some((dir, name)) = self.cached_parent(path) {
+        if let Some((dir, name)) = self.cached_parent(path).filter(|_| self.mem.is_none()) {
             if let Some(fd) = self.dir_fd(&dir) {
                 let t = read_link_at(fd, name).map_err(|e| ReadError::io(path, &e))?;
                 let mut comps = dir.comps.clone();
@@ -325,9 +374,13 @@ impl Root {
             }
         }
         let comps = self.resolve_comps(path, false)?;
-        let host = self.host_path(&comps);
-        let t = std::fs::read_link(&host).map_err(|e| ReadError::io(path, &e))?;
-        let t = t.to_string_lossy().into_owned();
+        let t = match &self.mem {
+            Some(m) => m.read_link(&join(&comps)),
+            None => {
+                std::fs::read_link(self.host_path(&comps)).map(|t| t.to_string_lossy().into_owned())
+            }
+        }
+        .map_err(|e| ReadError::io(path, &e))?;
         self.record(&join(&comps), Recorded::Link(t.clone()));
         Ok(t)
     }
@@ -336,8 +389,14 @@ impl Root {
     pub fn exists(&self, path: &str) -> Result<bool, ReadError> {
         match self.canonical(path) {
             Ok(c) => {
-                if let Ok(md) = std::fs::metadata(self.host_path(&split(&c))) {
-                    if md.is_dir() {
+                let is_dir = match &self.mem {
+                    Some(m) => m.lstat(&c).ok().map(|k| k == at::Entry::Dir),
+                    None => std::fs::metadata(self.host_path(&split(&c)))
+                        .ok()
+                        .map(|md| md.is_dir()),
+                };
+                if let Some(is_dir) = is_dir {
+                    if is_dir {
                         self.record(&c, Recorded::Dir);
                     } else {
                         // Keep the file in a snapshot; its content is what exists() saw.

@@ -62,6 +62,16 @@ impl Root {
         need: &dyn Fn(&[u8]) -> Vec<std::ops::Range<usize>>,
     ) -> Result<Partial, ReadError> {
         let t0 = crate::sys::trace::now_ns();
+        if self.mem.is_some() {
+            // In memory: the whole file costs nothing more than its parts.
+            let bytes = self.read(path)?;
+            return Ok(Partial {
+                len: bytes.len(),
+                fetched: bytes.len(),
+                reads: 1,
+                bytes,
+            });
+        }
         let comps = self.resolve_comps(path, true)?;
         let host = self.host_path(&comps);
         let file = open_nofollow(&host).map_err(|e| ReadError::io(path, &e))?;

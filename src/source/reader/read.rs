@@ -64,6 +64,9 @@ impl Root {
     /// The directory's `O_PATH` descriptor, opened on first use (none past [`MAX_DIR_FDS`] or
     /// when it cannot be opened).
     pub(super) fn dir_fd<'d>(&self, dir: &'d ResolvedDir) -> Option<&'d std::os::fd::OwnedFd> {
+        if self.mem.is_some() {
+            return None;
+        }
         dir.fd
             .get_or_init(|| {
                 use std::sync::atomic::Ordering::Relaxed;
@@ -76,6 +79,21 @@ impl Root {
     }
 
     pub(super) fn read_inner(&self, path: &str) -> Result<Vec<u8>, ReadError> {
+        if let Some(m) = &self.mem {
+            let comps = self.resolve_comps(path, true)?;
+            let key = join(&comps);
+            let buf = m.read(&key).map_err(|e| match e.raw_os_error() {
+                Some(libc::EISDIR) => ReadError::new(path, ErrorKind::Io("is a directory".into())),
+                _ => ReadError::io(path, &e),
+            })?;
+            if buf.len() as u64 > MAX_FILE {
+                return Err(ReadError::new(path, ErrorKind::TooLarge));
+            }
+            if self.recorder.is_some() {
+                self.record(&key, Recorded::File(buf.clone()));
+            }
+            return Ok(buf);
+        }
         // Fast path (most reads: the attributes of a device directory already resolved): open
         // the name relative to the directory's descriptor. O_NOFOLLOW fails with ELOOP on a
         // link, which takes the slow path below; anything else is the answer. Three system

@@ -108,12 +108,17 @@ impl Root {
             // The entry relative to the base directory's descriptor when it is one of its
             // direct entries, else by its whole host path.
             let rel = match base {
-                Some((d, n)) if stack.len() == n + 1 => self.dir_fd(d).zip(stack.last()),
+                Some((d, n)) if stack.len() == n + 1 && self.mem.is_none() => {
+                    self.dir_fd(d).zip(stack.last())
+                }
                 _ => None,
             };
-            let kind = match rel {
-                Some((fd, name)) => lstat_at(fd, name),
-                None => std::fs::symlink_metadata(self.host_path(&stack)).map(|md| Entry::of(&md)),
+            let kind = match (&self.mem, rel) {
+                (Some(m), _) => m.lstat(&key),
+                (None, Some((fd, name))) => lstat_at(fd, name),
+                (None, None) => {
+                    std::fs::symlink_metadata(self.host_path(&stack)).map(|md| Entry::of(&md))
+                }
             };
             let kind = match kind {
                 Ok(k) => k,
@@ -130,9 +135,10 @@ impl Root {
                 if links > MAX_LINKS {
                     return Err(ReadError::new(path, ErrorKind::Loop));
                 }
-                let target = match rel {
-                    Some((fd, name)) => read_link_at(fd, name),
-                    None => std::fs::read_link(self.host_path(&stack))
+                let target = match (&self.mem, rel) {
+                    (Some(m), _) => m.read_link(&key),
+                    (None, Some((fd, name))) => read_link_at(fd, name),
+                    (None, None) => std::fs::read_link(self.host_path(&stack))
                         .map(|t| t.to_string_lossy().into_owned()),
                 }
                 .map_err(|e| ReadError::io(path, &e))?;
