@@ -13,7 +13,9 @@ pub(super) const ACS_CR: u16 = 0x08;
 
 const ACS_EC: u16 = 0x20;
 
-fn acs_bits(ctl: u16) -> Vec<&'static str> {
+/// The names of the ACS Control bits set in `ctl`, as lspci prints them (`SrcValid`,
+/// `ReqRedir`, ..), lowest bit first.
+pub(super) fn acs_bits(ctl: u16) -> Vec<&'static str> {
     let mut v = Vec::new();
     for (bit, name) in [
         (0x01, "SrcValid"),

@@ -48,20 +48,7 @@ enum Bridge {
 }
 
 fn bit_names(ctl: u16) -> String {
-    let mut v = Vec::new();
-    for (bit, name) in [
-        (0x01, "SrcValid"),
-        (0x02, "TransBlk"),
-        (0x04, "ReqRedir"),
-        (0x08, "CmpltRedir"),
-        (0x10, "UpstreamFwd"),
-        (0x20, "EgressCtrl"),
-        (0x40, "DirectTrans"),
-    ] {
-        if ctl & bit != 0 {
-            v.push(name);
-        }
-    }
+    let v = super::acs::acs_bits(ctl);
     if v.is_empty() {
         "none".into()
     } else {
