@@ -190,8 +190,12 @@ fn tidy(v: &mut Value, open: bool) {
                 r.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
             }
             // Every struct's object (closed by `deny_unknown_fields` or not): open when
-            // published, closed otherwise (the tests close the published ones again).
+            // published, closed otherwise (the tests close the published ones again). Members
+            // beside a `$ref` narrow the object referred to (diagnose's `host.source`): no
+            // object of their own, whose `additionalProperties` would refuse the referred
+            // object's members.
             if m.contains_key("properties")
+                && !m.contains_key("$ref")
                 && matches!(m.get("additionalProperties"), None | Some(Value::Bool(_)))
             {
                 m.insert("additionalProperties".into(), Value::Bool(open));
