@@ -14,7 +14,10 @@
 //! Published, a document v1 may grow takes members it does not know: every struct's object
 //! (closed by `#[serde(deny_unknown_fields)]` or not) gets `"additionalProperties": true`; the
 //! policy, whose loader refuses unknown keys, gets `false`. The project's tests close them again (tests/contracts/),
-//! so that a field the code adds without a schema change fails there.
+//! so that a field the code adds without a schema change fails there. Members set beside a
+//! `$ref` by `extend("properties" = ...)` narrow the object referred to (diagnose's
+//! `host.source` is `evidence`): they are left without `additionalProperties`, which would
+//! refuse the referred object's own members.
 //! `tests/contracts/schemas.rs` compares each file of docs/schema with [`crate::schemas::DERIVED`]'s
 //! output and rewrites it under `GDRDOCTOR_UPDATE_GOLDEN=1`. This module knows no document of
 //! the crate (the registry of them is [`crate::schemas`], above the documents): the report's
