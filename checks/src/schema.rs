@@ -14,7 +14,10 @@
 //! Published, a document v1 may grow takes members it does not know: every struct's object
 //! (closed by `#[serde(deny_unknown_fields)]` or not) gets `"additionalProperties": true`; the
 //! policy, whose loader refuses unknown keys, gets `false`. The project's tests close them again (tests/contracts/),
-//! so that a field the code adds without a schema change fails there.
+//! so that a field the code adds without a schema change fails there. Members set beside a
+//! `$ref` by `extend("properties" = ...)` narrow the object referred to (diagnose's
+//! `host.source` is `evidence`): they are left without `additionalProperties`, which would
+//! refuse the referred object's own members.
 //! `tests/contracts/schemas.rs` compares each file of docs/schema with [`crate::schemas::DERIVED`]'s
 //! output and rewrites it under `GDRDOCTOR_UPDATE_GOLDEN=1`. This module knows no document of
 //! the crate (the registry of them is [`crate::schemas`], above the documents): the report's
@@ -190,8 +193,12 @@ fn tidy(v: &mut Value, open: bool) {
                 r.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
             }
             // Every struct's object (closed by `deny_unknown_fields` or not): open when
-            // published, closed otherwise (the tests close the published ones again).
+            // published, closed otherwise (the tests close the published ones again). Members
+            // beside a `$ref` narrow the object referred to (diagnose's `host.source`): no
+            // object of their own, whose `additionalProperties` would refuse the referred
+            // object's members.
             if m.contains_key("properties")
+                && !m.contains_key("$ref")
                 && matches!(m.get("additionalProperties"), None | Some(Value::Bool(_)))
             {
                 m.insert("additionalProperties".into(), Value::Bool(open));

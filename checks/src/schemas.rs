@@ -10,7 +10,7 @@ pub struct Derived {
 
 /// The schemas of docs/schema derived from the types of this crate. The binary's (snapshot
 /// metadata, counter state, CUDA cache, fleet, topo, topo-paste) are listed beside these by
-/// `tests/contracts/schemas.rs`; diagnose's is still written by hand.
+/// `tests/contracts/schemas.rs`. Every file of docs/schema is derived.
 pub const DERIVED: &[Derived] = &[
     Derived {
         id: crate::report::SCHEMA,
@@ -19,6 +19,10 @@ pub const DERIVED: &[Derived] = &[
     Derived {
         id: crate::preflight::model::SCHEMA,
         published: crate::preflight::model::json_schema,
+    },
+    Derived {
+        id: crate::paste::report::SCHEMA,
+        published: crate::paste::report::json_schema,
     },
     Derived {
         id: crate::policy::POLICY_SCHEMA,

@@ -261,7 +261,7 @@ n1:1:2 [0] NCCL INFO Connected all rings
     // Strict: through the references into gdrdoctor.report.v1 too.
     let s = validator(gdrdoctor_checks::paste::report::SCHEMA);
     assert!(s.is_valid(&v));
-    let bad: [Edit; 9] = [
+    let bad: [Edit; 11] = [
         ("an undocumented top-level field", |v| {
             v["timestamp"] = Value::from("2026-11-30T12:00:00Z")
         }),
@@ -286,6 +286,11 @@ n1:1:2 [0] NCCL INFO Connected all rings
         }),
         ("a block kind", |v| {
             v["blocks"][0]["kind"] = Value::from("topo")
+        }),
+        // Left out when NCCL logged nothing for the pair: never null.
+        ("a null logged", |v| v["gdr"][0]["logged"] = Value::Null),
+        ("a peer that is no rank", |v| {
+            v["nccl"]["ranks"][0]["peers"]["GPU1"] = serde_json::json!(["P2P/CUMEM"])
         }),
     ];
     for (what, edit) in bad {

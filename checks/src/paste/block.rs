@@ -17,8 +17,9 @@ pub struct RawBlock {
 }
 
 /// How far a block could be read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(rename = "block_status")]
 pub enum BlockStatus {
     /// Read as it is.
     Parsed,
@@ -33,14 +34,20 @@ pub enum BlockStatus {
 }
 
 /// One block of pasted text and what became of it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "block")]
 pub struct Block {
     /// `b1`, `b2`, ... in order over all inputs.
+    #[schemars(regex(pattern = super::report::BLOCK_PATTERN))]
     pub id: String,
+    /// The input it was cut from (its name in `inputs`).
     pub file: String,
     pub kind: Kind,
-    /// First and last line in the file.
+    /// First and last line in the file (from 1).
+    #[schemars(inner(range(min = 1)))]
     pub lines: [usize; 2],
+    /// The command the paste shows before its output (a prompt line).
+    #[schemars(extend("x-required" = true))]
     pub command: Option<String>,
     pub status: BlockStatus,
     /// One line: what the block holds.

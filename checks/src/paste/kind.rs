@@ -3,8 +3,9 @@
 use serde::Serialize;
 
 /// What a block holds, recognised by its shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
+#[schemars(rename = "block_kind")]
 pub enum Kind {
     /// `nvidia-smi topo -m` / `-mp`
     TopoMatrix,

@@ -546,37 +546,60 @@ pub fn system_of_pairs(cx: &Context, gpus: &[String], nics: &[String]) -> System
     }
 }
 
-/// `on`, `off`, or `unknown` (the paste lacks something the decision needs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// `on`: some direction uses GDR; `off`: a step of NCCL's rule says no; `unknown`: the paste
+/// lacks what the decision needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(rename = "gdr_verdict")]
 pub enum Gdr {
     On,
     Off,
     Unknown,
 }
 
-/// The verdict for one pair.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A GPU as the matrix names it.
+const GPU_PATTERN: &str = "^GPU[0-9]+$";
+
+/// NCCL's rule for one GPU x NIC pair of the paste.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "pair")]
 pub struct PastePair {
+    /// The matrix (or NCCL log) block the pair comes from.
+    #[schemars(regex(pattern = super::report::BLOCK_PATTERN))]
     pub block: String,
+    /// The matrix's GPU label.
+    #[schemars(regex(pattern = GPU_PATTERN))]
     pub gpu: String,
+    /// The RDMA device (by the NIC legend), else the matrix column.
     pub nic: String,
-    /// The cell as nvidia-smi printed it, `?` when unknown.
+    /// The cell as nvidia-smi printed it, `?` when the paste does not hold a trustworthy value.
+    #[schemars(regex(pattern = r"^(PIX|PXB|PHB|NODE|SYS|SOC|P2C|C2C|X|NV[0-9]+|\?)$"))]
     pub nvidia_smi: String,
-    /// NCCL's path type of the pair itself, `?` when unknown.
+    /// NCCL's path type of the pair itself (`NODE` is PHB), `?` when unknown.
+    #[schemars(extend("enum" = ["PIX", "PXB", "PHB", "SYS", "?"]))]
     pub path: String,
     /// NCCL's path after its rewrites, when it differs: `PXN` (sends through `via`), `P2C`.
+    #[schemars(extend("x-required" = true), extend("enum" = ["PXN", "P2C", null]))]
     pub nccl_path: Option<String>,
     /// The NVLink peer GPU whose NIC path NCCL uses for this GPU's sends (PXN).
+    #[schemars(extend("x-required" = true), regex(pattern = GPU_PATTERN))]
     pub via: Option<String>,
-    /// The pair's own path is within the GDR threshold (`None`: the cell is not in the paste).
+    /// The pair's own path is within the GDR threshold; null when the cell is not in the paste.
+    #[schemars(extend("x-required" = true))]
     pub by_distance: Option<bool>,
     pub gdr: Gdr,
-    /// GDR for sends (the NIC reads GPU memory) and for receives, when decided.
+    /// GDR for sends (the NIC reads GPU memory); null: undecided.
+    #[schemars(extend("x-required" = true))]
     pub send: Option<bool>,
+    /// GDR for receives; null: undecided.
+    #[schemars(extend("x-required" = true))]
     pub receive: Option<bool>,
     /// `peermem`, `dmabuf`, or `peermem or dmabuf` (NCCL logged GDR for the NIC without saying
     /// which), when GDR is on.
+    #[schemars(
+        extend("x-required" = true),
+        extend("enum" = ["peermem", "dmabuf", "peermem or dmabuf", null])
+    )]
     pub mechanism: Option<String>,
     /// Why GDR is off (both directions, or the one that is off).
     pub reasons: Vec<String>,
@@ -588,19 +611,26 @@ pub struct PastePair {
     pub notes: Vec<String>,
     /// What NCCL itself logged for this pair, when the paste has an NCCL log that covers it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Logged", extend("x-optional" = true))]
     pub logged: Option<Logged>,
 }
 
-/// NCCL's own decision for a pair, per direction.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What NCCL itself logged for a pair, per direction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "logged")]
 pub struct Logged {
+    #[schemars(extend("x-required" = true))]
     pub send: Option<bool>,
+    #[schemars(extend("x-required" = true))]
     pub receive: Option<bool>,
     /// Channels without a direction tag (`Ring 00 : 3 -> 4 via NET/IB/0/GDRDMA`, 2.4).
+    #[schemars(extend("x-required" = true))]
     pub undirected: Option<bool>,
     /// PXN: the proxy rank when NCCL sent through another GPU.
+    #[schemars(extend("x-required" = true))]
     pub proxy: Option<u32>,
-    /// First log line.
+    /// First log line (from 1).
+    #[schemars(range(min = 1))]
     pub line: usize,
 }
 

@@ -7,30 +7,40 @@ use std::collections::BTreeMap;
 /// NCCL's version: the one type the rule ([`crate::nccl::rule`]) and every reader share.
 pub use crate::nccl::Version;
 
-/// The `host:pid:tid [dev]` prefix of a line.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+/// Where an NCCL log line came from: the `host:pid:tid [dev]` prefix of a line.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "origin")]
 pub struct Origin {
+    /// The host name NCCL's line prefix shows.
+    #[schemars(extend("x-required" = true))]
     pub host: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub pid: Option<u32>,
     /// The CUDA device of the printing thread (`[3]`).
+    #[schemars(extend("x-required" = true))]
     pub dev: Option<u32>,
-    /// Line number in the pasted file.
+    /// Line number in the pasted file (from 1).
+    #[schemars(range(min = 1))]
     pub line: usize,
     /// The rank whose process printed the line: the `Init` line of the same host, pid and
-    /// device announced it (filled once the whole log is read; `None` when no such line, or
+    /// device announced it (filled once the whole log is read; absent when no such line, or
     /// when that process announced several ranks on that device).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32", extend("x-optional" = true))]
     pub rank: Option<u32>,
     /// The bus id of the printing process's GPU, from the same `Init` line.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", extend("x-optional" = true))]
     pub bus_id: Option<String>,
-    /// Which run of the paste the line belongs to (1 the first; see [`NcclLog::run`]).
+    /// Which run of the paste the line belongs to (1 the first), when a block held several.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32", range(min = 1), extend("x-optional" = true))]
     pub run: Option<u32>,
     /// The line had no `NCCL INFO|WARN` marker (a web page, a log aggregator or `grep -o` cut
     /// it off): it was read by its shape alone, with lower confidence, and its host, pid and
     /// device are unknown.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("x-optional" = true), extend("const" = true))]
     pub unprefixed: bool,
 }
 
@@ -59,24 +69,30 @@ pub struct Rank {
 }
 
 /// A network device NCCL said it uses.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "net_device")]
 pub struct NetDevice {
     pub origin: Origin,
     /// `IB`, `Socket`, a plugin's name.
     pub net: String,
     pub index: u32,
     pub name: String,
+    #[schemars(extend("x-required" = true))]
     pub port: Option<u32>,
     /// `IB`, `RoCE`, or the socket address for NET/Socket.
+    #[schemars(extend("x-required" = true))]
     pub link: Option<String>,
     /// `SHARP` and other suffixes.
     pub extras: Vec<String>,
+    #[schemars(extend("x-required" = true))]
     pub speed_mbps: Option<u64>,
+    #[schemars(extend("x-required" = true))]
     pub pci_path: Option<String>,
 }
 
 /// NCCL's NIC-level GDR answer (`GPU Direct RDMA Enabled|Disabled for HCA n 'name'`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "nic_gdr")]
 pub struct NicGdr {
     pub origin: Origin,
     pub net: String,
@@ -84,11 +100,13 @@ pub struct NicGdr {
     pub name: String,
     pub enabled: bool,
     /// `no module`, `no module or not supported by GPU`.
+    #[schemars(extend("x-required" = true))]
     pub reason: Option<String>,
 }
 
 /// NCCL's per GPU x NIC distance decision (`GPU Direct RDMA Enabled for GPU x / HCA y ..`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "gpu_gdr")]
 pub struct GpuGdr {
     pub origin: Origin,
     /// The GPU as printed: a bus id (`1c000`), a rank (2.28+), or `cudaDev[nvmlDev]` (2.4).
@@ -96,18 +114,26 @@ pub struct GpuGdr {
     /// The HCA index (`0`) or NCCL's net id.
     pub hca: String,
     pub enabled: bool,
+    #[schemars(extend("x-required" = true))]
     pub distance: Option<u32>,
+    #[schemars(extend("x-required" = true))]
     pub threshold: Option<u32>,
     /// The comparison NCCL printed (`<=`, `>`, `<`, `>=`).
+    #[schemars(extend("x-required" = true), extend("enum" = ["<=", ">", "<", ">=", null]))]
     pub op: Option<String>,
     /// `read 1`: NCCL lets the NIC read GPU memory directly (the send side).
+    #[schemars(extend("x-required" = true))]
     pub read: Option<bool>,
+    #[schemars(extend("x-required" = true))]
     pub mode: Option<String>,
 }
 
 /// Which side of a network connection a line describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
+#[schemars(inline)]
 pub enum Direction {
     Send,
     Receive,
@@ -310,32 +336,42 @@ pub struct NcclLog {
 }
 
 /// One logged GDR decision: a local GPU (rank) talking through a NIC in one direction.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "logged_gdr")]
 pub struct LoggedGdr {
+    #[schemars(extend("x-required" = true))]
     pub host: Option<String>,
     /// The process that printed the line.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32", extend("x-optional" = true))]
     pub pid: Option<u32>,
     pub rank: u32,
     /// The local GPU's bus id from its rank's `Init` line on the same host (or the channel
     /// line's bracket up to 2.18.1): what joins the decision to a matrix or a node.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", extend("x-optional" = true))]
     pub bus_id: Option<String>,
     /// The local GPU's nvmlDev from its rank's `Init` line on the same host.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32", extend("x-optional" = true))]
     pub nvml_dev: Option<u32>,
     /// Bus id or nvmlDev from the connection line, else from the rank's Init line.
+    #[schemars(extend("x-required" = true))]
     pub gpu: Option<String>,
     pub net: String,
     pub nic_dev: u32,
     /// The device name by NCCL's `Using [n]name` list on the same host.
+    #[schemars(extend("x-required" = true))]
     pub nic: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub direction: Option<Direction>,
+    #[schemars(extend("x-required" = true))]
     pub proxy: Option<u32>,
     pub gdr: bool,
     /// Channels that showed this decision.
     pub channels: Vec<u32>,
-    /// First line in the paste.
+    /// First line in the paste (from 1).
+    #[schemars(range(min = 1))]
     pub line: usize,
 }
 

@@ -9,20 +9,27 @@ use crate::report::{Finding, Status};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// One rank as the log shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One rank of the job view, as the log shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "rank_view")]
 pub struct RankView {
+    #[schemars(extend("x-required" = true))]
     pub host: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub pid: Option<u32>,
     pub rank: u32,
     /// From the rank's `Init` line on its host.
+    #[schemars(extend("x-required" = true))]
     pub bus_id: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub nvml_dev: Option<u32>,
+    #[schemars(extend("x-required" = true))]
     pub cuda_dev: Option<u32>,
     /// The network devices its connections went through (`mlx5_0`, or `NET/IB/3`).
     pub nics: Vec<String>,
     /// NCCL's own word: `true` every network connection of the rank said `/GDRDMA`, `false`
-    /// none did, `None` no network connection (or some did, some did not: `gdr_mixed`).
+    /// none did, null no network connection (or some did, some did not: `gdr_mixed`).
+    #[schemars(extend("x-required" = true))]
     pub gdr: Option<bool>,
     pub gdr_mixed: bool,
     /// The transport to each peer rank (`NET/IB/0/GDRDMA`, `P2P/CUMEM/read`, ..).
@@ -32,11 +39,18 @@ pub struct RankView {
 }
 
 /// One run of a block that held several.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "run_view")]
 pub struct RunView {
+    #[schemars(regex(pattern = super::BLOCK_PATTERN))]
     pub block: String,
+    /// 1 the first.
+    #[schemars(range(min = 1))]
     pub run: u32,
+    /// The first and last line of the run in the pasted file.
     pub lines: [usize; 2],
+    /// Why a new run was taken to start at `lines[0]` (runs after the first).
+    #[schemars(extend("x-required" = true))]
     pub why: Option<String>,
     pub versions: Vec<String>,
     pub env: BTreeMap<String, String>,

@@ -72,11 +72,15 @@ fn gpu_label(l: &LoggedGdr, log: &NcclLog, p: &Paste) -> Option<String> {
 }
 
 /// A decision NCCL logged that no pair of the paste can take, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[schemars(rename = "unplaced")]
 pub struct Unplaced {
+    #[schemars(extend("x-required" = true))]
     pub host: Option<String>,
     pub rank: u32,
+    #[schemars(extend("x-required" = true))]
     pub bus_id: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub nic: Option<String>,
     pub gdr: bool,
     pub line: usize,

@@ -3,22 +3,31 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// A matrix cell as nvidia-smi prints it (`SOC` is the pre-2017 name of `SYS`).
+pub const CELL_PATTERN: &str = "^(PIX|PXB|PHB|NODE|SYS|SOC|P2C|C2C|X|NV[0-9]+)$";
+
 /// One row of the matrix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[schemars(rename = "row")]
 pub struct Row {
     /// `GPU0`, `NIC3`, `mlx5_0`.
     pub label: String,
-    /// Line of the row in its file (the first line, when a wrapped row was joined).
+    /// Line of the row in its file, from 1 (the first line, when a wrapped row was joined).
+    #[schemars(range(min = 1))]
     pub line: usize,
-    /// One per column; `None` where the paste does not hold a trustworthy value.
+    /// One per column; null where the paste does not hold a trustworthy value.
+    #[schemars(inner(regex(pattern = CELL_PATTERN)))]
     pub cells: Vec<Option<String>>,
+    #[schemars(extend("x-required" = true))]
     pub cpu_affinity: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub numa_affinity: Option<String>,
+    #[schemars(extend("x-required" = true))]
     pub gpu_numa_id: Option<String>,
 }
 
 /// A parsed matrix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Matrix {
     /// Device columns in order (`GPU0`.., then `NIC0`.. or RDMA device names).
     pub columns: Vec<String>,
