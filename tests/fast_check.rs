@@ -65,10 +65,8 @@ struct Node {
     driver: String,
     /// How long the stand-in's `cuInit` takes (`cuda init_ms=`).
     cuinit_ms: Option<u32>,
-    /// More options of the `nvml` line (`attach_ms=`, `gpu_ms=`, `query_ms=`).
+    /// More options of the `nvml` line (`attach_ms=`, `gpu_ms=`).
     nvml_opts: String,
-    /// More environment for the run.
-    env: Vec<(String, String)>,
 }
 
 impl Node {
@@ -82,7 +80,6 @@ impl Node {
             driver: "580.159.04".into(),
             cuinit_ms: None,
             nvml_opts: String::new(),
-            env: Vec::new(),
         }
     }
 
@@ -92,12 +89,6 @@ impl Node {
 
     /// Run `gdrdoctor check ARGS`; returns stderr and the calls logged by this run.
     fn check(&self, args: &[&str]) -> (String, Vec<String>) {
-        let (err, calls, _) = self.check_full(args);
-        (err, calls)
-    }
-
-    /// [`Node::check`], with its standard output (the JSON report).
-    fn check_full(&self, args: &[&str]) -> (String, Vec<String>, String) {
         let _ = std::fs::remove_file(&self.log);
         let dir = standins().unwrap();
         let scenario_file = self.state.path().join("scenario");
@@ -121,7 +112,6 @@ impl Node {
             .env("GDRDOCTOR_TRACE", "1")
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("GDRDOCTOR_COLLECT_TIMING")
-            .envs(self.env.iter().cloned())
             .output()
             .unwrap();
         let calls = std::fs::read_to_string(&self.log)
@@ -138,11 +128,7 @@ impl Node {
             "check could not run: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        (
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-            calls,
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
+        (String::from_utf8_lossy(&out.stderr).into_owned(), calls)
     }
 
     fn cached(&self) -> serde_json::Value {
@@ -503,39 +489,6 @@ fn nvml_cost_does_not_grow_with_the_gpu_count() {
         "the NVML worker took {w8} ms for 8 GPUs (1 GPU: {w1}):\n{err}"
     );
     eprintln!("nvml, 40 + 40 ms per GPU: 1 GPU identify {id1:.1} worker {w1:.1}; 8 GPUs identify {id8:.1} worker {w8:.1} ms");
-}
-
-/// One GPU's NVML queries run in groups side by side (`live::nvml::gpu_facts`): with three
-/// groups' calls costing 40 ms each in the stand-in, the GPU's queries take about 40 ms, not the
-/// 120 they take one after another (`GDRDOCTOR_NVML_SPLIT=0`), and give the same facts.
-#[test]
-fn one_gpus_nvml_queries_run_side_by_side() {
-    if standins().is_none() {
-        return;
-    }
-    let run = |split: &str| {
-        let mut node = Node::new(TWO);
-        node.nvml_opts = "query_ms=40".into();
-        node.env.push(("GDRDOCTOR_NVML_SPLIT".into(), split.into()));
-        node.check(&[]);
-        let (err, _, out) = node.check_full(&[]);
-        (span_ms(&err, "[live-nvml] nvml.gpu"), err, out)
-    };
-    let (serial, err_s, out_s) = run("0");
-    let (split, err, out) = run("1");
-    assert!(serial >= 120.0, "one after another: {serial} ms\n{err_s}");
-    assert!(
-        split < 100.0,
-        "side by side: {split} ms (one after another {serial})\n{err}"
-    );
-    let facts = |out: &str| -> serde_json::Value {
-        let mut v: serde_json::Value = serde_json::from_str(out).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("timestamp");
-        }
-        v
-    };
-    assert_eq!(facts(&out_s), facts(&out), "the same report either way");
 }
 
 /// A slow `cuInit` (the first CUDA client of an idle GPU: UVM registers it, ~170 ms per GPU on

@@ -237,19 +237,7 @@ fn identify(nvml: &Nvml, i: u32) -> (NvmlGpu, Vec<String>, Option<nvml_wrapper::
     }
 }
 
-/// Whether one GPU's queries run on several threads ([`gpu_facts`]). On by default; `0` in
-/// `GDRDOCTOR_NVML_SPLIT` asks them one after another (the A/B of docs/performance.md).
-fn split_queries() -> bool {
-    std::env::var_os("GDRDOCTOR_NVML_SPLIT").is_none_or(|v| v != "0")
-}
-
 /// Everything NVML says about one GPU (its address, UUID and compute mode are already in `g`).
-///
-/// The queries go in four groups, each on a thread of its own: a first call of several of them
-/// costs 1-2 ms on an H100 (measured one by one with `scripts/nvml-cost.sh`: the current PCIe
-/// generation 1.75 ms, the ECC mode 1.8, the remapped rows 1.25, BAR1 0.76; 0.1 ms or less once
-/// asked), and one after another they were most of the warm run's per-GPU time. Each group keeps
-/// its own errors; they are joined in a fixed order.
 fn gpu_facts(
     nvml: &Nvml,
     d: &nvml_wrapper::Device<'_>,
@@ -257,134 +245,51 @@ fn gpu_facts(
     mut errs: Vec<String>,
 ) -> NvmlGpu {
     macro_rules! get {
-        ($errs:expr, $call:expr, $name:literal) => {
+        ($call:expr, $name:literal) => {
             match $call {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    $errs.push(format!("{}: {}", $name, err_text(&e)));
+                    errs.push(format!("{}: {}", $name, err_text(&e)));
                     None
                 }
             }
         };
     }
-    // Identity, memory and BAR1.
-    let ident = || {
-        let mut e = Vec::new();
-        let name = get!(e, d.name(), "nvmlDeviceGetName");
-        let cc = get!(
-            e,
-            d.cuda_compute_capability(),
-            "nvmlDeviceGetCudaComputeCapability"
-        );
-        let mem = get!(e, d.memory_info(), "nvmlDeviceGetMemoryInfo").map(|m| m.total);
-        let bar1 = get!(e, d.bar1_memory_info(), "nvmlDeviceGetBAR1MemoryInfo");
-        (name, cc, mem, bar1, e)
-    };
-    // The PCIe link.
-    let link = || {
-        let mut e = Vec::new();
-        let gen_cur = get!(
-            e,
-            d.current_pcie_link_gen(),
-            "nvmlDeviceGetCurrPcieLinkGeneration"
-        );
-        let gen_max = get!(
-            e,
-            d.max_pcie_link_gen(),
-            "nvmlDeviceGetMaxPcieLinkGeneration"
-        );
-        let w_cur = get!(
-            e,
-            d.current_pcie_link_width(),
-            "nvmlDeviceGetCurrPcieLinkWidth"
-        );
-        let w_max = get!(e, d.max_pcie_link_width(), "nvmlDeviceGetMaxPcieLinkWidth");
-        let replay = d.pcie_replay_counter().ok().map(u64::from);
-        (gen_cur, gen_max, w_cur, w_max, replay, e)
-    };
-    // Memory health: persistence, ECC, retired pages, remapped rows.
-    let health = || {
-        let mut e = Vec::new();
-        let pm = get!(e, d.is_in_persistent_mode(), "nvmlDeviceGetPersistenceMode");
-        let ecc = get!(e, d.is_ecc_enabled(), "nvmlDeviceGetEccMode").map(|x| x.currently_enabled);
-        let retired = get!(
-            e,
-            d.are_pages_pending_retired(),
-            "nvmlDeviceGetRetiredPagesPendingStatus"
-        );
-        let rows = remapped_rows(nvml, d, &mut e);
-        (pm, ecc, retired, rows, e)
-    };
-    // NVLink and the fabric.
-    let fabric = || {
-        let mut e = Vec::new();
-        let links = nvlinks(nvml, d);
-        let f = fabric_info(d, &mut e);
-        (links, f, e)
-    };
-    let (a, b, c, f) = if split_queries() {
-        std::thread::scope(|s| {
-            let b = s.spawn(link);
-            let c = s.spawn(health);
-            let f = s.spawn(fabric);
-            let a = ident();
-            // A panicked group is that group's errors, never a crash of the worker.
-            let b = b.join().unwrap_or_else(|_| {
-                let e = vec!["the NVML PCIe link queries panicked".to_string()];
-                (None, None, None, None, None, e)
-            });
-            let c = c.join().unwrap_or_else(|_| {
-                let e = vec!["the NVML memory health queries panicked".to_string()];
-                (None, None, None, None, e)
-            });
-            let f = f.join().unwrap_or_else(|_| {
-                let e = vec!["the NVML NVLink and fabric queries panicked".to_string()];
-                (Vec::new(), None, e)
-            });
-            (a, b, c, f)
-        })
-    } else {
-        (ident(), link(), health(), fabric())
-    };
-    let (name, cc, mem, bar1, ea) = a;
-    g.name = name;
-    if let Some(cc) = cc {
+    g.name = get!(d.name(), "nvmlDeviceGetName");
+    if let Some(cc) = get!(
+        d.cuda_compute_capability(),
+        "nvmlDeviceGetCudaComputeCapability"
+    ) {
         g.cc_major = Some(cc.major);
         g.cc_minor = Some(cc.minor);
     }
-    g.memory_total = mem;
-    if let Some(b) = bar1 {
+    g.memory_total = get!(d.memory_info(), "nvmlDeviceGetMemoryInfo").map(|m| m.total);
+    if let Some(b) = get!(d.bar1_memory_info(), "nvmlDeviceGetBAR1MemoryInfo") {
         g.bar1_total = Some(b.total);
         g.bar1_used = Some(b.used);
     }
-    let (gen_cur, gen_max, w_cur, w_max, replay, eb) = b;
-    g.pcie_gen_current = gen_cur;
-    g.pcie_gen_max = gen_max;
-    g.pcie_width_current = w_cur;
-    g.pcie_width_max = w_max;
-    g.pcie_replay_counter = replay;
-    let (pm, ecc, retired, rows, ec) = c;
-    g.persistence_mode = pm;
-    g.ecc_enabled = ecc;
-    g.retired_pages_pending = retired;
-    g.remapped_rows = rows;
-    let (links, fab, ef) = f;
-    g.nvlinks = links;
-    g.fabric = fab;
-    for e in [ea, eb, ec, ef] {
-        errs.extend(e);
-    }
-    g.errors = errs;
-    g
-}
-
-/// The GPU's NVLinks (up to 18), until the first link NVML does not know.
-fn nvlinks(nvml: &Nvml, d: &nvml_wrapper::Device<'_>) -> Vec<NvLink> {
-    let mut out = Vec::new();
+    g.pcie_gen_current = get!(
+        d.current_pcie_link_gen(),
+        "nvmlDeviceGetCurrPcieLinkGeneration"
+    );
+    g.pcie_gen_max = get!(d.max_pcie_link_gen(), "nvmlDeviceGetMaxPcieLinkGeneration");
+    g.pcie_width_current = get!(
+        d.current_pcie_link_width(),
+        "nvmlDeviceGetCurrPcieLinkWidth"
+    );
+    g.pcie_width_max = get!(d.max_pcie_link_width(), "nvmlDeviceGetMaxPcieLinkWidth");
+    g.persistence_mode = get!(d.is_in_persistent_mode(), "nvmlDeviceGetPersistenceMode");
+    g.ecc_enabled = get!(d.is_ecc_enabled(), "nvmlDeviceGetEccMode").map(|e| e.currently_enabled);
+    g.retired_pages_pending = get!(
+        d.are_pages_pending_retired(),
+        "nvmlDeviceGetRetiredPagesPendingStatus"
+    );
+    g.remapped_rows = remapped_rows(nvml, d, &mut errs);
+    g.pcie_replay_counter = d.pcie_replay_counter().ok().map(u64::from);
     for l in 0..18u32 {
         let w = d.link_wrapper_for(l);
         match w.is_active() {
-            Ok(active) => out.push(NvLink {
+            Ok(active) => g.nvlinks.push(NvLink {
                 link: l,
                 active,
                 remote_bdf: if active {
@@ -417,7 +322,9 @@ fn nvlinks(nvml: &Nvml, d: &nvml_wrapper::Device<'_>) -> Vec<NvLink> {
             Err(_) => break,
         }
     }
-    out
+    g.fabric = fabric_info(d, &mut errs);
+    g.errors = errs;
+    g
 }
 
 /// `nvmlGpuFabricInfo*` as NVML declares it (`nvmlReturn_t` as its code; nvml-wrapper-sys's

@@ -6,7 +6,7 @@
  *
  * Scenario: the `gpu` lines (shared with the stand-in libcuda: bdf, name, mem, bar1,
  * persistence, uuid, mode, fabric, fabric_status, clique), `nvml [driver=580.159.04] [cuda=13000]
- * [attach_ms=0] [gpu_ms=0] [query_ms=0]`, `fail nvmlInit result=NVML_ERROR_...`
+ * [attach_ms=0] [gpu_ms=0]`, `fail nvmlInit result=NVML_ERROR_...`
  * (names only), `hang libnvidia-ml [once]`. */
 #include "stub.h"
 
@@ -303,15 +303,6 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *m)
 	return NVML_SUCCESS;
 }
 
-/* `nvml query_ms=N`: BAR1, the persistence mode and the fabric info cost N ms each (one
- * call of each of three query groups gdrdoctor may run side by side). */
-static void charge_query(void)
-{
-	long long ms = stub_opt_num(stub_nth("nvml", 0), "query_ms", 0);
-	if (ms > 0)
-		usleep((useconds_t)ms * 1000);
-}
-
 nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *b)
 {
 	const struct stub_line *l = gpu_of(device);
@@ -320,7 +311,6 @@ nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *
 		return r;
 	if (!l || !b)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	charge_query();
 	b->bar1Total = (unsigned long long)stub_opt_num(l, "bar1", 256LL << 30);
 	b->bar1Used = 5u << 20;
 	b->bar1Free = b->bar1Total - b->bar1Used;
@@ -335,7 +325,6 @@ nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int *mode)
 		return r;
 	if (!l || !mode)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	charge_query();
 	*mode = (int)stub_opt_num(l, "persistence", 1);
 	return NVML_SUCCESS;
 }
@@ -405,7 +394,6 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfo_
 	nvmlReturn_t r = scripted("nvmlDeviceGetGpuFabricInfoV");
 	if (r)
 		return r;
-	charge_query();
 	if (!info)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	unsigned int v = info->version >> 24;
@@ -433,7 +421,6 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t
 	nvmlReturn_t r = scripted("nvmlDeviceGetGpuFabricInfo");
 	if (r)
 		return r;
-	charge_query();
 	if (!info)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	return fabric_of(device, &info->state, &info->status, &info->cliqueId);
