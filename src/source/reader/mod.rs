@@ -144,34 +144,10 @@ impl Root {
     /// the counter baseline and the counter state file come from the directory, never from
     /// this machine.
     pub fn live() -> Root {
-        if let Some(dir) = crate::live::stand_in::live_root() {
-            return Root {
-                base: dir,
-                live: false,
-                complete: true,
-                recorder: None,
-                dir_cache: Mutex::default(),
-                known_dirs: Mutex::default(),
-                config_stats: Default::default(),
-                dir_fds: Default::default(),
-                trace: trace_enabled(),
-                // Read as the live node is: only the config-space bytes the decoder uses.
-                partial: true,
-                mem: None,
-            };
-        }
-        Root {
-            base: PathBuf::from("/"),
-            live: true,
-            complete: true,
-            recorder: None,
-            dir_cache: Mutex::default(),
-            known_dirs: Mutex::default(),
-            config_stats: Default::default(),
-            dir_fds: Default::default(),
-            trace: trace_enabled(),
-            partial: true,
-            mem: None,
+        match crate::live::stand_in::live_root() {
+            // Read as the live node is: only the config-space bytes the decoder uses.
+            Some(dir) => Root::with(dir, false, true, true, None),
+            None => Root::with(PathBuf::from("/"), true, true, true, None),
         }
     }
 
@@ -183,36 +159,36 @@ impl Root {
             return Err(ReadError::new(&shown, ErrorKind::NotADirectory));
         }
         std::fs::read_dir(dir).map_err(|e| ReadError::io(&shown, &e))?;
-        Ok(Root {
-            base: dir.to_path_buf(),
-            live: false,
-            complete: false,
-            recorder: None,
-            dir_cache: Mutex::default(),
-            known_dirs: Mutex::default(),
-            config_stats: Default::default(),
-            dir_fds: Default::default(),
-            trace: trace_enabled(),
-            partial: false,
-            mem: None,
-        })
+        Ok(Root::with(dir.to_path_buf(), false, false, false, None))
     }
 
     /// A snapshot archive read in memory (`--sysroot x.tar.gz`); `archive` names it in the
     /// report and in messages.
     pub fn archive(archive: &Path, tree: memory::Tree) -> Root {
+        let mem = Some(std::sync::Arc::new(tree));
+        Root::with(archive.to_path_buf(), false, false, false, mem)
+    }
+
+    /// A root with empty caches, not recording.
+    fn with(
+        base: PathBuf,
+        live: bool,
+        complete: bool,
+        partial: bool,
+        mem: Option<std::sync::Arc<memory::Tree>>,
+    ) -> Root {
         Root {
-            base: archive.to_path_buf(),
-            live: false,
-            complete: false,
+            base,
+            live,
+            complete,
             recorder: None,
             dir_cache: Mutex::default(),
             known_dirs: Mutex::default(),
             config_stats: Default::default(),
             dir_fds: Default::default(),
             trace: trace_enabled(),
-            partial: false,
-            mem: Some(std::sync::Arc::new(tree)),
+            partial,
+            mem,
         }
     }
 
