@@ -24,6 +24,11 @@
 //   nvcc -O3 -std=c++14 -arch=native -I kernels/include -o ring_shapes examples/watch/ring_shapes.cu
 //   ./ring_shapes [--rounds R] [--items N] [--shape WORD:SCOPE:SLOTS:WORK:WARPS ...]
 // scripts/ring-shapes.sh runs the default shapes and summarises.
+//
+// -DRS_PAD=N (0-7) puts N volatile shared-memory stores at the top of every kernel, bare and
+// instrumented alike, run once per launch: it moves the loops that follow by N instructions
+// (16 bytes each), so that a difference that is only where the loop happens to land in the
+// instruction cache shows as a change with N (scripts/ring-shapes.sh PADS="0 1 2 3").
 
 #include <gdrdoctor/progress.cuh>
 
@@ -47,6 +52,41 @@ typedef unsigned int u32;
     } while (0)
 
 enum { SITE_CREDIT = 1, SITE_HEAD = 2 };
+
+#ifndef RS_PAD
+#define RS_PAD 0
+#endif
+// RS_PAD stores, once per launch, before the loop (see the top of the file): one instruction each.
+#define RS_ST(o) asm volatile("st.volatile.shared.u32 [%0+" #o "], %1;" ::"r"(base), "r"(val) : "memory")
+__device__ __forceinline__ void rs_pad() {
+#if RS_PAD > 0
+    __shared__ u32 pad_sink[8];
+    const u32 base = (u32)__cvta_generic_to_shared(pad_sink);
+    const u32 val = threadIdx.x;
+    RS_ST(0);
+#if RS_PAD > 1
+    RS_ST(4);
+#endif
+#if RS_PAD > 2
+    RS_ST(8);
+#endif
+#if RS_PAD > 3
+    RS_ST(12);
+#endif
+#if RS_PAD > 4
+    RS_ST(16);
+#endif
+#if RS_PAD > 5
+    RS_ST(20);
+#endif
+#if RS_PAD > 6
+    RS_ST(24);
+#endif
+#if RS_PAD > 7
+#error "RS_PAD is 0 to 7"
+#endif
+#endif
+}
 
 template <typename W, int GPU>
 __device__ __forceinline__ W ld_acq(const W* p);
@@ -102,6 +142,7 @@ __device__ __forceinline__ void st_rel<u32, 1>(u32* p, u32 v) {
 template <typename W, int GPU, bool I>
 __global__ void producer(u64* slots, W* head, const W* tail, u32 nslots, u64 n, u32 work, gdrdoctor_launch_t h) {
     if (threadIdx.x != 0) return;
+    rs_pad();
     GDRDOCTOR_ENTER(h);
     for (u64 i = 0; i < n; i++) {
         if (i >= nslots) {
@@ -124,6 +165,7 @@ __global__ void producer(u64* slots, W* head, const W* tail, u32 nslots, u64 n, 
 template <typename W, int GPU, bool I>
 __global__ void consumer(const u64* slots, const W* head, W* tail, u32 nslots, u64 n, u64* result,
                          gdrdoctor_launch_t h) {
+    rs_pad();
     GDRDOCTOR_ENTER(h);
     u64 sum = 0;
     const bool sync = blockDim.x > 32;
