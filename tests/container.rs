@@ -486,3 +486,38 @@ fn compare_host_names_what_the_container_lost() {
         "{err}"
     );
 }
+
+/// `--compare-host` on a run without a container view (a snapshot here; the live host without
+/// --in-container is the same) is refused, naming why: "nothing is worse in this container"
+/// would be a pass about a container nobody looked at.
+#[test]
+fn compare_host_without_a_container_view_is_refused_not_passed() {
+    let d = tempfile::tempdir().unwrap();
+    let host = d.path().join("host.json");
+    let node = fixture("hgx-h200x8-cx7x8-healthy");
+    let (code, out, _) = run(&[
+        "check",
+        "--sysroot",
+        node.to_str().unwrap(),
+        "-f",
+        "json",
+        "-o",
+        host.to_str().unwrap(),
+    ]);
+    assert!(code == 0 || code == 1, "{out}");
+    let (code, out, err) = run(&[
+        "check",
+        "--sysroot",
+        node.to_str().unwrap(),
+        "--only",
+        "container",
+        "--compare-host",
+        host.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("no container view") && err.contains("--in-container"),
+        "{err}"
+    );
+    assert!(!out.contains("PASS"), "{out}");
+}

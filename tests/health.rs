@@ -506,7 +506,8 @@ fn real_amd_vi_faults_name_the_gpu() {
     // Syslog text without a boot banner: it may predate this boot, so a warning.
     assert_eq!(f.status, Status::Warn);
     assert!(
-        f.message.starts_with("9 AMD-Vi faults on 0000:07:00.0"),
+        f.message
+            .starts_with("9 AMD-Vi faults on gpu (driver nvidia) (0000:07:00.0)"),
         "{}",
         f.message
     );

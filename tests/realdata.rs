@@ -348,3 +348,40 @@ fn an_ibstat_that_panicked_is_not_a_whole_listing() {
     );
     assert_eq!(r.summary.exit_code, 3);
 }
+
+/// The H200 x2 VM on NVSwitch (realdata, 2026-11-30): no Fabric Manager in the guest (the
+/// switches stay with the host), `cuInit` worked and 18 NVLinks per GPU were up. It is not a
+/// node without Fabric Manager: `driver.fabric-manager` passes, citing what showed the fabric up.
+#[test]
+fn a_vm_on_nvswitch_without_its_own_fabric_manager_is_not_failed() {
+    let Some(rd) = realdata() else { return };
+    let snap = rd.join("h200x2-nvswitch-2026-11-30/snap.tar.gz");
+    let s = snap.to_string_lossy().to_string();
+    let (_, out, err) = run(&[
+        "check",
+        "--sysroot",
+        &s,
+        "--only",
+        "driver.fabric-manager",
+        "-f",
+        "json",
+    ]);
+    let r: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    let f = find(&r, "driver.fabric-manager", "node");
+    assert_eq!(f.status, Status::Pass, "{f:#?}");
+    assert!(f.message.contains("managed outside"), "{}", f.message);
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.observed.contains("cuInit succeeded")),
+        "{:#?}",
+        f.evidence
+    );
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.observed.contains("18 nvlinks active to nvswitch")),
+        "{:#?}",
+        f.evidence
+    );
+}

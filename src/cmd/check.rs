@@ -195,6 +195,16 @@ pub fn run(args: &Args) -> i32 {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
+    // The comparison is of this container's view with the host's report: without the view
+    // (no --in-container, or a snapshot) there is nothing to compare, and "nothing is worse"
+    // would be a pass without evidence.
+    if args.compare_host.is_some() {
+        if let gdrdoctor_checks::model::Fact::Absent { reason, .. } = &node.container {
+            return fail(format!(
+                "--compare-host compares the job's container with the host, and this run has no container view ({reason}): run `gdrdoctor check --in-container --compare-host HOST.json` inside the job's container"
+            ));
+        }
+    }
     let again = || read_node().map(|(_, n)| n);
     let rates = match crate::state::counters::Rates::start(
         src.origin, &mut node, &rate_opts, &again, ledger,

@@ -57,6 +57,87 @@ fn cuda_802(node: &Node) -> Option<String> {
 
 const WHY_802: &str = "cuInit returns 802 (CUDA_ERROR_SYSTEM_NOT_READY) on an NVSwitch system until Fabric Manager has registered every GPU in the fabric";
 
+/// Why the NVLink fabric is known to be up without a fabric manager in this OS, or `None`:
+/// every GPU's NVML fabric state `completed` with `success`; else, with no NVSwitch function on
+/// this PCI bus, a `cuInit` that succeeded (not 802) and NVLinks active to a switch.
+fn fabric_up_elsewhere(node: &Node) -> Option<String> {
+    let nvml = node.live.nvml.get()?;
+    if nvml.gpus.is_empty() {
+        return None;
+    }
+    let registered = nvml.gpus.iter().all(|g| {
+        g.fabric
+            .as_ref()
+            .is_some_and(|f| f.state == "completed" && f.status == "success")
+    });
+    if registered {
+        return Some(format!(
+            "nvml: {} gpu(s) registered, fabric state completed",
+            nvml.gpus.len()
+        ));
+    }
+    // A GPU whose state NVML did give and that is not registered: the fabric is not up.
+    if nvml.gpus.iter().any(|g| {
+        g.fabric
+            .as_ref()
+            .is_some_and(|f| f.state != "completed" || f.status != "success")
+    }) {
+        return None;
+    }
+    let switch_on_bus = node.pci.get().is_none_or(|p| {
+        p.iter().any(|d| {
+            d.vendor_id.get() == Some(&0x10de) && d.class.get().is_some_and(|c| c >> 8 == 0x0680)
+        })
+    });
+    let cuda_up = matches!(node.live.cuda, Fact::Known { .. });
+    let links: usize = nvml
+        .gpus
+        .iter()
+        .map(|g| {
+            g.nvlinks
+                .iter()
+                .filter(|l| l.active && l.remote_type.as_deref() == Some("switch"))
+                .count()
+        })
+        .sum();
+    let every_gpu_linked = nvml.gpus.iter().all(|g| {
+        g.nvlinks
+            .iter()
+            .any(|l| l.active && l.remote_type.as_deref() == Some("switch"))
+    });
+    (!switch_on_bus && cuda_up && every_gpu_linked).then(|| {
+        format!("cuInit succeeded, {links} nvlinks active to nvswitch, no nvswitch on this pci bus")
+    })
+}
+
+/// The facts [`fabric_up_elsewhere`] read, as evidence lines.
+fn fabric_up_evidence(node: &Node) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(n) = node.live.nvml.get() {
+        for g in &n.gpus {
+            let fab = g
+                .fabric
+                .as_ref()
+                .map_or("fabric state not recorded".to_string(), |f| {
+                    format!("fabric state {}, status {}", f.state, f.status)
+                });
+            let links = g
+                .nvlinks
+                .iter()
+                .filter(|l| l.active && l.remote_type.as_deref() == Some("switch"))
+                .count();
+            out.push((
+                node.live.nvml.source().to_string(),
+                format!("{}: {fab}; {links} nvlinks active to nvswitch", g.bdf),
+            ));
+        }
+    }
+    if let Fact::Known { source, .. } = &node.live.cuda {
+        out.push((source.clone(), "cuInit succeeded".to_string()));
+    }
+    out
+}
+
 pub fn fabric_manager(node: &Node) -> Vec<Finding> {
     const ID: &str = "driver.fabric-manager";
     let fm = &node.addons.fabric_manager;
@@ -121,6 +202,23 @@ pub fn fabric_manager(node: &Node) -> Vec<Finding> {
         }
     };
     if !installed {
+        // No fabric manager in this OS, and yet the fabric is up: a VM (or a partition) whose
+        // NVSwitches stay with the hypervisor, which runs fabric manager for it. NVML's own
+        // fabric state says so; without it, a `cuInit` that succeeded with NVLinks active to the
+        // switches does, but only where no NVSwitch is on this PCI bus (on bare metal the
+        // switches are ours and a missing fabric manager is ours to fix).
+        if let Some(why) = fabric_up_elsewhere(node) {
+            let mut f = evidence(Finding::new(
+                ID,
+                Status::Pass,
+                "node",
+                format!("no fabric manager in this os, and the gpus are in the nvlink fabric ({why}): it is managed outside this os (a vm whose nvswitches stay with the host)"),
+            ));
+            for (source, value) in fabric_up_evidence(node) {
+                f = f.evidence(source, value);
+            }
+            return vec![f];
+        }
         return vec![evidence(
             Finding::new(
                 ID,
@@ -405,6 +503,71 @@ mod tests {
         assert_eq!(f[0].status, Status::Fail);
         let f = fabric_state(&hgx("not-supported", "success", None));
         assert!(f.iter().all(|x| x.status == Status::Skip));
+    }
+
+    #[test]
+    fn a_fabric_up_without_a_fabric_manager_here_is_managed_outside_this_os() {
+        // NVML says every GPU is registered: the hypervisor's fabric manager did it.
+        let f = fabric_manager(&hgx("completed", "success", None));
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
+        assert!(f[0].message.contains("managed outside"), "{}", f[0].message);
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.observed.contains("fabric state completed")),
+            "{:?}",
+            f[0].evidence
+        );
+        // A snapshot without the fabric state (the real H200 x2 VM of 2026-11-30): cuInit
+        // succeeded, every GPU has NVLinks active to a switch, and no NVSwitch is on this bus.
+        let vm = || {
+            let mut n = hgx("completed", "success", None);
+            if let Fact::Known { value, .. } = &mut n.live.nvml {
+                for g in &mut value.gpus {
+                    g.fabric = None;
+                }
+            }
+            n.live.cuda = known(CudaFacts::default());
+            n
+        };
+        let f = fabric_manager(&vm());
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
+        assert!(
+            f[0].message.contains("cuInit succeeded"),
+            "{}",
+            f[0].message
+        );
+        // cuInit failed with 802: the fabric is not up, fabric manager is missing.
+        let mut n = vm();
+        n.live.cuda = Fact::absent(
+            "libcuda.so.1",
+            "cuInit failed: CUDA_ERROR_SYSTEM_NOT_READY (802)",
+        );
+        assert_eq!(fabric_manager(&n)[0].status, Status::Fail);
+        // A GPU with no NVLink to a switch: not shown to be in the fabric.
+        let mut n = vm();
+        if let Fact::Known { value, .. } = &mut n.live.nvml {
+            value.gpus[1].nvlinks.clear();
+        }
+        assert_eq!(fabric_manager(&n)[0].status, Status::Fail);
+        // An NVSwitch on this PCI bus: bare metal, the switches are ours to manage.
+        let mut n = vm();
+        if let Fact::Known { value, .. } = &mut n.pci {
+            let mut sw = value[0].clone();
+            sw.bdf = "0000:05:00.0".into();
+            sw.vendor_id = known(0x10de);
+            sw.class = known(0x068000);
+            value.push(sw);
+        }
+        assert_eq!(fabric_manager(&n)[0].status, Status::Fail);
+        // One GPU's state given and not registered: not up, whatever else.
+        let mut n = hgx("completed", "success", None);
+        if let Fact::Known { value, .. } = &mut n.live.nvml {
+            if let Some(f) = value.gpus[1].fabric.as_mut() {
+                f.state = "in-progress".into();
+            }
+        }
+        assert_eq!(fabric_manager(&n)[0].status, Status::Fail);
     }
 
     #[test]

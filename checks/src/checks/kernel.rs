@@ -108,6 +108,21 @@ fn who(node: &Node, bdf: &str) -> Option<String> {
     })
 }
 
+/// `gpu (driver nvidia)` or `nic (driver mlx5_core)` when the kernel line is that driver's
+/// message about the device `dev` (`nvidia 0000:07:00.0: ...`, the kernel's `dev_printk`
+/// prefix: driver name, a space, the device name, a colon).
+fn gdr_driver_prefix(line: &str, dev: &str) -> Option<String> {
+    let at = line.find(&format!(" {dev}:"))?;
+    let driver = line[..at].rsplit([' ', ']', ':']).next()?;
+    match driver {
+        "nvidia" => Some("gpu (driver nvidia)".to_string()),
+        "mlx5_core" | "mlx4_core" | "bnxt_en" | "bnxt_re" | "irdma" | "ice" => {
+            Some(format!("nic (driver {driver})"))
+        }
+        _ => None,
+    }
+}
+
 pub fn xid(node: &Node) -> Vec<Finding> {
     const ID: &str = "kernel.xid";
     let (l, src) = match log(ID, node) {
@@ -261,7 +276,12 @@ pub fn iommu_fault(node: &Node) -> Vec<Finding> {
     }
     let mut out = Vec::new();
     for (dev, evs) in by {
-        let name = who(node, &dev);
+        // The node's own lists first; else the driver that printed the line (`nvidia
+        // 0000:07:00.0: AMD-Vi: ...`): a paste of the log alone still names a GPU or a NIC.
+        let name = who(node, &dev).or_else(|| {
+            evs.iter()
+                .find_map(|(_, _, line)| gdr_driver_prefix(line, &dev))
+        });
         let gdr_device = name.is_some();
         let status = scoped(
             if gdr_device {
@@ -451,6 +471,39 @@ mod tests {
         for f in [xid(&n), iommu_fault(&n), mlx5_health(&n)] {
             assert_eq!(f[0].status, Status::Error, "{f:?}");
         }
+    }
+
+    #[test]
+    fn a_fault_the_nvidia_driver_printed_is_a_gpus_even_in_a_log_alone() {
+        // realdata cuda-samples-48: the node is not in the paste, the driver prefix names it.
+        let n = with_log(
+            &[
+                "Sep 21 09:59:59 runtime kernel: nvidia 0000:07:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0003 address=0x80000040 flags=0x0020]",
+                "Sep 21 09:59:59 runtime kernel: nvidia 0000:07:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0003 address=0x9e139068 flags=0x0020]",
+                "Sep 21 09:59:59 runtime kernel: igb 0000:02:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0004 address=0x1000 flags=0x0020]",
+            ],
+            LogScope::ThisBoot,
+        );
+        let f = iommu_fault(&n);
+        assert_eq!(f.len(), 2, "{f:?}");
+        let gpu = f.iter().find(|x| x.subject == "0000:07:00.0").unwrap();
+        assert_eq!(gpu.status, Status::Fail, "{gpu:?}");
+        assert!(
+            gpu.message.contains("gpu (driver nvidia)"),
+            "{}",
+            gpu.message
+        );
+        // Another driver's device: not one GDR uses, a warning as before.
+        let other = f.iter().find(|x| x.subject == "0000:02:00.0").unwrap();
+        assert_eq!(other.status, Status::Warn);
+        assert_eq!(
+            gdr_driver_prefix("[ 12.3] mlx5_core 0000:39:00.0: AMD-Vi: x", "0000:39:00.0"),
+            Some("nic (driver mlx5_core)".into())
+        );
+        assert_eq!(
+            gdr_driver_prefix("xnvidia 0000:07:00.0: y", "0000:07:00.0"),
+            None
+        );
     }
 
     #[test]
