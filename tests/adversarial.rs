@@ -589,6 +589,46 @@ fn an_archive_over_the_limits_is_refused_before_anything_is_written() {
     assert!(left.is_empty(), "nothing unpacked: {left:?}");
 }
 
+/// A snapshot archive whose gzip checksum does not match its bytes (a bit flipped in transit
+/// or on disk) is refused by every reader, naming the archive, as `gzip -t` refuses it: the
+/// tar reader stops at the end-of-archive blocks, and the trailer used to go unread, so a
+/// flipped bit inside a file was read as the node's state (the review of 2026-12-07 turned a
+/// rising AER counter's fail into exit 0 that way).
+#[test]
+fn an_archive_whose_gzip_checksum_fails_is_refused() {
+    use gdrdoctor::source::archive::{check_limits, tree_from, unpack_into, Limits};
+    let good = std::fs::read(common::nodes::archive("hgx-h200x8-cx7x8-aer-rising")).unwrap();
+    assert!(check_limits(&good[..], &Limits::SNAPSHOT).is_ok());
+    // The trailer's CRC-32 (the 8th byte from the end): every byte of the tar decodes as
+    // before, only the checksum disagrees.
+    let mut bad = good.clone();
+    let at = bad.len() - 8;
+    bad[at] ^= 0x01;
+    for e in [
+        check_limits(&bad[..], &Limits::SNAPSHOT).unwrap_err(),
+        tree_from(&bad[..], &Limits::SNAPSHOT)
+            .map(|_| ())
+            .unwrap_err(),
+        unpack_into(
+            &bad[..],
+            tempfile::tempdir().unwrap().path(),
+            &Limits::SNAPSHOT,
+        )
+        .unwrap_err(),
+    ] {
+        assert!(e.contains("damaged") && e.contains("checksum"), "{e}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("flipped.tar.gz");
+    std::fs::write(&path, &bad).unwrap();
+    let (code, out, err) = run_tmp(tmp.path(), &["check", "--sysroot", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("flipped.tar.gz") && err.contains("damaged"),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_unpack_directory_is_private_and_unpredictable() {
     let a = gdrdoctor::source::archive::TempTree::new("gdrdoctor-test-").unwrap();

@@ -198,8 +198,23 @@ pub fn iommu_mode(node: &Node) -> (IommuMode, Vec<String>) {
         "/sys/kernel/iommu_groups/*/type: {}",
         types.join(", ")
     ));
+    // Some groups' types read and others not: a kernel that has the file has it for every
+    // group, so the rest is damage, and what it hides may be the one translating domain (the
+    // review of 2026-12-07: the GPUs' groups unreadable, the NICs' identity, read as
+    // passthrough).
+    let unread: Vec<&str> = relevant
+        .iter()
+        .filter(|g| g.kind.get().is_none())
+        .map(|g| g.id.as_str())
+        .collect();
     if types.iter().any(|t| t == "DMA" || t == "DMA-FQ") {
         (IommuMode::Translated, ev)
+    } else if !unread.is_empty() {
+        ev.push(format!(
+            "/sys/kernel/iommu_groups: the type of group(s) {} cannot be read, so whether their dma is translated is unknown",
+            unread.join(", ")
+        ));
+        (IommuMode::Unknown, ev)
     } else if types.iter().all(|t| t == "identity") {
         (IommuMode::Passthrough, ev)
     } else {

@@ -197,7 +197,30 @@ pub fn tree_from(
             }
         }
     }
+    gzip_trailer(a, limits)?;
     crate::sys::trace::timed("archive.finish", || tree.finish())
+}
+
+/// After the tar's end: the rest of the gzip stream read to its end, so that the decoder checks
+/// the trailer (the CRC-32 and length of everything it gave). The tar reader stops at the
+/// end-of-archive blocks and never gets there: a flipped bit inside a file's bytes would
+/// otherwise be read as the node's state (`gzip -t` and `tar xzf` refuse such an archive).
+fn gzip_trailer<R: std::io::Read>(
+    a: tar::Archive<flate2::read::GzDecoder<R>>,
+    limits: &Limits,
+) -> Result<(), String> {
+    use std::io::Read;
+    let mut rest = a.into_inner().take(limits.bytes.saturating_add(1));
+    let n = std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| {
+        format!("the archive is damaged: its gzip stream does not check out ({e}); `gzip -t` says the same")
+    })?;
+    if n > limits.bytes {
+        return Err(format!(
+            "more than {} bytes after the end of the tar: not a gdrdoctor snapshot (refused)",
+            limits.bytes
+        ));
+    }
+    Ok(())
 }
 
 /// One entry's verdict under `limits`: the running totals updated, or why the archive is
@@ -272,7 +295,7 @@ pub fn check_limits(input: impl std::io::Read, limits: &Limits) -> Result<(), St
             limits,
         )?;
     }
-    Ok(())
+    gzip_trailer(a, limits)
 }
 
 /// Unpack the gzip-compressed tar from `input` into the existing directory `dir`, within
@@ -308,5 +331,5 @@ pub fn unpack_into(input: impl std::io::Read, dir: &Path, limits: &Limits) -> Re
             }
         }
     }
-    Ok(())
+    gzip_trailer(a, limits)
 }

@@ -210,7 +210,19 @@ pub fn gdrdrv(node: &Node) -> Vec<Finding> {
             Status::Warn,
             "gdrdrv is loaded without a version (/sys/module/gdrdrv/version missing: gdrcopy before 2.0); NCCL needs 2.1 or later".into(),
         )),
-        None => {}
+        // There and unreadable: whether it is older than NCCL accepts is unknown.
+        None => {
+            let why = version.reason().unwrap_or("unreadable");
+            problems.push((
+                // A capture that did not take the file is a gap, not damage.
+                if why.contains("not in this capture") {
+                    Status::Warn
+                } else {
+                    Status::Error
+                },
+                format!("gdrdrv's version cannot be read ({why}): NCCL refuses one before 2.1"),
+            ))
+        }
     }
     // The flavor it was built for against the one loaded (gdrcopy's README: built for the open
     // flavor it cannot load under the proprietary driver; built for the proprietary one it
@@ -369,6 +381,16 @@ mod tests {
         assert!(f.remediation.unwrap().contains("chmod 0666"));
         let g = one(&with_gdrdrv(0o660, Some("2.4")));
         assert_eq!(g.status, Status::Warn, "{g:?}");
+    }
+
+    #[test]
+    fn an_unreadable_version_is_an_error_not_a_pass() {
+        let mut n = with_gdrdrv(0o666, Some("2.4"));
+        n.addons.gdrcopy.module_version =
+            Fact::absent("/sys/module/gdrdrv/version", "is a directory");
+        let f = gdrdrv(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(f[0].message.contains("is a directory"), "{}", f[0].message);
     }
 
     #[test]

@@ -93,6 +93,26 @@ mod tests {
     }
 
     #[test]
+    fn a_gpus_group_type_unreadable_beside_identity_ones_is_not_passthrough() {
+        let mut n = switch_pair();
+        n.cpu_vendor = known(CpuVendor::Intel);
+        n.cmdline = known(vec!["intel_iommu=on".into()]);
+        n.iommu.classes = known(vec!["dmar0".into()]);
+        let mut gpu = group("17", "DMA-FQ", &["0000:18:00.0"]);
+        gpu.kind = Fact::absent("/sys/kernel/iommu_groups/17/type", "is a directory");
+        n.iommu.groups = known(vec![gpu, group("18", "identity", &["0000:19:00.0"])]);
+        let f = mode(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.observed.contains("group(s) 17")),
+            "{:?}",
+            f[0].evidence
+        );
+    }
+
+    #[test]
     fn intel_iommu_on_without_a_registered_unit_warns_of_the_contradiction() {
         let mut n = switch_pair();
         n.cpu_vendor = known(CpuVendor::Intel);

@@ -225,6 +225,18 @@ pub fn decode(bytes: &[u8]) -> (String, Option<String>) {
 /// Clean a pasted text into numbered lines.
 pub fn clean(text: &str) -> Cleaned {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    // Lines ended by a bare carriage return (an old Mac editor, some web forms): no line feed
+    // anywhere but at the very end, and more than one `\r`. Read as if it were a line feed;
+    // taken for terminal overwrites, the whole paste would be one line, its last.
+    let cr_only = !text.trim_end_matches(['\n', '\r']).contains('\n')
+        && text.matches('\r').take(2).count() == 2;
+    let converted;
+    let text = if cr_only {
+        converted = text.replace("\r\n", "\n").replace('\r', "\n");
+        converted.as_str()
+    } else {
+        text
+    };
     let mut lines = Vec::new();
     let (mut crlf, mut cr, mut esc, mut ctl) = (false, false, false, false);
     let (mut nbsp, mut zw) = (false, false);
@@ -288,6 +300,9 @@ pub fn clean(text: &str) -> Cleaned {
         lines.pop();
     }
     let mut repairs = Vec::new();
+    if cr_only {
+        repairs.push("lines ended by a bare carriage return read as LF".to_string());
+    }
     if crlf {
         repairs.push("CRLF line ends read as LF".to_string());
     }
@@ -359,6 +374,18 @@ mod tests {
     fn carriage_return_overwrite_keeps_the_last_segment() {
         let c = clean("progress 10%\rprogress 100%\n");
         assert_eq!(c.lines[0].text, "progress 100%");
+    }
+
+    #[test]
+    fn lines_ended_by_bare_carriage_returns_are_lines() {
+        let c = clean("[ 1.0] NVRM: Xid (PCI:0000:b3:00): 79, GPU has fallen off the bus.\r[ 2.0] second\rthird\r");
+        assert_eq!(c.lines.len(), 3, "{:?}", c.lines);
+        assert!(c.lines[0].text.contains("Xid"));
+        assert_eq!(c.lines[2].text, "third");
+        assert!(c.repairs.iter().any(|r| r.contains("bare carriage return")));
+        // One overwrite inside a line feed-ended text stays an overwrite.
+        let c = clean("a\rb\nc\n");
+        assert_eq!(c.lines[0].text, "b");
     }
 
     proptest! {

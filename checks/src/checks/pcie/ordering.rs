@@ -332,14 +332,18 @@ pub fn nic_tlp(node: &Node) -> Vec<Finding> {
                     nic.name
                 ),
             )
-        } else if path_min.is_none() && !unread.is_empty() {
+        } else if !unread.is_empty() {
+            // One hop unread is enough to leave the lowest MaxPayload unknown (the review of
+            // 2026-12-07: a switch at 128 bytes, its config space cut to 64 bytes, and the NIC's
+            // fail became a pass on the hops that were left).
             Finding::new(
                 ID,
                 Status::Error,
                 bdf,
                 format!(
-                    "cannot read the config space of the bridges above {}",
-                    nic.name
+                    "cannot judge {}'s path: the config space of {} above it cannot be read (its MaxPayload, maybe the lowest, is unknown)",
+                    nic.name,
+                    unread.join(", ")
                 ),
             )
         } else {
@@ -478,6 +482,16 @@ mod tests {
         }
         assert_eq!(relaxed_ordering(&bare)[0].status, Status::Error);
         assert_eq!(nic_tlp(&bare)[0].status, Status::Error);
+        // One bridge of the path unread, the others fine: the lowest MaxPayload is unknown.
+        let mut one = node(devctl(1, true), 1, 0, 1 << 16);
+        if let Fact::Known { value: pci, .. } = &mut one.pci {
+            for d in pci.iter_mut().filter(|d| d.bdf == "0000:16:00.0") {
+                d.config = known(vec![0u8; 64]);
+            }
+        }
+        let f = nic_tlp(&one);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(f[0].message.contains("0000:16:00.0"), "{}", f[0].message);
     }
 
     #[test]
