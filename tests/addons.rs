@@ -185,6 +185,20 @@ fn lost_evidence_behind_the_newest_checks_is_an_error() {
                 std::fs::write(r.join(dep), "").unwrap()
             }),
         ),
+        // The review of 2026-12-07: both read as "no nvidia-peermem installed", a skip.
+        (
+            "modules.dep garbage",
+            damaged("hgx-h200x8-cx7x8-peermem-abi-break", |r| {
+                std::fs::write(r.join(dep), b"\xff\xfe garbage \x00\x01\n").unwrap()
+            }),
+        ),
+        (
+            "modules.dep a directory",
+            damaged("hgx-h200x8-cx7x8-peermem-abi-break", |r| {
+                std::fs::remove_file(r.join(dep)).unwrap();
+                std::fs::create_dir(r.join(dep)).unwrap();
+            }),
+        ),
     ] {
         let f = find(&r, "kmod.peermem-abi", "node");
         assert_eq!(f.status, Status::Error, "{what}: {f:#?}");

@@ -1100,3 +1100,80 @@ fn a_snapshot_never_overwrites_or_follows_what_is_at_its_path() {
     assert!(err.contains("symbolic link"), "{err}");
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
+
+/// Files the user named, named back (the review of 2026-12-07): a snapshot's metadata of
+/// another schema is refused naming the snapshot's file (it was read as v1); a damaged one
+/// names the sysroot, not a host path; an output into a missing directory names that directory
+/// (it named a temporary file); a node report of another schema is refused by `diagnose`.
+#[test]
+fn foreign_schemas_are_refused_and_errors_name_the_users_files() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("node");
+    copy_tree(&common::nodes::fixture("hgx-h200x8-cx7x8-healthy"), &root);
+    let meta = root.join("gdrdoctor/meta.json");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    std::fs::write(
+        &meta,
+        text.replace("gdrdoctor.snapshot/v1", "gdrdoctor.snapshot/v2"),
+    )
+    .unwrap();
+    let (code, _, err) = run(&["check", "--sysroot", root.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{}/gdrdoctor/meta.json", root.display()))
+            && err.contains("gdrdoctor.snapshot/v2"),
+        "{err}"
+    );
+    std::fs::write(&meta, "").unwrap();
+    let (code, _, err) = run(&["check", "--sysroot", root.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{}/gdrdoctor/meta.json", root.display())),
+        "{err}"
+    );
+    let good = common::nodes::fixture("hgx-h200x8-cx7x8-healthy");
+    let out = t.path().join("no/such/dir/r.json");
+    let (code, _, err) = run(&[
+        "check",
+        "--sysroot",
+        good.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("r.json") && err.contains("does not exist") && !err.contains(".tmp."),
+        "{err}"
+    );
+    let report = t.path().join("r.json");
+    let (code, _, _) = run(&[
+        "check",
+        "--sysroot",
+        good.to_str().unwrap(),
+        "-f",
+        "json",
+        "-o",
+        report.to_str().unwrap(),
+    ]);
+    assert!(code == 0 || code == 1);
+    let r = std::fs::read_to_string(&report).unwrap();
+    std::fs::write(
+        &report,
+        r.replace("gdrdoctor.report/v1", "gdrdoctor.report/v9"),
+    )
+    .unwrap();
+    let paste = t.path().join("p.txt");
+    std::fs::write(
+        &paste,
+        "[ 1.0] NVRM: loading NVIDIA UNIX Open Kernel Module  580.159.04\n",
+    )
+    .unwrap();
+    let (code, _, err) = run(&[
+        "diagnose",
+        paste.to_str().unwrap(),
+        "--node-report",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("gdrdoctor.report/v9"), "{err}");
+}

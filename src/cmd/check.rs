@@ -287,6 +287,13 @@ fn compare_host(
     let host: report::Report = serde_json::from_str(&text).map_err(|e| {
         format!("--compare-host {shown}: not a gdrdoctor report (`gdrdoctor check --format json` on the host): {e}")
     })?;
+    if host.schema != report::SCHEMA {
+        return Err(format!(
+            "--compare-host {shown}: schema `{}`: this gdrdoctor reads {} reports",
+            host.schema,
+            report::SCHEMA
+        ));
+    }
     let diff = gdrdoctor_checks::checks::container::compare_host(&host, report, &shown);
     let at = report.findings.iter().position(|f| f.id == ID);
     report.findings.retain(|f| f.id != ID);

@@ -209,6 +209,14 @@ fn node_reports(
                 f.display()
             )
         })?;
+        if r.schema != gdrdoctor_checks::report::SCHEMA {
+            return Err(format!(
+                "{}: schema `{}`: this gdrdoctor reads {} reports",
+                f.display(),
+                r.schema,
+                gdrdoctor_checks::report::SCHEMA
+            ));
+        }
         out.push((f.display().to_string(), r));
     }
     Ok(out)

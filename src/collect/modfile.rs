@@ -55,7 +55,8 @@ pub(super) fn collect(root: &Root) -> PeermemAbi {
                     _ => format!("no {base}: this kernel's modules are not installed here (a container without the host's /lib/modules?)"),
                 }
             } else {
-                e.reason()
+                // There and unreadable (a directory, an I/O error): not "nothing installed".
+                format!("{DAMAGED}{dep_path}: {}", e.reason())
             };
             return PeermemAbi {
                 peermem: Fact::absent(dep_path.clone(), why.clone()),
@@ -63,9 +64,19 @@ pub(super) fn collect(root: &Root) -> PeermemAbi {
             };
         }
     };
-    if dep.trim().is_empty() {
-        // depmod writes every module of the kernel into it: an empty index is damage.
-        let why = format!("{DAMAGED}{dep_path} is empty (depmod lists every module of the kernel)");
+    // depmod writes every module of the kernel into it, one `<path>.ko[.zst|.xz|.gz]:` line
+    // each: an empty index, or one where no line names a module, is damage (the review of
+    // 2026-12-07: binary garbage there read as "no nvidia-peermem installed", a skip).
+    let names_a_module = dep.lines().any(|l| {
+        l.split_once(':')
+            .is_some_and(|(file, _)| module_name(file.trim()).is_some())
+    });
+    if dep.trim().is_empty() || !names_a_module {
+        let why = if dep.trim().is_empty() {
+            format!("{DAMAGED}{dep_path} is empty (depmod lists every module of the kernel)")
+        } else {
+            format!("{DAMAGED}no line of {dep_path} names a module (`<path>.ko: <dependencies>`, as depmod writes it)")
+        };
         return PeermemAbi {
             peermem: Fact::absent(dep_path.clone(), why.clone()),
             ib_core: Fact::absent(dep_path, why),

@@ -48,13 +48,24 @@ pub fn json_schema() -> serde_json::Value {
 }
 
 /// Read the metadata of a sysroot; `Ok(None)` when there is none (a foreign capture).
+/// Errors name the file inside the snapshot (`<sysroot>/gdrdoctor/meta.json`); a schema other
+/// than [`META_SCHEMA`] is refused (a snapshot of a later, incompatible format).
 pub fn read(root: &Root) -> Result<Option<Meta>, String> {
+    let shown = format!("{}{META_PATH}", root.base().display());
     match root.read(META_PATH) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| format!("{META_PATH}: {e}")),
+        Ok(b) => {
+            let m: Meta = serde_json::from_slice(&b)
+                .map_err(|e| format!("{shown}: not a gdrdoctor snapshot's metadata: {e}"))?;
+            if m.schema != META_SCHEMA {
+                return Err(format!(
+                    "{shown}: schema `{}`: this gdrdoctor reads {META_SCHEMA} snapshots",
+                    m.schema
+                ));
+            }
+            Ok(Some(m))
+        }
         Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(format!("{shown}: {e}")),
     }
 }
 

@@ -62,7 +62,17 @@ pub fn replace(path: &Path, bytes: &[u8], kind: Kind) -> Result<(), String> {
                 last = format!("{}: {e}", tmp.display());
                 continue;
             }
-            Err(e) => return Err(format!("{}: {e}", tmp.display())),
+            // The temporary's name means nothing to the user: name the file they asked for,
+            // and the directory when it is the directory that is missing.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(format!(
+                    "{}: the directory {} does not exist (create it first: `mkdir -p {}`)",
+                    path.display(),
+                    dir.display(),
+                    dir.display()
+                ))
+            }
+            Err(e) => return Err(format!("{}: {e}", path.display())),
         };
         let mut write = || -> std::io::Result<()> {
             if let Kind::State { durable } = kind {
@@ -79,7 +89,7 @@ pub fn replace(path: &Path, bytes: &[u8], kind: Kind) -> Result<(), String> {
         };
         if let Err(e) = write() {
             let _ = std::fs::remove_file(&tmp);
-            return Err(format!("{}: {e}", tmp.display()));
+            return Err(format!("{}: {e}", path.display()));
         }
         drop(f);
         return std::fs::rename(&tmp, path).map_err(|e| {

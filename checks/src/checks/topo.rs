@@ -128,7 +128,29 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
             (k.len() / gcd, g / gcd)
         })
         .collect();
-    if per_numa.len() > 1 {
+    // A GPU whose numa_node cannot be read is left out of the counts above: the balance they
+    // show is not the node's (the review of 2026-12-07: one GPU's file damaged, a balanced
+    // node warned "not spread like the gpus").
+    let unknown: Vec<&str> = cx
+        .gpus
+        .iter()
+        .filter(|g| g.numa_node.is_none())
+        .map(|g| g.bdf.as_str())
+        .collect();
+    if !unknown.is_empty() && cx.gpus.iter().any(|g| g.numa_node.is_some()) {
+        out.push(
+            Finding::new(
+                ID,
+                Status::Error,
+                "node",
+                format!(
+                    "cannot judge the nics' spread across numa nodes: the numa node of gpu(s) {} cannot be read",
+                    unknown.join(", ")
+                ),
+            )
+            .evidence("/sys/bus/pci/devices/*/numa_node", listing.clone()),
+        );
+    } else if per_numa.len() > 1 {
         if ratios.len() > 1 {
             out.push(Finding::new(ID, Status::Warn, "node", "nics are not spread across numa nodes like the gpus: some gpus must use a nic on another socket or share one")
                 .expected("/sys/bus/pci/devices/*/numa_node", listing, "the same nics-per-gpu on every numa node")
@@ -158,6 +180,11 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
                 let here = cx.gpus.iter().filter(|g| g.numa_node == Some(n)).count();
                 out.push(Finding::new(ID, Status::Pass, &nic.name, format!("on numa node {n} with {here} gpu(s)")).evidence(format!("/sys/bus/pci/devices/{}/numa_node", e.bdf), n.to_string()));
             }
+            // No GPU known there, but a GPU whose numa node is unknown may be.
+            Some(n) if !unknown.is_empty() => out.push(
+                Finding::new(ID, Status::Error, &nic.name, format!("on numa node {n}, where no gpu is known to be; the numa node of gpu(s) {} cannot be read", unknown.join(", ")))
+                    .evidence(format!("/sys/bus/pci/devices/{}/numa_node", e.bdf), n.to_string()),
+            ),
             Some(n) => out.push(
                 Finding::new(ID, Status::Warn, &nic.name, format!("on numa node {n}, where there is no gpu: every gpu reaches it across the cpu interconnect (SYS)"))
                     .expected(format!("/sys/bus/pci/devices/{}/numa_node", e.bdf), n.to_string(), format!("one of {:?}", gpu_numas))
@@ -351,6 +378,38 @@ mod tests {
             .all(|f| f.status == Status::Pass));
         let f = nic_numa(&far_nic());
         assert!(f.iter().any(|f| f.status == Status::Warn), "{f:?}");
+    }
+
+    #[test]
+    fn a_gpu_whose_numa_node_is_unreadable_is_an_error_not_an_imbalance() {
+        // Two sockets, a GPU and a NIC on each: balanced.
+        let mut n = two_rails();
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for d in pci
+                .iter_mut()
+                .filter(|d| d.sysfs_path.contains("pci0000:25"))
+            {
+                d.numa_node = known(1);
+            }
+        }
+        let f = nic_numa(&n);
+        assert!(f.iter().all(|f| f.status == Status::Pass), "{f:?}");
+        // The second GPU's numa_node damaged: not "not spread like the gpus".
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for d in pci.iter_mut().filter(|d| d.bdf == "0000:28:00.0") {
+                d.numa_node = Fact::absent(
+                    "/sys/bus/pci/devices/0000:28:00.0/numa_node",
+                    "not a number: `zz`",
+                );
+            }
+        }
+        let f = nic_numa(&n);
+        assert!(!f.iter().any(|f| f.status == Status::Warn), "{f:?}");
+        let e = f.iter().find(|f| f.subject == "node");
+        assert!(
+            e.is_some_and(|e| e.status == Status::Error && e.message.contains("0000:28:00.0")),
+            "{f:?}"
+        );
     }
 
     /// Two switches, each with a GPU and a NIC: balanced rails.
