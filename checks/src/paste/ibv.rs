@@ -67,6 +67,37 @@ fn mark_cut(out: &mut [IbDevice]) {
     }
 }
 
+/// A device listed twice, or a port listed twice in one device: the tool prints each once, so
+/// the paste lost or repeated a header line, and which lines belong to which device cannot be
+/// told (the review of 2026-12-07: a repeated `CA 'mlx5_10'` line dropped its DOWN port and a
+/// deleted one gave mlx5_1 two `Port 1:` sections and another device's firmware). One device
+/// is kept per name, marked unreadable with the reason; nothing of it is judged.
+fn mark_duplicates(out: &mut Vec<IbDevice>) {
+    let mut kept: Vec<IbDevice> = Vec::with_capacity(out.len());
+    for d in out.drain(..) {
+        match kept.iter_mut().find(|k| k.name == d.name) {
+            Some(k) => {
+                let why = format!(
+                    "the paste lists {} twice (lines {} and {}): a header line was repeated or another device's was lost, so its lines cannot be told apart",
+                    d.name, k.line, d.line
+                );
+                k.failed.get_or_insert(why);
+            }
+            None => kept.push(d),
+        }
+    }
+    for d in kept.iter_mut().filter(|d| d.failed.is_none()) {
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(p) = d.ports.iter().find(|p| !seen.insert(p.port)) {
+            d.failed = Some(format!(
+                "the paste shows port {} of {} twice: another device's header line was lost, so its ports cannot be told apart",
+                p.port, d.name
+            ));
+        }
+    }
+    *out = kept;
+}
+
 /// Mark the device an `ibpanic:`/`ibwarn:` line names as unreadable (added when not listed
 /// yet); whether the line was one.
 fn note_failed(out: &mut Vec<IbDevice>, l: &Line) -> bool {
@@ -213,6 +244,7 @@ pub fn parse_devinfo(lines: &[Line]) -> Vec<IbDevice> {
         }
     }
     mark_cut(&mut out);
+    mark_duplicates(&mut out);
     out
 }
 
@@ -303,6 +335,7 @@ pub fn parse_ibstat(lines: &[Line]) -> Vec<IbDevice> {
         }
     }
     mark_cut(&mut out);
+    mark_duplicates(&mut out);
     out
 }
 
@@ -325,6 +358,11 @@ fn devices_block(b: &mut Block, d: Vec<IbDevice>) -> Vec<IbDevice> {
             .collect::<Vec<_>>()
             .join(" ")
     );
+    for x in d.iter() {
+        if let Some(why) = x.failed.as_ref().filter(|w| w.contains("twice")) {
+            b.problems.push(why.clone());
+        }
+    }
     b.status = if d.is_empty() {
         BlockStatus::Refused
     } else {
@@ -350,6 +388,35 @@ mod tests {
         assert_eq!(p.state.as_deref(), Some("1: DOWN"));
         assert_eq!(p.phys_state.as_deref(), Some("3: Disabled"));
         assert_eq!(p.link_layer.as_deref(), Some("Ethernet"));
+    }
+
+    #[test]
+    fn a_repeated_or_lost_header_leaves_the_device_unjudged() {
+        let one = "CA 'mlx5_0'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Active\n";
+        let two = "CA 'mlx5_1'\n\tCA type: MT4129\n\tPort 1:\n\t\tState: Down\n";
+        // mlx5_1's header repeated: one mlx5_1, unreadable, naming both lines.
+        let t = format!("{one}{two}CA 'mlx5_1'\n");
+        let d = parse_ibstat(&clean(&t).lines);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(
+            d[1].failed.as_deref().is_some_and(|w| w.contains("twice")),
+            "{d:?}"
+        );
+        assert!(d[0].failed.is_none());
+        // mlx5_1's header lost: mlx5_0 shows two port 1 sections.
+        let t = format!("{one}{}", two.replace("CA 'mlx5_1'\n", ""));
+        let d = parse_ibstat(&clean(&t).lines);
+        assert_eq!(d.len(), 1);
+        assert!(
+            d[0].failed.as_deref().is_some_and(|w| w.contains("port 1")),
+            "{d:?}"
+        );
+        // ibv_devinfo: the same.
+        let dev =
+            "hca_id:\tmlx5_12\n\tphys_port_cnt:\t1\n\t\tport:\t1\n\t\t\tstate:\tPORT_DOWN (1)\n";
+        let d = parse_devinfo(&clean(&format!("hca_id:\tmlx5_12\n{dev}")).lines);
+        assert_eq!(d.len(), 1);
+        assert!(d[0].failed.is_some(), "{d:?}");
     }
 
     #[test]
