@@ -385,3 +385,21 @@ fn a_vm_on_nvswitch_without_its_own_fabric_manager_is_not_failed() {
         f.evidence
     );
 }
+
+/// A whole real HGX H100 `lspci -vvv` (gpud's testdata): its 49 switch ports pci.ids names
+/// ambiguously ("PEX890xx", PMC-Sierra "Device 4128") are still read by their class, so the
+/// paste is not "partly unreadable" (it was: exit 3 and advice to paste it again).
+#[test]
+fn a_whole_real_lspci_with_unnamed_switch_ports_is_read() {
+    let Some(rd) = realdata() else { return };
+    let p = rd.join("gpud-hgx-h100-lspci-vvv/lspci-vvv.txt");
+    let (code, out, err) = run(&["diagnose", p.to_str().unwrap(), "-f", "json"]);
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let findings = r["findings"].as_array().unwrap();
+    let errors: Vec<_> = findings.iter().filter(|f| f["status"] == "error").collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert_ne!(code, 3);
+    assert!(findings
+        .iter()
+        .any(|f| f["id"] == "gpu.present" && f["status"] == "pass"));
+}

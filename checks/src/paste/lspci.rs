@@ -105,6 +105,10 @@ pub struct LspciDevice {
     #[serde(skip)]
     pub config: Vec<u8>,
     pub config_bytes: usize,
+    /// Why this section holds more than one function's lines (a field lspci prints once per
+    /// function, printed twice): the next function's header line was lost. Not used.
+    #[serde(skip)]
+    pub merged: Option<String>,
 }
 
 /// pci.ids class names -> (base, sub).
@@ -222,7 +226,9 @@ fn ids_by_name(desc: &str) -> (Option<u16>, Option<u16>) {
         let devs: Vec<u16> = v.devices().filter(|d| d.1 == rest).map(|d| d.0).collect();
         if devs.len() == 1 {
             hits.push((v.id(), Some(devs[0])));
-        } else if devs.is_empty() && rest.is_empty() {
+        } else if (devs.is_empty() && rest.is_empty()) || devs.len() > 1 {
+            // The vendor is certain; a name pci.ids gives several device ids (Broadcom's
+            // "PEX890xx PCIe Gen 5 Switch") leaves only the device id unknown.
             hits.push((v.id(), None));
         }
     }
@@ -305,6 +311,7 @@ fn header(t: &str, no: usize) -> Option<LspciDevice> {
         access_denied: false,
         config: Vec::new(),
         config_bytes: 0,
+        merged: None,
     })
 }
 
@@ -343,9 +350,16 @@ pub fn parse(lines: &[Line]) -> Vec<LspciDevice> {
             bytes.extend_from_slice(row);
         }
         d.config_bytes = bytes.len();
+        // The hex dump's own ids (offsets 0-3) over whatever the names gave.
+        if bytes.len() >= 4 {
+            d.vendor_id = Some(u16::from_le_bytes([bytes[0], bytes[1]]));
+            d.device_id = Some(u16::from_le_bytes([bytes[2], bytes[3]]));
+        }
         d.config = bytes;
         hex.clear();
     };
+    // The fields lspci prints once per function, seen in the current one.
+    let mut once: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     for l in lines {
         let t = l.text.trim();
         if !l.text.starts_with(char::is_whitespace) {
@@ -355,6 +369,7 @@ pub fn parse(lines: &[Line]) -> Vec<LspciDevice> {
                 }
                 out.push(h);
                 section.clear();
+                once.clear();
                 continue;
             }
         }
@@ -398,6 +413,23 @@ pub fn parse(lines: &[Line]) -> Vec<LspciDevice> {
             {
                 section = k.to_string();
                 let v = v.trim();
+                let once_per_function = matches!(
+                    k,
+                    "LnkCap"
+                        | "LnkSta"
+                        | "DevCap"
+                        | "DevCtl"
+                        | "Kernel driver in use"
+                        | "NUMA node"
+                        | "ACSCap"
+                        | "ACSCtl"
+                );
+                if once_per_function && !once.insert(k.to_string()) && d.merged.is_none() {
+                    d.merged = Some(format!(
+                        "{}: `{k}:` printed twice in its section (line {}): the next function's header line is missing",
+                        d.bdf, l.no
+                    ));
+                }
                 match k {
                     "NUMA node" => d.numa_node = v.parse().ok(),
                     "Kernel driver in use" => d.driver = Some(v.to_string()),
@@ -661,7 +693,16 @@ pub fn block(
     b: &mut Block,
     raw: &RawBlock,
 ) -> (Vec<LspciDevice>, Vec<(usize, AcsFlags)>, Option<String>) {
-    let d = parse(&raw.lines);
+    let mut d = parse(&raw.lines);
+    // A section holding two functions' lines: none of its facts can be pinned on a function
+    // (the review of 2026-12-07: a lost header put a CX-7's full-width LnkSta on the degraded
+    // CX-6 above it, a pass).
+    for x in d.iter() {
+        if let Some(why) = &x.merged {
+            b.problems.push(format!("{why}: not used"));
+        }
+    }
+    d.retain(|x| x.merged.is_none());
     let orphans = orphan_acs(&raw.lines);
     let hex = d.iter().filter(|x| x.config_bytes > 0).count();
     let part = excerpt(raw.command.as_deref(), &d);
@@ -689,7 +730,16 @@ pub fn block(
                 .into(),
         );
     }
-    for x in d.iter().filter(|x| x.vendor_id.is_none()) {
+    // Unknown ids matter where a verdict needs them: a GPU, a NIC, an accelerator, or a
+    // function whose class is unknown too. A bridge or a memory controller pci.ids does not
+    // name (a PMC-Sierra switch's "Device 4128" under a vendor name pci.ids gives twice) is
+    // still read by its class: it does not make the paste "partly unreadable" (the review of
+    // 2026-12-07: 49 such switch ports turned a whole HGX lspci into exit 3).
+    let ids_matter = |x: &LspciDevice| {
+        x.class
+            .is_none_or(|c| matches!(c >> 16, 0x02 | 0x03 | 0x12 | 0x00 | 0xff))
+    };
+    for x in d.iter().filter(|x| x.vendor_id.is_none() && ids_matter(x)) {
         b.problems.push(format!(
             "{}: vendor and device not found by name in pci.ids (paste `lspci -nn`)",
             x.bdf
@@ -786,6 +836,40 @@ mod tests {
         // 0x20 row missing: only the contiguous 32 bytes from 0 are config space.
         assert_eq!(d[0].config_bytes, 32);
         assert_eq!(d[0].config[0..2], [0x86, 0x80]);
+    }
+
+    #[test]
+    fn a_lost_header_merges_two_functions_and_neither_is_used() {
+        let second = GPU.replace("01:00.0", "02:00.0");
+        let both = format!("{GPU}{second}");
+        assert!(parse(&clean(&both).lines)
+            .iter()
+            .all(|d| d.merged.is_none()));
+        let lost: String = both
+            .lines()
+            .filter(|l| !l.starts_with("02:00.0"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let d = parse(&clean(&lost).lines);
+        assert_eq!(d.len(), 1);
+        assert!(
+            d[0].merged
+                .as_deref()
+                .is_some_and(|w| w.contains("printed twice")),
+            "{:?}",
+            d[0].merged
+        );
+    }
+
+    #[test]
+    fn ids_from_the_hex_dump_and_a_vendor_whose_device_name_is_ambiguous() {
+        // Named only by vendor (pci.ids has no name for 4128): the vendor is known.
+        let t = "81:00.0 PCI bridge: PMC-Sierra Inc. Device 4128 (prog-if 00 [Normal decode])\n\tNUMA node: 1\n00: f8 11 28 41 07 00 10 00 02 00 04 06 10 00 81 00\n";
+        let d = parse(&clean(t).lines);
+        assert_eq!(
+            (d[0].vendor_id, d[0].device_id),
+            (Some(0x11f8), Some(0x4128))
+        );
     }
 
     #[test]

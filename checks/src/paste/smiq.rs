@@ -46,6 +46,13 @@ pub struct SmiGpu {
     /// The sections an anonymous GPU has shown (a second one starts the next GPU).
     #[serde(skip)]
     pub sections: Vec<String>,
+    /// Why this section holds more than one GPU's lines (a field printed twice, a `Bus Id`
+    /// other than its header's): a `GPU ...` header was lost. Its facts are not used.
+    #[serde(skip)]
+    pub merged: Option<String>,
+    /// The fields seen so far, by their path (to find one printed twice).
+    #[serde(skip)]
+    seen: std::collections::BTreeSet<String>,
 }
 
 /// Sections and keys that appear once per GPU: in a filtered output without `GPU` lines, a
@@ -106,6 +113,31 @@ fn enabled(v: &str) -> Option<bool> {
     }
 }
 
+/// Fields `nvidia-smi -q` prints once per GPU at a given path (the ones gdrdoctor reads and the
+/// GPU's identity).
+const ONCE_PER_GPU: [&str; 20] = [
+    "Product Name",
+    "GPU UUID",
+    "Serial Number",
+    "Minor Number",
+    "VBIOS Version",
+    "Bus Id",
+    "Persistence Mode",
+    "Max",
+    "Current",
+    "Total",
+    "State",
+    "Status",
+    "CliqueId",
+    "ClusterUUID",
+    "GPU C2C Mode",
+    "Correctable Error",
+    "Uncorrectable Error",
+    "Pending",
+    "Remapping Failure Occurred",
+    "Attached GPUs",
+];
+
 pub fn parse(lines: &[Line]) -> SmiQ {
     let mut q = SmiQ::default();
     let mut stack: Vec<(usize, String)> = Vec::new();
@@ -161,6 +193,31 @@ pub fn parse(lines: &[Line]) -> SmiQ {
             continue;
         }
         let path: Vec<&str> = stack.iter().map(|(_, s)| s.as_str()).collect();
+        if let Some(g) = q
+            .gpus
+            .last_mut()
+            .filter(|g| !g.anonymous && g.merged.is_none())
+        {
+            // nvidia-smi prints every field once per GPU: a second one, or the PCI section's
+            // bus id of another GPU, means the next GPU's header line is missing.
+            let full = format!("{}/{k}", path.join("/"));
+            // Only fields nvidia-smi prints once per GPU: lists (processes, supported clocks,
+            // MIG devices) repeat theirs.
+            let listed = path
+                .iter()
+                .any(|p| p.contains("Process") || p.contains("Clocks") || p.contains("MIG"));
+            if ONCE_PER_GPU.contains(&k) && !listed && !g.seen.insert(full.clone()) {
+                g.merged = Some(format!(
+                    "`{full}` printed twice in the section of {} (line {}): the next GPU's `GPU ...` header line is missing",
+                    g.bdf, l.no
+                ));
+            } else if k == "Bus Id" && bus_id(v).is_some_and(|b| b != g.bdf) {
+                g.merged = Some(format!(
+                    "the section of {} shows `Bus Id : {v}` (line {}): another GPU's lines, its `GPU ...` header line missing",
+                    g.bdf, l.no
+                ));
+            }
+        }
         match (k, q.gpus.last_mut()) {
             ("Driver Version", _) if path.is_empty() => {
                 if super::kernel::driver_version_cut(v) {
@@ -228,7 +285,16 @@ pub fn parse(lines: &[Line]) -> SmiQ {
 
 /// An `nvidia-smi -q` block.
 pub fn block(b: &mut Block, raw: &RawBlock) -> SmiQ {
-    let q = parse(&raw.lines);
+    let mut q = parse(&raw.lines);
+    // A section that holds two GPUs' lines: neither's facts can be trusted (the review of
+    // 2026-12-07: one lost header turned a GPU's fabric state `in-progress` into the other's
+    // `completed`, a pass, and pinned its x8 link on the wrong GPU).
+    for g in q.gpus.iter().filter(|g| g.merged.is_some()) {
+        if let Some(why) = &g.merged {
+            b.problems.push(format!("{why}: not used"));
+        }
+    }
+    q.gpus.retain(|g| g.merged.is_none());
     let mut notes = Vec::new();
     for g in &q.gpus {
         if let (Some(c), Some(p)) = (g.ecc_current, g.ecc_pending) {
@@ -390,6 +456,36 @@ mod tests {
             (Some(81559), Some(131072))
         );
         assert_eq!(g.remap_pending, Some(false));
+    }
+
+    #[test]
+    fn a_lost_gpu_header_marks_the_merged_section() {
+        let gpu = |b: &str, state: &str| {
+            format!("GPU 00000000:{b}:00.0\n    Product Name                  : NVIDIA H100\n    PCI\n        Bus Id                    : 00000000:{b}:00.0\n    Fabric\n        State                     : {state}\n        Status                    : Success\n")
+        };
+        let t = format!(
+            "Driver Version : 580.159.04\n{}{}",
+            gpu("18", "In Progress"),
+            gpu("2A", "Completed")
+        );
+        let q = parse(&clean(&t).lines);
+        assert_eq!(q.gpus.len(), 2);
+        assert!(q.gpus.iter().all(|g| g.merged.is_none()), "{q:?}");
+        // The second header lost: the first section shows two Product Names and another Bus Id.
+        let lost = t.replace("GPU 00000000:2A:00.0\n", "");
+        let q = parse(&clean(&lost).lines);
+        assert_eq!(q.gpus.len(), 1);
+        assert!(
+            q.gpus[0]
+                .merged
+                .as_deref()
+                .is_some_and(|w| w.contains("twice")),
+            "{q:?}"
+        );
+        // A list that repeats its fields (processes) is not a merge.
+        let procs = format!("{}    Processes\n        Process ID : 1\n            Name : a\n        Process ID : 2\n            Name : b\n", gpu("18", "Completed"));
+        let q = parse(&clean(&procs).lines);
+        assert!(q.gpus[0].merged.is_none(), "{q:?}");
     }
 
     #[test]
