@@ -328,6 +328,9 @@ pub fn ports(node: &Node) -> Vec<Finding> {
             }
         };
         let any_active = ports.iter().any(|p| p.state_name() == Some("ACTIVE"));
+        // mlx5 makes each port of a dual-port card its own device, one PCI function each: the
+        // card's other port is an active port of a sibling function (same bus and device).
+        let sibling_active = sibling_with_active_port(devs, d);
         if ports.is_empty() {
             out.push(
                 Finding::new(ID, Status::Fail, &d.name, "device has no ports")
@@ -370,7 +373,15 @@ pub fn ports(node: &Node) -> Vec<Finding> {
                     .evidence(src, observed)
                     .fix("read the port's `link_layer` again (`cat /sys/class/infiniband/<dev>/ports/<n>/link_layer`, `ibv_devinfo -d <dev>`); a snapshot with a damaged file needs a new capture"),
                 );
-            } else if state == "ACTIVE" && matches!(phys, Some("LinkUp")) {
+            } else if state == "ACTIVE" && matches!(phys, Some("LinkUp") | None) {
+                // ACTIVE is reached only over a link that is up (LinkUp is the physical state
+                // it needs), so a paste without `phys_state` (plain `ibv_devinfo`) still shows
+                // an up port; the evidence says which was read.
+                let observed = if phys.is_none() {
+                    format!("{observed} (phys_state not shown: ACTIVE implies LinkUp)")
+                } else {
+                    observed
+                };
                 out.push(
                     Finding::new(
                         ID,
@@ -396,6 +407,8 @@ pub fn ports(node: &Node) -> Vec<Finding> {
             } else {
                 let status = if any_active {
                     Status::Skip
+                } else if sibling_active.is_some() {
+                    Status::Warn
                 } else {
                     Status::Fail
                 };
@@ -403,6 +416,10 @@ pub fn ports(node: &Node) -> Vec<Finding> {
                     format!(
                         "port is {state}; another port of {} is active, NCCL uses that one and skips this (an unused port?)",
                         d.name
+                    )
+                } else if let Some(s) = &sibling_active {
+                    format!(
+                        "port is {state}; the card's other port ({s}, a function of the same pci device) is active: NCCL uses that one and skips this (the unused second port of a dual-port card?)"
                     )
                 } else {
                     format!(
@@ -419,6 +436,27 @@ pub fn ports(node: &Node) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// An RDMA device with an ACTIVE port on another function of `d`'s PCI device (`0000:5e:00.1`
+/// for `0000:5e:00.0`): the other port of a dual-port card, which mlx5 lists as its own device.
+fn sibling_with_active_port(
+    devs: &[crate::model::RdmaDevice],
+    d: &crate::model::RdmaDevice,
+) -> Option<String> {
+    let slot = |x: &crate::model::RdmaDevice| -> Option<String> {
+        let b = x.pci_bdf.get()?.as_ref()?;
+        Some(b.rsplit_once('.')?.0.to_string())
+    };
+    let mine = slot(d)?;
+    devs.iter()
+        .filter(|o| o.name != d.name && slot(o).as_deref() == Some(mine.as_str()))
+        .find(|o| {
+            o.ports
+                .get()
+                .is_some_and(|ps| ps.iter().any(|p| p.state_name() == Some("ACTIVE")))
+        })
+        .map(|o| o.name.clone())
 }
 
 /// The model key for grouping: `hca_type` (`MT4129`). Without it (unreadable, damaged), the
@@ -577,6 +615,34 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::testing::*;
+
+    #[test]
+    fn an_active_port_without_phys_state_passes_and_a_dual_port_cards_idle_port_warns() {
+        // Plain `ibv_devinfo` shows no phys_state: ACTIVE implies LinkUp.
+        let mut d = rdma("mlx5_0", "0000:5e:00.0", "4: ACTIVE");
+        if let Fact::Known { value, .. } = &mut d.ports {
+            value[0].phys_state = Fact::absent("ibv_devinfo", "not shown");
+        }
+        let mut down = rdma("mlx5_1", "0000:5e:00.1", "1: DOWN");
+        if let Fact::Known { value, .. } = &mut down.ports {
+            value[0].phys_state = Fact::known("3: Disabled".into(), "test");
+        }
+        let n = with(empty_node(), vec![], vec![d.clone(), down.clone()]);
+        let f = ports(&n);
+        let up = f.iter().find(|x| x.subject == "mlx5_0/1").unwrap();
+        assert_eq!(up.status, Status::Pass, "{up:?}");
+        assert!(up.evidence[0].observed.contains("ACTIVE implies LinkUp"));
+        // The card's other function is active: the idle port is a warning, not a failure.
+        let idle = f.iter().find(|x| x.subject == "mlx5_1/1").unwrap();
+        assert_eq!(idle.status, Status::Warn, "{idle:?}");
+        assert!(idle.message.contains("mlx5_0"), "{}", idle.message);
+        // On another card it fails as before.
+        let mut other = down.clone();
+        other.pci_bdf = Fact::known(Some("0000:6e:00.1".into()), "test");
+        let f = ports(&with(empty_node(), vec![], vec![d, other]));
+        let idle = f.iter().find(|x| x.subject == "mlx5_1/1").unwrap();
+        assert_eq!(idle.status, Status::Fail, "{idle:?}");
+    }
 
     #[test]
     fn devices_pass_with_their_pci_address_none_fails_naming_the_driver() {
