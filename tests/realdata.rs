@@ -320,6 +320,16 @@ fn nic_distance_agrees_with_an_undecided_pxn() {
         "{}",
         f.message
     );
+    // The peer GPU the note names is the one the per-pair table names for the nearest NIC
+    // (the first NIC's note named GPU1, mlx5_0's peer, for GPU4, whose nearest is mlx5_2).
+    for g in ["GPU4", "GPU5", "GPU6"] {
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.id == "topo.nic-distance" && f.subject == g)
+            .unwrap();
+        assert!(!f.message.contains("through GPU1"), "{g}: {}", f.message);
+    }
 }
 
 /// ibstat that ended with `ibpanic: ... stat of IB device 'mlx5_8' failed`: the listing is not

@@ -674,16 +674,17 @@ pub fn excerpt(command: Option<&str>, devs: &[LspciDevice]) -> Option<String> {
             }
             filter.map(|f| format!("`{c}` shows only the lines `{f}` kept"))
         }
-        None => (!devs.is_empty()
-            && !devs
-                .iter()
-                .any(|d| d.class.is_some_and(|c| c >> 16 == 0x06)))
-        .then(|| {
-            format!(
-                "no command shown and no bridge among its {} function(s): not the whole bus (an excerpt, or a virtual machine's passed-through devices)",
-                devs.len()
-            )
-        }),
+        // A whole bus starts at function 0 of device 0 of bus 0 (the host bridge on x86, the
+        // first root port on arm64); a bridge elsewhere does not make a listing whole (the
+        // review of 2026-12-07: a root port and its NIC read as "no nvidia gpu on the bus").
+        None => (!devs.is_empty() && !devs.iter().any(|d| d.bdf.ends_with(":00:00.0"))).then(
+            || {
+                format!(
+                    "no command shown and no function at 00:00.0 among its {} function(s): not the whole bus (an excerpt, or a virtual machine's passed-through devices)",
+                    devs.len()
+                )
+            },
+        ),
     }
 }
 

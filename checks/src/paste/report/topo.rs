@@ -152,8 +152,11 @@ impl<'a> TopoBlock<'a> {
             ))
             .expected(lab, listing, format!("a nic within {threshold}"))
             .fix("PXN keeps GDR but adds an NVLink hop and shares the peer's NIC; for a NIC of its own move one under this GPU's PCIe switch")
-        } else if let Some(why) = row
-            .iter()
+        } else if let Some(why) = best
+            .into_iter()
+            .chain(row.iter().copied())
+            // The nearest NIC's own note first: another NIC's names another peer GPU (the
+            // review of 2026-12-07: GPU4's note named GPU1, mlx5_0's peer, beside mlx5_2).
             .find_map(|x| x.unknown.iter().find(|u| u.contains("(PXN)")).cloned())
         {
             // Whether a peer GPU carries it over NVLink is undecided: the GDR table
