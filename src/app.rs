@@ -146,6 +146,34 @@ pub enum Command {
 mod tests {
     use super::*;
 
+    /// Every example line of every command's help fits the 100 columns clap wraps help at
+    /// (with its two-space indent): a wrapped one, copied, runs as two commands (the review
+    /// of 2026-12-07 found `fleet ... -o` with its path on the next line).
+    #[test]
+    fn every_help_example_fits_on_one_line() {
+        fn walk(cmd: &clap::Command, path: &str, long: &mut Vec<String>) {
+            for help in [cmd.get_after_help(), cmd.get_after_long_help()]
+                .into_iter()
+                .flatten()
+            {
+                for line in help.to_string().lines() {
+                    if line.trim_start().starts_with("gdrdoctor ") || line.contains("| gdrdoctor") {
+                        let width = line.chars().count() + usize::from(!line.starts_with("  ")) * 2;
+                        if width > 99 {
+                            long.push(format!("{path}: {width}: {line}"));
+                        }
+                    }
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), long);
+            }
+        }
+        let mut long = Vec::new();
+        walk(&compact_help(Cli::command()), "gdrdoctor", &mut long);
+        assert!(long.is_empty(), "{long:#?}");
+    }
+
     #[test]
     fn every_probe_option_fits_in_one_command_line() {
         // clap's own consistency checks (unique ids and groups, valid defaults) over the

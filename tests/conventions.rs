@@ -426,3 +426,34 @@ fn every_help_fits_100_columns() {
         }
     }
 }
+
+/// The README's sample output is what the binary prints for the snapshot it names: every line
+/// of the sample is a line of `check --sysroot fixtures/nodes/h200-vm-live.tar.gz`, and the
+/// line count it states is the output's (the review of 2026-12-07 found 58 stated, 84 printed).
+#[test]
+fn the_readme_sample_is_what_the_binary_prints() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let at = readme
+        .find("11 of its ")
+        .expect("the README's sample paragraph");
+    let stated: usize = readme[at + "11 of its ".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a line count");
+    let block = &readme[at..];
+    let start = block.find("```\n").unwrap() + 4;
+    let end = start + block[start..].find("```").unwrap();
+    let sample: Vec<&str> = block[start..end].lines().collect();
+    let fixture = repo().join("fixtures/nodes/h200-vm-live.tar.gz");
+    let (code, out, err) = run(&["check", "--sysroot", fixture.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    let printed: Vec<&str> = out.lines().map(str::trim_end).collect();
+    assert_eq!(printed.len(), stated, "README says {stated} lines:\n{out}");
+    for l in sample {
+        assert!(
+            printed.contains(&l.trim_end()),
+            "README sample line not printed: {l:?}\n{out}"
+        );
+    }
+}

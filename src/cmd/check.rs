@@ -23,7 +23,7 @@ use std::path::PathBuf;
     "  gdrdoctor check --interval 10s --only counters    # is a link flapping right now?\n",
     "  gdrdoctor check --only kernel,roce                # Xids since boot, RoCE addressing\n",
     "  gdrdoctor check --policy site.toml                # also judge against the site policy\n",
-    "  gdrdoctor check --format oneline                  # one line < 80 chars (NHC, node-problem-detector)\n",
+    "  gdrdoctor check --format oneline                  # < 80 chars: NHC, node-problem-detector\n",
     "  gdrdoctor check --in-container --compare-host host.json   # inside the job's pod\n",
     "  GDRDOCTOR_TRACE=1 gdrdoctor check                 # where the time goes, per phase\n\n",
     "CUDA's answers (cuInit and device attributes; never a context) are kept for the rest of \

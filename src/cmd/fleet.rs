@@ -23,7 +23,7 @@ from the majority, the odd nodes are named. A field with no majority value is sh
     "  srun -N64 --ntasks-per-node=1 --output='reports/%N.json' gdrdoctor check -f json\n",
     "  gdrdoctor fleet reports/\n",
     "  srun -N64 --ntasks-per-node=1 --label gdrdoctor check -f json | gdrdoctor fleet -\n",
-    "  gdrdoctor fleet reports/ -f prometheus -o /var/lib/node_exporter/textfile_collector/gdrdoctor_fleet.prom\n",
+    "  gdrdoctor fleet reports/ -f prometheus -o $TEXTFILE_DIR/gdrdoctor_fleet.prom   # node_exporter\n",
     "  gdrdoctor fleet reports/ --ignore env.,pci. --allow-drift\n",
     "  srun -N64 --ntasks-per-node=1 --output='svgs/%N.svg' gdrdoctor topo --format svg\n",
     "  gdrdoctor fleet reports/ -f html --svg-dir svgs/ -o fleet.html   # open in a browser\n\n",

@@ -104,8 +104,8 @@ pub static PROBES: &[ProbeDef] = &[
         name: "nccl",
         findings: tables::NCCL,
         examples: &[
-            "gdrdoctor probe --nccl                    # ask NCCL itself: its transports and GDR use vs gdrdoctor's prediction",
-            "gdrdoctor probe --nccl --nccl-lib /opt/app/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+            "gdrdoctor probe --nccl                    # NCCL's own transports and GDR use, vs the prediction",
+            "gdrdoctor probe --nccl --nccl-lib $VENV/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
         ],
         args: nccl::Args::augment_args,
         plan: nccl::plan,
