@@ -180,8 +180,40 @@ fn is_dmesg(t: &str) -> bool {
     is_dmesg_core(s)
 }
 
+/// `2025-02-10T16:28:06,502716+00:00`: `dmesg --time-format iso`'s stamp (a comma before the
+/// microseconds, then the zone), at the start of `t`.
+fn dmesg_iso_stamp(t: &str) -> bool {
+    let b = t.as_bytes();
+    b.len() > 32
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+        && b[19] == b','
+        && b[20..26].iter().all(u8::is_ascii_digit)
+        && matches!(b[26], b'+' | b'-')
+}
+
+/// A `/dev/kmsg` record as read raw: `6,3973,227996636,-;message` (level/facility, sequence,
+/// microseconds, flags).
+fn is_kmsg_record(t: &str) -> bool {
+    let Some((head, _)) = t.split_once(';') else {
+        return false;
+    };
+    let f: Vec<&str> = head.split(',').collect();
+    f.len() >= 4
+        && f[..3]
+            .iter()
+            .all(|x| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit()))
+}
+
 fn is_dmesg_core(t: &str) -> bool {
     let s = t.trim_start();
+    if dmesg_iso_stamp(s) || is_kmsg_record(s) {
+        return true;
+    }
     if let Some(r) = s.strip_prefix('[') {
         // `[ 1234.567890] ...` or `[Fri Feb 12 11:47:20 2021] ...`
         if let Some((inner, _)) = r.split_once(']') {
@@ -451,4 +483,22 @@ pub fn classify(text: &str) -> Class {
         return Class::Indented;
     }
     Class::Other
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dmesg_iso_and_raw_kmsg_lines_are_kernel_log_lines() {
+        for l in [
+            "kern  :err   : 2025-02-10T16:28:06,502716+00:00 NVRM: Xid (PCI:0000:9b:00): 79, pid=1",
+            "2025-02-10T16:28:06,502716+00:00 NVRM: Xid (PCI:0000:9b:00): 79, pid=1",
+            "6,3973,227996636,-;NVRM: Xid (PCI:0000:9b:00): 79, pid=1",
+        ] {
+            assert!(is_dmesg(l), "{l}");
+        }
+        assert!(!is_dmesg("1,2,3 and then; text"));
+        assert!(!is_dmesg("2025-02-10 16:28:06 something"));
+    }
 }
