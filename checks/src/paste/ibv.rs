@@ -67,21 +67,31 @@ fn mark_cut(out: &mut [IbDevice]) {
     }
 }
 
-/// A device listed twice, or a port listed twice in one device: the tool prints each once, so
-/// the paste lost or repeated a header line, and which lines belong to which device cannot be
-/// told (the review of 2026-12-07: a repeated `CA 'mlx5_10'` line dropped its DOWN port and a
-/// deleted one gave mlx5_1 two `Port 1:` sections and another device's firmware). One device
-/// is kept per name, marked unreadable with the reason; nothing of it is judged.
+/// A device header with nothing under it before the same device again (a repeated header
+/// line), or a port listed twice in one device (another device's header line lost): which
+/// lines belong to which device cannot be told (the review of 2026-12-07: a repeated `CA
+/// 'mlx5_10'` line left an empty first copy that hid the DOWN port of the second; a deleted one
+/// gave mlx5_1 two `Port 1:` sections and another device's firmware). The device is kept once,
+/// marked unreadable with the reason; nothing of it is judged. Two full copies of a device
+/// (two hosts' outputs in one paste) are left to the reader of the node, which compares them.
 fn mark_duplicates(out: &mut Vec<IbDevice>) {
+    let empty = |d: &IbDevice| {
+        d.ports.is_empty() && d.fw_ver.is_none() && d.hca_type.is_none() && d.failed.is_none()
+    };
     let mut kept: Vec<IbDevice> = Vec::with_capacity(out.len());
     for d in out.drain(..) {
-        match kept.iter_mut().find(|k| k.name == d.name) {
+        let twin = kept
+            .iter_mut()
+            .rev()
+            .find(|k| k.name == d.name)
+            .filter(|k| empty(k) || empty(&d));
+        match twin {
             Some(k) => {
                 let why = format!(
-                    "the paste lists {} twice (lines {} and {}): a header line was repeated or another device's was lost, so its lines cannot be told apart",
+                    "the paste shows {} twice (lines {} and {}), one copy with nothing under it: a header line was repeated, so its lines cannot be told apart",
                     d.name, k.line, d.line
                 );
-                k.failed.get_or_insert(why);
+                k.failed = Some(why);
             }
             None => kept.push(d),
         }
