@@ -910,3 +910,66 @@ fn many_ranks_rendezvous_and_roll_up_in_time() {
     );
     assert!(took < Duration::from_secs(60), "{n} ranks took {took:?}");
 }
+
+/// `preflight --sysroot 'captures/node-{rank}.tar.gz'` (the help's rehearsal) judges the
+/// captures, not this machine: without `--nccl-lib` only the check stage runs, every rank is
+/// named by its capture, the healthy one is kept and the broken one taken out (it took out the
+/// healthy capture too, for this machine's missing libnccl.so.2, and named both ranks "vm").
+#[test]
+fn a_rehearsal_on_captures_judges_the_captures_and_names_them() {
+    let d = tempfile::tempdir().unwrap();
+    let caps = d.path().join("captures");
+    std::fs::create_dir(&caps).unwrap();
+    std::fs::copy(
+        common::nodes::archive("hgx-h200x8-cx7x8-healthy"),
+        caps.join("node-0.tar.gz"),
+    )
+    .unwrap();
+    std::fs::copy(
+        common::nodes::archive("hgx-h200x8-cx7x8-no-peermem"),
+        caps.join("node-1.tar.gz"),
+    )
+    .unwrap();
+    let key = d.path().join("k");
+    std::fs::write(&key, "c2VjcmV0LWtleS1mb3ItdGhlLXJlaGVhcnNhbC10ZXN0Cg==\n").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let port = free_port().to_string();
+    let pattern = caps.join("node-{rank}.tar.gz");
+    let rank = |r: &str| {
+        let mut c = Command::new(bin());
+        c.args(["preflight", "--rank", r, "--world", "2"])
+            .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+            .args(["--secret-file", key.to_str().unwrap()])
+            .args(["--sysroot", pattern.to_str().unwrap()])
+            .args(["--timeout", "30", "--format", "json"])
+            .env("PATH", "/nonexistent")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let one = rank("1");
+    let zero = rank("0");
+    let z = zero.wait_with_output().unwrap();
+    let o = one.wait_with_output().unwrap();
+    assert_eq!(
+        z.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&z.stderr)
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let a: Value = serde_json::from_slice(&z.stdout).unwrap();
+    assert_eq!(
+        take_out(&a)
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>(),
+        ["node-1"],
+        "{a:#}"
+    );
+    assert!(
+        String::from_utf8_lossy(&z.stderr).contains("only the check stage runs"),
+        "{}",
+        String::from_utf8_lossy(&z.stderr)
+    );
+}

@@ -188,8 +188,19 @@ pub fn run(args: &Args) -> i32 {
             return fail(format!("{name} {v} is not a fraction between 0 and 1"));
         }
     }
-    let nccl = args.stages.contains(&StageArg::Nccl);
-    let pairs = args.stages.contains(&StageArg::Pairs);
+    // A rehearsal on captures (`--sysroot`) has no nodes to run NCCL on: NCCL would run on
+    // this machine's GPUs and judge them, not the captures (the review of 2026-12-07: a
+    // healthy capture was taken out because the rehearsal machine had no libnccl.so.2). Only
+    // the check stage runs, and the answer says so; naming an NCCL (`--nccl-lib`, e.g. a
+    // stand-in) runs the other stages against it on purpose.
+    let rehearsal = args.sysroot.is_some() && args.nccl_lib.is_none();
+    if rehearsal && args.stages.iter().any(|s| *s != StageArg::Check) {
+        eprintln!(
+            "gdrdoctor preflight: --sysroot rehearses on captures: only the check stage runs (nccl and pairs need the nodes themselves, or an NCCL named with --nccl-lib)"
+        );
+    }
+    let nccl = !rehearsal && args.stages.contains(&StageArg::Nccl);
+    let pairs = !rehearsal && args.stages.contains(&StageArg::Pairs);
     if pairs && !nccl {
         return fail("--stages pairs needs nccl (the pairs run inside the network-only NCCL run)");
     }
@@ -218,6 +229,19 @@ pub fn run(args: &Args) -> i32 {
         id.node = n.replace("{rank}", &rank_s);
     } else if let Some(n) = id.expected_nodes.get(id.rank as usize) {
         id.node = n.clone();
+    } else if let Some(s) = &args.sysroot {
+        // A rehearsal: the rank's capture names its node (this machine's name would name every
+        // rank alike: "take out 2: vm, vm").
+        let path = s.replace("{rank}", &rank_s);
+        let file = Path::new(&path)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or(path.clone());
+        id.node = file
+            .strip_suffix(".tar.gz")
+            .or_else(|| file.strip_suffix(".tgz"))
+            .unwrap_or(&file)
+            .to_string();
     }
     let (_, port) = match engine::split_addr(&id.rendezvous) {
         Ok(x) => x,
