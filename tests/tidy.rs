@@ -91,3 +91,30 @@ fn every_fixture_is_documented() {
         );
     }
 }
+
+/// `list --format json` names every id the table lists and every page in docs/checks/ (it gave
+/// the 50 checks of the registry and left out the probes', watch's, diagnose's, preflight's
+/// and the policy's findings, which `explain` and the table cover).
+#[test]
+fn the_json_list_names_every_documented_id() {
+    let (code, out, _) = run(&["list", "--format", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ids: std::collections::BTreeSet<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["id"].as_str().unwrap().to_string())
+        .collect();
+    let pages: std::collections::BTreeSet<String> = std::fs::read_dir(repo().join("docs/checks"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".md"))
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(ids, pages);
+}

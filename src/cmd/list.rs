@@ -89,10 +89,16 @@ pub fn run(args: &Args) -> i32 {
             s
         }
         ListFormat::Json => {
-            let v: Vec<_> = CHECKS
+            // Every id the table lists: the checks with their category, then the findings of
+            // the policy, the probes, watch, diagnose and preflight with their source.
+            let mut v: Vec<_> = CHECKS
                 .iter()
-                .map(|c| serde_json::json!({"id": c.id, "category": c.category(), "title": c.title, "docs": format!("docs/checks/{}.md", c.id)}))
+                .map(|c| serde_json::json!({"id": c.id, "category": c.category(), "source": "check", "title": c.title, "docs": format!("docs/checks/{}.md", c.id)}))
                 .collect();
+            for (source, id, title) in other_findings() {
+                let category = id.split('.').next().unwrap_or(id);
+                v.push(serde_json::json!({"id": id, "category": category, "source": source, "title": title, "docs": format!("docs/checks/{id}.md")}));
+            }
             format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())
         }
         ListFormat::Markdown => markdown_list(),
@@ -116,10 +122,46 @@ pub fn markdown_list() -> String {
             c.title
         ));
     }
-    s.push_str("\n## Policy findings\n\n`gdrdoctor check --policy FILE` adds these (see [the fleet guide](guides/fleet.md)).\n\n| id | verifies |\n|---|---|\n");
-    for f in gdrdoctor_checks::policy::FINDINGS {
-        let (id, title) = (f.id, f.title);
-        s.push_str(&format!("| [`{id}`](checks/{id}.md) | {title} |\n"));
+    let sections = [
+        ("policy", "## Policy findings\n\n`gdrdoctor check --policy FILE` adds these (see [the fleet guide](guides/fleet.md))."),
+        ("probe", "## Probe findings\n\n`gdrdoctor probe` reports these, one family per probe."),
+        ("watch", "## Watch findings\n\n`gdrdoctor watch` reports these about your own instrumented kernels."),
+        ("diagnose", "## Diagnose findings\n\n`gdrdoctor diagnose` adds these to the checks it runs on pasted output."),
+        ("preflight", "## Preflight findings\n\n`gdrdoctor preflight` reports these about the job's nodes."),
+    ];
+    let all = other_findings();
+    for (source, head) in sections {
+        s.push_str(&format!("\n{head}\n\n| id | verifies |\n|---|---|\n"));
+        for (_, id, title) in all.iter().filter(|(s, _, _)| *s == source) {
+            s.push_str(&format!("| [`{id}`](checks/{id}.md) | {title} |\n"));
+        }
     }
     s
+}
+
+/// The findings beside the checks, as the table lists them: (source, id, title).
+fn other_findings() -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut v: Vec<(&'static str, &'static str, &'static str)> = Vec::new();
+    v.extend(
+        gdrdoctor_checks::policy::FINDINGS
+            .iter()
+            .map(|f| ("policy", f.id, f.title)),
+    );
+    v.extend(crate::probe::finding_defs().map(|f| ("probe", f.id, f.title)));
+    v.extend(
+        gdrdoctor_checks::watch::FINDINGS
+            .iter()
+            .map(|f| ("watch", f.id, f.title)),
+    );
+    v.extend(
+        gdrdoctor_checks::paste::findings::FINDINGS
+            .iter()
+            .map(|f| ("diagnose", f.id, f.title)),
+    );
+    v.extend(
+        gdrdoctor_checks::preflight::FINDINGS
+            .iter()
+            .map(|f| ("preflight", f.id, f.title)),
+    );
+    v
 }
