@@ -197,6 +197,25 @@ fn failure_lines_map_to_their_findings() {
         .find(|f| f.id == "nccl.ib-completion")
         .unwrap();
     assert!(f.remediation.as_deref().unwrap().contains("ACS"));
+    // Both hosts' `error 4` lines: one finding each, named by its host, with its own lines
+    // (it was one finding named after H100-2, holding H100-1's line too).
+    let per_host: Vec<(&str, bool)> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "nccl.ib-completion")
+        .map(|f| {
+            let own = f
+                .evidence
+                .iter()
+                .all(|e| e.observed.starts_with(&format!("{}:", f.subject)));
+            (f.subject.as_str(), own)
+        })
+        .collect();
+    assert_eq!(
+        per_host,
+        [("H100-2", true), ("H100-1", true)],
+        "{per_host:?}"
+    );
     assert_eq!(
         log_of("nccl-1283-ray-prefix-cuda-invalid.log").hosts,
         vec!["n176-080-198"]

@@ -243,24 +243,39 @@ pub fn nccl_failures(p: &Paste) -> Vec<Finding> {
         kinds.sort();
         kinds.dedup();
         for k in kinds {
-            let all: Vec<&super::nccl::Failure> =
-                log.failures.iter().filter(|f| f.kind == k).collect();
-            let Some(first) = all.first() else { continue };
-            let (msg, fix) = failure_text(k, first);
-            let mut f = Finding::new(
-                k.id(),
-                Status::Fail,
-                first.origin.host.clone().unwrap_or_else(|| "log".into()),
-                if all.len() > 1 {
-                    format!("{msg} ({} lines)", all.len())
-                } else {
-                    msg
-                },
-            );
-            for x in all.iter().take(3) {
-                f = f.evidence(format!("{lab} line {}", x.origin.line), x.text.clone());
+            // One finding per host, in the order the log names them: a job's log holds every
+            // rank's lines, and whoever drains nodes by a finding's subject must get each host
+            // (the review of 2026-12-07: two hosts' `error 4` lines were one finding named after
+            // the first host).
+            let mut hosts: Vec<Option<String>> = Vec::new();
+            for x in log.failures.iter().filter(|f| f.kind == k) {
+                if !hosts.contains(&x.origin.host) {
+                    hosts.push(x.origin.host.clone());
+                }
             }
-            out.push(f.fix(fix));
+            for h in hosts {
+                let all: Vec<&super::nccl::Failure> = log
+                    .failures
+                    .iter()
+                    .filter(|f| f.kind == k && f.origin.host == h)
+                    .collect();
+                let Some(first) = all.first() else { continue };
+                let (msg, fix) = failure_text(k, first);
+                let mut f = Finding::new(
+                    k.id(),
+                    Status::Fail,
+                    h.clone().unwrap_or_else(|| "log".into()),
+                    if all.len() > 1 {
+                        format!("{msg} ({} lines)", all.len())
+                    } else {
+                        msg
+                    },
+                );
+                for x in all.iter().take(3) {
+                    f = f.evidence(format!("{lab} line {}", x.origin.line), x.text.clone());
+                }
+                out.push(f.fix(fix));
+            }
         }
     }
     out
