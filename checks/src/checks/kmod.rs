@@ -39,6 +39,36 @@ fn peermem_failures(node: &Node) -> (Vec<(String, &str)>, String) {
     }
 }
 
+/// The fix for a peer-memory module that could not load, fitted to what the evidence shows
+/// (the review of 2026-12-07: the legacy nv_peer_mem failing on a 3.10 kernel was told to
+/// switch to dma-buf, which needs 5.12, and nothing about rebuilding nv_peer_mem).
+fn failed_load_fix(node: &Node, mods: &[&str], lines: &[&str]) -> String {
+    let mut fix = String::new();
+    if mods.contains(&"nv_peer_mem") {
+        fix.push_str("nv_peer_mem (the legacy module) was built against another ib_core than the one running: rebuild it against the installed MOFED (`dkms autoinstall`, or nv_peer_memory's `build_module.sh` and reinstall), or on NVIDIA driver >= 470 remove it and use the driver's own `modprobe nvidia-peermem`; ");
+    } else {
+        fix.push_str("`modprobe nvidia-peermem` after fixing ib_core; ");
+    }
+    fix.push_str("`Unknown symbol ib_register_peer_memory_client` means the running ib_core has no peer-memory API (the distribution's inbox one): install MOFED/DOCA-OFED before the NVIDIA driver (or its peer-memory module) and rebuild or reinstall it");
+    // The running kernel: the node's, else the one in a module path the failure lines show
+    // (`/lib/modules/3.10.0-1127.el7.x86_64/extra/nv_peer_mem.ko`).
+    let from_lines = lines.iter().find_map(|l| {
+        let r = l.split("/lib/modules/").nth(1)?;
+        Some(r.split('/').next()?.to_string())
+    });
+    let old_kernel = node
+        .kernel_release
+        .get()
+        .cloned()
+        .or(from_lines)
+        .and_then(|r| crate::parse::kernel_version(&r))
+        .is_some_and(|(a, b, _)| (a, b) < crate::derive::DMABUF_MIN_KERNEL);
+    if !old_kernel {
+        fix.push_str("; or switch to dma-buf (open kernel modules, kernel >= 5.12)");
+    }
+    fix
+}
+
 pub fn nvidia_peermem(node: &Node) -> Vec<Finding> {
     const ID: &str = "kmod.nvidia-peermem";
     const FIX: &str = "`modprobe nvidia-peermem` (persist with `echo nvidia-peermem > /etc/modules-load.d/nvidia-peermem.conf`); if modprobe says `Invalid argument` or `Unknown symbol ib_register_peer_memory_client`, the running ib_core has no peer-memory API: install MOFED/DOCA-OFED before the NVIDIA driver and reinstall the driver, or switch to dma-buf (open kernel modules, kernel >= 5.12)";
@@ -76,7 +106,8 @@ pub fn nvidia_peermem(node: &Node) -> Vec<Finding> {
         for (_, l) in failed.iter().take(4) {
             f = f.evidence(log_src.clone(), l.trim().to_string());
         }
-        f = with_evidence(f, &pm).fix(FIX);
+        let lines: Vec<&str> = failed.iter().map(|(_, l)| &l[..]).collect();
+        f = with_evidence(f, &pm).fix(failed_load_fix(node, &mods, &lines));
         for r in &db.reasons {
             f = f.evidence("dma-buf path", r.clone());
         }
@@ -239,6 +270,29 @@ pub fn dmabuf(node: &Node) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::testing::*;
+
+    #[test]
+    fn a_failed_load_gets_the_fix_its_module_and_kernel_allow() {
+        let mut n = empty_node();
+        let legacy = failed_load_fix(&n, &["nv_peer_mem"], &[]);
+        assert!(legacy.contains("rebuild it against"), "{legacy}");
+        assert!(
+            legacy.contains("dma-buf"),
+            "kernel unknown: dma-buf stays a way: {legacy}"
+        );
+        n.kernel_release = known("3.10.0-1127.19.1.el7.x86_64".into());
+        let old = failed_load_fix(&n, &["nv_peer_mem"], &[]);
+        assert!(!old.contains("dma-buf"), "{old}");
+        let from_path = failed_load_fix(
+            &empty_node(),
+            &["nvidia_peermem"],
+            &["insmod /lib/modules/4.18.0-305.el8.x86_64/extra/nvidia-peermem.ko"],
+        );
+        assert!(
+            !from_path.contains("dma-buf") && !from_path.contains("legacy"),
+            "{from_path}"
+        );
+    }
 
     fn proprietary(n: &mut Node) {
         n.nvidia.version_file = known(Some(
