@@ -20,16 +20,10 @@ const FIX_FM: &str = "install the Fabric Manager of the driver's exact version (
 /// Whether the node's GPUs hang off NVSwitches: NVSwitch functions on the PCI bus (10de, class
 /// 0x0680), NVLinks whose far end NVML calls a switch, or a GPU NVML places in a fabric.
 pub fn nvswitch_system(node: &Node) -> Option<bool> {
-    let pci = node.pci.get().map(|p| {
-        p.iter().any(|d| {
-            d.vendor_id.get() == Some(&0x10de) && d.class.get().is_some_and(|c| c >> 8 == 0x0680)
-        })
-    });
+    let pci = nvswitch_on_bus(node);
     let nvml = node.live.nvml.get().map(|n| {
         n.gpus.iter().any(|g| {
-            g.nvlinks
-                .iter()
-                .any(|l| l.active && l.remote_type.as_deref() == Some("switch"))
+            switch_links(g) > 0
                 || g.fabric
                     .as_ref()
                     .is_some_and(|f| f.state != "not-supported")
@@ -41,6 +35,24 @@ pub fn nvswitch_system(node: &Node) -> Option<bool> {
         (Some(false), None) => None,
         (None, None) => None,
     }
+}
+
+/// Whether an NVSwitch function (10de, class 0x0680) is on this PCI bus; `None` when the bus
+/// was not read.
+fn nvswitch_on_bus(node: &Node) -> Option<bool> {
+    node.pci.get().map(|p| {
+        p.iter().any(|d| {
+            d.vendor_id.get() == Some(&0x10de) && d.class.get().is_some_and(|c| c >> 8 == 0x0680)
+        })
+    })
+}
+
+/// A GPU's NVLinks that are active with a switch at the far end.
+fn switch_links(g: &crate::model::NvmlGpu) -> usize {
+    g.nvlinks
+        .iter()
+        .filter(|l| l.active && l.remote_type.as_deref() == Some("switch"))
+        .count()
 }
 
 /// `cuInit`'s 802, as the CUDA facts' absence records it.
@@ -84,27 +96,10 @@ fn fabric_up_elsewhere(node: &Node) -> Option<String> {
     }) {
         return None;
     }
-    let switch_on_bus = node.pci.get().is_none_or(|p| {
-        p.iter().any(|d| {
-            d.vendor_id.get() == Some(&0x10de) && d.class.get().is_some_and(|c| c >> 8 == 0x0680)
-        })
-    });
+    let switch_on_bus = nvswitch_on_bus(node) != Some(false);
     let cuda_up = matches!(node.live.cuda, Fact::Known { .. });
-    let links: usize = nvml
-        .gpus
-        .iter()
-        .map(|g| {
-            g.nvlinks
-                .iter()
-                .filter(|l| l.active && l.remote_type.as_deref() == Some("switch"))
-                .count()
-        })
-        .sum();
-    let every_gpu_linked = nvml.gpus.iter().all(|g| {
-        g.nvlinks
-            .iter()
-            .any(|l| l.active && l.remote_type.as_deref() == Some("switch"))
-    });
+    let links: usize = nvml.gpus.iter().map(switch_links).sum();
+    let every_gpu_linked = nvml.gpus.iter().all(|g| switch_links(g) > 0);
     (!switch_on_bus && cuda_up && every_gpu_linked).then(|| {
         format!("cuInit succeeded, {links} nvlinks active to nvswitch, no nvswitch on this pci bus")
     })
@@ -121,11 +116,7 @@ fn fabric_up_evidence(node: &Node) -> Vec<(String, String)> {
                 .map_or("fabric state not recorded".to_string(), |f| {
                     format!("fabric state {}, status {}", f.state, f.status)
                 });
-            let links = g
-                .nvlinks
-                .iter()
-                .filter(|l| l.active && l.remote_type.as_deref() == Some("switch"))
-                .count();
+            let links = switch_links(g);
             out.push((
                 node.live.nvml.source().to_string(),
                 format!("{}: {fab}; {links} nvlinks active to nvswitch", g.bdf),
