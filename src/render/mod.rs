@@ -7,6 +7,7 @@ pub mod diagnose_job;
 pub mod fleet;
 pub mod fleet_html;
 pub mod fleet_page;
+pub mod fold;
 pub mod grid;
 pub mod junit;
 pub mod markdown;

@@ -10,6 +10,7 @@
 //! gdr summary, evidence, help) are prose, wrapped at spaces with a hanging indent
 //! ([`super::wrap`]).
 
+use super::fold;
 use super::grid::{self, Column, Fit, Grid, Paint, Text};
 use super::wrap;
 use super::Style;
@@ -137,8 +138,10 @@ pub fn render_width(report: &Report, style: &Style, width: usize) -> String {
     out
 }
 
-/// One row per finding; a check whose findings all pass folds into one row (unless -v).
+/// One row per finding; a check whose findings all pass folds into one row, and so do its
+/// findings that are alike but for the device they name ([`super::fold`]); not with -v.
 fn rows(report: &Report, verbose: bool) -> Vec<Row> {
+    let masker = fold::Masker::new(report);
     let mut rows: Vec<Row> = Vec::new();
     let mut ids: Vec<&str> = Vec::new();
     for f in &report.findings {
@@ -168,12 +171,33 @@ fn rows(report: &Report, verbose: bool) -> Vec<Row> {
             });
             continue;
         }
-        for f in fs {
+        let groups = if verbose {
+            fs.iter().map(|f| vec![*f]).collect()
+        } else {
+            fold::findings(&fs, &masker)
+        };
+        for g in groups {
+            let f = g[0];
+            let (subject, message) = match g.len() {
+                1 => (f.subject.clone(), f.message.clone()),
+                n if g.iter().all(|x| x.message == f.message) => {
+                    (format!("{n} subjects"), f.message.clone())
+                }
+                n => (
+                    format!("{n} subjects"),
+                    format!(
+                        "{n} {} alike, e.g. {}: {}",
+                        f.status.as_str(),
+                        f.subject,
+                        f.message
+                    ),
+                ),
+            };
             rows.push(Row {
                 status: f.status,
                 id: f.id.clone(),
-                subject: f.subject.clone(),
-                message: f.message.clone(),
+                subject,
+                message,
             });
         }
     }
@@ -205,6 +229,10 @@ fn gdr_lines(report: &Report, style: &Style, width: usize, out: &mut String) {
     out.push_str(&wrap::hanging("", 0, 2, &line, max));
     let mut gpus: Vec<&str> = report.gdr.iter().map(|p| p.gpu.as_str()).collect();
     gpus.dedup();
+    let masker = fold::Masker::new(report);
+    // A reason already given for another GPU (alike but for the devices it names) is not
+    // written again: `as for <gpu>`.
+    let mut said: Vec<(String, &str)> = Vec::new();
     let mut rows: Vec<Vec<Text>> = Vec::new();
     for g in gpus {
         let pairs: Vec<_> = report.gdr.iter().filter(|p| p.gpu == g).collect();
@@ -219,12 +247,16 @@ fn gdr_lines(report: &Report, style: &Style, width: usize, out: &mut String) {
                 .min_by_key(|p| gdrdoctor_checks::topo::parse_level(&p.path).unwrap_or(u8::MAX));
             let why = best
                 .map(|p| {
-                    format!(
-                        "nearest {} {}: {}",
-                        p.nic,
-                        p.path,
-                        p.reasons.first().cloned().unwrap_or_default()
-                    )
+                    let reason = p.reasons.first().cloned().unwrap_or_default();
+                    let key = format!("{}: {}", p.path, masker.mask(&reason));
+                    let short = match said.iter().find(|(k, _)| *k == key) {
+                        Some((_, first)) if !style.verbose => format!("as for {first}"),
+                        _ => {
+                            said.push((key, g));
+                            reason
+                        }
+                    };
+                    format!("nearest {} {}: {short}", p.nic, p.path)
                 })
                 .unwrap_or_default();
             rows.push(vec![
@@ -254,7 +286,9 @@ fn gdr_lines(report: &Report, style: &Style, width: usize, out: &mut String) {
     ));
 }
 
-/// The details of every finding that is not a pass or skip (every finding with -v).
+/// The details of every finding that is not a pass or skip (every finding with -v). Findings
+/// alike but for the device they name are one block naming every subject, with the first's
+/// evidence (its own alike lines folded the same way); not with -v.
 fn details(report: &Report, style: &Style, max: usize, out: &mut String) {
     let details: Vec<&Finding> = report
         .findings
@@ -266,7 +300,14 @@ fn details(report: &Report, style: &Style, max: usize, out: &mut String) {
     if !details.is_empty() {
         out.push('\n');
     }
-    for f in details {
+    let masker = fold::Masker::new(report);
+    let groups = if style.verbose {
+        details.iter().map(|f| vec![*f]).collect()
+    } else {
+        fold::findings(&details, &masker)
+    };
+    for g in groups {
+        let f = g[0];
         let head = format!("{}[{}]", f.status.as_str(), f.id);
         let head = if style.color {
             let ansi = match f.status {
@@ -288,12 +329,48 @@ fn details(report: &Report, style: &Style, max: usize, out: &mut String) {
             &f.message,
             max,
         ));
-        out.push_str(&wrap::hanging("  --> ", 6, 6, &f.subject, max));
-        for e in &f.evidence {
-            let text = match &e.expected {
+        let subject = if g.len() == 1 {
+            f.subject.clone()
+        } else {
+            let others: Vec<&str> = g[1..].iter().map(|x| x.subject.as_str()).collect();
+            format!(
+                "{} and {} more alike: {} (`-v` shows each)",
+                f.subject,
+                others.len(),
+                others.join(" ")
+            )
+        };
+        out.push_str(&wrap::hanging("  --> ", 6, 6, &subject, max));
+        // Evidence lines alike but for the device in their source fold into one; lines of one
+        // source (whose device is only in the value) stay apart.
+        let evidence: Vec<Vec<&gdrdoctor_checks::report::Evidence>> = if style.verbose {
+            f.evidence.iter().map(|e| vec![e]).collect()
+        } else {
+            fold::evidence(&f.evidence, &masker)
+                .into_iter()
+                .flat_map(|eg| {
+                    if eg.iter().all(|x| x.source == eg[0].source) && eg.len() > 1 {
+                        eg.into_iter().map(|e| vec![e]).collect::<Vec<_>>()
+                    } else {
+                        vec![eg]
+                    }
+                })
+                .collect()
+        };
+        for eg in evidence {
+            let e = eg[0];
+            let mut text = match &e.expected {
                 Some(x) => format!("{}: {} (expected {x})", e.source, e.observed),
                 None => format!("{}: {}", e.source, e.observed),
             };
+            if eg.len() > 1 {
+                let others: Vec<&str> = eg[1..].iter().map(|x| x.source.as_str()).collect();
+                text.push_str(&format!(
+                    "; alike: {} ({} more)",
+                    others.join(" "),
+                    others.len()
+                ));
+            }
             out.push_str(&wrap::hanging("   = evidence: ", 15, 15, &text, max));
         }
         if let Some(r) = &f.remediation {
@@ -302,7 +379,22 @@ fn details(report: &Report, style: &Style, max: usize, out: &mut String) {
             } else {
                 "help".into()
             };
-            out.push_str(&wrap::hanging(&format!("   = {label}: "), 11, 11, r, max));
+            // Folded findings whose fixes name their own devices: the first's fix, said to be
+            // the first's (the others' are in `-v` and every other format).
+            let own = g
+                .iter()
+                .filter(|x| x.remediation.as_ref() != Some(r))
+                .count();
+            let r = if own == 0 {
+                r.clone()
+            } else {
+                format!(
+                    "{r} [this fix is {}'s; the {own} other(s) name their own devices in \
+                     theirs: `gdrdoctor check -v` shows each]",
+                    f.subject
+                )
+            };
+            out.push_str(&wrap::hanging(&format!("   = {label}: "), 11, 11, &r, max));
         }
         out.push_str(&wrap::hanging(
             "   = explain: ",
