@@ -21,9 +21,9 @@ pub struct Level {
     pub source: String,
 }
 
-/// The threshold of `cfg`, as a [`Level`].
-pub fn level_of(cfg: &Config) -> Level {
-    let (lvl, name, source) = rule::threshold(&cfg.env, cfg.rules.version);
+/// The threshold of `cfg`, as a [`Level`]; `c2c` as [`rule::c2c_here`] says.
+pub fn level_of(cfg: &Config, c2c: Option<bool>) -> Level {
+    let (lvl, name, source) = rule::threshold(&cfg.env, cfg.rules.version, c2c);
     let kind = match lvl {
         EnvLevel::Kind(k) => k,
         // 2.4-2.5: GDR below the integer (PIX 0, PXB 1, PHB 2, NODE 3, SYS 4).
@@ -114,7 +114,7 @@ impl<'a> Context<'a> {
             index,
             gpus: placed.gpus.clone(),
             nics,
-            level: level_of(&placed.config),
+            level: level_of(&placed.config, placed.c2c),
             peermem: placed.peermem.clone(),
             dmabuf: placed.dmabuf.clone(),
             config: placed.config.clone(),
@@ -132,6 +132,8 @@ struct Placed {
     config: Config,
     peermem: PathAnswer,
     dmabuf: PathAnswer,
+    /// Whether any GPU is C2C-attached ([`rule::c2c_here`]).
+    c2c: Option<bool>,
 }
 
 impl Placed {
@@ -154,7 +156,13 @@ impl Placed {
             })
             .unwrap_or_default();
         let config = nccl::config(node);
+        let c2c = rule::c2c_here(
+            derive::gpus(node)
+                .iter()
+                .map(|g| super::system::c2c_of(node, &g.bdf, &index).0),
+        );
         Placed {
+            c2c,
             gpus,
             nics,
             peermem: derive::peermem_path_for(node, Some(config.rules.version)),

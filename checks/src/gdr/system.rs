@@ -99,7 +99,7 @@ fn cc_from_name(name: &str) -> Option<(i32, i32)> {
 /// 144G HBM3e]`): GPUs that reach their Grace CPU over NVLink-C2C.
 const C2C_DEVICE_IDS: [u16; 2] = [0x2342, 0x2348];
 
-fn c2c_of(node: &Node, bdf: &str, idx: &PciIndex<'_>) -> (Option<bool>, String) {
+pub(crate) fn c2c_of(node: &Node, bdf: &str, idx: &PciIndex<'_>) -> (Option<bool>, String) {
     let x86 = matches!(node.arch.get().map(String::as_str), Some("x86_64"))
         || matches!(
             node.cpu_vendor.get(),

@@ -255,7 +255,7 @@ impl Context {
             }
         }
         Context {
-            level: gdr::level_of(&config),
+            level: gdr::level_of(&config, x86(node).map(|_| false)),
             peermem: derive::peermem_path_for(node, Some(config.rules.version)),
             config,
             dmabuf: derive::dmabuf_path(node),

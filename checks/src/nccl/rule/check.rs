@@ -270,8 +270,25 @@ impl Ctx<'_> {
     }
 }
 
-/// The threshold NCCL applies: the level, its display name, and where it came from.
-pub fn threshold(env: &NcclEnv, v: Version) -> (Level, String, String) {
+/// Whether any GPU of the node is attached to its CPU over NVLink-C2C: `Some(false)` when every
+/// GPU is known not to be (x86, or no Grace superchip), `None` when not known for every GPU.
+pub fn c2c_here<I: IntoIterator<Item = Option<bool>>>(gpus: I) -> Option<bool> {
+    let (mut seen, mut unknown) = (false, false);
+    for c in gpus {
+        seen = true;
+        match c {
+            Some(true) => return Some(true),
+            Some(false) => {}
+            None => unknown = true,
+        }
+    }
+    (seen && !unknown).then_some(false)
+}
+
+/// The threshold NCCL applies: the level, its display name, and where it came from. `c2c_gpus` is
+/// [`c2c_here`]: where no GPU is C2C-attached, NCCL's C2C setting is said not to apply (it
+/// changes nothing over PCIe).
+pub fn threshold(env: &NcclEnv, v: Version, c2c_gpus: Option<bool>) -> (Level, String, String) {
     if let Some(Setting { value, source, .. }) = &env.gdr_level {
         let name = match value {
             Level::Kind(k) => k.as_str().to_string(),
@@ -295,18 +312,32 @@ pub fn threshold(env: &NcclEnv, v: Version) -> (Level, String, String) {
         Some(s) if v.c2c_as_threshold() && s.value => (
             Level::Kind(PathKind::P2c),
             "PXB".into(),
-            format!(
-                "{}: P2C, which is PXB over PCIe plus a NIC on the GPU's own C2C-attached CPU",
-                s.source
-            ),
+            if c2c_gpus == Some(false) {
+                format!(
+                    "{}: P2C, which is PXB here: no GPU on this node is C2C-attached",
+                    s.source
+                )
+            } else {
+                format!(
+                    "{}: P2C, which is PXB over PCIe plus a NIC on the GPU's own C2C-attached CPU",
+                    s.source
+                )
+            },
         ),
         Some(s) if s.value => (
             Level::Kind(PathKind::Pxb),
             "PXB".into(),
-            format!(
-                "NCCL {}.{}'s default; {} also lets a NIC on the GPU's own C2C-attached CPU through",
-                v.major, v.minor, s.source
-            ),
+            if c2c_gpus == Some(false) {
+                format!(
+                    "NCCL {}.{}'s default ({} changes nothing here: no GPU on this node is C2C-attached)",
+                    v.major, v.minor, s.source
+                )
+            } else {
+                format!(
+                    "NCCL {}.{}'s default; {} also lets a NIC on the GPU's own C2C-attached CPU through",
+                    v.major, v.minor, s.source
+                )
+            },
         ),
         Some(s) => (
             Level::Kind(PathKind::Pxb),

@@ -18,7 +18,11 @@ pub fn decide(sys: &System, cfg: &Config) -> Decision {
     let used: Vec<bool> = nic_reason.iter().map(Option::is_none).collect();
     // (2) NVLink that NCCL may use.
     let nvl = usable_nvlink(sys, env, v, &mut notes);
-    let (level, level_name, level_source) = threshold(env, v);
+    let (level, level_name, level_source) = threshold(
+        env,
+        v,
+        super::check::c2c_here(sys.gpus.iter().map(|g| g.c2c)),
+    );
     let mut cx = Ctx {
         sys,
         v,

@@ -20,7 +20,7 @@ pub mod check;
 pub mod decide;
 pub mod types;
 
-pub use check::threshold;
+pub use check::{c2c_here, threshold};
 pub use decide::decide;
 pub use types::*;
 

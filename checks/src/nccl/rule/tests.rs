@@ -469,3 +469,47 @@ proptest::proptest! {
         let _ = run(&s, &format!("2.{minor}.0"), &[("NCCL_IB_HCA", "^=mlx5_1:1")]);
     }
 }
+
+#[test]
+fn the_c2c_part_of_the_threshold_is_said_only_where_a_gpu_could_use_it() {
+    // 2.29+: the default threshold is P2C (PXB over PCIe, plus a NIC on the GPU's own
+    // C2C-attached CPU); 2.26-2.28: PXB, with NCCL_NET_GDR_C2C letting that NIC through.
+    let mut s = sys(&[&[Pix, Phb]], false);
+    for (version, none_here) in [
+        (
+            "2.30.7",
+            "P2C, which is PXB here: no GPU on this node is C2C-attached",
+        ),
+        (
+            "2.27.3",
+            "changes nothing here: no GPU on this node is C2C-attached",
+        ),
+    ] {
+        let d = run(&s, version, &[]);
+        assert_eq!(d.threshold, "PXB");
+        assert!(
+            d.threshold_source.contains(none_here),
+            "{version}: {}",
+            d.threshold_source
+        );
+        s.gpus[0].c2c = Some(true);
+        let d = run(&s, version, &[]);
+        assert!(
+            d.threshold_source.contains("GPU's own C2C-attached CPU"),
+            "{}",
+            d.threshold_source
+        );
+        s.gpus[0].c2c = None;
+        let d = run(&s, version, &[]);
+        assert!(
+            d.threshold_source.contains("GPU's own C2C-attached CPU"),
+            "{}",
+            d.threshold_source
+        );
+        s.gpus[0].c2c = Some(false);
+    }
+    assert_eq!(c2c_here([]), None);
+    assert_eq!(c2c_here([Some(false), None]), None);
+    assert_eq!(c2c_here([None, Some(true)]), Some(true));
+    assert_eq!(c2c_here([Some(false), Some(false)]), Some(false));
+}
