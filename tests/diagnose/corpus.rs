@@ -200,7 +200,11 @@ fn a_nic_level_gdr_off_is_said_as_nccl_found_it() {
     // 2.19+ prints no reason (nccl#1537): the verdict is what NCCL found, not a node fact.
     let r = run_on(&["nccl-899-no-module-channels.log"]);
     let f = finding(&r, "nccl.gdr");
-    let nic = f.iter().find(|f| f.subject == "mlx5_1").unwrap();
+    // Two hosts (containers) logged: the NIC is named with the host that logged it.
+    let nic = f
+        .iter()
+        .find(|f| f.subject == "mlx5_1 on 21346d5cefce")
+        .unwrap();
     assert!(
         nic.message.contains("nccl found no peer-memory client"),
         "{}",

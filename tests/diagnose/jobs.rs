@@ -275,3 +275,46 @@ fn an_ibv_devinfo_cut_inside_a_device_is_an_excerpt_not_a_device_without_ports()
     let p = paste::read(&[input("x", t)]);
     assert_eq!(p.ib[0].1.cut, None);
 }
+
+#[test]
+fn a_nic_level_gdr_failure_of_a_job_log_names_the_host_that_logged_it() {
+    // gpu-a's NCCL found a peer-memory client, gpu-b's did not: each host has its own mlx5_0,
+    // and the fix is gpu-b's.
+    let log = "\
+gpu-a:2101:2101 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+gpu-a:2101:2180 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB eth0:10.1.0.11<0>
+gpu-a:2101:2180 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'
+gpu-a:2101:2180 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 1 'mlx5_1'
+gpu-b:3301:3380 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB eth0:10.1.0.12<0>
+gpu-b:3301:3380 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)
+gpu-b:3301:3380 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 1 'mlx5_1' (no module)
+";
+    let r = diagnose(&[input("job.log", log.into())], &RunOptions::default());
+    let mut fails: Vec<(&str, &str)> = finding(&r, "nccl.gdr")
+        .into_iter()
+        .filter(|f| f.status == Status::Fail)
+        .map(|f| (f.subject.as_str(), f.message.as_str()))
+        .collect();
+    fails.sort();
+    assert_eq!(fails.len(), 2, "{fails:?}");
+    assert_eq!(fails[0].0, "mlx5_0 on gpu-b");
+    assert_eq!(fails[1].0, "mlx5_1 on gpu-b");
+    assert!(
+        fails[0].1.contains("mlx5_0 on gpu-b at the nic level"),
+        "{}",
+        fails[0].1
+    );
+    // One host: the NIC's name alone, as before.
+    let one: String = log
+        .lines()
+        .filter(|l| l.starts_with("gpu-b"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let r = diagnose(&[input("b.log", one)], &RunOptions::default());
+    let subjects: Vec<&str> = finding(&r, "nccl.gdr")
+        .into_iter()
+        .filter(|f| f.status == Status::Fail)
+        .map(|f| f.subject.as_str())
+        .collect();
+    assert_eq!(subjects, ["mlx5_0", "mlx5_1"]);
+}

@@ -429,12 +429,21 @@ pub fn nccl_gdr(
                     "load a peer-memory client (`modprobe nvidia-peermem`) or enable dma-buf (NVIDIA open kernel modules, kernel >= 5.12); `gdrdoctor explain kmod.nvidia-peermem`",
                 )
             };
+            // A job's log of several hosts: the NIC of the host that logged it (each host has
+            // its own mlx5_0; the fix is that host's).
+            let (subject, on) = match (&nic.origin.host, log.hosts.len() > 1) {
+                (Some(h), true) => (format!("{} on {h}", nic.name), format!(" on {h}")),
+                _ => (nic.name.clone(), String::new()),
+            };
             out.push(
                 Finding::new(
                     ID,
                     Status::Fail,
-                    &nic.name,
-                    format!("nccl turned gdr off for {} at the nic level{why}", nic.name),
+                    &subject,
+                    format!(
+                        "nccl turned gdr off for {}{on} at the nic level{why}",
+                        nic.name
+                    ),
                 )
                 .evidence(
                     format!("{log_label} line {}", nic.origin.line),
