@@ -318,3 +318,45 @@ gpu-b:3301:3380 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 1 'mlx5_
         .collect();
     assert_eq!(subjects, ["mlx5_0", "mlx5_1"]);
 }
+
+#[test]
+fn hosts_that_disagree_about_a_nic_say_nothing_about_the_matrix_host() {
+    // The matrix is one host's; the paste does not say whose. gpu-a's NCCL enabled GDR on
+    // mlx5_0 and gpu-b's did not: neither answer is applied to the matrix's pair.
+    let text = "\
+$ nvidia-smi topo -m
+\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity
+GPU0\t X \tPIX\t0-47\t0
+NIC0\tPIX\t X 
+
+NIC Legend:
+
+  NIC0: mlx5_0
+
+$ grep NCCL job.out
+gpu-a:2101:2101 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+gpu-a:2101:2180 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.1.0.11<0>
+gpu-a:2101:2180 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'
+gpu-b:3301:3380 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.1.0.12<0>
+gpu-b:3301:3380 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)
+";
+    let r = diagnose(&[input("mixed.txt", text.into())], &RunOptions::default());
+    let gpu = finding(&r, "gdr.gpu");
+    assert!(
+        gpu.iter().all(|f| f.status != Status::Fail),
+        "gpu-b's line failed the matrix's GPU: {gpu:?}"
+    );
+    // gpu-b's failure is still its own finding.
+    assert!(finding(&r, "nccl.gdr")
+        .iter()
+        .any(|f| f.status == Status::Fail && f.subject == "mlx5_0 on gpu-b"));
+    // Both hosts disabled it: the matrix's host did too, whichever it is.
+    let both = text.replace(
+        "Enabled for HCA 0 'mlx5_0'",
+        "Disabled for HCA 0 'mlx5_0' (no module)",
+    );
+    let r = diagnose(&[input("both.txt", both)], &RunOptions::default());
+    assert!(finding(&r, "gdr.gpu")
+        .iter()
+        .any(|f| f.status == Status::Fail));
+}

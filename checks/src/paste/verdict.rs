@@ -234,7 +234,19 @@ impl Context {
         }
         let mut nic_logged = BTreeMap::new();
         if let Some(l) = log {
-            for n in &l.nic_gdr {
+            // A job's log of several hosts that disagree about a NIC (gpu-a's NCCL enabled
+            // mlx5_0, gpu-b's did not) says nothing about the matrix's host: left out, as the
+            // per-pair decisions that differ between hosts are.
+            let disagree = |name: &str| {
+                let mut v = l
+                    .nic_gdr
+                    .iter()
+                    .filter(|n| n.name == name)
+                    .map(|n| n.enabled);
+                let first = v.next();
+                v.any(|e| Some(e) != first)
+            };
+            for n in l.nic_gdr.iter().filter(|n| !disagree(&n.name)) {
                 nic_logged.insert(
                     n.name.clone(),
                     (
