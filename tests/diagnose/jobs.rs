@@ -360,3 +360,38 @@ gpu-b:3301:3380 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_
         .iter()
         .any(|f| f.status == Status::Fail));
 }
+
+#[test]
+fn two_hosts_ibstat_that_disagree_fail_no_pair_of_the_matrix() {
+    let name = "constructed-2host-ibstat-disagree.txt";
+    let r = run_on(&[name]);
+    let ports = finding(&r, "rdma.ports");
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(ports[0].status, Status::Error);
+    assert!(
+        ports[0].message.contains("mlx5_0 twice") && ports[0].message.contains("two nodes"),
+        "{}",
+        ports[0].message
+    );
+    // The state is unsettled, not down: the matrix's GPU is not failed for it.
+    let gpu = finding(&r, "gdr.gpu");
+    assert!(
+        gpu.iter().all(|f| f.status != Status::Fail),
+        "an unsettled port state failed GDR: {gpu:?}"
+    );
+    // Either host alone decides: gpu-b's (Down) fails, gpu-a's (Active) does not.
+    let t = text(name);
+    let cut = t.find("root@gpu-b").unwrap();
+    let a = diagnose(
+        &[input("a.txt", t[..cut].to_string())],
+        &RunOptions::default(),
+    );
+    assert!(finding(&a, "gdr.gpu")
+        .iter()
+        .all(|f| f.status != Status::Fail));
+    let b_only = format!("{}{}", &t[..t.find("root@gpu-a").unwrap()], &t[cut..]);
+    let b = diagnose(&[input("b.txt", b_only)], &RunOptions::default());
+    assert!(finding(&b, "gdr.gpu")
+        .iter()
+        .any(|f| f.status == Status::Fail));
+}

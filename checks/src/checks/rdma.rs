@@ -344,8 +344,14 @@ pub fn ports(node: &Node) -> Vec<Finding> {
             let ll = p.link_layer.get().map(String::as_str);
             let rate = p.rate.get().map(String::as_str).unwrap_or("?");
             let (Some(state), phys) = (p.state_name(), p.phys_state_name()) else {
+                let msg = match &p.state {
+                    crate::model::Fact::Absent { reason, .. } => {
+                        format!("cannot read the port state: {reason}")
+                    }
+                    _ => "cannot read the port state".to_string(),
+                };
                 out.push(
-                    Finding::new(ID, Status::Error, &subject, "cannot read the port state")
+                    Finding::new(ID, Status::Error, &subject, msg)
                         .evidence(format!("{src}/state"), p.state.describe(|s| s.clone())),
                 );
                 continue;

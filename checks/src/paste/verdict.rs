@@ -222,14 +222,19 @@ impl Context {
         let mut ports = BTreeMap::new();
         if let Some(r) = node.rdma.get() {
             for d in r {
-                ports.insert(
-                    d.name.clone(),
-                    d.ports.get().map(|ps| {
+                // A port whose state the paste does not settle (two nodes' copies that
+                // disagree, a damaged block) is not a port that is down: with no port known
+                // ACTIVE, the device's ports are unknown.
+                let known = d.ports.get().and_then(|ps| {
+                    let active = ps.iter().any(|pt| pt.state_name() == Some("ACTIVE"));
+                    let unknown = ps.iter().any(|pt| pt.state_name().is_none());
+                    (active || !unknown).then(|| {
                         ps.iter()
                             .map(|pt| (pt.port, pt.state_name() == Some("ACTIVE")))
                             .collect()
-                    }),
-                );
+                    })
+                });
+                ports.insert(d.name.clone(), known);
             }
         }
         let mut nic_logged = BTreeMap::new();
