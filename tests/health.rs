@@ -520,14 +520,41 @@ fn real_amd_vi_faults_name_the_gpu() {
 }
 
 #[test]
-fn real_peermem_kmsg_lines_are_not_events() {
+fn real_peermem_callback_lines_are_kernel_peermem_events() {
     for rel in [
         "gpud-testdata/misc/kmsg.2.peermem.log",
         "gpud-testdata/misc/dmesg.peermem.log.0",
     ] {
         let Some(p) = realdata(rel) else { return };
         let text = std::fs::read_to_string(&p).unwrap();
-        assert!(klog::events(&text).is_empty(), "{rel}");
+        // Every line is the free callback's `invalid context` (kernel.peermem), none an Xid,
+        // IOMMU fault or load failure.
+        let ev = klog::events(&text);
+        let callbacks = text
+            .lines()
+            .filter(|l| l.contains("nv_get_p2p_free_callback"))
+            .count();
+        assert_eq!((ev.len(), callbacks), (7, 7), "{rel}");
+        assert!(
+            ev.iter().all(|(_, e)| matches!(
+                e,
+                klog::Event::PeerMemCallback {
+                    kind: klog::PeerMemKind::InvalidContext,
+                    ..
+                }
+            )),
+            "{rel}: {ev:?}"
+        );
+        let (_, out, _) = run(&["diagnose", p.to_str().unwrap(), "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let f: Vec<&serde_json::Value> = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["id"] == "kernel.peermem")
+            .collect();
+        assert_eq!(f.len(), 1, "{rel}");
+        assert_eq!(f[0]["status"], "warn", "{rel}");
         let first = text.lines().next().unwrap();
         assert!(
             klog::message(first).starts_with("nvidia-peermem nv_get_p2p_free_callback"),

@@ -63,8 +63,35 @@ pub enum Event {
     /// running `ib_core` has no peer-memory API, or another build of it. Judged by
     /// `kmod.nvidia-peermem`.
     PeerMemFailed { module: String, detail: String },
+    /// The peer-memory client's invalidation callback (`nv_get_p2p_free_callback`) ran on a
+    /// registration it could not use: GPU memory was freed while a NIC still had it registered.
+    /// Judged by `kernel.peermem`.
+    PeerMemCallback { kind: PeerMemKind, detail: String },
     /// The kernel banner (`Linux version ...`): a boot.
     Boot,
+}
+
+/// What the peer-memory client's free callback reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PeerMemKind {
+    /// `nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping
+    /// further processing` (drivers 470-5xx): the registration was already being torn down.
+    InvalidContext,
+    /// `nv_get_p2p_free_callback -- invalid page_table` / `-- invalid dma_mapping` (nv_peer_mem,
+    /// older nvidia-peermem): the callback found the pages already released; a driver bug fixed
+    /// in R510 (and R470 from mid-2021).
+    InvalidPages,
+}
+
+impl PeerMemKind {
+    pub fn describe(self) -> &'static str {
+        match self {
+            PeerMemKind::InvalidContext => "free callback on an invalid context",
+            PeerMemKind::InvalidPages => {
+                "free callback on released pages (invalid page_table/dma_mapping)"
+            }
+        }
+    }
 }
 
 /// mlx5 health message kinds.
@@ -245,6 +272,18 @@ pub fn timestamp(line: &str) -> Option<String> {
     if t.len() > 19 && t.as_bytes().get(4) == Some(&b'-') && t.as_bytes().get(10) == Some(&b'T') {
         return t.get(..19).map(str::to_string);
     }
+    // `dmesg --decode --time-format iso`: `kern  :err   : 2025-02-10T16:28:06,570939+00:00 ...`.
+    if let Some((head, rest)) = t.split_once(": ") {
+        let rest = rest.trim_start();
+        // The decoded prefix is `facility:level` (`kern  :err   `).
+        if head.contains(':')
+            && rest.len() > 19
+            && rest.as_bytes().get(4) == Some(&b'-')
+            && rest.as_bytes().get(10) == Some(&b'T')
+        {
+            return rest.get(..19).map(str::to_string);
+        }
+    }
     None
 }
 
@@ -313,6 +352,20 @@ fn parse_peermem(m: &str) -> Option<Event> {
     Some(Event::PeerMemFailed {
         module,
         detail: m.to_string(),
+    })
+}
+
+fn parse_peermem_callback(m: &str) -> Option<Event> {
+    let kind = if m.contains("invalid context") {
+        PeerMemKind::InvalidContext
+    } else if m.contains("invalid page_table") || m.contains("invalid dma_mapping") {
+        PeerMemKind::InvalidPages
+    } else {
+        return None;
+    };
+    Some(Event::PeerMemCallback {
+        kind,
+        detail: m.trim().to_string(),
     })
 }
 
@@ -432,6 +485,9 @@ pub fn parse_line(line: &str) -> Option<Event> {
     }
     if m.contains("mlx5_core ") {
         return parse_mlx5(m);
+    }
+    if m.contains("nv_get_p2p_free_callback") {
+        return parse_peermem_callback(m);
     }
     if m.contains("peer_mem") || m.contains("peermem") {
         return parse_peermem(m);
@@ -680,6 +736,21 @@ mod tests {
             timestamp("Sep 21 09:59:59 h kernel: x").as_deref(),
             Some("Sep 21 09:59:59")
         );
+        // `dmesg --decode --time-format iso` (gpud's dmesg.peermem.log.0).
+        assert_eq!(
+            timestamp("kern  :err   : 2025-02-10T16:28:06,570939+00:00 nvidia-peermem x")
+                .as_deref(),
+            Some("2025-02-10T16:28:06")
+        );
+        assert_eq!(
+            timestamp("2025-02-10T16:28:06,570939+00:00 nvidia-peermem x").as_deref(),
+            Some("2025-02-10T16:28:06")
+        );
+        // A message that merely holds a date is not stamped with it.
+        assert_eq!(
+            timestamp("nvidia: loaded: 2025-02-10T16:28:06 build").as_deref(),
+            None
+        );
     }
 
     #[test]
@@ -766,9 +837,18 @@ mod tests {
                 "{l}"
             );
         }
-        // Runtime messages of a loaded module are not load failures (gpud-testdata kmsg).
-        assert_eq!(
+        // Runtime messages of a loaded module are not load failures (gpud-testdata kmsg):
+        // they are kernel.peermem's.
+        assert!(matches!(
             parse_line("[ 5.0] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping further processing"),
+            Some(Event::PeerMemCallback { kind: PeerMemKind::InvalidContext, .. })
+        ));
+        assert!(matches!(
+            parse_line("[ 5.0] nv_mem nv_get_p2p_free_callback:144 nv_get_p2p_free_callback -- invalid page_table"),
+            Some(Event::PeerMemCallback { kind: PeerMemKind::InvalidPages, .. })
+        ));
+        assert_eq!(
+            parse_line("[ 5.0] nv_mem nv_get_p2p_free_callback:150 something else"),
             None
         );
     }

@@ -1,6 +1,7 @@
 //! `kernel.*`: what the kernel log says happened since boot: NVIDIA Xids (classified: drain the
 //! node, investigate, or an application's own fault), IOMMU faults naming the device whose DMA
-//! was refused, and mlx5 health / firmware-fatal events. Parsing and the Xid table:
+//! was refused, mlx5 health / firmware-fatal events, and the peer-memory client's free-callback
+//! errors. Parsing and the Xid table:
 //! `crate::klog`.
 
 use crate::klog::{self, Event, XidAction};
@@ -380,6 +381,66 @@ pub fn mlx5_health(node: &Node) -> Vec<Finding> {
     out
 }
 
+/// `kernel.peermem`: the peer-memory client's free callback complaining (`nvidia-peermem
+/// nv_get_p2p_free_callback ... invalid context`, `nv_get_p2p_free_callback -- invalid
+/// page_table`): GPU memory was freed while a NIC still had it registered.
+pub fn peermem(node: &Node) -> Vec<Finding> {
+    const ID: &str = "kernel.peermem";
+    let (l, src) = match log(ID, node) {
+        Ok(x) => x,
+        Err(v) => return v,
+    };
+    let mut by: BTreeMap<klog::PeerMemKind, Vec<&str>> = BTreeMap::new();
+    for line in &l.lines {
+        if let Some(Event::PeerMemCallback { kind, .. }) = klog::parse_line(line) {
+            by.entry(kind).or_default().push(line);
+        }
+    }
+    if by.is_empty() {
+        return vec![none_found(
+            ID,
+            l,
+            src,
+            "no peer-memory callback error".into(),
+            format!("{} lines, none from nv_get_p2p_free_callback", l.scanned),
+        )];
+    }
+    let mut out = Vec::new();
+    for (kind, ls) in by {
+        let last = ls
+            .last()
+            .and_then(|x| klog::timestamp(x))
+            .map(|t| format!(", last at {t}"))
+            .unwrap_or_default();
+        let (msg, fix) = match kind {
+            klog::PeerMemKind::InvalidContext => (
+                format!(
+                    "the peer-memory client's free callback found an invalid context {} time(s) {}{}{last}: GPU memory was freed while an RDMA NIC still had it registered through nvidia-peermem; seen when a job frees or exits before deregistering, and reported alongside unstable training jobs",
+                    ls.len(),
+                    span(l),
+                    when(ls[0])
+                ),
+                "compare the times with the jobs that ran then: a job should deregister its memory regions (`ibv_dereg_mr`) before freeing the GPU buffers; move GPUDirect RDMA to dma-buf (NVIDIA open kernel modules, kernel >= 5.12, NCCL >= 2.13), which does not go through nvidia-peermem; if it recurs with no job running, update the NVIDIA driver",
+            ),
+            klog::PeerMemKind::InvalidPages => (
+                format!(
+                    "the peer-memory client's free callback found released pages {} time(s) {}{}{last}: a known NVIDIA driver bug when GPU memory is freed while registered (fixed in R510, and in R470 from mid-2021); the NIC may have kept a stale mapping of GPU memory",
+                    ls.len(),
+                    span(l),
+                    when(ls[0])
+                ),
+                "update the NVIDIA driver (R510 or later; R470 releases from mid-2021 on) and rebuild the peer-memory module against it, or move to dma-buf (open kernel modules, kernel >= 5.12); drain the node's GPUDirect jobs until then",
+            ),
+        };
+        out.push(
+            Finding::new(ID, Status::Warn, "node", msg)
+                .expected(src.clone(), lines(&ls), "no peer-memory callback error")
+                .fix(fix),
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -534,5 +595,53 @@ mod tests {
             "{}",
             m[0].message
         );
+    }
+
+    #[test]
+    fn peermem_callback_errors_warn_with_their_times_and_fix() {
+        let n = with_log(
+            &[
+                "[25033.266922] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping further processing",
+                "[25033.280589] nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping further processing",
+                "[25040.000000] nv_mem nv_get_p2p_free_callback:144 nv_get_p2p_free_callback -- invalid page_table",
+                "[25050.000000] nvidia_peermem: loading out-of-tree module taints kernel.",
+            ],
+            LogScope::ThisBoot,
+        );
+        let f = peermem(&n);
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(f.iter().all(|x| x.status == Status::Warn));
+        assert!(
+            f[0].message.contains("invalid context 2 time(s)"),
+            "{}",
+            f[0].message
+        );
+        assert!(
+            f[0].message.contains("first at 25033.267 s after boot")
+                && f[0].message.contains("last at 25033.281 s after boot"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0]
+            .remediation
+            .as_deref()
+            .unwrap()
+            .contains("ibv_dereg_mr"));
+        assert!(f[1].message.contains("fixed in R510"), "{}", f[1].message);
+        // None: a pass that says what was read; none in a paste: a skip.
+        let n = with_log(
+            &["[1.0] nvidia_peermem: loading out-of-tree module taints kernel."],
+            LogScope::ThisBoot,
+        );
+        let f = peermem(&n);
+        assert_eq!((f.len(), f[0].status), (1, Status::Pass));
+        let n = with_log(&["[1.0] something"], LogScope::Excerpt);
+        assert_eq!(peermem(&n)[0].status, Status::Skip);
+        // A load failure is kmod.nvidia-peermem's, not this check's.
+        let n = with_log(
+            &["[1.0] nvidia_peermem: Unknown symbol ib_register_peer_memory_client (err -2)"],
+            LogScope::ThisBoot,
+        );
+        assert_eq!(peermem(&n)[0].status, Status::Pass);
     }
 }

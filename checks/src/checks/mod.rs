@@ -365,6 +365,12 @@ pub static CHECKS: &[CheckDef] = &[
         fabric::fabric_state,
         fabric::NEEDS
     ),
+    check!(
+        "kernel.peermem",
+        "no peer-memory client error since boot (gpu memory freed while a nic had it registered)",
+        kernel::peermem,
+        needs::KERNEL_LOG
+    ),
 ];
 
 /// Which checks to run: `--only`/`--skip` take ids or categories.
