@@ -81,7 +81,30 @@ fn completions_offer_the_check_ids() {
         only.contains("rdma.ports") && only.contains("\nrdma\\t"),
         "{only}"
     );
-    // explain's argument: zsh names it with its values (fish completes no positional values).
+    // explain's argument: fish gets one entry per id (clap_complete's fish script completes
+    // no positional value; gdrdoctor appends them), with its title.
+    let explain: Vec<&str> = fish
+        .lines()
+        .filter(|l| {
+            l.starts_with(
+                "complete -c gdrdoctor -n \"__fish_gdrdoctor_using_subcommand explain\" -f -a ",
+            )
+        })
+        .collect();
+    for id in [
+        "probe.hang-inject",
+        "kmod.nvidia-peermem",
+        "kernel.peermem",
+        "gdr.gpu",
+    ] {
+        assert!(
+            explain
+                .iter()
+                .any(|l| l.contains(&format!("-a \"{id}\" -d '"))),
+            "fish explain lacks {id}: {explain:?}"
+        );
+    }
+    // zsh names it with its values.
     let (_, zsh, _) = run(&["completions", "zsh"]);
     let id = zsh
         .lines()
