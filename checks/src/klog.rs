@@ -77,9 +77,9 @@ pub enum PeerMemKind {
     /// `nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping
     /// further processing` (drivers 470-5xx): the registration was already being torn down.
     InvalidContext,
-    /// `nv_get_p2p_free_callback -- invalid page_table` / `-- invalid dma_mapping` (nv_peer_mem,
-    /// older nvidia-peermem): the callback found the pages already released; a driver bug fixed
-    /// in R510 (and R470 from mid-2021).
+    /// `nv_get_p2p_free_callback -- invalid page_table` / `-- invalid dma_mapping`: the callback
+    /// found the pages already released. A driver bug fixed in R510 (and R470 from mid-2021)
+    /// printed it; so does a race between the invalidation and the MR's teardown.
     InvalidPages,
 }
 
@@ -356,7 +356,9 @@ fn parse_peermem(m: &str) -> Option<Event> {
 }
 
 fn parse_peermem_callback(m: &str) -> Option<Event> {
-    let kind = if m.contains("invalid context") {
+    // `detected invalid context` (nvidia-peermem), `-- invalid nv_mem_context` (nv_peer_mem and
+    // nvidia-peermem before the rewording).
+    let kind = if m.contains("invalid context") || m.contains("invalid nv_mem_context") {
         PeerMemKind::InvalidContext
     } else if m.contains("invalid page_table") || m.contains("invalid dma_mapping") {
         PeerMemKind::InvalidPages
@@ -846,6 +848,10 @@ mod tests {
         assert!(matches!(
             parse_line("[ 5.0] nv_mem nv_get_p2p_free_callback:144 nv_get_p2p_free_callback -- invalid page_table"),
             Some(Event::PeerMemCallback { kind: PeerMemKind::InvalidPages, .. })
+        ));
+        assert!(matches!(
+            parse_line("[ 5.0] nv_peer_mem nv_get_p2p_free_callback:144 nv_get_p2p_free_callback -- invalid nv_mem_context"),
+            Some(Event::PeerMemCallback { kind: PeerMemKind::InvalidContext, .. })
         ));
         assert_eq!(
             parse_line("[ 5.0] nv_mem nv_get_p2p_free_callback:150 something else"),

@@ -50,13 +50,15 @@ fn bdf_len(b: &[u8], i: usize) -> usize {
     }
 }
 
-/// The stems of the names rdma-core's providers give their devices (`mlx5_3`, `bnxt_re0`).
+/// The stems of the names rdma-core's providers give their devices (`mlx5_3`, `bnxt_re0`), and
+/// of `nvidia-smi topo -m`'s names for the rows and columns of a pasted matrix (`GPU3`, `NIC1`).
 const RDMA_STEMS: &[&str] = &[
     "mlx5_", "mlx4_", "bnxt_re", "irdma", "erdma_", "efa_", "rxe_", "siw_", "hfi1_", "qedr",
-    "ionic_",
+    "ionic_", "GPU", "NIC",
 ];
 
-/// The length of an RDMA device name (a provider's stem and digits) starting at byte `i`, or 0.
+/// The length of a device name of one of [`RDMA_STEMS`] (the stem and digits) starting at byte
+/// `i`, or 0.
 fn rdma_name_len(b: &[u8], i: usize) -> usize {
     let mut j = i;
     while j < b.len() && is_word(b[j] as char) {
@@ -188,6 +190,7 @@ mod tests {
             k.mask("gpu 19:00.1 and roce9")
         );
         assert_eq!(k.mask("bnxt_re0 port 1"), k.mask("bnxt_re7 port 1"));
+        assert_eq!(k.mask("GPU3 row, NIC0"), k.mask("GPU12 row, NIC5"));
         // Not device names: numbers, versions, paths, words with digits.
         for (a, b) in [
             ("400 Gb/sec", "200 Gb/sec"),
@@ -199,6 +202,8 @@ mod tests {
             ("ib0dev2", "roce92"),
             ("sm_90", "sm_80"),
             ("mlx5_", "mlx5_x"),
+            ("GPU", "GPUs"),
+            ("NICs", "NIC"),
         ] {
             assert_ne!(k.mask(a), k.mask(b), "{a} / {b}");
         }

@@ -395,3 +395,39 @@ fn two_hosts_ibstat_that_disagree_fail_no_pair_of_the_matrix() {
         .iter()
         .any(|f| f.status == Status::Fail));
 }
+
+#[test]
+fn a_host_silent_about_a_nic_leaves_the_matrix_undecided_and_mpi_tags_keep_hosts() {
+    // gpu-a's NCCL listed mlx5_0 and said nothing about its GDR; gpu-b's disabled it. The
+    // matrix may be gpu-a's: gpu-b's line does not decide it. The lines carry Open MPI's
+    // `--tag-output` prefix, which is not part of the host name.
+    let text = "\
+$ nvidia-smi topo -m
+\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity
+GPU0\t X \tPIX\t0-47\t0
+NIC0\tPIX\t X 
+
+NIC Legend:
+
+  NIC0: mlx5_0
+
+$ grep NCCL job.out
+[1,0]<stdout>:gpu-a:2101:2101 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+[1,0]<stdout>:gpu-a:2101:2180 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.1.0.11<0>
+[1,1]<stdout>:gpu-b:3301:3380 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.1.0.12<0>
+[1,1]<stdout>:gpu-b:3301:3380 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)
+";
+    let r = diagnose(&[input("silent.txt", text.into())], &RunOptions::default());
+    let n = r.nccl.as_ref().expect("the log");
+    assert_eq!(n.hosts, ["gpu-a", "gpu-b"]);
+    assert!(
+        finding(&r, "gdr.gpu")
+            .iter()
+            .all(|f| f.status != Status::Fail),
+        "{:?}",
+        finding(&r, "gdr.gpu")
+    );
+    assert!(finding(&r, "nccl.gdr")
+        .iter()
+        .any(|f| f.status == Status::Fail && f.subject == "mlx5_0 on gpu-b"));
+}

@@ -422,15 +422,32 @@ pub fn peermem(node: &Node) -> Vec<Finding> {
                 ),
                 "compare the times with the jobs that ran then: a job should deregister its memory regions (`ibv_dereg_mr`) before freeing the GPU buffers; move GPUDirect RDMA to dma-buf (NVIDIA open kernel modules, kernel >= 5.12, NCCL >= 2.13), which does not go through nvidia-peermem; if it recurs with no job running, update the NVIDIA driver",
             ),
-            klog::PeerMemKind::InvalidPages => (
-                format!(
-                    "the peer-memory client's free callback found released pages {} time(s) {}{}{last}: a known NVIDIA driver bug when GPU memory is freed while registered (fixed in R510, and in R470 from mid-2021); the NIC may have kept a stale mapping of GPU memory",
-                    ls.len(),
-                    span(l),
-                    when(ls[0])
-                ),
-                "update the NVIDIA driver (R510 or later; R470 releases from mid-2021 on) and rebuild the peer-memory module against it, or move to dma-buf (open kernel modules, kernel >= 5.12); drain the node's GPUDirect jobs until then",
-            ),
+            klog::PeerMemKind::InvalidPages => {
+                // A driver bug fixed in R510 printed it; on a newer driver it is the race
+                // between the invalidation and the MR's teardown.
+                let branch = crate::derive::nvidia_driver(node)
+                    .and_then(|(v, _)| v.split('.').next().and_then(|m| m.parse::<u32>().ok()));
+                let (cause, fix) = if branch.is_none_or(|b| b < 510) {
+                    (
+                        "a known NVIDIA driver bug when GPU memory is freed while registered (fixed in R510, and in R470 from mid-2021), or a race between the invalidation and the memory region's teardown",
+                        "update the NVIDIA driver (R510 or later; R470 releases from mid-2021 on) and rebuild the peer-memory module against it, or move to dma-buf (open kernel modules, kernel >= 5.12); until then, compare the times with the jobs that freed GPU memory while it was registered",
+                    )
+                } else {
+                    (
+                        "GPU memory was freed while a NIC had it registered and the invalidation met the memory region's teardown (the older driver bug behind this line was fixed in R510; this driver is newer)",
+                        "compare the times with the jobs that ran then: a job should deregister its memory regions (`ibv_dereg_mr`) before freeing the GPU buffers; move GPUDirect RDMA to dma-buf (open kernel modules, kernel >= 5.12, NCCL >= 2.13), which does not go through the peer-memory client",
+                    )
+                };
+                (
+                    format!(
+                        "the peer-memory client's free callback found released pages {} time(s) {}{}{last}: {cause}; the NIC may have kept a stale mapping of GPU memory",
+                        ls.len(),
+                        span(l),
+                        when(ls[0])
+                    ),
+                    fix,
+                )
+            }
         };
         out.push(
             Finding::new(ID, Status::Warn, "node", msg)
@@ -628,6 +645,25 @@ mod tests {
             .unwrap()
             .contains("ibv_dereg_mr"));
         assert!(f[1].message.contains("fixed in R510"), "{}", f[1].message);
+        // No driver version known: the update is the first fix; on an R580 node it is not.
+        assert!(f[1]
+            .remediation
+            .as_deref()
+            .unwrap()
+            .starts_with("update the NVIDIA driver"));
+        let mut n = with_log(
+            &["[1.0] nvidia-peermem nv_get_p2p_free_callback:150 ERROR nv_get_p2p_free_callback -- invalid dma_mapping"],
+            LogScope::ThisBoot,
+        );
+        n.nvidia.version_file = Fact::known(
+            Some("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build".into()),
+            "/proc/driver/nvidia/version",
+        );
+        let f = peermem(&n);
+        assert_eq!(f.len(), 1);
+        let fix = f[0].remediation.as_deref().unwrap();
+        assert!(!fix.contains("R510"), "{fix}");
+        assert!(fix.contains("ibv_dereg_mr"), "{fix}");
         // None: a pass that says what was read; none in a paste: a skip.
         let n = with_log(
             &["[1.0] nvidia_peermem: loading out-of-tree module taints kernel."],

@@ -240,16 +240,17 @@ impl Context {
         let mut nic_logged = BTreeMap::new();
         if let Some(l) = log {
             // A job's log of several hosts that disagree about a NIC (gpu-a's NCCL enabled
-            // mlx5_0, gpu-b's did not) says nothing about the matrix's host: left out, as the
+            // mlx5_0, gpu-b's did not), or where some host said nothing about it, says nothing
+            // about the matrix's host (the paste does not say which it is): left out, as the
             // per-pair decisions that differ between hosts are.
             let disagree = |name: &str| {
-                let mut v = l
-                    .nic_gdr
-                    .iter()
-                    .filter(|n| n.name == name)
-                    .map(|n| n.enabled);
-                let first = v.next();
-                v.any(|e| Some(e) != first)
+                let lines: Vec<_> = l.nic_gdr.iter().filter(|n| n.name == name).collect();
+                let mixed = lines.iter().any(|n| n.enabled != lines[0].enabled);
+                let silent = l.hosts.len() > 1
+                    && l.hosts
+                        .iter()
+                        .any(|h| !lines.iter().any(|n| n.origin.host.as_ref() == Some(h)));
+                mixed || silent
             };
             for n in l.nic_gdr.iter().filter(|n| !disagree(&n.name)) {
                 nic_logged.insert(

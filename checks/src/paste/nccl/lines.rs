@@ -46,7 +46,7 @@ pub(super) fn origin(prefix: &str, line: usize) -> Origin {
         else {
             continue;
         };
-        let parts: Vec<&str> = t.rsplitn(3, ':').collect();
+        let parts: Vec<&str> = strip_mpi_tag(t).rsplitn(3, ':').collect();
         if parts.len() == 3 {
             let (tid, pid, host) = (parts[0], parts[1], parts[2]);
             if tid.bytes().all(|b| b.is_ascii_digit()) && pid.bytes().all(|b| b.is_ascii_digit()) {
@@ -70,6 +70,24 @@ pub(super) fn origin(prefix: &str, line: usize) -> Origin {
     Origin {
         line,
         ..Origin::default()
+    }
+}
+
+/// `gpu-a:2101:2180` of Open MPI's `--tag-output` form `[1,0]<stdout>:gpu-a:2101:2180` (the job
+/// and rank, the stream); anything else as it is.
+fn strip_mpi_tag(t: &str) -> &str {
+    let Some(rest) = t.strip_prefix('[') else {
+        return t;
+    };
+    let Some((tag, after)) = rest.split_once(']') else {
+        return t;
+    };
+    let numbers = tag
+        .split(',')
+        .all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()));
+    match after.strip_prefix('<').and_then(|a| a.split_once(">:")) {
+        Some((stream, host)) if numbers && stream.bytes().all(|b| b.is_ascii_alphabetic()) => host,
+        _ => t,
     }
 }
 
