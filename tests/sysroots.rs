@@ -910,3 +910,50 @@ fn a_nic_without_link_capabilities_2_is_still_judged() {
 fn skips_on_every_hgx_snapshot(f: &gdrdoctor_checks::report::Finding) -> bool {
     f.status == Status::Skip && (f.id.starts_with("container.") || f.id == "pcie.p2p-path")
 }
+
+/// A Grace Hopper node: NCCL 2.26+ counts the PHB NIC on the GPU's own C2C-attached CPU as P2C,
+/// within its default threshold. `topo.nic-distance` and `topo.rails` agree with `gdr.gpu`'s
+/// verdict (they warned "nccl turns gdr off" beside a gdr.gpu pass, and `--fail-on warn` failed
+/// a healthy GH200); with NCCL 2.23 (no P2C) all three say the NIC is too far.
+#[test]
+fn a_grace_gpu_nic_counted_as_p2c_is_close_in_every_topo_check() {
+    let root = fixture("gh200x2-cx7x2-c2c");
+    let statuses = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            "--sysroot",
+            root.to_str().unwrap(),
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let (_, out, err) = run(&args);
+        let r: gdrdoctor_checks::report::Report =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{err}"));
+        let of = |id: &str| -> Vec<String> {
+            r.findings
+                .iter()
+                .filter(|f| f.id == id)
+                .map(|f| f.status.to_string())
+                .collect()
+        };
+        (of("topo.nic-distance"), of("topo.rails"), of("gdr.gpu"))
+    };
+    for v in [&[][..], &["--nccl-version", "2.27.3"][..]] {
+        let (dist, rails, gdr) = statuses(v);
+        assert_eq!(gdr, ["pass", "pass"], "{v:?}");
+        assert_eq!(dist, ["pass", "pass"], "{v:?}");
+        assert_eq!(rails, ["pass"], "{v:?}");
+    }
+    let (dist, _, gdr) = statuses(&["--nccl-version", "2.23.4"]);
+    assert_eq!(gdr, ["fail", "fail"]);
+    assert_eq!(dist, ["warn", "warn"]);
+    let (code, _, _) = run(&[
+        "check",
+        "--sysroot",
+        root.to_str().unwrap(),
+        "--fail-on",
+        "warn",
+    ]);
+    assert_eq!(code, 0, "a healthy GH200 fails --fail-on warn");
+}

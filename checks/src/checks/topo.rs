@@ -47,6 +47,7 @@ pub fn nic_distance(node: &Node) -> Vec<Finding> {
     }
     let lvl = cx.level.value;
     let pxn = pxn_served(node);
+    let p2c = p2c_within(node);
     distances(&cx)
         .into_iter()
         .map(|(g, _, v)| {
@@ -58,6 +59,12 @@ pub fn nic_distance(node: &Node) -> Vec<Finding> {
                 let close: Vec<&str> = v.iter().filter(|(_, _, p, _)| (*p as u8) <= lvl).map(|(n, _, _, _)| n.as_str()).collect();
                 Finding::new(ID, Status::Pass, &g, format!("nearest nic {best_nic} at {} (within {}): {}", best.as_str(), cx.level.name, close.join(" ")))
                     .evidence("pci topology (nccl model)", listing)
+            } else if let Some((nic, path)) = p2c.iter().find(|(x, _, _)| *x == g).map(|(_, n, p)| (n, p)) {
+                // A Grace superchip's GPU: NCCL counts a PHB NIC on the GPU's own C2C-attached
+                // CPU as P2C, within its threshold (2.29+'s default, 2.26-2.28 with
+                // NCCL_NET_GDR_C2C=1), as gdr.gpu's verdict does.
+                Finding::new(ID, Status::Pass, &g, format!("nearest nic {nic} at {path}, which NCCL counts as P2C (a nic on the gpu's own C2C-attached CPU): within {} ({})", cx.level.name, cx.level.source))
+                    .evidence("pci topology (nccl model)", listing)
             } else if let Some((nic, via)) = pxn.iter().find(|(x, _, _)| *x == g).map(|(_, n, v)| (n, v)) {
                 Finding::new(ID, Status::Warn, &g, format!("no nic within {} of this gpu: the nearest, {best_nic}, is {}; nccl sends its traffic through {via} over nvlink (pxn) and uses gdr there ({nic})", cx.level.name, best.as_str()))
                     .expected("pci topology (nccl model)", listing, format!("a nic within {} ({})", cx.level.name, cx.level.source))
@@ -68,6 +75,22 @@ pub fn nic_distance(node: &Node) -> Vec<Finding> {
                     .fix("move a NIC into a slot under the same PCIe switch as this GPU (see `gdrdoctor topo`); or accept the host-memory path; forcing `NCCL_NET_GDR_LEVEL=PHB`/`SYS` enables GDR through the CPU, which is often slower")
             }
         })
+        .collect()
+}
+
+/// (gpu, nic, path) for every GPU whose NIC NCCL counts as P2C (on the GPU's own C2C-attached
+/// CPU) and whose verdict finds it within the distance threshold.
+fn p2c_within(node: &Node) -> Vec<(String, String, String)> {
+    crate::gdr::verdicts(node)
+        .into_iter()
+        .filter(|p| p.nccl_path.as_deref() == Some("P2C"))
+        .filter(|p| {
+            !p.reasons
+                .iter()
+                .chain(&p.undecided)
+                .any(|r| r.contains("beyond NCCL_NET_GDR_LEVEL"))
+        })
+        .map(|p| (p.gpu, p.nic, p.path))
         .collect()
 }
 
@@ -215,6 +238,11 @@ pub fn rails(node: &Node) -> Vec<Finding> {
         )];
     }
     let lvl = cx.level.value;
+    // A NIC NCCL counts as P2C (on the GPU's own C2C-attached CPU) is close too.
+    let p2c = p2c_within(node);
+    let within = |g: &str, n: &str, p: PathType| {
+        (p as u8) <= lvl || p2c.iter().any(|(x, y, _)| x == g && y == n)
+    };
     // Close physical NICs (folded keys) per GPU, and GPUs per close NIC.
     let mut per_gpu: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -222,11 +250,11 @@ pub fn rails(node: &Node) -> Vec<Finding> {
     for (g, _, v) in distances(&cx) {
         let close: BTreeSet<String> = v
             .iter()
-            .filter(|(_, _, p, _)| (*p as u8) <= lvl)
+            .filter(|(n, _, p, _)| within(&g, n, *p))
             .map(|(_, k, _, _)| k.clone())
             .collect();
         for (n, k, p, _) in &v {
-            if (*p as u8) <= lvl {
+            if within(&g, n, *p) {
                 names.entry(k.clone()).or_default().insert(n.clone());
             }
         }
