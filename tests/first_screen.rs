@@ -114,24 +114,35 @@ fn findings_that_differ_in_more_than_a_device_name_stay_apart() {
 }
 
 #[test]
-fn a_folded_fix_that_names_its_own_devices_says_whose_it_is() {
+fn a_folded_block_keeps_every_fix_that_names_its_own_devices() {
     let rep = report("pcie-h200x8-cx7x4-p2p-blocked");
-    let bridges = rep
+    let bridges: Vec<&str> = rep
         .findings
         .iter()
         .filter(|f| f.id == "pcie.acs-redirect" && f.status == Status::Fail)
-        .count();
-    assert!(bridges > 1, "the fixture has several redirecting bridges");
+        .map(|f| f.subject.as_str())
+        .collect();
+    assert!(
+        bridges.len() > 1,
+        "the fixture has several redirecting bridges"
+    );
     let t = table::render_width(&rep, &plain(false), 120);
     let joined = t.split_whitespace().collect::<Vec<_>>().join(" ");
     assert_eq!(count(&t, "fail[pcie.acs-redirect]"), 1, "{t}");
-    assert!(
-        joined.contains(&format!(
-            "[this fix is 0000:17:00.0's; the {} other(s) name their own devices",
-            bridges - 1
-        )),
-        "{t}"
-    );
+    // One block, and each bridge's own command in it (the review of 2026-12-07: the folded
+    // block gave the first bridge's fix only).
+    for b in &bridges {
+        assert!(
+            joined.contains(&format!(
+                "= help: for {b}: now (until reboot): `setpci -s {b} "
+            )),
+            "{b}'s fix missing:\n{t}"
+        );
+    }
     // Evidence alike but for its source's device is one line naming the others.
     assert!(joined.contains("; alike: "), "{t}");
+    // One fix for all: no `for <subjects>`.
+    let rep = report("hgx-h200x8-cx7x8-no-peermem");
+    let t = table::render_width(&rep, &plain(false), 120);
+    assert!(t.contains("   = help: fix the first reason above"), "{t}");
 }

@@ -337,7 +337,7 @@ fn details(report: &Report, style: &Style, max: usize, out: &mut String) {
                 "{} and {} more alike: {} (`-v` shows each)",
                 f.subject,
                 others.len(),
-                others.join(" ")
+                others.join(", ")
             )
         };
         out.push_str(&wrap::hanging("  --> ", 6, 6, &subject, max));
@@ -367,34 +367,45 @@ fn details(report: &Report, style: &Style, max: usize, out: &mut String) {
                 let others: Vec<&str> = eg[1..].iter().map(|x| x.source.as_str()).collect();
                 text.push_str(&format!(
                     "; alike: {} ({} more)",
-                    others.join(" "),
+                    others.join(", "),
                     others.len()
                 ));
             }
             out.push_str(&wrap::hanging("   = evidence: ", 15, 15, &text, max));
         }
-        if let Some(r) = &f.remediation {
+        if f.remediation.is_some() {
             let label = if style.color {
                 super::paint("help", AnsiColor::Cyan.on_default().bold())
             } else {
                 "help".into()
             };
-            // Folded findings whose fixes name their own devices: the first's fix, said to be
-            // the first's (the others' are in `-v` and every other format).
-            let own = g
-                .iter()
-                .filter(|x| x.remediation.as_ref() != Some(r))
-                .count();
-            let r = if own == 0 {
-                r.clone()
-            } else {
-                format!(
-                    "{r} [this fix is {}'s; the {own} other(s) name their own devices in \
-                     theirs: `gdrdoctor check -v` shows each]",
-                    f.subject
-                )
-            };
-            out.push_str(&wrap::hanging(&format!("   = {label}: "), 11, 11, &r, max));
+            // Folded findings whose fixes name their own devices (one `setpci` per bridge):
+            // every distinct fix, each with the subjects it is for, so none is lost.
+            let mut fixes: Vec<(&str, Vec<&str>)> = Vec::new();
+            for x in &g {
+                let Some(r) = x.remediation.as_deref() else {
+                    continue;
+                };
+                match fixes.iter_mut().find(|(t, _)| *t == r) {
+                    Some((_, subjects)) => subjects.push(&x.subject),
+                    None => fixes.push((r, vec![&x.subject])),
+                }
+            }
+            let one = fixes.len() == 1 && g.iter().all(|x| x.remediation.is_some());
+            for (r, subjects) in fixes {
+                let text = if one {
+                    r.to_string()
+                } else {
+                    format!("for {}: {r}", subjects.join(", "))
+                };
+                out.push_str(&wrap::hanging(
+                    &format!("   = {label}: "),
+                    11,
+                    11,
+                    &text,
+                    max,
+                ));
+            }
         }
         out.push_str(&wrap::hanging(
             "   = explain: ",

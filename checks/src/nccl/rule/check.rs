@@ -327,16 +327,24 @@ pub fn threshold(env: &NcclEnv, v: Version, c2c_gpus: Option<bool>) -> (Level, S
         Some(s) if s.value => (
             Level::Kind(PathKind::Pxb),
             "PXB".into(),
-            if c2c_gpus == Some(false) {
-                format!(
+            // A default setting's source already reads "NCCL 2.27's default NCCL_NET_GDR_C2C=1".
+            match (c2c_gpus == Some(false), s.user) {
+                (true, true) => format!(
                     "NCCL {}.{}'s default ({} changes nothing here: no GPU on this node is C2C-attached)",
                     v.major, v.minor, s.source
-                )
-            } else {
-                format!(
+                ),
+                (true, false) => format!(
+                    "{}, which changes nothing here: no GPU on this node is C2C-attached",
+                    s.source
+                ),
+                (false, true) => format!(
                     "NCCL {}.{}'s default; {} also lets a NIC on the GPU's own C2C-attached CPU through",
                     v.major, v.minor, s.source
-                )
+                ),
+                (false, false) => format!(
+                    "{}, which also lets a NIC on the GPU's own C2C-attached CPU through",
+                    s.source
+                ),
             },
         ),
         Some(s) => (

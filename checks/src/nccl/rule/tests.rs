@@ -492,8 +492,21 @@ fn the_c2c_part_of_the_threshold_is_said_only_where_a_gpu_could_use_it() {
             "{version}: {}",
             d.threshold_source
         );
+        // Said once (the review of 2026-12-07: "NCCL 2.27's default (NCCL 2.27's default ...").
+        assert_eq!(
+            d.threshold_source.matches("'s default").count(),
+            1,
+            "{}",
+            d.threshold_source
+        );
         s.gpus[0].c2c = Some(true);
         let d = run(&s, version, &[]);
+        assert_eq!(
+            d.threshold_source.matches("'s default").count(),
+            1,
+            "{}",
+            d.threshold_source
+        );
         assert!(
             d.threshold_source.contains("GPU's own C2C-attached CPU"),
             "{}",
