@@ -6,11 +6,51 @@
 # traced; then 5 traced warm `check` runs of BIN.
 #
 #   OUT=/tmp/out scripts/nvml-cost.sh [BIN]
+#
+# With SHIM=1 it runs only the libcuda/sleep study instead: nvml-cost under
+# scripts/nvml-cost/nocuda.c, 4 processes each as it is, with libcuda refused (NOCUDA=1), with
+# the 1-10 ms sleeps cut (NOSLEEP=1) and both ($OUT/shim-<mode>-N.txt and its log
+# $OUT/shimlog-<mode>-N.txt), and `nvidia-smi topo -m` under the logging shim.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/nvml-cost-out}
 mkdir -p "$OUT"
 gcc -O2 -o "$OUT/nvml-cost" scripts/nvml-cost/nvml-cost.c -ldl || exit 1
+if [ "${SHIM:-0}" = 1 ]; then
+  gcc -O2 -shared -fPIC -o "$OUT/nocuda.so" scripts/nvml-cost/nocuda.c -ldl || exit 1
+  for i in 1 2 3 4; do
+    for mode in plain nocuda nosleep both; do
+      case $mode in
+        plain) e="" ;; nocuda) e="NOCUDA=1" ;; nosleep) e="NOSLEEP=1" ;; both) e="NOCUDA=1 NOSLEEP=1" ;;
+      esac
+      env $e SHIMLOG="$OUT/shimlog-$mode-$i.txt" LD_PRELOAD="$OUT/nocuda.so" "$OUT/nvml-cost" \
+        > "$OUT/shim-$mode-$i.txt" 2>&1
+    done
+  done
+  SHIMLOG="$OUT/shimlog-topo-m.txt" LD_PRELOAD="$OUT/nocuda.so" nvidia-smi topo -m > "$OUT/topo-m.txt" 2>&1
+  # the handle by PCI bus id: the same attach (and sleep)?
+  bus=$(ls /proc/driver/nvidia/gpus | head -1)
+  for i in 1 2; do
+    NVML_COST_BUS=$bus SHIMLOG="$OUT/shimlog-bus-$i.txt" LD_PRELOAD="$OUT/nocuda.so" "$OUT/nvml-cost" \
+      > "$OUT/shim-bus-$i.txt" 2>&1
+  done
+  # where nvmlInit's time goes without libcuda: samples of the main thread, and its system calls
+  for i in 1 2; do
+    NOCUDA=1 PROF=1 SHIMLOG="$OUT/shimlog-prof-$i.txt" LD_PRELOAD="$OUT/nocuda.so" "$OUT/nvml-cost" \
+      > "$OUT/shim-prof-$i.txt" 2>&1
+  done
+  if command -v strace > /dev/null; then
+    NOCUDA=1 strace -f -tt -T -o "$OUT/shim-strace.txt" env SHIMLOG=/dev/null LD_PRELOAD="$OUT/nocuda.so" \
+      "$OUT/nvml-cost" > /dev/null 2>&1
+  fi
+  for mode in plain nocuda nosleep both bus prof; do
+    echo "## $mode"
+    grep -hE '^(nvmlInit|nvmlDeviceGetHandleByIndex)' "$OUT"/shim-$mode-*.txt
+    grep -h '^whole' "$OUT"/shim-$mode-*.txt
+    sort -u "$OUT/shim-$mode-1.txt" | grep '^VAL' | head -20
+  done
+  exit 0
+fi
 for i in 1 2 3 4 5; do echo "### nvmlInit_v2 run $i"; "$OUT/nvml-cost"; done > "$OUT/nvml-cost.txt" 2>&1
 for i in 1 2 3; do echo "### nvmlInitWithFlags(2: NO_ATTACH) run $i"; "$OUT/nvml-cost" 2; done >> "$OUT/nvml-cost.txt" 2>&1
 if gcc -O2 -shared -fPIC -o "$OUT/rmtrace.so" scripts/nvml-cost/rmtrace.c -ldl; then

@@ -5,7 +5,10 @@
  *   gcc -O2 -o nvml-cost scripts/nvml-cost/nvml-cost.c -ldl
  *   ./nvml-cost [flags]     flags: nvmlInitWithFlags' argument (default: nvmlInit_v2)
  *
- * Prints one line per call: `call us rc`. */
+ * NVML_COST_BUS=0000:01:00.0 takes the handle by PCI bus id instead of by index.
+ *
+ * Prints one line per call: `call us rc`, and `VAL name value` for what the calls answered
+ * (to compare runs under scripts/nvml-cost/nocuda.c). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,24 +38,26 @@ int main(int argc,char**argv){
   for(int pass=1;pass<=2;pass++){
     printf("## pass %d\n",pass); double p0=tot;
     dev_t_ d=0;
-    T("nvmlDeviceGetHandleByIndex_v2", ((int(*)(unsigned,dev_t_*))sym("nvmlDeviceGetHandleByIndex_v2"))(0,&d));
+    const char *bus=getenv("NVML_COST_BUS");
+    if(bus&&*bus) T("nvmlDeviceGetHandleByPciBusId_v2", ((int(*)(const char*,dev_t_*))sym("nvmlDeviceGetHandleByPciBusId_v2"))(bus,&d));
+    else T("nvmlDeviceGetHandleByIndex_v2", ((int(*)(unsigned,dev_t_*))sym("nvmlDeviceGetHandleByIndex_v2"))(0,&d));
     T("nvmlDeviceGetPciInfo_v3", ((int(*)(dev_t_,void*))sym("nvmlDeviceGetPciInfo_v3"))(d,buf));
-    T("nvmlDeviceGetUUID", ((int(*)(dev_t_,char*,unsigned))sym("nvmlDeviceGetUUID"))(d,buf,96));
-    int cm=0; T("nvmlDeviceGetComputeMode", ((int(*)(dev_t_,int*))sym("nvmlDeviceGetComputeMode"))(d,&cm));
-    T("nvmlDeviceGetName", ((int(*)(dev_t_,char*,unsigned))sym("nvmlDeviceGetName"))(d,buf,96));
-    int ma=0,mi=0; T("nvmlDeviceGetCudaComputeCapability", ((int(*)(dev_t_,int*,int*))sym("nvmlDeviceGetCudaComputeCapability"))(d,&ma,&mi));
+    T("nvmlDeviceGetUUID", ((int(*)(dev_t_,char*,unsigned))sym("nvmlDeviceGetUUID"))(d,buf,96)); printf("VAL uuid %s\n",buf);
+    int cm=0; T("nvmlDeviceGetComputeMode", ((int(*)(dev_t_,int*))sym("nvmlDeviceGetComputeMode"))(d,&cm)); printf("VAL compute_mode %d\n",cm);
+    T("nvmlDeviceGetName", ((int(*)(dev_t_,char*,unsigned))sym("nvmlDeviceGetName"))(d,buf,96)); printf("VAL name %s\n",buf);
+    int ma=0,mi=0; T("nvmlDeviceGetCudaComputeCapability", ((int(*)(dev_t_,int*,int*))sym("nvmlDeviceGetCudaComputeCapability"))(d,&ma,&mi)); printf("VAL cc %d.%d\n",ma,mi);
     T("nvmlDeviceGetMemoryInfo", ((int(*)(dev_t_,void*))sym("nvmlDeviceGetMemoryInfo"))(d,buf));
-    T("nvmlDeviceGetBAR1MemoryInfo", ((int(*)(dev_t_,void*))sym("nvmlDeviceGetBAR1MemoryInfo"))(d,buf));
+    T("nvmlDeviceGetBAR1MemoryInfo", ((int(*)(dev_t_,void*))sym("nvmlDeviceGetBAR1MemoryInfo"))(d,buf)); printf("VAL bar1 total %llu used %llu\n",((unsigned long long*)buf)[0],((unsigned long long*)buf)[2]);
     unsigned u=0;
-    T("nvmlDeviceGetCurrPcieLinkGeneration", ((int(*)(dev_t_,unsigned*))sym("nvmlDeviceGetCurrPcieLinkGeneration"))(d,&u));
+    T("nvmlDeviceGetCurrPcieLinkGeneration", ((int(*)(dev_t_,unsigned*))sym("nvmlDeviceGetCurrPcieLinkGeneration"))(d,&u)); printf("VAL pcie_gen %u\n",u);
     T("nvmlDeviceGetMaxPcieLinkGeneration", ((int(*)(dev_t_,unsigned*))sym("nvmlDeviceGetMaxPcieLinkGeneration"))(d,&u));
-    T("nvmlDeviceGetCurrPcieLinkWidth", ((int(*)(dev_t_,unsigned*))sym("nvmlDeviceGetCurrPcieLinkWidth"))(d,&u));
+    T("nvmlDeviceGetCurrPcieLinkWidth", ((int(*)(dev_t_,unsigned*))sym("nvmlDeviceGetCurrPcieLinkWidth"))(d,&u)); printf("VAL pcie_width %u\n",u);
     T("nvmlDeviceGetMaxPcieLinkWidth", ((int(*)(dev_t_,unsigned*))sym("nvmlDeviceGetMaxPcieLinkWidth"))(d,&u));
-    int pm=0; T("nvmlDeviceGetPersistenceMode", ((int(*)(dev_t_,int*))sym("nvmlDeviceGetPersistenceMode"))(d,&pm));
-    int e1=0,e2=0; T("nvmlDeviceGetEccMode", ((int(*)(dev_t_,int*,int*))sym("nvmlDeviceGetEccMode"))(d,&e1,&e2));
+    int pm=0; T("nvmlDeviceGetPersistenceMode", ((int(*)(dev_t_,int*))sym("nvmlDeviceGetPersistenceMode"))(d,&pm)); printf("VAL persistence %d\n",pm);
+    int e1=0,e2=0; T("nvmlDeviceGetEccMode", ((int(*)(dev_t_,int*,int*))sym("nvmlDeviceGetEccMode"))(d,&e1,&e2)); printf("VAL ecc %d pending %d\n",e1,e2);
     T("nvmlDeviceGetRetiredPagesPendingStatus", ((int(*)(dev_t_,int*))sym("nvmlDeviceGetRetiredPagesPendingStatus"))(d,&e1));
-    unsigned a,b,c,f; T("nvmlDeviceGetRemappedRows", ((int(*)(dev_t_,unsigned*,unsigned*,unsigned*,unsigned*))sym("nvmlDeviceGetRemappedRows"))(d,&a,&b,&c,&f));
-    T("nvmlDeviceGetPcieReplayCounter", ((int(*)(dev_t_,unsigned*))sym("nvmlDeviceGetPcieReplayCounter"))(d,&u));
+    unsigned a,b,c,f; T("nvmlDeviceGetRemappedRows", ((int(*)(dev_t_,unsigned*,unsigned*,unsigned*,unsigned*))sym("nvmlDeviceGetRemappedRows"))(d,&a,&b,&c,&f)); printf("VAL remapped corr %u unc %u pending %u failure %u\n",a,b,c,f);
+    T("nvmlDeviceGetPcieReplayCounter", ((int(*)(dev_t_,unsigned*))sym("nvmlDeviceGetPcieReplayCounter"))(d,&u)); printf("VAL replay %u\n",u);
     double l0=tot; int links=0;
     int(*st)(dev_t_,unsigned,int*)=sym("nvmlDeviceGetNvLinkState");
     int(*ver)(dev_t_,unsigned,unsigned*)=sym("nvmlDeviceGetNvLinkVersion");
@@ -68,7 +73,7 @@ int main(int argc,char**argv){
     printf("%-44s %9.1f (%d links)\n","nvlink all links",tot-l0,links);
     memset(buf,0,sizeof buf); *(unsigned*)buf = 0; /* v3 size unknown here: use the old call */
     void*fi=dlsym(h,"nvmlDeviceGetGpuFabricInfo");
-    if(fi) T("nvmlDeviceGetGpuFabricInfo", ((int(*)(dev_t_,void*))fi)(d,buf));
+    if(fi){ T("nvmlDeviceGetGpuFabricInfo", ((int(*)(dev_t_,void*))fi)(d,buf)); printf("VAL fabric %08x %08x %08x %08x\n",((unsigned*)buf)[0],((unsigned*)buf)[4],((unsigned*)buf)[5],((unsigned*)buf)[6]);}
     /* field values, batched: the 18 links' replay counters (field 0x..: NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_L0 = 21...)*/
     printf("pass %d total %.1f us\n",pass,tot-p0);
   }
