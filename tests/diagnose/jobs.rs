@@ -319,11 +319,8 @@ gpu-b:3301:3380 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 1 'mlx5_
     assert_eq!(subjects, ["mlx5_0", "mlx5_1"]);
 }
 
-#[test]
-fn hosts_that_disagree_about_a_nic_say_nothing_about_the_matrix_host() {
-    // The matrix is one host's; the paste does not say whose. gpu-a's NCCL enabled GDR on
-    // mlx5_0 and gpu-b's did not: neither answer is applied to the matrix's pair.
-    let text = "\
+/// A one-GPU, one-NIC `nvidia-smi topo -m` as pasted before a job's log.
+const ONE_GPU_MATRIX: &str = "\
 $ nvidia-smi topo -m
 \tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity
 GPU0\t X \tPIX\t0-47\t0
@@ -333,14 +330,23 @@ NIC Legend:
 
   NIC0: mlx5_0
 
+";
+
+#[test]
+fn hosts_that_disagree_about_a_nic_say_nothing_about_the_matrix_host() {
+    // The matrix is one host's; the paste does not say whose. gpu-a's NCCL enabled GDR on
+    // mlx5_0 and gpu-b's did not: neither answer is applied to the matrix's pair.
+    let text = format!(
+        "{ONE_GPU_MATRIX}\
 $ grep NCCL job.out
 gpu-a:2101:2101 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
 gpu-a:2101:2180 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.1.0.11<0>
 gpu-a:2101:2180 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'
 gpu-b:3301:3380 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.1.0.12<0>
 gpu-b:3301:3380 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)
-";
-    let r = diagnose(&[input("mixed.txt", text.into())], &RunOptions::default());
+"
+    );
+    let r = diagnose(&[input("mixed.txt", text.clone())], &RunOptions::default());
     let gpu = finding(&r, "gdr.gpu");
     assert!(
         gpu.iter().all(|f| f.status != Status::Fail),
@@ -401,23 +407,16 @@ fn a_host_silent_about_a_nic_leaves_the_matrix_undecided_and_mpi_tags_keep_hosts
     // gpu-a's NCCL listed mlx5_0 and said nothing about its GDR; gpu-b's disabled it. The
     // matrix may be gpu-a's: gpu-b's line does not decide it. The lines carry Open MPI's
     // `--tag-output` prefix, which is not part of the host name.
-    let text = "\
-$ nvidia-smi topo -m
-\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity
-GPU0\t X \tPIX\t0-47\t0
-NIC0\tPIX\t X 
-
-NIC Legend:
-
-  NIC0: mlx5_0
-
+    let text = format!(
+        "{ONE_GPU_MATRIX}\
 $ grep NCCL job.out
 [1,0]<stdout>:gpu-a:2101:2101 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
 [1,0]<stdout>:gpu-a:2101:2180 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.1.0.11<0>
 [1,1]<stdout>:gpu-b:3301:3380 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.1.0.12<0>
 [1,1]<stdout>:gpu-b:3301:3380 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)
-";
-    let r = diagnose(&[input("silent.txt", text.into())], &RunOptions::default());
+"
+    );
+    let r = diagnose(&[input("silent.txt", text)], &RunOptions::default());
     let n = r.nccl.as_ref().expect("the log");
     assert_eq!(n.hosts, ["gpu-a", "gpu-b"]);
     assert!(
