@@ -159,7 +159,7 @@ impl Placed {
         let c2c = rule::c2c_here(
             derive::gpus(node)
                 .iter()
-                .map(|g| super::system::c2c_of(node, &g.bdf, &index).0),
+                .map(|g| super::c2c::c2c_of(node, &g.bdf, &index).0),
         );
         Placed {
             c2c,

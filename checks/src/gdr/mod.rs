@@ -9,19 +9,22 @@
 //! else the GPU model), NVLink-C2C attachment (the GPU model on an Arm CPU), the NCCL version
 //! on the node and the `NCCL_*` environment.
 //!
-//! The parts: [`context`] (the node's facts the verdicts need, computed once per report),
+//! The parts: [`c2c`] (which GPUs reach their CPU over NVLink-C2C), [`context`] (the node's
+//! facts the verdicts need, computed once per report),
 //! [`system`] (the rule's inputs), [`p2p`] (GPU pairs: NVLink, PCIe, peer access) and
 //! [`memo`] (one computation per report). This file joins them: the decision and the report's
 //! pairs.
 
+pub mod c2c;
 pub mod context;
 pub mod memo;
 pub mod p2p;
 pub mod system;
 
+pub use c2c::grace_model;
 pub use context::{level_of, Context, Level};
 pub(crate) use memo::memo_scope;
-pub use system::{cc_from_model, grace_model, system};
+pub use system::{cc_from_model, system};
 
 use crate::model::{Fact, Node};
 use crate::nccl::rule::{self, Decision, System, Verdict};

@@ -2,13 +2,13 @@
 //! attachment, per NIC its ports, the PCIe path and NVLink of every pair, and whether NCCL
 //! can register each GPU's memory with each NIC.
 
+use super::c2c::c2c_of;
 use super::context::Context;
 use super::p2p;
-use crate::derive;
 use crate::model::{CpuVendor, Node, RdmaDevice};
 use crate::nccl::rule::{self, Support, System};
 use crate::nccl::PathKind;
-use crate::topo::{self, PciIndex};
+use crate::topo;
 
 /// Compute capability from a GPU's name when CUDA did not say: the chip code name of a pci.ids
 /// name (`NVIDIA GH100 [H200 SXM 141GB]`), else the product name `nvidia-smi -q` prints
@@ -67,11 +67,6 @@ fn cc_from_product(name: &str) -> Option<(i32, i32)> {
     }
 }
 
-/// A GPU that reaches its Grace CPU over NVLink-C2C, by its name (GH200, GB200, GB300).
-pub fn grace_model(name: &str) -> bool {
-    ["GH200", "GB200", "GB300"].iter().any(|m| name.contains(m))
-}
-
 /// The chip code name in a pci.ids name (`GH100` Hopper 9.0, `GA100` 8.0, `GV100` 7.0, ...).
 fn cc_from_name(name: &str) -> Option<(i32, i32)> {
     let chip = name.split_whitespace().find(|w| {
@@ -92,41 +87,6 @@ fn cc_from_name(name: &str) -> Option<(i32, i32)> {
         "GB" if chip.starts_with("GB1") => Some((10, 0)),
         "GB" => Some((12, 0)),
         _ => None,
-    }
-}
-
-/// GH200 module device ids (pci.ids: `2342 GH100 [GH200 120GB / 480GB]`, `2348 GH100 [GH200
-/// 144G HBM3e]`): GPUs that reach their Grace CPU over NVLink-C2C.
-const C2C_DEVICE_IDS: [u16; 2] = [0x2342, 0x2348];
-
-pub(crate) fn c2c_of(node: &Node, bdf: &str, idx: &PciIndex<'_>) -> (Option<bool>, String) {
-    let x86 = matches!(node.arch.get().map(String::as_str), Some("x86_64"))
-        || matches!(
-            node.cpu_vendor.get(),
-            Some(CpuVendor::Intel) | Some(CpuVendor::Amd)
-        );
-    if x86 {
-        return (Some(false), "x86 CPU: no NVLink-C2C to the CPU".to_string());
-    }
-    let dev = idx.get(bdf);
-    let name = dev.map(crate::names::device_name).unwrap_or_default();
-    let grace_model = dev
-        .and_then(|d| d.device_id.get().copied())
-        .is_some_and(|id| C2C_DEVICE_IDS.contains(&id))
-        || grace_model(&name);
-    if grace_model {
-        return (
-            Some(true),
-            format!("{name} is a Grace superchip GPU (by its PCI device id: heuristic)"),
-        );
-    }
-    if derive::is_arm(node) {
-        (
-            None,
-            format!("{name} on an Arm CPU: NVLink-C2C attachment not known"),
-        )
-    } else {
-        (Some(false), format!("{name} is not a Grace superchip GPU"))
     }
 }
 
@@ -451,6 +411,7 @@ fn support(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::expect_used)]
+    use super::super::c2c::grace_model;
     use super::*;
 
     #[test]
