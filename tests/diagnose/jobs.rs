@@ -430,3 +430,27 @@ $ grep NCCL job.out
         .iter()
         .any(|f| f.status == Status::Fail && f.subject == "mlx5_0 on gpu-b"));
 }
+
+#[test]
+fn a_gh200_paste_of_uname_m_and_a_grepped_product_name_is_c2c() {
+    let name = "constructed-gh200-uname-m-grep-product.txt";
+    let r = run_on(&[name]);
+    // Every block read (`uname -m` was "recognised but not readable").
+    assert!(
+        finding(&r, "paste.blocks")
+            .iter()
+            .all(|f| f.status == Status::Pass),
+        "{:?}",
+        finding(&r, "paste.blocks")
+    );
+    // The product name makes GPU0 a Grace GPU: its NODE NIC is P2C, within NCCL 2.30's default.
+    let dist = finding(&r, "topo.nic-distance");
+    assert_eq!(dist.len(), 1);
+    assert_eq!(dist[0].status, Status::Pass, "{}", dist[0].message);
+    let p = paste::read(&[input(name, text(name))]);
+    assert_eq!(p.smiq.len(), 1);
+    assert_eq!(
+        p.smiq[0].1.gpus[0].product_name.as_deref(),
+        Some("NVIDIA GH200 480GB")
+    );
+}

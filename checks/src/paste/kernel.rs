@@ -353,7 +353,21 @@ pub fn release_cut(r: &str) -> bool {
     numeric.split('.').filter(|p| !p.is_empty()).count() < 3
 }
 
-pub fn uname_block(b: &mut Block, raw: &RawBlock) -> Option<(String, Option<String>)> {
+/// `uname -m` alone: the machine, no release.
+fn machine_only(lines: &[Line]) -> Option<String> {
+    let mut it = lines.iter().filter(|l| !l.text.trim().is_empty());
+    let t = it.next()?.text.trim();
+    (it.next().is_none() && ["x86_64", "aarch64", "ppc64le", "arm64"].contains(&t))
+        .then(|| t.to_string())
+}
+
+/// The kernel release (none for `uname -m`) and the machine of a `uname` block.
+pub fn uname_block(b: &mut Block, raw: &RawBlock) -> Option<(Option<String>, Option<String>)> {
+    if let Some(m) = machine_only(&raw.lines) {
+        b.summary = format!("machine {m}");
+        b.status = status(&b.repairs, &b.problems);
+        return Some((None, Some(m)));
+    }
     if let Some((r, _, no)) = parse_uname(&raw.lines).filter(|(r, _, _)| release_cut(r)) {
         b.status = BlockStatus::Refused;
         b.problems.push(format!(
@@ -365,7 +379,7 @@ pub fn uname_block(b: &mut Block, raw: &RawBlock) -> Option<(String, Option<Stri
         Some((r, m, _)) => {
             b.summary = format!("kernel {r}");
             b.status = status(&b.repairs, &b.problems);
-            Some((r, m))
+            Some((Some(r), m))
         }
         None => {
             b.status = BlockStatus::Refused;
@@ -475,6 +489,12 @@ mod tests {
             text: "$ uname -r\n5.15.0-91-generic\n".into(),
         }]);
         assert_eq!(p.uname.len(), 1);
+        // `uname -m` alone: the machine (a GH200 paste's aarch64 was "not readable").
+        let p = crate::paste::read(&[crate::paste::Input {
+            name: "x".into(),
+            text: "$ uname -m\naarch64\n".into(),
+        }]);
+        assert_eq!(p.uname, [(0, None, Some("aarch64".to_string()))]);
     }
 
     #[test]

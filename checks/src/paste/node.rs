@@ -119,11 +119,19 @@ fn hostname(log: Option<&NcclLog>, nccl_label: Option<&str>) -> Fact<String> {
 fn kernel_release(p: &Paste) -> (Fact<String>, Fact<String>) {
     let mut kernel_release = absent("/proc/sys/kernel/osrelease", NOT_PASTED);
     let mut arch = absent("uname -m", NOT_PASTED);
-    if let Some((i, r, m)) = p.uname.first() {
+    if let Some((i, m)) = p
+        .uname
+        .iter()
+        .find_map(|(i, _, m)| m.as_ref().map(|m| (i, m)))
+    {
+        arch = Fact::known(m.clone(), p.label(*i));
+    }
+    if let Some((i, r)) = p
+        .uname
+        .iter()
+        .find_map(|(i, r, _)| r.as_ref().map(|r| (i, r)))
+    {
         kernel_release = Fact::known(r.clone(), p.label(*i));
-        if let Some(m) = m {
-            arch = Fact::known(m.clone(), p.label(*i));
-        }
     } else if let Some((i, r)) = p.dmesg.iter().find_map(|(i, e)| match e {
         super::kernel::DmesgEvent::LinuxVersion { release, .. } => Some((i, release)),
         _ => None,

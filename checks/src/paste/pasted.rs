@@ -30,7 +30,7 @@ pub struct Paste {
     pub kernel_log: Vec<(usize, Vec<String>)>,
     pub nvidia_version: Vec<(usize, String)>,
     /// (block, kernel release, machine)
-    pub uname: Vec<(usize, String, Option<String>)>,
+    pub uname: Vec<(usize, Option<String>, Option<String>)>,
     pub ulimit: Vec<(usize, Rlimit)>,
     pub env: Vec<(usize, BTreeMap<String, String>)>,
 }

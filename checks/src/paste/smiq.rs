@@ -57,7 +57,9 @@ pub struct SmiGpu {
 
 /// Sections and keys that appear once per GPU: in a filtered output without `GPU` lines, a
 /// second one starts the next GPU.
-const PER_GPU: [&str; 6] = [
+const PER_GPU: [&str; 7] = [
+    // `nvidia-smi -q | grep "Product Name"`: one line per GPU, the model of each.
+    "Product Name",
     "Fabric",
     "Persistence Mode",
     "Ecc Mode",
