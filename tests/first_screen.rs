@@ -146,3 +146,51 @@ fn a_folded_block_keeps_every_fix_that_names_its_own_devices() {
     let t = table::render_width(&rep, &plain(false), 120);
     assert!(t.contains("   = help: fix the first reason above"), "{t}");
 }
+
+/// Checks that skip for one reason are one row naming every check (the snapshot of the
+/// one-GPU VM without a NIC: six checks skip for "no rdma device"); a skip with a reason of its
+/// own keeps its row, and `-v` gives one row per check.
+#[test]
+fn checks_skipped_for_one_reason_are_one_row_naming_each() {
+    let rep = report("h200-vm-live");
+    let same: Vec<&str> = rep
+        .findings
+        .iter()
+        .filter(|f| f.status == Status::Skip && f.message == "no rdma device")
+        .map(|f| f.id.as_str())
+        .collect();
+    assert!(same.len() >= 3, "{same:?}");
+    let t = table::render_width(&rep, &plain(false), 200);
+    let rows: Vec<&str> = t
+        .lines()
+        .filter(|l| l.ends_with(": no rdma device"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{t}");
+    assert!(
+        rows[0].starts_with(&format!(" SKIP    {} checks ", same.len())),
+        "{t}"
+    );
+    assert!(
+        rows[0].contains(&format!("{}: no rdma device", same.join(", "))),
+        "{t}"
+    );
+    for id in &same {
+        assert_eq!(count(&t, id), 1, "{id} once:\n{t}");
+    }
+    // A skip whose reason no other check shares stays a row of its own.
+    assert!(t.lines().any(|l| l.starts_with(" SKIP    gpu.p2p ")), "{t}");
+    // Not a pass, a warn or a fail: those keep their ids in the check column.
+    assert!(
+        !t.lines()
+            .any(|l| !l.starts_with(" SKIP") && l.contains(" checks  ")),
+        "{t}"
+    );
+    let v = table::render_width(&rep, &plain(true), 200);
+    for id in &same {
+        assert!(
+            v.lines().any(|l| l.starts_with(&format!(" SKIP    {id} ")) && l.ends_with("no rdma device")),
+            "{id} has its own row with -v:\n{v}"
+        );
+    }
+    assert!(!v.contains(" checks  "), "{v}");
+}

@@ -201,7 +201,42 @@ fn rows(report: &Report, verbose: bool) -> Vec<Row> {
             });
         }
     }
-    rows
+    if verbose {
+        rows
+    } else {
+        skips_alike(rows)
+    }
+}
+
+/// Skipped checks that give the same subject and the same reason are one row, at the place of
+/// the first: `4 checks` with the message `roce.gid, roce.netdev, roce.mtu, roce.qos: <reason>`.
+/// A node without GPUs skips a score of checks for one reason; said once, the rows that judge
+/// something stay on the first screen. Every id stays in the row (`explain` takes it); `-v`
+/// gives one row per check.
+fn skips_alike(rows: Vec<Row>) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::with_capacity(rows.len());
+    // For each row of `out` that is a skip, the ids folded into it.
+    let mut ids: Vec<Vec<String>> = Vec::with_capacity(rows.len());
+    for r in rows {
+        if r.status == Status::Skip {
+            let same = out.iter().position(|o| {
+                o.status == Status::Skip && o.subject == r.subject && o.message == r.message
+            });
+            if let Some(i) = same {
+                ids[i].push(r.id);
+                continue;
+            }
+        }
+        ids.push(vec![r.id.clone()]);
+        out.push(r);
+    }
+    for (row, ids) in out.iter_mut().zip(ids) {
+        if ids.len() > 1 {
+            row.message = format!("{}: {}", ids.join(", "), row.message);
+            row.id = format!("{} checks", ids.len());
+        }
+    }
+    out
 }
 
 /// The GPUDirect RDMA lines: how many pairs, then a table of each GPU and its pairs or why it
