@@ -26,6 +26,7 @@ mod model;
 mod nccl_logs;
 mod predictions;
 mod readers;
+mod reviewed;
 
 fn realdata() -> Option<PathBuf> {
     require::realdata(&repo())

@@ -411,6 +411,14 @@ pub fn nccl_gdr(
     let mut out = Vec::new();
     let Some(log) = log else { return out };
     out.extend(nccl_distance(Some(log), log_label));
+    // A module list of one host explains another host's NIC only when no host of the log had
+    // NIC-level GDR: where one did, with the same NCCL, the module list (of which host, the
+    // paste does not say) is no explanation of the others'.
+    let peermem_loaded = if log.hosts.len() > 1 && log.nic_gdr.iter().any(|n| n.enabled) {
+        None
+    } else {
+        peermem_loaded
+    };
     for nic in &log.nic_gdr {
         if !nic.enabled {
             let v = rules.version;
@@ -532,6 +540,11 @@ pub fn nccl_gdr(
                 p.nic
             ))
             .fix("look for `GPU Direct RDMA Disabled` lines and `NCCL_*` settings in the whole log; `gdrdoctor check` on the node shows the peer-memory and dma-buf state"),
+            (false, _, _) if !agrees && p.nvidia_smi == "?" => Finding::new(ID, Status::Warn, &subject, format!(
+                "nccl did not use gdr with {} ({dirs}); the paste does not show their path, so not why",
+                p.nic
+            ))
+            .fix("paste `nvidia-smi topo -m` of that node, and the log's `GPU Direct RDMA` lines: they say whether the NIC is too far (NCCL_NET_GDR_LEVEL) or has no peer-memory client"),
             (false, _, _) => Finding::new(ID, Status::Pass, &subject, format!(
                 "nccl did not use gdr with {} ({dirs}){}",
                 p.nic,

@@ -57,6 +57,13 @@ pub fn split(lines: &[Line]) -> Vec<RawBlock> {
                     .iter()
                     .rposition(|l| classify(&l.text) == Class::Nccl)
                     .unwrap_or(0);
+                // ... but the rest of the last NCCL line that a hard wrap cut off is.
+                let last = match (b.lines.get(last), b.lines.get(last + 1)) {
+                    (Some(a), Some(c)) if crate::paste::nccl::continues(&a.text, &c.text) => {
+                        last + 1
+                    }
+                    _ => last,
+                };
                 let tail: Vec<Line> = b.lines.split_off(last + 1);
                 let tail: Vec<Line> = tail
                     .into_iter()

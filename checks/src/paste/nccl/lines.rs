@@ -73,8 +73,10 @@ pub(super) fn origin(prefix: &str, line: usize) -> Origin {
     }
 }
 
-/// `gpu-a:2101:2180` of Open MPI's `--tag-output` form `[1,0]<stdout>:gpu-a:2101:2180` (the job
-/// and rank, the stream); anything else as it is.
+/// `gpu-a:2101:2180` of a launcher's tagged line: Open MPI's `--tag-output`
+/// (`[1,0]<stdout>:gpu-a:2101:2180`: the job and rank, the stream) and torchrun's `--tee`
+/// (`[default0]:gpu-a:..`, `[rank3]:gpu-a:..` with `--role rank`: the local rank); anything
+/// else as it is.
 fn strip_mpi_tag(t: &str) -> &str {
     let Some(rest) = t.strip_prefix('[') else {
         return t;
@@ -85,8 +87,22 @@ fn strip_mpi_tag(t: &str) -> &str {
     let numbers = tag
         .split(',')
         .all(|x| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit()));
-    match after.strip_prefix('<').and_then(|a| a.split_once(">:")) {
-        Some((stream, host)) if numbers && stream.bytes().all(|b| b.is_ascii_alphabetic()) => host,
+    if numbers {
+        if let Some((stream, host)) = after.strip_prefix('<').and_then(|a| a.split_once(">:")) {
+            if stream.bytes().all(|b| b.is_ascii_alphabetic()) {
+                return host;
+            }
+        }
+    }
+    // torchrun: a role name (letters, `_`, `-`) and the local rank, then `:`.
+    let role = tag.trim_end_matches(|c: char| c.is_ascii_digit());
+    let torchrun = role.len() < tag.len()
+        && !role.is_empty()
+        && role
+            .bytes()
+            .all(|b| b.is_ascii_alphabetic() || b == b'_' || b == b'-');
+    match after.strip_prefix(':') {
+        Some(host) if torchrun => host,
         _ => t,
     }
 }
@@ -404,11 +420,27 @@ pub(super) fn parse_gdr(msg: &str, o: &Origin) -> (Option<NicGdr>, Option<GpuGdr
     if !has_gpu {
         return (None, None);
     }
-    let gpu = after_word(rest, "for GPU ").unwrap_or("?").to_string();
-    let hca = after_word(rest, "HCA ")
-        .unwrap_or("?")
-        .trim_end_matches(',')
-        .to_string();
+    // 2.29: `for GPU/0-98304 (rank 4) - NET/0-0 (distance 9 > 5)`: NCCL's topology ids, the
+    // GPU's local id being its bus id (printed in decimal; earlier versions print it in hex).
+    let topo_id = |after: &str| -> Option<String> {
+        let id = rest.split(after).nth(1)?.split_whitespace().next()?;
+        let local: u64 = id.split_once('-')?.1.trim_end_matches(',').parse().ok()?;
+        Some(format!("{local:x}"))
+    };
+    let (gpu, hca) = if rest.contains("for GPU/") {
+        (
+            topo_id("for GPU/").unwrap_or_else(|| "?".into()),
+            topo_id(" NET/").unwrap_or_else(|| "?".into()),
+        )
+    } else {
+        (
+            after_word(rest, "for GPU ").unwrap_or("?").to_string(),
+            after_word(rest, "HCA ")
+                .unwrap_or("?")
+                .trim_end_matches(',')
+                .to_string(),
+        )
+    };
     let (mut distance, mut threshold, mut op) = (None, None, None);
     if let Some(d) = rest.split("distance ").nth(1) {
         let mut t = d.split_whitespace();
@@ -422,7 +454,7 @@ pub(super) fn parse_gdr(msg: &str, o: &Origin) -> (Option<NicGdr>, Option<GpuGdr
         .and_then(|r| r.split_whitespace().next())
         .and_then(lead_num)
         .map(|r| r != 0);
-    let mode = after_word(rest, "mode ").map(str::to_string);
+    let mode = after_word(rest, "mode ").map(|m| m.trim_end_matches(')').to_string());
     (
         None,
         Some(GpuGdr {
@@ -546,7 +578,7 @@ pub(super) fn version_in(text: &str) -> Option<String> {
 /// Parse the lines of an NCCL log block.
 /// Whether `next` completes a transport cut by a hard wrap at the end of `cur`
 /// (`.. via NET/IB/0/GDR` + `DMA`, `.. via NET/IB/0` + `/GDRDMA`).
-pub(super) fn completes_transport(cur: &str, next: &str) -> Option<String> {
+pub(crate) fn completes_transport(cur: &str, next: &str) -> Option<String> {
     if !cur.contains(" via ") || next.contains("NCCL ") || next.starts_with(char::is_whitespace) {
         return None;
     }
@@ -557,6 +589,76 @@ pub(super) fn completes_transport(cur: &str, next: &str) -> Option<String> {
     let (t0, t1) = (parse_transport(before), parse_transport(after));
     let readable = |t: &Transport| !matches!(t, Transport::Other { .. });
     (readable(&t1) && t0 != t1).then(|| format!("{joined}{}", &next[tok.len()..]))
+}
+
+/// `cur` joined with `next` where a hard wrap cut a `GPU Direct RDMA` line (a terminal or
+/// `fold` at 80 columns cuts `.. Disabled for HCA 0 ` from `'mlx5_0'`, or `.. (distance 7 >`
+/// from `4)`): the continuation has no NCCL prefix and does not start with a blank, and the
+/// joined message says more than the cut one (a NIC name, a GPU or its distance where there
+/// was none). `None` otherwise.
+pub(crate) fn completes_gdr(cur: &str, next: &str) -> Option<String> {
+    if next.trim().is_empty() || next.contains("NCCL ") {
+        return None;
+    }
+    let at = cur.find("NCCL INFO ")?;
+    let msg = &cur[at + "NCCL INFO ".len()..];
+    // A wrap at a fixed column may leave the blank before the next word on the next line;
+    // indented text is joined only to a line that is visibly cut.
+    if next.starts_with(char::is_whitespace) && !gdr_cut(msg.trim()) {
+        return None;
+    }
+    // The cut may have been at a blank that the paste's cleaning then dropped (`.. Disabled`
+    // + `for HCA 0 ..`): joined with and without one, the one that reads better.
+    let glued = format!("{msg}{next}");
+    let spaced = format!("{msg} {}", next.trim_start());
+    let o = Origin::default();
+    let score = |m: &str| -> usize {
+        if gdr_cut(m.trim()) {
+            return 0;
+        }
+        match parse_gdr(m.trim(), &o) {
+            (Some(n), _) => 2 + usize::from(!n.name.is_empty()),
+            (_, Some(g)) => {
+                1 + usize::from(g.gpu != "?")
+                    + usize::from(g.hca != "?")
+                    + usize::from(g.distance.is_some())
+                    + usize::from(g.threshold.is_some())
+            }
+            _ => 0,
+        }
+    };
+    let before = score(msg);
+    let (a, b) = (score(&glued), score(&spaced));
+    if a > before && a >= b {
+        Some(format!("{cur}{next}"))
+    } else if b > before {
+        Some(format!("{cur} {}", next.trim_start()))
+    } else {
+        None
+    }
+}
+
+/// A `GPU Direct RDMA` message that is cut (the paste ends inside it, or a wrap that could not
+/// be joined): no `Enabled`/`Disabled`, a NIC-level line without its quoted name, a GPU-level
+/// line without its GPU, NIC or distance. Such a line is NCCL's answer for a NIC or a GPU, and
+/// reading it as nothing would read a disabled NIC as unmentioned.
+pub(super) fn gdr_cut(msg: &str) -> bool {
+    let Some(p) = msg.find("GPU Direct RDMA") else {
+        // `NET/IB : GPU Dir`: cut before the words are whole.
+        let tail = msg.rsplit(" : ").next().unwrap_or("").trim();
+        return msg.starts_with("NET/") && !tail.is_empty() && "GPU Direct RDMA".starts_with(tail);
+    };
+    let rest = msg[p + "GPU Direct RDMA".len()..].trim_start();
+    let word = rest.split_whitespace().next().unwrap_or("");
+    if !["Enabled", "enabled", "Disabled", "disabled"].contains(&word) {
+        return true;
+    }
+    match parse_gdr(msg, &Origin::default()) {
+        (Some(_), _) => false,
+        (_, Some(g)) => g.gpu == "?" || g.hca == "?" || g.distance.is_none(),
+        // `for HCA 1 'mlx5_` (no closing quote), or `for HC`.
+        _ => rest.contains(" for ") || rest.trim_end() == word || rest.ends_with(" for"),
+    }
 }
 
 /// The messages NCCL prints that a line may start with once its `host:pid:tid [dev] NCCL

@@ -109,7 +109,8 @@ pub struct NicGdr {
 #[schemars(rename = "gpu_gdr")]
 pub struct GpuGdr {
     pub origin: Origin,
-    /// The GPU as printed: a bus id (`1c000`), a rank (2.28+), or `cudaDev[nvmlDev]` (2.4).
+    /// The GPU: a bus id (`1c000`; 2.24-2.28 print the rank, read as its bus id where the log
+    /// says, else `rank N`), or `cudaDev[nvmlDev]` (2.4).
     pub gpu: String,
     /// The HCA index (`0`) or NCCL's net id.
     pub hca: String,

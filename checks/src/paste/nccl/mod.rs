@@ -18,8 +18,9 @@
 //!   NIC-level answer (a peer-memory client or dma-buf);
 //! * `GPU Direct RDMA Enabled for GPU 1c000 / HCA 0 (distance 4 <= 4), read 0` and
 //!   `.. Disabled .. (distance 5 > 4)` (`paths.cc` `ncclTopoCheckGdr`, 2.6-2.29; `GPU %d`
-//!   is a rank from 2.28, `mode %s` from 2.27; 2.4 prints `NET/IB : .. for GPU 0[0] / HCA 0
-//!   (distance 3 >= 2)`; 2.30 moved it to TRACE);
+//!   is a rank in 2.24-2.28, read as the bus id of the rank's `Init` line; 2.29 prints
+//!   `for GPU/0-<bus id, decimal> (rank r) - NET/0-<n> (..)`; `mode %s` from 2.27; 2.4 prints
+//!   `NET/IB : .. for GPU 0[0] / HCA 0 (distance 3 >= 2)`; 2.30 moved it to TRACE);
 //! * `Channel 00/0 : 0[1c000] -> 8[1c000] [send] via NET/IB/0/GDRDMA` (`net.cc`; `[busId]`
 //!   until 2.18.1, `[nvmlDev]` from 2.18.3; `NET/IB/0(1)` names the PXN proxy rank; `/Shared`,
 //!   `(PCI)`), `via P2P/CUMEM/read`, `via P2P/IPC`, `via P2P/direct pointer`, `via
@@ -45,3 +46,9 @@ pub use read::{parse, parse_file, parse_lines, parse_lines_with, parse_runs};
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `next` is the rest of NCCL line `cur` that a hard wrap cut off (a transport after
+/// `via`, or a `GPU Direct RDMA` line's NIC name or distance).
+pub fn continues(cur: &str, next: &str) -> bool {
+    lines::completes_transport(cur, next).is_some() || lines::completes_gdr(cur, next).is_some()
+}

@@ -19,7 +19,9 @@ fn join_wraps(lines: &[Line]) -> Vec<Line> {
     while k < lines.len() {
         let l = &lines[k];
         if let Some(next) = lines.get(k + 1) {
-            if let Some(t) = completes_transport(&l.text, &next.text) {
+            if let Some(t) = completes_transport(&l.text, &next.text)
+                .or_else(|| completes_gdr(&l.text, &next.text))
+            {
                 joined.push(Line { no: l.no, text: t });
                 k += 2;
                 continue;
@@ -360,13 +362,15 @@ fn origins_mut(log: &mut NcclLog) -> impl Iterator<Item = &mut Origin> {
 /// so the host is the name of another line that the glued text ends with (`g183`), and none
 /// (the line stays unplaced) when no other line names such a host.
 fn repair_glued_hosts(log: &mut NcclLog) {
-    let glued = |h: &str| h.contains(':') || h.contains('[');
+    // A host name holds none of `:`, `[` or `/` (`NET/IB/0/GDRnode-x`: a line cut inside
+    // `/GDRDMA` with the next process's line glued on).
+    let glued = |h: &str| h.contains([':', '[', '/']);
     if !log.hosts.iter().any(|h| glued(h)) {
         return;
     }
     let known: Vec<String> = log.hosts.iter().filter(|h| !glued(h)).cloned().collect();
     let fix = |h: &str| -> Option<String> {
-        let tail = h.rsplit([':', '[']).next().unwrap_or("");
+        let tail = h.rsplit([':', '[', '/']).next().unwrap_or("");
         known
             .iter()
             .filter(|k| tail.ends_with(k.as_str()))
@@ -523,10 +527,19 @@ fn parse_one(joined: &[Line], last_complete: bool, last_no: Option<usize>) -> Nc
                 (Some(n), _) if !crate::nccl::compare::is_rdma(&n.net) => {
                     log.no_rdma.push((l.no, msg.clone()));
                 }
+                _ if gdr_cut(&msg) => {
+                    log.unreadable
+                        .push((l.no, "a GPU Direct RDMA line cut short".into()));
+                }
                 (Some(n), _) => log.nic_gdr.push(n),
                 (_, Some(g)) => log.gpu_gdr.push(g),
                 _ => {}
             }
+            continue;
+        }
+        if gdr_cut(&msg) {
+            log.unreadable
+                .push((l.no, "a GPU Direct RDMA line cut short".into()));
             continue;
         }
         if let Some(r) = msg.strip_prefix("DMA-BUF is available on GPU device ") {
@@ -596,7 +609,35 @@ fn parse_one(joined: &[Line], last_complete: bool, last_no: Option<usize>) -> Nc
         ))
     });
     attribute(&mut log);
+    gdr_ranks_to_gpus(&mut log);
     log
+}
+
+/// NCCL 2.24-2.28 print `GPU Direct RDMA .. for GPU %d` with the *rank* where earlier versions
+/// print the GPU's bus id: each such number becomes the bus id of that rank on the same host
+/// (its `Init` line), or `rank N` when the log does not say which GPU it is (no Init line, or
+/// communicators that give the number to different GPUs). Unknown version: as printed.
+fn gdr_ranks_to_gpus(log: &mut NcclLog) {
+    use crate::nccl::Version;
+    let Some(v) = log.version() else { return };
+    if v < Version::new(2, 24, 0) || v >= Version::new(2, 29, 0) {
+        return;
+    }
+    let ranks = log.ranks.clone();
+    for g in &mut log.gpu_gdr {
+        let Some(n) = num(&g.gpu) else { continue };
+        let mut buses: Vec<&str> = ranks
+            .iter()
+            .filter(|r| r.rank == n && r.origin.host == g.origin.host)
+            .filter_map(|r| r.bus_id.as_deref())
+            .collect();
+        buses.sort_unstable();
+        buses.dedup();
+        g.gpu = match buses.as_slice() {
+            [b] => b.to_string(),
+            _ => format!("rank {n}"),
+        };
+    }
 }
 
 /// Parse a whole text as an NCCL log (every line is looked at). The last line is taken as

@@ -355,3 +355,35 @@ fn lines_run_together_split_at_each_prefix_and_never_panic() {
         let _ = parse(t);
     }
 }
+
+/// A `GPU Direct RDMA` line wrapped at a fixed column, with the blank at the cut kept on
+/// either side or dropped: joined, and read as the whole line.
+#[test]
+fn a_wrapped_gdr_line_is_joined() {
+    let whole = "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'";
+    for cut in [
+        "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled \nfor HCA 0 'mlx5_0'\n",
+        "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled\nfor HCA 0 'mlx5_0'\n",
+        "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA\n Disabled for HCA 0 'mlx5_0'\n",
+        "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 \n'mlx5_0'\n",
+        "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx\n5_0'\n",
+    ] {
+        let l = parse(cut);
+        assert_eq!(l.nic_gdr.len(), 1, "{cut:?} -> {l:?}");
+        assert_eq!(l.nic_gdr[0].name, "mlx5_0");
+        assert!(!l.nic_gdr[0].enabled);
+        assert!(l.unreadable.is_empty(), "{cut:?}: {:?}", l.unreadable);
+    }
+    assert_eq!(parse(whole).nic_gdr.len(), 1);
+    // Cut and not continued: unreadable, never nothing.
+    for cut in [
+        "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_",
+        "h:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disab",
+        "h:1:2 [0] NCCL INFO NET/IB : GPU Dir",
+        "h:1:2 [0] NCCL INFO GPU Direct RDMA Disabled for GPU 18000 / HCA 0 (distance",
+    ] {
+        let l = parse(cut);
+        assert!(l.nic_gdr.is_empty() && l.gpu_gdr.is_empty(), "{cut:?}");
+        assert_eq!(l.unreadable.len(), 1, "{cut:?}");
+    }
+}

@@ -210,26 +210,38 @@ pub fn odd_ranks(
         h.len()
     };
     if on == net.len() || off == net.len() {
-        return Some(
-            Finding::new(
-                ID,
-                Status::Pass,
-                "job",
+        // The job's size from its `Init` lines (`nranks 16`): a paste of some ranks' lines
+        // says nothing of the others.
+        let nranks = log.ranks.iter().filter_map(|r| r.nranks).max();
+        let mut seen: Vec<u32> = log.ranks.iter().map(|r| r.rank).collect();
+        seen.extend(net.iter().map(|r| r.rank));
+        seen.sort_unstable();
+        seen.dedup();
+        let what = if on > 0 {
+            "uses GDRDMA"
+        } else {
+            "uses the network without GDRDMA"
+        };
+        let (status, message) = match nranks {
+            Some(n) if (seen.len() as u64) < u64::from(n) => (
+                Status::Skip,
                 format!(
-                    "every one of {} rank(s) on {hosts} host(s) {} (NCCL's own word)",
-                    net.len(),
-                    if on > 0 {
-                        "uses GDRDMA"
-                    } else {
-                        "uses the network without GDRDMA"
-                    }
+                    "every one of {} rank(s) in the paste, on {hosts} host(s), {what}, but the job has {n} ranks (`nranks {n}` in its Init lines): the other ranks' lines are not in the paste",
+                    net.len()
                 ),
-            )
-            .evidence(
-                format!("{label} line {}", net[0].line),
-                format!("{}: {}", name(net[0]), net[0].nics.join(", ")),
             ),
-        );
+            _ => (
+                Status::Pass,
+                format!(
+                    "every one of {} rank(s) on {hosts} host(s) {what} (NCCL's own word)",
+                    net.len()
+                ),
+            ),
+        };
+        return Some(Finding::new(ID, status, "job", message).evidence(
+            format!("{label} line {}", net[0].line),
+            format!("{}: {}", name(net[0]), net[0].nics.join(", ")),
+        ));
     }
     // The minority differs; with a tie, the ranks without GDR are named.
     let odd_is_off = off <= on;

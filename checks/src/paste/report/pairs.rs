@@ -128,10 +128,13 @@ fn place(log: &NcclLog, p: &Paste) -> (Vec<(String, LoggedGdr)>, Vec<Unplaced>) 
             continue;
         };
         if hosts.len() > 1 {
+            // The same GPU label and direction: with the same NIC, or on another host (whose
+            // GPU of that label may use another NIC; merged, one host's GDR would stand for
+            // the other's GPU).
             let same = |x: &&(Option<String>, &LoggedGdr)| {
                 x.0.as_deref() == Some(label.as_str())
-                    && x.1.nic == e.nic
                     && x.1.direction == e.direction
+                    && (x.1.nic == e.nic || x.1.host != e.host)
             };
             let differ: Vec<String> = labelled
                 .iter()

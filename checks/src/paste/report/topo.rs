@@ -269,6 +269,8 @@ impl<'a> TopoBlock<'a> {
                 .evidence(lab, listing)
                 .fix("to have NCCL use GDR for sends too, run the job with NCCL_NET_GDR_READ=1 (measure: NCCL keeps sends off GDR on such GPUs because host-staged sends were faster there)")
         } else if logged_any || row.iter().all(|x| x.gdr == Gdr::Off) {
+            // Without a matrix there is no nearest NIC: the NIC NCCL logged stands for it.
+            let best = best.or_else(|| row.iter().copied().find(|x| x.logged.is_some()));
             let why = best
                 .map(|b| {
                     if b.reasons.is_empty() {
@@ -286,11 +288,20 @@ impl<'a> TopoBlock<'a> {
                     "gdr.gpu",
                     Status::Fail,
                     self.subj(g),
-                    format!(
-                        "gdr off for every nic; nearest {} ({}): {why}",
-                        best.map(|b| b.nic.as_str()).unwrap_or("?"),
-                        best.map(|b| b.nvidia_smi.as_str()).unwrap_or("?")
-                    ),
+                    match best {
+                        Some(b) if b.nvidia_smi == "?" => format!(
+                            "gdr off for every nic; {}, path not in the paste: {}",
+                            b.nic,
+                            if why.is_empty() { "nccl logged no gdrdma" } else { why.as_str() }
+                        ),
+                        Some(b) => format!(
+                            "gdr off for every nic; nearest {} ({}): {}",
+                            b.nic,
+                            b.nvidia_smi,
+                            if why.is_empty() { "the paste does not say why" } else { why.as_str() }
+                        ),
+                        None => "gdr off for every nic; the paste does not say why".to_string(),
+                    },
                 )
                 .evidence(lab, listing)
                 .fix("fix the first reason above; `gdrdoctor explain gdr.gpu` gives NCCL's decision chain")
