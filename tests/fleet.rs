@@ -739,3 +739,201 @@ fn a_line_break_in_a_report_stays_in_its_row() {
         );
     }
 }
+
+/// An empty `--ignore` entry (`--ignore ""`, `--ignore env.,`) was a prefix of every field and
+/// hid all drift (exit 0 on a fleet with an odd firmware): it is a usage error naming the
+/// argument, for `fleet --ignore` and `preflight --ignore-drift` alike.
+#[test]
+fn an_empty_ignore_entry_is_a_usage_error_not_a_blindfold() {
+    let t = tempfile::tempdir().unwrap();
+    for (host, d) in [("a", None), ("b", None), ("c", Some(Defect::OddFirmware))] {
+        std::fs::write(
+            t.path().join(format!("{host}.json")),
+            report_json(HEALTHY, d, host),
+        )
+        .unwrap();
+    }
+    let (code, v, _) = fleet(&["--ignore", "env.", &s(t.path())]);
+    assert_eq!(code, 1, "the odd firmware is drift: {}", v["summary"]);
+    for bad in ["", "env.,", ",env.", "env.,,pci."] {
+        let (code, out, err) = run(&["fleet", "--ignore", bad, &s(t.path())]);
+        assert_eq!(code, 2, "--ignore {bad:?}: {out}\n{err}");
+        assert!(out.is_empty(), "--ignore {bad:?}: {out}");
+        assert!(err.contains("--ignore") && err.contains("empty"), "{err}");
+    }
+    let (code, _, err) = run(&["fleet", "--ignore=", &s(t.path())]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = run(&[
+        "preflight",
+        "--ignore-drift",
+        "env.,",
+        "--secret-file",
+        &s(&t.path().join("k")),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--ignore-drift") && err.contains("empty"),
+        "{err}"
+    );
+}
+
+/// A report that holds a `fail` finding is failed whatever its exit code (docs/guides/fleet.md):
+/// one whose summary says 3 (incomplete) was counted as incomplete, and with
+/// `--allow-incomplete` the fleet passed it.
+#[test]
+fn a_fail_finding_fails_the_node_whatever_its_exit_code() {
+    use gdrdoctor_checks::report::{Report, Status};
+    let d = tempfile::tempdir().unwrap();
+    let healthy = report_json(HEALTHY, None, "a");
+    let mut failing: Report =
+        serde_json::from_str(&report_json("hgx-h200x8-cx7x8-port-down", None, "b")).unwrap();
+    assert!(failing.findings.iter().any(|f| f.status == Status::Fail));
+    failing.summary.exit_code = 3;
+    let mut errors: Report = serde_json::from_str(&healthy).unwrap();
+    errors.host.hostname = Some("c".into());
+    errors.findings[0].status = Status::Error;
+    errors.summary.exit_code = 3;
+    std::fs::write(d.path().join("a.json"), &healthy).unwrap();
+    for (n, r) in [("b", &failing), ("c", &errors)] {
+        std::fs::write(
+            d.path().join(format!("{n}.json")),
+            serde_json::to_string(r).unwrap(),
+        )
+        .unwrap();
+    }
+    for extra in [
+        &["--allow-drift"][..],
+        &["--allow-drift", "--allow-incomplete"],
+    ] {
+        let mut a = extra.to_vec();
+        let dir = s(d.path());
+        a.push(&dir);
+        let (code, v, _) = fleet(&a);
+        let sm = &v["summary"];
+        assert_eq!(
+            (
+                sm["ok"].as_u64(),
+                sm["failed"].as_u64(),
+                sm["incomplete"].as_u64()
+            ),
+            (Some(1), Some(1), Some(1)),
+            "{extra:?}: {sm}"
+        );
+        assert_eq!(code, 1, "{extra:?}: {sm}");
+    }
+}
+
+/// The same report file named twice (`fleet a.json a.json b.json`, `fleet reports/
+/// reports/a.json`, a link to a report beside it) is one node, read once and said once on
+/// stderr: it was two nodes, and the same Prometheus series twice (an invalid exposition).
+#[test]
+fn a_report_given_twice_is_one_node() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("reports");
+    std::fs::create_dir(&dir).unwrap();
+    for host in ["a", "b"] {
+        std::fs::write(
+            dir.join(format!("{host}.json")),
+            report_json(HEALTHY, None, host),
+        )
+        .unwrap();
+    }
+    let (a, b) = (s(&dir.join("a.json")), s(&dir.join("b.json")));
+    let dots = format!("{}/./a.json", s(&dir));
+    let d = s(&dir);
+    for args in [
+        vec![a.as_str(), a.as_str(), b.as_str()],
+        vec![a.as_str(), b.as_str(), a.as_str(), dots.as_str()],
+        vec![d.as_str(), a.as_str()],
+    ] {
+        let (code, v, err) = fleet(&args);
+        assert_eq!(code, 0, "{args:?}: {}\n{err}", v["summary"]);
+        assert_eq!(
+            (
+                v["summary"]["nodes"].as_u64(),
+                v["summary"]["reports"].as_u64()
+            ),
+            (Some(2), Some(2)),
+            "{args:?}: {}",
+            v["summary"]
+        );
+        let said: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("given more than once"))
+            .collect();
+        assert_eq!(said.len(), 1, "{args:?}: {err}");
+        assert!(said[0].contains("a.json"), "{err}");
+    }
+    // A link to a report beside it is the same file.
+    std::os::unix::fs::symlink(dir.join("a.json"), dir.join("c.json")).unwrap();
+    let (_, v, err) = fleet(&[&s(&dir)]);
+    assert_eq!(v["summary"]["nodes"], 2, "{err}");
+    assert!(
+        err.contains("c.json") && err.contains("given more than once"),
+        "{err}"
+    );
+    // Prometheus: every series once.
+    let (code, p, _) = run(&["fleet", "-f", "prometheus", &s(&dir), &a]);
+    assert_eq!(code, 0);
+    let series: Vec<&str> = p
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.rsplit_once(' ').unwrap().0)
+        .collect();
+    let unique: std::collections::BTreeSet<&str> = series.iter().copied().collect();
+    assert_eq!(series.len(), unique.len(), "a series twice:\n{p}");
+    assert!(p.contains("gdrdoctor_fleet_nodes{outcome=\"ok\"} 2"), "{p}");
+    common::tools::promtool_check(&p);
+}
+
+/// `check -f json | head -c` leaves a report cut short; on stdin it swallowed every report
+/// after it (4 reports in, "3 report(s)", the failing nodes after it gone). Each cut anywhere
+/// (inside a string or not): the damaged one is unreadable, every later report is read, and a
+/// failing node beats an incomplete roll-up (exit 1, docs/guides/fleet.md).
+#[test]
+fn a_report_cut_short_on_stdin_does_not_swallow_the_ones_after_it() {
+    let a = report_json(HEALTHY, None, "a");
+    let cut = report_json(HEALTHY, None, "cut");
+    let c = report_json("hgx-h200x8-cx7x8-port-down", None, "c");
+    let d = report_json("hgx-h200x8-cx7x8-port-down", None, "d");
+    // A cut outside a string and one inside a string (its quotes then pair up wrongly).
+    let inside = cut.find("\"hostname\"").unwrap() + 3;
+    // As `cat` writes them: the next report right after the cut, on the same line or not.
+    let at_line = cut[..cut.len() / 3].rfind('\n').unwrap() + 1;
+    for (at, sep) in [
+        (cut.len() / 2, ""),
+        (inside, ""),
+        (100_000.min(cut.len() - 1), ""),
+        (at_line, ""),
+        (cut.len() / 2, "\n"),
+    ] {
+        let (code, v) = fleet_stdin(&format!("{a}{}{sep}{c}{d}", &cut[..at]));
+        let sm = &v["summary"];
+        assert_eq!(sm["reports"], 4, "cut at {at}: {sm}\n{}", v["unreadable"]);
+        assert_eq!(sm["nodes"], 3, "cut at {at}: {sm}");
+        assert_eq!(sm["unreadable"], 1, "cut at {at}: {}", v["unreadable"]);
+        assert_eq!(sm["failed"], 2, "cut at {at}: {sm}");
+        assert_eq!(v["unreadable"][0]["input"], "stdin#2");
+        assert!(
+            v["unreadable"][0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("cut short"),
+            "{}",
+            v["unreadable"]
+        );
+        let failing: Vec<&str> = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["not_passing"].as_array().unwrap())
+            .filter(|n| n["status"] == "fail")
+            .map(|n| n["node"].as_str().unwrap())
+            .collect();
+        assert!(
+            failing.contains(&"c") && failing.contains(&"d"),
+            "{failing:?}"
+        );
+        assert_eq!(code, 1, "a failed node beats an unreadable report: {sm}");
+    }
+}

@@ -386,6 +386,41 @@ fn policy_errors_name_the_file_and_line_and_exit_2() {
         assert_eq!(code, 2);
         assert!(verr.contains(want), "{verr}");
     }
+    // The message keeps its line breaks: the line itself and a caret under the column, each
+    // on a line of its own (they were one line of `\n` escapes); a control character the file
+    // holds is still escaped.
+    std::fs::write(
+        &p,
+        "schema = \"gdrdoctor.policy/v1\"\n[gpu]\ncuont = 9 # \u{1b}[2J\u{1b}]0;pwned\u{7}\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["policy", "validate", &s(&p)],
+        vec![
+            "check",
+            "--sysroot",
+            &s(&fixture(HEALTHY)),
+            "--policy",
+            &s(&p),
+        ],
+    ]
+    .iter()
+    .map(|a| a.iter().map(|x| x.to_string()).collect::<Vec<_>>())
+    {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, err) = run(&a);
+        assert_eq!(code, 2, "{err}");
+        assert!(!err.contains("\\n"), "a literal \\n: {err}");
+        assert!(
+            err.lines().any(|l| l.trim_start().starts_with("3 | ")),
+            "the line on a line of its own: {err}"
+        );
+        assert!(
+            err.lines().any(|l| l.trim_end().ends_with('^')),
+            "the caret on a line of its own: {err}"
+        );
+        assert!(!err.contains('\u{1b}') && !err.contains('\u{7}'), "{err:?}");
+    }
     let (code, _, err) = run(&[
         "check",
         "--sysroot",

@@ -679,9 +679,10 @@ fn a_report_too_big_or_malformed_is_refused_and_the_rank_named() {
             Instant::now() + Duration::from_secs(60),
             "done",
         );
-        // Nothing failed, but two nodes could not be judged: incomplete (3), as `check`.
+        // Two nodes could not be judged: taken out (nobody can vouch for them), so 1 (it
+        // was 3, with the nodes named under "take out").
         assert!(
-            matches!(m, Ok(wire::Message::Done { exit_code: 3, .. })),
+            matches!(m, Ok(wire::Message::Done { exit_code: 1, .. })),
             "{m:?}"
         );
     });
@@ -699,18 +700,18 @@ fn a_report_too_big_or_malformed_is_refused_and_the_rank_named() {
             .unwrap_or_default()
     };
     let (st, m) = msg("rogue-2");
-    assert_eq!(st, "error", "{f:#?}");
+    assert_eq!(st, "fail", "{f:#?}");
     assert!(m.contains("5242880 bytes, above the 4 MiB cap"), "{m}");
     let (st, m) = msg("rogue-3");
-    assert_eq!(st, "error", "{f:#?}");
+    assert_eq!(st, "fail", "{f:#?}");
     assert!(m.contains("a malformed report"), "{m}");
     let t: Vec<String> = take_out(a).into_iter().map(|(n, _)| n).collect();
     assert_eq!(t, ["rogue-2", "rogue-3"]);
     // The two real nodes still ran NCCL and a pair.
     assert_eq!(a["nccl"][1]["nranks"], 16);
     assert_eq!(a["pairs"].as_array().unwrap().len(), 8);
-    assert_eq!(a["summary"]["exit_code"], 3);
-    every_rank_exits(&o, 3);
+    assert_eq!(a["summary"]["exit_code"], 1);
+    every_rank_exits(&o, 1);
 }
 
 #[test]
@@ -972,4 +973,69 @@ fn a_rehearsal_on_captures_judges_the_captures_and_names_them() {
         "{}",
         String::from_utf8_lossy(&z.stderr)
     );
+}
+
+/// A node whose check report could not be read (here: its check could not run, an invalid
+/// `--policy` on that rank) is named under "take out", and a node to take out makes every rank
+/// exit 1 (`--help`): the answer exited 3, or 0 with `--allow-incomplete`.
+#[test]
+fn a_node_without_a_check_report_is_taken_out_and_the_answer_exits_1() {
+    let d = tempfile::tempdir().unwrap();
+    let cap = d.path().join("node.tar.gz");
+    std::fs::copy(common::nodes::archive(HEALTHY), &cap).unwrap();
+    let bad = d.path().join("bad.toml");
+    std::fs::write(&bad, "schema = \"gdrdoctor.policy/v1\"\n[gpu]\ncuont = 9\n").unwrap();
+    let key = d.path().join("k");
+    std::fs::write(&key, "c2VjcmV0LWtleS1mb3ItdGhlLXJlaGVhcnNhbC10ZXN0Cg==\n").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    for extra in [&[][..], &["--allow-incomplete"][..]] {
+        let port = free_port().to_string();
+        let rank = |r: &str, name: &str, policy: &[&str]| {
+            let mut c = Command::new(bin());
+            c.args(["preflight", "--rank", r, "--world", "2"])
+                .args(["--rendezvous", &format!("127.0.0.1:{port}")])
+                .args(["--secret-file", key.to_str().unwrap()])
+                .args(["--sysroot", cap.to_str().unwrap(), "--node-name", name])
+                .args(["--timeout", "30", "--format", "json"])
+                .args(policy)
+                .args(extra)
+                .env("PATH", "/nonexistent")
+                .env_remove("GDRDOCTOR_POLICY")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            c.spawn().unwrap()
+        };
+        let one = rank("1", "node-1", &["--policy", bad.to_str().unwrap()]);
+        let zero = rank("0", "node-0", &["--no-policy"]);
+        let z = zero.wait_with_output().unwrap();
+        let o = one.wait_with_output().unwrap();
+        let a: Value = serde_json::from_slice(&z.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&z.stderr)));
+        let t = take_out(&a);
+        assert_eq!(
+            t.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["node-1"],
+            "{extra:?}: {a:#}"
+        );
+        assert!(t[0].1.contains("could not be read"), "{t:?}");
+        let f = findings(&a, "preflight.node");
+        assert!(
+            f.iter()
+                .any(|f| f["subject"] == "node-1" && f["status"] == "fail"),
+            "{f:#?}"
+        );
+        assert_eq!(a["summary"]["exit_code"], 1, "{extra:?}: {}", a["summary"]);
+        assert_eq!(
+            z.status.code(),
+            Some(1),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&z.stderr)
+        );
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }

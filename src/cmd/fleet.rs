@@ -29,14 +29,16 @@ from the majority, the odd nodes are named. A field with no majority value is sh
     "  gdrdoctor fleet reports/ -f html --svg-dir svgs/ -o fleet.html   # open in a browser\n\n",
     "Exit codes (fleet):\n",
     "  0  no node failed and no drift\n",
-    "  1  a node failed (its report's exit code is 1), or drift (unless --allow-drift)\n",
+    "  1  a node failed (its report's exit code is 1, or it holds a fail finding whatever\n",
+    "     its exit code), or drift (unless --allow-drift)\n",
     "  2  gdrdoctor could not run (no report could be read at all, usage error)\n",
     "  3  nothing failed, but some reports are unreadable or some nodes incomplete\n",
     "     (unless --allow-incomplete)"
 ))]
 pub struct Args {
     /// JSON reports (`gdrdoctor check -f json`): files, directories (every *.json below them),
-    /// or - for stdin (one or more reports; `srun --label` output is split by task)
+    /// or - for stdin (one or more reports; `srun --label` output is split by task); a file
+    /// named twice is read once
     #[arg(required = true, value_name = "REPORTS")]
     pub reports: Vec<PathBuf>,
     /// Output format: table (checks x nodes, failing nodes, drift), json (schema
@@ -57,8 +59,8 @@ pub struct Args {
     #[arg(long)]
     pub allow_incomplete: bool,
     /// Leave fields out of the drift analysis: names or prefixes as the drift table prints them
-    /// (e.g. cmdline.BOOT_IMAGE, env., pci.)
-    #[arg(long, value_delimiter = ',', value_name = "FIELD")]
+    /// (e.g. cmdline.BOOT_IMAGE, env., pci.); an empty entry is refused
+    #[arg(long, value_delimiter = ',', value_name = "FIELD", value_parser = crate::output::args::parse_field_prefix)]
     pub ignore: Vec<String>,
     /// Node names shown per row in the table (the JSON always lists every node)
     #[arg(long, value_name = "N", default_value_t = 6)]
@@ -85,13 +87,37 @@ pub fn run(args: &Args) -> i32 {
             return EXIT_USAGE;
         }
     }
-    let (inputs, gather_bad) = match fleet::input::gather(&args.reports) {
+    let fleet::input::Gathered {
+        inputs,
+        bad: gather_bad,
+        twice,
+    } = match fleet::input::gather(&args.reports) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("gdrdoctor: error: {e}");
             return EXIT_USAGE;
         }
     };
+    // A file named twice is one node, read once; said once per file (the first few by name).
+    const SHOWN: usize = 3;
+    for (first, other) in twice.iter().take(SHOWN) {
+        let also = if other == first {
+            String::new()
+        } else {
+            format!(" (also as {other})")
+        };
+        eprintln!(
+            "gdrdoctor: fleet: {}{} given more than once: read once",
+            crate::render::sanitize::text(first),
+            crate::render::sanitize::text(&also)
+        );
+    }
+    if twice.len() > SHOWN {
+        eprintln!(
+            "gdrdoctor: fleet: {} more report file(s) given more than once: each read once",
+            twice.len() - SHOWN
+        );
+    }
     let threads = gdrdoctor_checks::cpus();
     let t0 = std::time::Instant::now();
     let html = args.format == FleetFormat::Html;

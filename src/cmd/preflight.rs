@@ -55,9 +55,9 @@ or taint the nodes it names.\n\n",
     "      --sysroot 'captures/node-{rank}.tar.gz'          # rehearse on captures\n\n",
     "Exit codes (as check's):\n",
     "  0  every node passed\n",
-    "  1  a node failed (it is named, with why, under \"take out\")\n",
+    "  1  a node to take out (it is named, with why, under \"take out\")\n",
     "  2  gdrdoctor could not run (usage error, no engine, no secret, rank 0 unreachable)\n",
-    "  3  nothing failed, but something could not be evaluated (unless --allow-incomplete)\n",
+    "  3  nothing to take out, but something could not be evaluated (unless --allow-incomplete)\n",
     "Every rank exits with rank 0's answer's code."
 ))]
 pub struct Args {
@@ -130,7 +130,7 @@ pub struct Args {
     #[arg(long, value_name = "F", default_value_t = 0.5)]
     pub min_pair_relative: f64,
     /// Leave fields out of the odd-node-out comparison (as `fleet --ignore`)
-    #[arg(long, value_delimiter = ',', value_name = "FIELD")]
+    #[arg(long, value_delimiter = ',', value_name = "FIELD", value_parser = crate::output::args::parse_field_prefix)]
     pub ignore_drift: Vec<String>,
     /// Judge each node against this site policy (as `check --policy`)
     #[arg(long, value_name = "FILE", env = "GDRDOCTOR_POLICY")]

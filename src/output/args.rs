@@ -100,6 +100,16 @@ impl From<FailOnArg> for FailOn {
     }
 }
 
+/// One entry of `fleet --ignore` and `preflight --ignore-drift`: a field name or prefix as the
+/// drift table prints it. An empty entry (`--ignore ""`, `--ignore env.,`) would be a prefix of
+/// every field and hide all drift: refused.
+pub fn parse_field_prefix(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("an empty field prefix would leave every field out of the drift (give a name or prefix such as env. or cmdline.BOOT_IMAGE, without an empty entry between commas)".into());
+    }
+    Ok(s.to_string())
+}
+
 /// `--nccl-version` (check, topo, diagnose): `2.28.9`, `2.28` or `v2.28.9-1`.
 pub fn parse_nccl_version(s: &str) -> Result<String, String> {
     gdrdoctor_checks::nccl::Version::parse(s)

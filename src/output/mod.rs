@@ -16,10 +16,11 @@ pub const EXIT_USAGE: i32 = 2;
 
 /// Say why gdrdoctor could not run, on stderr, and return [`EXIT_USAGE`].
 pub fn fail(msg: impl std::fmt::Display) -> i32 {
-    // Error text can quote the node (an archive's entry names, a file's content).
+    // Error text can quote the node (an archive's entry names, a file's content): escaped,
+    // its line breaks kept (a policy error shows the line and a caret under the column).
     eprintln!(
         "gdrdoctor: error: {}",
-        render::sanitize::text(&msg.to_string())
+        render::sanitize::message(&msg.to_string())
     );
     EXIT_USAGE
 }

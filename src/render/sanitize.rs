@@ -4,7 +4,7 @@
 //! touched: it is data, and serde escapes control characters there.
 
 use crate::sys::escape::dangerous;
-pub use crate::sys::escape::{lines, text};
+pub use crate::sys::escape::{lines, message, text};
 
 use gdrdoctor_checks::report::Report;
 use serde::Serialize;

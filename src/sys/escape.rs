@@ -1,7 +1,7 @@
 //! One escaper per output language, for text that comes from the node, a snapshot, a paste,
 //! a report or a progress area (input an attacker can write):
 //!
-//! - the terminal ([`text`], [`lines`]): an escape sequence in a device name would otherwise
+//! - the terminal ([`text`], [`lines`], [`message`]): an escape sequence in a device name would otherwise
 //!   move the cursor, rewrite earlier lines (a `FAIL` turned into `PASS` on screen), set the
 //!   window title or, on some terminals, answer back. Escaped, visibly, as Rust writes them: the
 //!   C0 controls and DEL (`\x1b`, `\n`, `\t`, ...), the C1 controls U+0080-U+009F (U+009B is a
@@ -61,6 +61,29 @@ pub fn lines(s: &str) -> Cow<'_, str> {
             out.push('\n');
         }
         out.push_str(&text(l));
+    }
+    Cow::Owned(out)
+}
+
+/// An error message for the terminal: as [`text`], but its line breaks and tabs are kept (a
+/// policy error quotes the line and points at the column under it: `\n` escapes made that one
+/// line of `\n`s). Every other control character, a carriage return included (it would let a
+/// line overwrite itself), is escaped.
+pub fn message(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c != '\n' && c != '\t' && dangerous(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for (i, l) in s.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        for (j, part) in l.split('\t').enumerate() {
+            if j > 0 {
+                out.push('\t');
+            }
+            out.push_str(&text(part));
+        }
     }
     Cow::Owned(out)
 }
@@ -203,5 +226,10 @@ mod tests {
         assert_eq!(text("ok"), "ok");
         assert_eq!(text("\u{1b}[31mFAIL\u{202e}"), "\\x1b[31mFAIL\\u{202e}");
         assert_eq!(lines("a\nb\u{7}"), "a\nb\\x07");
+        assert_eq!(message("a\n\tb"), "a\n\tb");
+        assert_eq!(
+            message("x:3:1: bad\n  3 | k = \"\u{1b}[2J\r\u{202e}\"\n    | ^"),
+            "x:3:1: bad\n  3 | k = \"\\x1b[2J\\r\\u{202e}\"\n    | ^"
+        );
     }
 }

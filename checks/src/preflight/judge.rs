@@ -161,7 +161,13 @@ pub fn answer(inp: &Inputs) -> Answer {
         })
         .collect();
     let s = report::Summary::count(&findings);
-    let exit_code = report::exit_code(&findings, inp.fail_on, inp.allow_incomplete);
+    // A node named under "take out" makes the answer 1, whatever the findings say (every
+    // take-out has a fail finding; this holds the contract should one not).
+    let exit_code = if take_out.is_empty() {
+        report::exit_code(&findings, inp.fail_on, inp.allow_incomplete)
+    } else {
+        1
+    };
     let drift_of = |r: u32| -> Vec<String> {
         inp.drift
             .iter()
@@ -362,8 +368,11 @@ fn nodes(inp: &Inputs, f: &mut Vec<Finding>, out: &mut TakeOuts) {
                 .report_error
                 .clone()
                 .unwrap_or_else(|| "no report arrived".into());
+            // Taken out (nobody can vouch for it), so a fail, as a rank that never joined: an
+            // error here made the answer exit 3 (0 with --allow-incomplete) with the node
+            // named under "take out".
             f.push(
-                Finding::new(ID, Status::Error, subject(m), format!("{}: no check report: {why}", who(m)))
+                Finding::new(ID, Status::Fail, subject(m), format!("{}: no check report: {why}", who(m)))
                     .evidence("rendezvous", why.clone())
                     .fix("run `gdrdoctor check` on that node and look at its output; a report refused for its size or shape comes from another gdrdoctor version or a damaged process"),
             );

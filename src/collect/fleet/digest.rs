@@ -166,7 +166,11 @@ pub struct Digester<'a> {
 
 impl Digester<'_> {
     fn ignored(&self, key: &str) -> bool {
-        self.ignore.iter().any(|p| key.starts_with(p.as_str()))
+        // An empty entry is a prefix of every key: it leaves nothing out (the command line
+        // refuses one; a caller that passes one does not hide all drift).
+        self.ignore
+            .iter()
+            .any(|p| !p.is_empty() && key.starts_with(p.as_str()))
             || VOLATILE.contains(&key)
             // BAR addresses depend on the firmware's allocation; sizes are what matter.
             || key.ends_with(".start")
@@ -336,5 +340,12 @@ mod tests {
         assert!(d.ignored("cmdline.root") && d.ignored("gpus[x].bars[1].start"));
         assert!(d.ignored("env.NCCL_IB_HCA"));
         assert!(!d.ignored("gpus[x].bars[1].size") && !d.ignored("cmdline.iommu"));
+        // An empty entry is a prefix of every field: it must not hide them all.
+        let d = super::Digester {
+            ignore: &[String::new(), "env.".to_string()],
+            detail: false,
+        };
+        assert!(d.ignored("env.NCCL_IB_HCA"));
+        assert!(!d.ignored("driver.nvidia_version") && !d.ignored("nics[mlx5_5].fw_ver"));
     }
 }

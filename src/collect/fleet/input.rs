@@ -48,11 +48,25 @@ pub struct Unreadable {
     pub error: String,
 }
 
-/// Expand the command-line arguments into inputs. Paths that cannot be listed are unreadable
-/// inputs, never dropped; `Err` only for a usage error (stdin named twice).
-pub fn gather(args: &[PathBuf]) -> Result<(Vec<Input>, Vec<Unreadable>), String> {
-    let mut inputs = Vec::new();
-    let mut bad = Vec::new();
+/// What the command line names, expanded: the inputs to read, the paths that could not be
+/// listed, and the files named more than once.
+#[derive(Default)]
+pub struct Gathered {
+    pub inputs: Vec<Input>,
+    pub bad: Vec<Unreadable>,
+    /// Files reached more than once (`fleet a.json a.json`, `fleet reports/ reports/x.json`, a
+    /// link to a report beside it), once each: `(the name it is read under, the first other
+    /// name)`. Each file is read once: twice, it was two nodes and the same Prometheus series
+    /// twice.
+    pub twice: Vec<(String, String)>,
+}
+
+/// Expand the command-line arguments into inputs, each file once (by its canonical path).
+/// Paths that cannot be listed are unreadable inputs, never dropped; `Err` only for a usage
+/// error (stdin named twice).
+pub fn gather(args: &[PathBuf]) -> Result<Gathered, String> {
+    let mut g = Gathered::default();
+    let mut seen = Seen::default();
     let mut stdin_seen = false;
     for a in args {
         if a.as_os_str() == "-" {
@@ -60,25 +74,50 @@ pub fn gather(args: &[PathBuf]) -> Result<(Vec<Input>, Vec<Unreadable>), String>
                 return Err("`-` (stdin) given twice".into());
             }
             stdin_seen = true;
-            inputs.push(Input {
+            g.inputs.push(Input {
                 name: "stdin".into(),
                 source: Source::Stdin,
             });
             continue;
         }
         match std::fs::metadata(a) {
-            Ok(m) if m.is_dir() => walk(a, &mut inputs, &mut bad),
-            Ok(_) => inputs.push(Input {
-                name: a.display().to_string(),
-                source: Source::File(a.clone()),
-            }),
-            Err(e) => bad.push(Unreadable {
+            Ok(m) if m.is_dir() => walk(a, &mut g, &mut seen),
+            Ok(_) => seen.push(a.clone(), &mut g),
+            Err(e) => g.bad.push(Unreadable {
                 input: a.display().to_string(),
                 error: e.to_string(),
             }),
         }
     }
-    Ok((inputs, bad))
+    Ok(g)
+}
+
+/// The files already taken, by canonical path (the path as given when it has none: a file gone
+/// meanwhile is then named unreadable by the read): the name each is read under, and whether
+/// it was already said to be given twice.
+#[derive(Default)]
+struct Seen(std::collections::HashMap<PathBuf, (String, bool)>);
+
+impl Seen {
+    fn push(&mut self, p: PathBuf, g: &mut Gathered) {
+        let name = p.display().to_string();
+        let key = std::fs::canonicalize(&p).unwrap_or_else(|_| p.clone());
+        match self.0.get_mut(&key) {
+            Some((first, said)) => {
+                if !*said {
+                    *said = true;
+                    g.twice.push((first.clone(), name));
+                }
+            }
+            None => {
+                self.0.insert(key, (name.clone(), false));
+                g.inputs.push(Input {
+                    name,
+                    source: Source::File(p),
+                });
+            }
+        }
+    }
 }
 
 /// Counts what is read from standard input and refuses more than its cap.
@@ -277,11 +316,26 @@ pub struct Cut {
     pub bytes: Result<Vec<u8>, String>,
 }
 
+/// The second line of every report gdrdoctor writes (`-f json`, pretty-printed).
+const SECOND_LINE: &[u8] = b"  \"schema\": \"gdrdoctor.";
+
+const CUT_SHORT: &str =
+    "a report cut short: another report starts before it ends; the stream is read on from there";
+
 /// Cuts a stream of JSON into documents as it comes, without parsing them: it follows strings
 /// (and their escapes) and brackets only. A top-level object is a document; a top-level array
-/// is a list of documents, one per element. Anything else at the top level damages the stream:
-/// what follows cannot be resynchronised and is not read. A document that is not valid JSON is
-/// still handed on whole (the parse that digests it says what is wrong).
+/// is a list of documents, one per element. A document that is not valid JSON is still handed
+/// on whole (the parse that digests it says what is wrong).
+///
+/// Damage is resynchronised where a report starts. Every report gdrdoctor writes starts with a
+/// line `{` and its second line is [`SECOND_LINE`]; inside one, no line starts with `{` and no
+/// other line is the second. Inside a document, a line that starts with `{` means the document
+/// was cut short (`check -f json | head -c`) and another one starts there; a second line
+/// means another one started at the `{` that ends the line before it (the next report written
+/// right after the cut, on the same line). The damaged one is an `Err` cut and the next is read
+/// (it swallowed every report after it). Text at the top level that starts no document (a
+/// stray line of a launcher) is an `Err` cut, and what follows is skipped up to a line that
+/// starts with `{`. A document larger than the cap stops the stream.
 pub struct Splitter {
     cur: Vec<u8>,
     max: usize,
@@ -296,6 +350,12 @@ pub struct Splitter {
     esc: bool,
     /// The document is a scalar element of an array (ends at `,` or `]` outside a string).
     scalar: bool,
+    /// The next byte starts a line.
+    bol: bool,
+    /// How much of [`SECOND_LINE`] the current line has matched so far (`None`: it does not).
+    second: Option<usize>,
+    /// After text that starts no document: skipping to a line that starts with `{`.
+    skipping: bool,
     stopped: bool,
 }
 
@@ -311,6 +371,9 @@ impl Splitter {
             in_str: false,
             esc: false,
             scalar: false,
+            bol: true,
+            second: None,
+            skipping: false,
             stopped: false,
         }
     }
@@ -332,6 +395,46 @@ impl Splitter {
         });
     }
 
+    /// The current document is damaged: handed on as an `Err`, its bytes dropped; the stream
+    /// goes on.
+    fn damaged(&mut self, why: String, out: &mut dyn FnMut(Cut)) {
+        let element = self.in_array.then(|| {
+            self.element += 1;
+            self.element - 1
+        });
+        self.in_doc = false;
+        self.cur = Vec::new();
+        out(Cut {
+            element,
+            bytes: Err(why),
+        });
+    }
+
+    /// The current document's last line is [`SECOND_LINE`]: unless it is the document's own
+    /// second line, another report started at the `{` that ends the line before it. The
+    /// document up to there is damaged; the new one goes on from its `{`.
+    fn second_line(&mut self, out: &mut dyn FnMut(Cut)) {
+        let mut k = self.cur.len().saturating_sub(SECOND_LINE.len());
+        for b in [b'\n', b'\r'] {
+            if k > 0 && self.cur[k - 1] == b {
+                k -= 1;
+            }
+        }
+        if k < 2 || self.cur[k - 1] != b'{' {
+            // Its own second line (`{` is its first byte), or not after a `{`: read on.
+            return;
+        }
+        let rest = self.cur.split_off(k - 1);
+        self.damaged(CUT_SHORT.into(), out);
+        self.cur = rest;
+        self.in_doc = true;
+        // Where [`SECOND_LINE`] ends: in the top-level object, inside the schema's string.
+        self.depth = 1;
+        self.in_str = true;
+        self.esc = false;
+        self.scalar = false;
+    }
+
     fn stop(&mut self, why: String, out: &mut dyn FnMut(Cut)) {
         self.stopped = true;
         self.cur = Vec::new();
@@ -349,8 +452,29 @@ impl Splitter {
                 // Scan to the end of the document or of these bytes, then copy in one go.
                 let from = i;
                 let mut end = None;
+                let mut cut_short = false;
+                let mut glued = false;
                 while i < bytes.len() {
                     let b = bytes[i];
+                    if self.bol && b == b'{' && (i > from || !self.cur.is_empty()) {
+                        // A line that starts with `{` inside a document: this one was cut
+                        // short and another starts here (a raw line break cannot be inside
+                        // a JSON string, and no report of gdrdoctor's has one nested at
+                        // column 0).
+                        cut_short = true;
+                        break;
+                    }
+                    if self.bol {
+                        self.second = Some(0);
+                    }
+                    if let Some(n) = self.second {
+                        self.second = (SECOND_LINE.get(n) == Some(&b)).then_some(n + 1);
+                        if self.second == Some(SECOND_LINE.len()) {
+                            self.second = None;
+                            glued = true;
+                        }
+                    }
+                    self.bol = b == b'\n';
                     if self.in_str {
                         if self.esc {
                             self.esc = false;
@@ -378,6 +502,13 @@ impl Splitter {
                         }
                     }
                     i += 1;
+                    if glued {
+                        break;
+                    }
+                }
+                if cut_short {
+                    self.damaged(CUT_SHORT.into(), out);
+                    continue;
                 }
                 let to = end.unwrap_or(i);
                 if self.cur.len() + (to - from) > self.max {
@@ -393,22 +524,36 @@ impl Splitter {
                 self.cur.extend_from_slice(&bytes[from..to]);
                 if end.is_some() {
                     self.cut(out);
+                } else if glued {
+                    self.second_line(out);
                 }
                 continue;
             }
             let b = bytes[i];
+            if self.skipping {
+                if self.bol && b == b'{' {
+                    self.skipping = false;
+                } else {
+                    self.bol = b == b'\n';
+                    i += 1;
+                    continue;
+                }
+            }
             if b.is_ascii_whitespace() {
+                self.bol = b == b'\n';
                 i += 1;
                 continue;
             }
             if self.in_array {
                 match b {
                     b',' => {
+                        self.bol = false;
                         i += 1;
                         continue;
                     }
                     b']' => {
                         self.in_array = false;
+                        self.bol = false;
                         i += 1;
                         continue;
                     }
@@ -417,18 +562,21 @@ impl Splitter {
             } else if b == b'[' {
                 self.in_array = true;
                 self.element = 0;
+                self.bol = false;
                 i += 1;
                 continue;
             } else if b != b'{' {
                 let near = String::from_utf8_lossy(&bytes[i..bytes.len().min(i + 16)]).into_owned();
-                self.stop(
-                    format!(
-                        "not a gdrdoctor json report: `{}` where a report should start (the rest of this stream is not read)",
+                // (Only outside an array: inside one, anything is an element.)
+                out(Cut {
+                    element: None,
+                    bytes: Err(format!(
+                        "not a gdrdoctor json report: `{}` where a report should start (skipped up to the next line that starts with `{{`)",
                         near.escape_debug()
-                    ),
-                    out,
-                );
-                return;
+                    )),
+                });
+                self.skipping = true;
+                continue;
             }
             // A document starts here: an object, or any element of an array.
             self.in_doc = true;
@@ -443,7 +591,7 @@ impl Splitter {
     /// The end of the stream: a document still open is handed on as it is (its parse says
     /// that it ends early).
     pub fn finish(&mut self, out: &mut dyn FnMut(Cut)) {
-        if self.stopped {
+        if self.stopped || self.skipping {
             return;
         }
         if self.in_doc && !self.cur.is_empty() {
@@ -454,11 +602,11 @@ impl Splitter {
     }
 }
 
-fn walk(dir: &Path, inputs: &mut Vec<Input>, bad: &mut Vec<Unreadable>) {
+fn walk(dir: &Path, g: &mut Gathered, seen: &mut Seen) {
     let mut entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.path()).collect(),
         Err(e) => {
-            bad.push(Unreadable {
+            g.bad.push(Unreadable {
                 input: dir.display().to_string(),
                 error: e.to_string(),
             });
@@ -472,20 +620,17 @@ fn walk(dir: &Path, inputs: &mut Vec<Input>, bad: &mut Vec<Unreadable>) {
             continue;
         };
         if lm.is_dir() {
-            walk(&p, inputs, bad);
+            walk(&p, g, seen);
         } else if p.extension().is_some_and(|e| e == "json") {
             // A FIFO, device or socket found in a directory is never opened (a FIFO without a
             // writer blocks, /dev/zero never ends); a link to a regular file is read.
             match std::fs::metadata(&p) {
-                Ok(m) if m.is_file() => inputs.push(Input {
-                    name: p.display().to_string(),
-                    source: Source::File(p),
-                }),
-                Ok(_) => bad.push(Unreadable {
+                Ok(m) if m.is_file() => seen.push(p, g),
+                Ok(_) => g.bad.push(Unreadable {
                     input: p.display().to_string(),
                     error: "not a regular file (a FIFO, device or socket): not read".into(),
                 }),
-                Err(e) => bad.push(Unreadable {
+                Err(e) => g.bad.push(Unreadable {
                     input: p.display().to_string(),
                     error: e.to_string(),
                 }),
@@ -573,13 +718,72 @@ mod tests {
         );
         let d = docs("{} x {}");
         assert_eq!(d.len(), 2);
-        assert!(d[1].1.as_ref().unwrap_err().contains("rest of this stream"));
+        assert!(d[1]
+            .1
+            .as_ref()
+            .unwrap_err()
+            .contains("where a report should start"));
         assert_eq!(docs("   ")[0].1, Err("empty input".to_string()));
         assert!(docs("[{}")[1]
             .1
             .as_ref()
             .unwrap_err()
             .contains("does not end"));
+    }
+
+    /// A report cut short (`check -f json | head -c`) swallowed every report after it (its
+    /// open brackets and strings ran on into them): a line that starts with `{`, or a report's
+    /// second line after a `{`, starts the next report; the damaged one is named, and the rest
+    /// is read. Text that starts no report is skipped to a line that starts with `{`.
+    #[test]
+    fn damage_is_resynchronised_where_the_next_report_starts() {
+        let whole = "{\n  \"schema\": \"gdrdoctor.report/v1\",\n  \"a\": [\n    {\n      \"s\": \"x\"\n    }\n  ]\n}";
+        let ws = |d: &[(String, Result<String, String>)]| {
+            d.iter()
+                .map(|(n, r)| format!("{n}: {}", if r.is_ok() { "ok" } else { "err" }))
+                .collect::<Vec<_>>()
+        };
+        // Cut anywhere (inside a string or not, after a line break or not), followed by the
+        // next report on a line of its own or on the same line.
+        for cut in 1..whole.len() {
+            let short = &whole[..cut];
+            for sep in ["\n", ""] {
+                let d = docs(&format!("{whole}\n{short}{sep}{whole}\n{whole}"));
+                assert_eq!(
+                    ws(&d),
+                    ["stdin: ok", "stdin#2: err", "stdin#3: ok", "stdin#4: ok"],
+                    "cut at {cut} {short:?}, then {sep:?}: {d:?}"
+                );
+                assert_eq!(d[0], ok("stdin", whole));
+                assert!(d[1].1.as_ref().unwrap_err().contains("cut short"), "{d:?}");
+                assert_eq!(d[2], ok("stdin#3", whole));
+                assert_eq!(d[3], ok("stdin#4", whole));
+            }
+        }
+        // The last report cut short: handed on (its parse says so).
+        let d = docs(&format!("{whole}{}", &whole[..20]));
+        assert_eq!(d[1], ok("stdin#2", &whole[..20]));
+        // The same per task in `srun --label` output.
+        let mut t = String::new();
+        for l in whole[..20].lines().chain(whole.lines()) {
+            t.push_str(&format!("0: {l}\n"));
+        }
+        let d = docs(&t);
+        assert!(d[0].1.as_ref().unwrap_err().contains("cut short"), "{d:?}");
+        assert_eq!(d[1], ok("stdin[task 0]#2", whole));
+        // A stray line between reports: named, then the next report is read.
+        let d = docs(&format!(
+            "{whole}\nsrun: error: task 3 {{x}}\n {{}}\n{whole}"
+        ));
+        assert_eq!(d.len(), 3, "{d:?}");
+        assert!(
+            d[1].1.as_ref().unwrap_err().contains("`srun: error"),
+            "{d:?}"
+        );
+        assert_eq!(d[2], ok("stdin#3", whole));
+        // An object nested at column 0 (not gdrdoctor's) is damage, never read as whole.
+        let d = docs("{\"a\":\n{\"b\": 1}}");
+        assert!(d[0].1.is_err(), "{d:?}");
     }
 
     #[test]

@@ -489,13 +489,15 @@ fn summary(
     };
     for (_, n) in nodes {
         // The node's own findings, not only its exit code: a report written with `--fail-on
-        // never` or `--allow-incomplete` exits 0 with failures or errors in it, and a report
-        // without a single finding shows nothing of the node.
+        // never` or `--allow-incomplete` exits 0 with failures or errors in it, a report that
+        // holds a fail finding is failed whatever its exit code says (3, or anything else: a
+        // hand-edited or damaged summary), and a report without a single finding shows nothing
+        // of the node.
         let fail = n.counts[slot(Status::Fail)];
         let error = n.counts[slot(Status::Error)];
         let any = n.counts.iter().sum::<usize>();
         match n.exit_code {
-            0 if fail > 0 => s.failed += 1,
+            _ if fail > 0 => s.failed += 1,
             0 if error > 0 || any == 0 => s.incomplete += 1,
             0 => s.ok += 1,
             1 => s.failed += 1,
