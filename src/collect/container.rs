@@ -325,6 +325,10 @@ pub fn collect_in(
         verbs_expected: verbs,
         gpu_minors: minors,
         cap_eff: cap_eff(base),
+        uid_map: match std::fs::read_to_string(base.join("proc/self/uid_map")) {
+            Ok(t) => Fact::known(t.trim_end().to_string(), "/proc/self/uid_map"),
+            Err(e) => Fact::absent("/proc/self/uid_map", e.to_string()),
+        },
         shm: shm(&base.join("dev/shm")),
         net_plugins,
         plugin_searched,

@@ -205,10 +205,23 @@ pub fn ipc_lock(node: &Node) -> Vec<Finding> {
             .evidence(source.clone(), format!("unknown ({reason})"))]
         }
     };
-    let has = cap & (1u64 << CAP_IPC_LOCK) != 0;
+    let set = cap & (1u64 << CAP_IPC_LOCK) != 0;
+    // The capability lifts the limit only in the initial user namespace: in another one
+    // (rootless podman, Kubernetes `hostUsers: false`) `capable(CAP_IPC_LOCK)` in
+    // `ib_umem_get()` is false whatever CapEff says.
+    let ns = match &v.uid_map {
+        Fact::Known { value, .. } => Some(crate::model::container::initial_user_ns(value)),
+        Fact::Absent { .. } => None,
+    };
+    let has = set && ns == Some(true);
     let cap_text = format!(
         "CapEff {cap:016x}: CAP_IPC_LOCK {}",
-        if has { "set" } else { "not set" }
+        match (set, ns) {
+            (false, _) => "not set",
+            (true, Some(true)) => "set, in the initial user namespace",
+            (true, Some(false)) => "set, but only in a user namespace of its own (uid_map is not `0 0 4294967295`): it does not lift RLIMIT_MEMLOCK for pinning",
+            (true, None) => "set, in a user namespace that cannot be told (uid_map unreadable)",
+        }
     );
     let f = match (&node.memlock, has) {
         (_, true) => Finding::new(
@@ -217,12 +230,25 @@ pub fn ipc_lock(node: &Node) -> Vec<Finding> {
             "node",
             "CAP_IPC_LOCK is effective: rdma registrations are not bounded by RLIMIT_MEMLOCK",
         ),
+        (Fact::Known { value, .. }, false) if set && ns.is_none() && value.soft.is_some() => {
+            Finding::new(
+                ID,
+                Status::Error,
+                "node",
+                "CAP_IPC_LOCK is set, but whether it counts (the initial user namespace) cannot be told and RLIMIT_MEMLOCK is finite",
+            )
+        }
         (Fact::Known { value, .. }, false) if value.soft.is_none() => Finding::new(
             ID,
             Status::Pass,
             "node",
             "no CAP_IPC_LOCK, but RLIMIT_MEMLOCK is unlimited: rdma registrations can pin memory",
         ),
+        (Fact::Known { value, .. }, false) if set => {
+            let lim = value.soft.unwrap_or(0);
+            Finding::new(ID, Status::Fail, "node", format!("CAP_IPC_LOCK is set only in the container's own user namespace and RLIMIT_MEMLOCK is {}: the kernel asks for the capability in the initial namespace, so ibv_reg_mr fails with ENOMEM beyond the limit", human_bytes(lim)))
+                .fix("raise the memlock limit, which counts in any user namespace (`--ulimit memlock=-1:-1` for podman/docker; `LimitMEMLOCK=infinity` for the container runtime's unit), or run the pod in the host's user namespace (Kubernetes `hostUsers: true`; podman without `--userns`/rootless)")
+        }
         (Fact::Known { value, .. }, false) => {
             let lim = value.soft.unwrap_or(0);
             Finding::new(ID, Status::Fail, "node", format!("no CAP_IPC_LOCK and RLIMIT_MEMLOCK is {}: ibv_reg_mr fails with ENOMEM beyond it (NCCL: `NET/IB : ... ibv_reg_mr failed`, or it falls back to sockets)", human_bytes(lim)))
@@ -615,6 +641,29 @@ pub fn compare_host(host: &Report, here: &Report, host_source: &str) -> Vec<Find
             );
         }
     }
+    // A pair with GDR on the host that this container does not have at all (its RDMA device
+    // or GPU is not in the container: RDMA exclusive netns mode, a device plugin that gave
+    // fewer devices) is worse too.
+    for h in host.gdr.iter().filter(|h| h.enabled) {
+        if here.gdr.iter().any(|p| p.gpu == h.gpu && p.nic == h.nic) {
+            continue;
+        }
+        compared += 1;
+        out.push(
+            Finding::new(
+                ID,
+                Status::Fail,
+                format!("{}|{}", h.gpu, h.nic),
+                "gpudirect rdma is on for this pair on the host, and this container does not have the pair (its gpu or rdma device is not visible here)",
+            )
+            .expected(
+                "gdr (this container)",
+                "no such pair",
+                format!("on, as on the host ({host_source})"),
+            )
+            .fix("give the container the GPU and the RDMA device (the RDMA device plugin / `--device /dev/infiniband/uverbsN`; in RDMA exclusive netns mode, move the device into the pod's namespace); `container.devices` names the device nodes that are missing"),
+        );
+    }
     if out.is_empty() {
         out.push(
             Finding::new(
@@ -652,6 +701,7 @@ mod tests {
             verbs_expected: known(vec![("uverbs0".into(), "mlx5_0".into())]),
             gpu_minors: known(vec![0]),
             cap_eff: known(0x00000000a80425fb),
+            uid_map: known("         0          0 4294967295".to_string()),
             shm: known(Shm {
                 total: 64 << 20,
                 free: 64 << 20,
@@ -733,6 +783,35 @@ mod tests {
             value.cap_eff = known(0x00000000a80425fb | (1 << 14));
         }
         assert_eq!(ipc_lock(&n)[0].status, Status::Pass);
+        // ... but not in a user namespace of its own (rootless podman, `hostUsers: false`):
+        // the kernel asks for CAP_IPC_LOCK in the initial namespace.
+        if let Fact::Known { value, .. } = &mut n.container {
+            value.uid_map = known(
+                "         0       1000          1\n         1     100000      65536".to_string(),
+            );
+        }
+        let f = ipc_lock(&n);
+        assert_eq!(f[0].status, Status::Fail, "{f:#?}");
+        assert!(f[0].message.contains("user namespace"), "{}", f[0].message);
+        assert!(f[0].evidence[0].observed.contains("does not lift"));
+        // Unlimited memlock still passes there.
+        n.memlock = known(Rlimit {
+            soft: None,
+            hard: None,
+        });
+        assert_eq!(ipc_lock(&n)[0].status, Status::Pass);
+        // An unreadable uid_map with a finite limit: not a pass.
+        n.memlock = known(Rlimit {
+            soft: Some(64 << 10),
+            hard: Some(64 << 10),
+        });
+        if let Fact::Known { value, .. } = &mut n.container {
+            value.uid_map = Fact::absent("/proc/self/uid_map", "No such file or directory");
+        }
+        assert_eq!(ipc_lock(&n)[0].status, Status::Error);
+        assert!(crate::model::container::initial_user_ns("0 0 4294967295\n"));
+        assert!(!crate::model::container::initial_user_ns("0 1000 1"));
+        assert!(!crate::model::container::initial_user_ns(""));
     }
 
     #[test]
@@ -831,5 +910,17 @@ mod tests {
         let same = compare_host(&host, &host, "host.json");
         assert_eq!(same.len(), 1);
         assert_eq!(same[0].status, Status::Pass, "{same:#?}");
+        // Pairs with GDR on the host that the container does not have at all: worse, named.
+        assert!(host.gdr.iter().any(|p| p.enabled), "{:#?}", host.gdr);
+        let mut fewer = host.clone();
+        fewer.gdr.clear();
+        let d = compare_host(&host, &fewer, "host.json");
+        let gone: Vec<&Finding> = d.iter().filter(|f| f.status == Status::Fail).collect();
+        assert_eq!(
+            gone.len(),
+            host.gdr.iter().filter(|p| p.enabled).count(),
+            "{d:#?}"
+        );
+        assert!(gone[0].message.contains("does not have the pair"));
     }
 }

@@ -265,6 +265,7 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
         gpu_paths,
         support,
         amd_two_gpus: node.cpu_vendor.get() == Some(&CpuVendor::Amd) && ng <= 2,
+        cpu: node.cpu_vendor.get().copied(),
     }
 }
 

@@ -23,6 +23,12 @@ pub struct ContainerView {
     pub gpu_minors: Fact<Vec<u32>>,
     /// `CapEff` of `/proc/self/status`.
     pub cap_eff: Fact<u64>,
+    /// `/proc/self/uid_map`: `0 0 4294967295` in the initial user namespace. In any other
+    /// (rootless podman, Kubernetes `hostUsers: false`) `CapEff` holds capabilities of that
+    /// namespace only, and the kernel's pinning checks (`capable(CAP_IPC_LOCK)` in
+    /// `ib_umem_get()` and `mlock`) ask for them in the initial one.
+    #[serde(default = "uid_map_not_recorded")]
+    pub uid_map: Fact<String>,
     /// `statvfs("/dev/shm")`.
     pub shm: Fact<Shm>,
     /// `libnccl-net*.so` net plugins the loader will find, in its order.
@@ -31,6 +37,23 @@ pub struct ContainerView {
     pub plugin_searched: Vec<String>,
     /// `gdrdrv` loaded on the host (`/proc/modules`): then `/dev/gdrdrv` is expected.
     pub gdrdrv_loaded: Option<bool>,
+}
+
+fn uid_map_not_recorded() -> Fact<String> {
+    Fact::absent(
+        "/proc/self/uid_map",
+        "not recorded (a view from an older gdrdoctor)",
+    )
+}
+
+/// Whether a `uid_map` is the initial user namespace's (one line `0 0 4294967295`).
+pub fn initial_user_ns(uid_map: &str) -> bool {
+    let rows: Vec<Vec<&str>> = uid_map
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|r| !r.is_empty())
+        .collect();
+    matches!(rows.as_slice(), [r] if r.as_slice() == ["0", "0", "4294967295"])
 }
 
 /// One device node and what `open(O_RDWR)` said.

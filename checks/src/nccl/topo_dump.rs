@@ -402,6 +402,14 @@ impl Dump {
             amd_two_gpus: self.cpu_arch.as_deref() == Some("x86_64")
                 && self.cpu_vendor.as_deref() == Some("AuthenticAMD")
                 && self.gpus.len() <= 2,
+            cpu: match (self.cpu_arch.as_deref(), self.cpu_vendor.as_deref()) {
+                (Some("x86_64"), Some("AuthenticAMD")) => Some(crate::model::CpuVendor::Amd),
+                (Some("x86_64"), Some("GenuineIntel")) => Some(crate::model::CpuVendor::Intel),
+                (Some("x86_64"), Some(_)) => Some(crate::model::CpuVendor::Other),
+                (Some("arm64"), _) => Some(crate::model::CpuVendor::Arm),
+                (Some("ppc64"), _) => Some(crate::model::CpuVendor::Power),
+                _ => None,
+            },
         }
     }
 }

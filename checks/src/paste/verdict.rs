@@ -529,6 +529,7 @@ pub fn system(cx: &Context, p: &Paste, bi: usize, m: &super::topo::Matrix) -> Sy
             .map(|_| cols.iter().map(|c| cx.support(m.nic_name(c))).collect())
             .collect(),
         amd_two_gpus: false,
+        cpu: None,
     }
 }
 
@@ -561,6 +562,7 @@ pub fn system_of_pairs(cx: &Context, gpus: &[String], nics: &[String]) -> System
             .map(|_| nics.iter().map(|n| cx.support(n)).collect())
             .collect(),
         amd_two_gpus: false,
+        cpu: None,
     }
 }
 

@@ -466,22 +466,61 @@ fn verdicts(
     verdicts
 }
 
-/// GPU pairs: NCCL_P2P_LEVEL (default PXB; SYS on AMD with at most two GPUs).
+/// NCCL_P2P_LEVEL's default and where it comes from (`src/graph/paths.cc`
+/// `ncclTopoCheckP2p`): from 2.23 PXB, SYS on AMD x86 CPUs with at most two GPUs (v2.23.4-1
+/// L277-282); 2.9-2.22 SYS, PXB on Intel and ARM CPUs (and Zhaoxin, which gdrdoctor counts as
+/// another x86 vendor) (v2.22.3-1 L281-300); 2.6-2.8 SYS, PXB on ARM and Broadwell, PHB on
+/// other Intel CPUs (v2.8.4-1 L268-288). `None` for 2.6-2.22 when the CPU is not known.
+fn p2p_default(sys: &System, v: Version) -> Option<(PathKind, String)> {
+    use crate::model::CpuVendor;
+    let vv = format!("NCCL {}.{}'s default", v.major, v.minor);
+    if v >= Version::new(2, 23, 0) {
+        return Some(if sys.amd_two_gpus {
+            (
+                PathKind::Sys,
+                format!("{vv} on AMD CPUs with at most two GPUs"),
+            )
+        } else {
+            (PathKind::Pxb, vv)
+        });
+    }
+    let cpu = sys.cpu.as_ref()?;
+    Some(match cpu {
+        CpuVendor::Arm => (PathKind::Pxb, format!("{vv} on ARM CPUs")),
+        CpuVendor::Intel if v >= Version::new(2, 9, 0) => {
+            (PathKind::Pxb, format!("{vv} on Intel CPUs"))
+        }
+        CpuVendor::Intel => (
+            PathKind::Phb,
+            format!("{vv} on Intel CPUs other than Broadwell (PXB there)"),
+        ),
+        CpuVendor::Amd => (
+            PathKind::Sys,
+            format!("{vv} on AMD CPUs (2.23 lowered it to PXB for more than two GPUs)"),
+        ),
+        CpuVendor::Power | CpuVendor::Other => (
+            PathKind::Sys,
+            format!("{vv} on CPUs other than Intel and ARM"),
+        ),
+    })
+}
+
+/// GPU pairs: NCCL_P2P_LEVEL (its default by version and CPU, [`p2p_default`]).
 fn gpu_pairs(sys: &System, env: &NcclEnv, v: Version) -> Vec<GpuP2p> {
     let ng = sys.gpus.len();
     let (p2p_lvl, p2p_src) = match &env.p2p_level {
         Some(s) => (s.value, s.source.clone()),
-        None if sys.amd_two_gpus => (
-            PathKind::Sys,
-            format!(
-                "NCCL {}.{}'s default on AMD CPUs with at most two GPUs",
-                v.major, v.minor
+        None => match p2p_default(sys, v) {
+            Some(d) => d,
+            // Not known: PXB, the lower of the defaults, said as such.
+            None => (
+                PathKind::Pxb,
+                format!(
+                    "NCCL {}.{}'s default on Intel and ARM CPUs (SYS on others; this CPU is not known)",
+                    v.major, v.minor
+                ),
             ),
-        ),
-        None => (
-            PathKind::Pxb,
-            format!("NCCL {}.{}'s default", v.major, v.minor),
-        ),
+        },
     };
     let mut p2p = Vec::new();
     if !v.legacy() {

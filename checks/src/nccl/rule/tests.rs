@@ -51,6 +51,7 @@ fn sys(paths: &[&[PathKind]], nvl: bool) -> System {
             ng
         ],
         amd_two_gpus: false,
+        cpu: None,
     }
 }
 
@@ -455,6 +456,40 @@ fn p2p_level_for_gpu_pairs() {
     s.amd_two_gpus = true;
     s.nvlink = vec![vec![Some(false); 2]; 2];
     assert_eq!(run(&s, "2.30.7", &[]).p2p[0].p2p, Some(true));
+}
+
+#[test]
+fn p2p_default_follows_the_version_and_the_cpu() {
+    use crate::model::CpuVendor::*;
+    // Eight GPUs whose pair crosses the host bridge (PHB), no NVLink.
+    let mut s = sys(&[&[Pix], &[Pix]], false);
+    s.gpu_paths = vec![vec![Some(Phb); 2]; 2];
+    let p2p = |s: &System, v: &str| run(s, v, &[]).p2p[0].clone();
+    // 2.23+: PXB but on AMD with at most two GPUs (v2.23.4-1 paths.cc L277-282).
+    s.cpu = Some(Amd);
+    assert_eq!(p2p(&s, "2.23.4").p2p, Some(false));
+    // 2.9-2.22: SYS but on Intel and ARM (v2.22.3-1 L281-300): P2P through the root complex
+    // on AMD, for any number of GPUs.
+    for v in ["2.22.3", "2.21.5", "2.18.5", "2.9.6"] {
+        let d = p2p(&s, v);
+        assert_eq!(d.p2p, Some(true), "{v} on AMD: {}", d.reason);
+        assert!(d.reason.contains("AMD"), "{}", d.reason);
+    }
+    s.cpu = Some(Intel);
+    assert_eq!(p2p(&s, "2.21.5").p2p, Some(false));
+    s.cpu = Some(Arm);
+    assert_eq!(p2p(&s, "2.21.5").p2p, Some(false));
+    s.cpu = Some(Power);
+    assert_eq!(p2p(&s, "2.21.5").p2p, Some(true));
+    // 2.6-2.8: PHB on Intel CPUs other than Broadwell (v2.8.4-1 L268-288).
+    s.cpu = Some(Intel);
+    assert_eq!(p2p(&s, "2.8.4").p2p, Some(true));
+    s.gpu_paths = vec![vec![Some(Sys); 2]; 2];
+    assert_eq!(p2p(&s, "2.8.4").p2p, Some(false));
+    // Not known: said so.
+    s.cpu = None;
+    s.gpu_paths = vec![vec![Some(Phb); 2]; 2];
+    assert!(p2p(&s, "2.21.5").reason.contains("not known"));
 }
 
 proptest::proptest! {

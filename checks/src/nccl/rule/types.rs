@@ -96,6 +96,9 @@ pub struct System {
     /// NCCL's P2P default is SYS on AMD x86 CPUs with at most two GPUs (src/graph/paths.cc
     /// v2.30.7-1 L351-354).
     pub amd_two_gpus: bool,
+    /// The CPU vendor, for NCCL 2.6-2.22's P2P default (SYS but on Intel and ARM CPUs);
+    /// `None` when the evidence does not say.
+    pub cpu: Option<crate::model::CpuVendor>,
 }
 
 /// The verdict for one direction.
