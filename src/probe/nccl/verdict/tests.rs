@@ -318,6 +318,7 @@ fn hgx_two() -> (System, String) {
         gpu_paths: vec![vec![Some(PathKind::Sys); 2]; 2],
         support: vec![vec![sup.clone()], vec![sup]],
         amd_two_gpus: false,
+        cpu: None,
         path_hint: String::new(),
     };
     let dump = r#"<system version="1">
