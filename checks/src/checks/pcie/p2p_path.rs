@@ -165,6 +165,19 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
         .collect();
     let nccl_index: std::collections::HashMap<(usize, usize), &crate::nccl::rule::GpuP2p> =
         decision.p2p.iter().map(|q| ((q.a, q.b), q)).collect();
+    // NVML's P2P read/write status per pair: NCCL 2.12 and later keep a PCIe pair whose status
+    // is not `ok` off P2P (`ncclTopoCheckP2p`, v2.12.12-1 paths.cc L315-327: `*p2p = 0`).
+    let nvml_p2p: BTreeMap<(String, String), (String, String)> = crate::gdr::p2p::pairs(node)
+        .into_iter()
+        .filter_map(|q| {
+            let (r, w) = (
+                q.status("read")?.to_string(),
+                q.status("write")?.to_string(),
+            );
+            Some(((q.a.clone(), q.b.clone()), (r, w)))
+        })
+        .collect();
+    let checks_nvml = decision.rules.version >= crate::nccl::Version::new(2, 12, 0);
     let mut out = Vec::new();
     let mut over_nvlink = Vec::new();
     for (i, a) in cx.gpus.iter().enumerate() {
@@ -185,8 +198,9 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
                 (Some(x), Some(y)) => nccl_index.get(&(x.min(y), x.max(y))).copied(),
                 _ => None,
             };
-            let nccl_uses = nccl.and_then(|q| q.p2p);
-            let nccl_text = match nccl {
+            let by_level = nccl.and_then(|q| q.p2p);
+            let mut nccl_uses = by_level;
+            let mut nccl_text = match nccl {
                 Some(q) => format!(
                     "{}: {}",
                     match q.p2p {
@@ -198,6 +212,22 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
                 ),
                 None => "no nccl p2p decision for this pair".into(),
             };
+            let rw = nvml_p2p
+                .get(&(a.bdf.clone(), b.bdf.clone()))
+                .or_else(|| nvml_p2p.get(&(b.bdf.clone(), a.bdf.clone())));
+            let mut refused = None;
+            if let Some((r, w)) = rw {
+                if r != "ok" || w != "ok" {
+                    refused = Some(format!("read={r} write={w}"));
+                }
+                if checks_nvml && nccl_uses != Some(false) && (r != "ok" || w != "ok") {
+                    nccl_uses = Some(false);
+                    nccl_text = format!(
+                        "no p2p (host memory): {}, but nvmlDeviceGetP2PStatus read={r} write={w}, and NCCL 2.12+ keeps a pair whose status is not ok off p2p (`P2P is disabled between connected GPUs`)",
+                        nccl.map(|q| q.reason.as_str()).unwrap_or("no level decision")
+                    );
+                }
+            }
             let mut redirect = Vec::new();
             let mut unknown = Vec::new();
             let mut direct = Vec::new();
@@ -258,6 +288,10 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
                         Status::Fail,
                         format!("nccl uses pcie p2p between these gpus ({}), but acs on {} redirects it to the root complex: {consequence}", p.nccl.as_str(), names.join(", ")),
                     ),
+                    (Some(false), _) if refused.is_some() && by_level == Some(true) => (
+                        Status::Fail,
+                        format!("no p2p between these gpus: acs on {} redirects it to the root complex, and the driver refuses peer access (nvmlDeviceGetP2PStatus {}): nccl and cuda peer copies go through host memory (slower, no hang); clearing the redirect restores p2p", names.join(", "), refused.as_deref().unwrap_or("")),
+                    ),
                     (Some(false), _) => (
                         Status::Warn,
                         format!("acs on {} redirects p2p between these gpus to the root complex; nccl stays off p2p here ({}), but cuda peer copies (cudaMemcpyPeer, custom all-reduce kernels such as vllm's) still take this path", names.join(", "), p.nccl.as_str()),
@@ -281,9 +315,14 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
                     .collect();
                 let param: Vec<&str> = redirect.iter().map(|(bdf, _, _, _)| bdf.as_str()).collect();
                 f.fix(format!(
-                    "now (until reboot), per bridge: {}; for good: kernel parameter `pci=disable_acs_redir={}`, or disable ACS for these ports in the BIOS (on AMD: the GPP bridges' ACS follows the IOMMU: `iommu=pt` or AMD-Vi off); with the iommu on, disabling ACS merges iommu groups. Until fixed, `NCCL_P2P_DISABLE=1` avoids the hang at the cost of p2p bandwidth",
+                    "now (until reboot), per bridge: {}; for good: kernel parameter `pci=disable_acs_redir={}`, or disable ACS for these ports in the BIOS (on AMD: the GPP bridges' ACS follows the IOMMU: `iommu=pt` or AMD-Vi off); with the iommu on, disabling ACS merges iommu groups{}",
                     setpci.join(", "),
-                    param.join(";")
+                    param.join(";"),
+                    if nccl_uses == Some(true) {
+                        ". Until fixed, `NCCL_P2P_DISABLE=1` avoids the hang at the cost of p2p bandwidth"
+                    } else {
+                        ""
+                    }
                 ))
             } else if !unknown.is_empty() {
                 let mut f = Finding::new(
