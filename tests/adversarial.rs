@@ -715,6 +715,44 @@ fn an_archive_is_read_without_writing_and_a_signal_still_ends_the_run() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+fn a_params_file_cut_short_is_an_error_not_the_driver_deciding() {
+    let t = copy("hgx-h200x8-cx7x8-healthy");
+    let params = t.path().join("proc/driver/nvidia/params");
+    // The override set to refuse gdr: a fail, as before.
+    let full = std::fs::read_to_string(&params).unwrap().replace(
+        "GrdmaPciTopoCheckOverride: 0",
+        "GrdmaPciTopoCheckOverride: 2",
+    );
+    std::fs::write(&params, &full).unwrap();
+    let (code, r) = json(t.path());
+    assert_eq!(
+        status_of(&r, "driver.grdma-override", "node"),
+        Some(Status::Fail)
+    );
+    assert_eq!(code, 1);
+    // Cut before the override's line, mid-line: not "the driver decides".
+    let cut = &full[..full.find("GrdmaPciTopo").unwrap() + "GrdmaPci".len()];
+    std::fs::write(&params, cut).unwrap();
+    let (code, r) = json(t.path());
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "driver.grdma-override")
+        .unwrap();
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert!(f.message.contains("/proc/driver/nvidia/params"), "{f:?}");
+    assert_eq!(code, 3);
+    // Cut at a line's end but without its newline: the same.
+    let cut = &full[..full.find("\nGrdmaPciTopo").unwrap()];
+    std::fs::write(&params, cut).unwrap();
+    let (_, r) = json(t.path());
+    assert_eq!(
+        status_of(&r, "driver.grdma-override", "node"),
+        Some(Status::Error)
+    );
+}
+
+#[test]
 fn a_self_pointing_first_extended_capability_is_an_error_not_no_acs() {
     let t = copy("hgx-h200x8-cx7x8-acs-redirect");
     let (code, r) = json(t.path());

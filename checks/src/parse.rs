@@ -137,6 +137,27 @@ pub fn colon_map(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// A whole `Key: value` file as the driver writes it (`/proc/driver/nvidia/params`: one
+/// `"%s: %s\n"` per parameter), or why it is not one: a last line without its newline (the
+/// file was cut) or a line without a `:` (not the driver's line). A cut file may have lost the
+/// very key a check looks for, so its absence there proves nothing. Empty text is an empty map.
+pub fn colon_file(text: &str) -> Result<BTreeMap<String, String>, String> {
+    if !text.is_empty() && !text.ends_with('\n') {
+        let last = text.rsplit('\n').next().unwrap_or(text);
+        return Err(format!(
+            "the last line {last:?} has no newline: the file was cut"
+        ));
+    }
+    if let Some((n, l)) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| !l.trim().is_empty() && !l.contains(':'))
+    {
+        return Err(format!("line {} {l:?} is not `Key: value`", n + 1));
+    }
+    Ok(colon_map(text))
+}
+
 /// NVIDIA `RegistryDwords` value: `"PeerMappingOverride=1;RMForceFoo=0x2"` -> map.
 pub fn registry_dwords(value: &str) -> BTreeMap<String, String> {
     value

@@ -18,7 +18,13 @@ pub(super) fn collect(root: &Root) -> NvidiaDriver {
         }
     }
     let params = match root.read_text("/proc/driver/nvidia/params") {
-        Ok(t) => Fact::known(parse::colon_map(&t), "/proc/driver/nvidia/params"),
+        Ok(t) => match parse::colon_file(&t) {
+            Ok(m) => Fact::known(m, "/proc/driver/nvidia/params"),
+            Err(why) => Fact::absent(
+                "/proc/driver/nvidia/params",
+                format!("{DAMAGED}/proc/driver/nvidia/params: {why}"),
+            ),
+        },
         Err(e) => Fact::absent("/proc/driver/nvidia/params", e.reason()),
     };
     let gpus = match root.read_dir("/proc/driver/nvidia/gpus") {

@@ -2,7 +2,7 @@
 //! that refuse GPUDirect RDMA mappings.
 
 use crate::derive::{self, flavor_name};
-use crate::model::{Fact, Node};
+use crate::model::{is_damaged, Fact, Node};
 use crate::parse;
 use crate::report::{Finding, Status};
 
@@ -110,6 +110,13 @@ pub fn grdma_override(node: &Node) -> Vec<Finding> {
                     .evidence(SRC, format!("GrdmaPciTopoCheckOverride not listed among {} parameters", value.len()))],
             }
         }
+        Fact::Absent { reason, .. } if is_damaged(reason) => vec![Finding::new(
+            ID,
+            Status::Error,
+            "node",
+            format!("{SRC} is damaged: the override cannot be read from it"),
+        )
+        .evidence(SRC, format!("unknown ({reason})"))],
         Fact::Absent { reason, .. } => {
             if matches!(node.nvidia.version_file, Fact::Known { value: None, .. }) {
                 vec![Finding::new(
@@ -211,5 +218,31 @@ mod tests {
         let f = grdma_override(&n);
         assert_eq!(f[0].status, Status::Pass);
         assert!(f[0].evidence[0].observed.contains("among 2 parameters"));
+    }
+
+    #[test]
+    fn a_params_file_cut_short_is_an_error_naming_it_not_the_driver_deciding() {
+        // Cut before the override's line: the last line has no newline, or no colon.
+        for cut in [
+            "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nGrdmaPciTop",
+            "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nEnableMSI: 1",
+            "ResmanDebugLevel: 4294967295\nGrdmaPciTop\nRmLogonRC: 1\n",
+        ] {
+            let mut n = switch_pair();
+            n.nvidia.params = match crate::parse::colon_file(cut) {
+                Ok(m) => known(m),
+                Err(why) => Fact::absent(
+                    "/proc/driver/nvidia/params",
+                    format!("{}/proc/driver/nvidia/params: {why}", crate::model::DAMAGED),
+                ),
+            };
+            let f = grdma_override(&n);
+            assert_eq!(f[0].status, Status::Error, "{cut:?}: {f:?}");
+            assert!(f[0].message.contains("/proc/driver/nvidia/params"), "{f:?}");
+        }
+        // The intact file without the key still passes.
+        let m = crate::parse::colon_file("ResmanDebugLevel: 4294967295\nRmLogonRC: 1\n");
+        assert_eq!(m.as_ref().map(|m| m.len()), Ok(2));
+        assert_eq!(crate::parse::colon_file(""), Ok(Default::default()));
     }
 }
