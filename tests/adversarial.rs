@@ -787,6 +787,31 @@ fn a_self_pointing_first_extended_capability_is_an_error_not_no_acs() {
 }
 
 #[test]
+fn a_failed_row_remap_query_on_an_h200_is_an_error_not_retired_pages() {
+    let t = copy("hgx-h200x8-cx7x8-row-remap-pending");
+    let live = t.path().join("gdrdoctor/live.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&live).unwrap()).unwrap();
+    for g in v["nvml"]["value"]["gpus"].as_array_mut().unwrap() {
+        if g["bdf"] == "0000:a8:00.0" {
+            g["remapped_rows"] = serde_json::Value::Null;
+            g["retired_pages_pending"] = serde_json::Value::Bool(false);
+            g["errors"] = serde_json::json!(["nvmlDeviceGetRemappedRows: NVML error 999"]);
+        }
+    }
+    std::fs::write(&live, v.to_string()).unwrap();
+    let (code, r) = json(t.path());
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "gpu.row-remap" && f.subject == "0000:a8:00.0")
+        .unwrap();
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert!(f.message.contains("NVML error 999"), "{f:?}");
+    assert_eq!(code, 3);
+}
+
+#[test]
 fn a_gpu_with_a_garbage_vendor_file_does_not_vanish() {
     let t = copy("hgx-h200x8-cx7x8-healthy");
     let gpu = "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0";

@@ -322,12 +322,69 @@ pub fn row_remap(node: &Node) -> Vec<Finding> {
                     .fix("drain the node and reset the GPU (`nvidia-smi -r -i <n>`) or reboot"),
                 (Some(r), _) => Finding::new(ID, Status::Pass, &g.bdf, format!("no pending row remaps ({} correctable, {} uncorrectable remapped so far)", r.correctable, r.uncorrectable))
                     .evidence("nvmlDeviceGetRemappedRows", format!("correctable {} uncorrectable {} pending {} failure {}", r.correctable, r.uncorrectable, r.pending, r.failure)),
+                // Ampere and later remap rows; page retirement is the older GPUs' mechanism, so
+                // its "not pending" says nothing about a newer GPU whose remap query failed.
+                (None, _) if !remap_not_supported(n) && !before_ampere(node, g, n) => {
+                    let why = remap_error(n).unwrap_or("no answer recorded (not in nvml's facts for this gpu)");
+                    let cc = compute_capability(node, g, n);
+                    let (generation, cc_source, cc_seen) = match &cc {
+                        Some((cc, src)) => ("an ampere or later gpu", src.clone(), format!("compute capability {}.{}", cc.0, cc.1)),
+                        None => ("a gpu of unknown generation", "compute capability".to_string(), "unknown (neither cuda, nvml nor the model name says)".to_string()),
+                    };
+                    Finding::new(ID, Status::Error, &g.bdf, format!("nvml's row-remap query failed for {generation}: pending row remaps cannot be ruled out ({why})"))
+                        .evidence(format!("nvmlDeviceGetRemappedRows ({})", node.live.nvml.source()), why.to_string())
+                        .evidence(cc_source, cc_seen)
+                        .fix("`nvidia-smi -q -d ROW_REMAPPER -i <n>` shows the remapper's state; a query that keeps failing on a healthy driver is itself a reason to drain and reset the GPU")
+                }
                 (None, Some(false)) => Finding::new(ID, Status::Pass, &g.bdf, "no pending retired pages")
                     .evidence("nvmlDeviceGetRetiredPagesPendingStatus", "not pending"),
                 (None, None) => Finding::new(ID, Status::Skip, &g.bdf, "nvml reports neither row remapping nor page retirement for this gpu"),
             }
         })
         .collect()
+}
+
+/// NVML's recorded failure of the row-remap query for this GPU.
+fn remap_error(n: &NvmlGpu) -> Option<&str> {
+    n.errors
+        .iter()
+        .find(|e| e.starts_with("nvmlDeviceGetRemappedRows"))
+        .map(String::as_str)
+}
+
+/// NVML said the GPU has no row remapper (`NVML_ERROR_NOT_SUPPORTED`, 3): not a failed query.
+fn remap_not_supported(n: &NvmlGpu) -> bool {
+    remap_error(n).is_some_and(|e| {
+        let e = e.to_ascii_lowercase();
+        e.ends_with("nvml error 3") || e.contains("not supported")
+    })
+}
+
+/// The GPU's compute capability and where it came from: CUDA, NVML, then the model name (a
+/// heuristic, said so).
+fn compute_capability(node: &Node, g: &PciDevice, n: &NvmlGpu) -> Option<((i32, i32), String)> {
+    if let Some(d) = cuda_for(node, &g.bdf) {
+        return Some((
+            (d.cc_major, d.cc_minor),
+            node.live.cuda_evidence("cuDeviceGetAttribute"),
+        ));
+    }
+    if let (Some(a), Some(b)) = (n.cc_major, n.cc_minor) {
+        return Some(((a, b), "nvmlDeviceGetCudaComputeCapability".to_string()));
+    }
+    let pci_name = names::device_name(g);
+    if let Some(cc) = crate::gdr::cc_from_model(&pci_name) {
+        return Some((cc, format!("gpu model {pci_name} (heuristic)")));
+    }
+    let nvml_name = n.name.as_deref()?;
+    crate::gdr::cc_from_model(nvml_name)
+        .map(|cc| (cc, format!("gpu model {nvml_name} (nvml, heuristic)")))
+}
+
+/// Known to be older than Ampere (compute capability below 8.0): page retirement is its
+/// mechanism. Unknown is not known to be older.
+fn before_ampere(node: &Node, g: &PciDevice, n: &NvmlGpu) -> bool {
+    compute_capability(node, g, n).is_some_and(|((major, _), _)| major < 8)
 }
 
 /// `gpu.p2p`: every GPU pair that should reach each other over NVLink or a PCIe switch does.
@@ -803,5 +860,83 @@ mod tests {
             "{}",
             f[0].message
         );
+    }
+
+    fn with_nvml(mut n: Node, g: NvmlGpu) -> Node {
+        n.live.nvml = known(crate::model::NvmlFacts {
+            gpus: vec![g],
+            ..Default::default()
+        });
+        n
+    }
+
+    #[test]
+    fn a_failed_row_remap_query_on_an_ampere_or_later_gpu_is_an_error_not_retired_pages() {
+        // The H200 (GH100) of the switch pair: the remap query failed, page retirement (not
+        // Ampere's mechanism) answered "not pending".
+        let g = NvmlGpu {
+            bdf: "0000:18:00.0".into(),
+            retired_pages_pending: Some(false),
+            remapped_rows: None,
+            errors: vec!["nvmlDeviceGetRemappedRows: NVML error 999".into()],
+            ..Default::default()
+        };
+        let f = row_remap(&with_nvml(switch_pair(), g.clone()));
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(f[0].message.contains("NVML error 999"), "{f:?}");
+        assert!(
+            f[0].evidence
+                .iter()
+                .any(|e| e.observed == "compute capability 9.0"),
+            "{f:?}"
+        );
+        // No error recorded and no remap answer: the same.
+        let f = row_remap(&with_nvml(
+            switch_pair(),
+            NvmlGpu {
+                errors: vec![],
+                ..g.clone()
+            },
+        ));
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        // NVML's own compute capability says Volta: page retirement is its mechanism.
+        let mut volta = with_nvml(
+            switch_pair(),
+            NvmlGpu {
+                cc_major: Some(7),
+                cc_minor: Some(0),
+                ..g.clone()
+            },
+        );
+        if let Fact::Known { value: pci, .. } = &mut volta.pci {
+            for d in pci.iter_mut().filter(|d| d.is_nvidia_gpu()) {
+                d.device_id = known(0x1db5); // GV100 [Tesla V100 SXM2 32GB]
+            }
+        }
+        let f = row_remap(&volta);
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
+        assert_eq!(
+            f[0].evidence[0].source,
+            "nvmlDeviceGetRetiredPagesPendingStatus"
+        );
+        // An Ampere+ GPU whose NVML says it has no remapper: not a failed query.
+        let f = row_remap(&with_nvml(
+            switch_pair(),
+            NvmlGpu {
+                errors: vec!["nvmlDeviceGetRemappedRows: NVML error 3".into()],
+                ..g.clone()
+            },
+        ));
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
+        // The remap answer itself still decides.
+        let f = row_remap(&with_nvml(
+            switch_pair(),
+            NvmlGpu {
+                remapped_rows: Some(crate::model::RemappedRows::default()),
+                errors: vec![],
+                ..g
+            },
+        ));
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
     }
 }
