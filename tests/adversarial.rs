@@ -839,6 +839,32 @@ fn a_gpu_with_a_garbage_vendor_file_does_not_vanish() {
 }
 
 #[test]
+fn a_recorded_memlock_with_a_member_left_out_is_an_error_not_unlimited() {
+    for memlock in [r#"{"hard": 65536}"#, "{}"] {
+        let t = copy("hgx-h200x8-cx7x8-memlock-limited");
+        let meta = t.path().join("gdrdoctor/meta.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&meta).unwrap()).unwrap();
+        v["memlock"] = serde_json::from_str(memlock).unwrap();
+        std::fs::write(&meta, v.to_string()).unwrap();
+        let (code, r) = json(t.path());
+        let f = r.findings.iter().find(|f| f.id == "mem.memlock").unwrap();
+        assert_eq!(f.status, Status::Error, "{memlock}: {f:?}");
+        assert!(f.message.contains("gdrdoctor/meta.json"), "{f:?}");
+        assert_eq!(code, 3, "{memlock}");
+    }
+    // null is unlimited, as the snapshot writes it: a pass.
+    let t = copy("hgx-h200x8-cx7x8-memlock-limited");
+    let meta = t.path().join("gdrdoctor/meta.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&meta).unwrap()).unwrap();
+    v["memlock"] = serde_json::json!({"soft": null, "hard": null});
+    std::fs::write(&meta, v.to_string()).unwrap();
+    let (_, r) = json(t.path());
+    assert_eq!(status_of(&r, "mem.memlock", "node"), Some(Status::Pass));
+}
+
+#[test]
 fn a_corrupt_snapshot_record_is_an_error_not_a_skip() {
     for damage in ["garbage", "directory"] {
         let t = copy("hgx-h200x8-cx7x8-healthy");

@@ -37,17 +37,20 @@ pub(super) fn collect(root: &Root, origin: Origin, meta: Option<&Meta>) -> Proce
                     "live-only fact; the sysroot has no gdrdoctor/meta.json",
                 )
             });
-            let memlock = from_meta(meta, "memlock", |m| m.memlock).unwrap_or_else(|| {
-                match root.read_text("/proc/self/limits") {
-                    Ok(t) => match parse::memlock_from_limits(&t) {
-                        Some(l) => Fact::known(l, "/proc/self/limits"),
-                        None => Fact::absent("/proc/self/limits", "no `Max locked memory` line"),
-                    },
-                    Err(_) => Fact::absent(
-                        "getrlimit(RLIMIT_MEMLOCK)",
-                        "live-only fact; the sysroot has no gdrdoctor/meta.json",
-                    ),
-                }
+            let damaged = meta.and_then(|m| m.memlock_damage.clone());
+            let memlock = match damaged {
+                Some(why) => Some(Fact::absent("gdrdoctor/meta.json", why)),
+                None => from_meta(meta, "memlock", |m| m.memlock),
+            };
+            let memlock = memlock.unwrap_or_else(|| match root.read_text("/proc/self/limits") {
+                Ok(t) => match parse::memlock_from_limits(&t) {
+                    Some(l) => Fact::known(l, "/proc/self/limits"),
+                    None => Fact::absent("/proc/self/limits", "no `Max locked memory` line"),
+                },
+                Err(_) => Fact::absent(
+                    "getrlimit(RLIMIT_MEMLOCK)",
+                    "live-only fact; the sysroot has no gdrdoctor/meta.json",
+                ),
             });
             let euid = from_meta(meta, "euid", |m| m.euid).unwrap_or_else(|| {
                 Fact::absent(

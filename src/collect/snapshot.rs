@@ -51,6 +51,7 @@ pub fn take_source(
         euid: node.euid.get().copied(),
         memlock: node.memlock.get().copied(),
         env: node.env.get().cloned().unwrap_or_default(),
+        memlock_damage: None,
     };
     let tgz = out.extension().is_some_and(|e| e == "gz" || e == "tgz");
     // A `.tar.gz` is staged in a private temporary tree, removed on every way out.

@@ -35,6 +35,11 @@ pub struct Meta {
     /// The `NCCL_*`, `NVSHMEM_*` and `CUDA_*` environment.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Why `memlock` as written cannot be used (a member left out: serde reads a missing
+    /// `Option` as `None`, which is "unlimited"), found by [`read`]; never written.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub memlock_damage: Option<String>,
 }
 
 /// The published JSON Schema of `gdrdoctor/meta.json` (docs/schema/gdrdoctor.snapshot.v1.schema.json),
@@ -54,7 +59,7 @@ pub fn read(root: &Root) -> Result<Option<Meta>, String> {
     let shown = format!("{}{META_PATH}", root.base().display());
     match root.read(META_PATH) {
         Ok(b) => {
-            let m: Meta = serde_json::from_slice(&b)
+            let mut m: Meta = serde_json::from_slice(&b)
                 .map_err(|e| format!("{shown}: not a gdrdoctor snapshot's metadata: {e}"))?;
             if m.schema != META_SCHEMA {
                 return Err(format!(
@@ -62,10 +67,46 @@ pub fn read(root: &Root) -> Result<Option<Meta>, String> {
                     m.schema
                 ));
             }
+            m.memlock_damage = serde_json::from_slice::<serde_json::Value>(&b)
+                .map_err(|e| e.to_string())
+                .and_then(|v| memlock_written(&v))
+                .err()
+                .map(|why| {
+                    format!(
+                        "{}gdrdoctor/meta.json: {why}",
+                        gdrdoctor_checks::model::DAMAGED
+                    )
+                });
             Ok(Some(m))
         }
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(format!("{shown}: {e}")),
+    }
+}
+
+/// `memlock` as the snapshot writes it: `null` (unknown) or `{"soft": N | null, "hard": N |
+/// null}`, where `null` is unlimited (RLIM_INFINITY). A member left out is no value at all, not
+/// unlimited.
+fn memlock_written(v: &serde_json::Value) -> Result<(), String> {
+    let Some(m) = v.get("memlock") else {
+        return Err(
+            "no `memlock` member (the snapshot writes null when the limit is unknown)".into(),
+        );
+    };
+    if m.is_null() {
+        return Ok(());
+    }
+    let missing: Vec<&str> = ["soft", "hard"]
+        .into_iter()
+        .filter(|k| m.get(k).is_none())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "memlock has no `{}` (null is unlimited; a limit left out is not)",
+            missing.join("` and no `")
+        ))
     }
 }
 
