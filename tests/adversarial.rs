@@ -925,6 +925,48 @@ fn a_corrupt_snapshot_record_is_an_error_not_a_skip() {
 }
 
 #[test]
+fn damaged_port_state_files_are_errors_naming_the_file() {
+    let port = "sys/class/infiniband/mlx5_0/ports/1";
+    let check = |damage: &dyn Fn(&Path)| {
+        let t = copy("hgx-h200x8-cx7x8-healthy");
+        // The port's own directory (sys/class/infiniband/mlx5_0 is a link into sys/devices).
+        let dir = std::fs::canonicalize(t.path().join(port)).unwrap();
+        damage(&dir);
+        let (code, r) = json(t.path());
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.id == "rdma.ports" && f.subject == "mlx5_0/1")
+            .unwrap()
+            .clone();
+        (code, f)
+    };
+    for phys in ["5: Lin", "", "garbage"] {
+        let (code, f) = check(&|d| std::fs::write(d.join("phys_state"), phys).unwrap());
+        assert_eq!(f.status, Status::Error, "{phys:?}: {f:?}");
+        assert!(
+            f.evidence[0].source.ends_with("mlx5_0/ports/1/phys_state"),
+            "{f:?}"
+        );
+        assert_eq!(code, 3);
+    }
+    // A directory where the file belongs (a read error): not a paste that did not show it.
+    let (_, f) = check(&|d| {
+        std::fs::remove_file(d.join("phys_state")).unwrap();
+        std::fs::create_dir(d.join("phys_state")).unwrap();
+    });
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    // The state empty: not "port is  and no port is active".
+    let (code, f) = check(&|d| std::fs::write(d.join("state"), "").unwrap());
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert!(
+        f.evidence[0].source.ends_with("mlx5_0/ports/1/state"),
+        "{f:?}"
+    );
+    assert_eq!(code, 3);
+}
+
+#[test]
 fn a_missing_hca_type_does_not_hide_a_firmware_mismatch() {
     let t = copy("hgx-h200x8-cx7x8-mixed-fw");
     let mut hca = Vec::new();

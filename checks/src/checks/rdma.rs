@@ -1,7 +1,7 @@
 //! `rdma.*`: the RDMA devices NCCL and NVSHMEM would use, as `ibv_devinfo` shows them.
 //! Ground truth §2.7 (N01-N03): NCCL skips ports that are not ACTIVE.
 
-use crate::model::{Fact, Node, RdmaDevice};
+use crate::model::{is_damaged, Fact, Node, RdmaDevice, SourceKind};
 use crate::report::{Finding, Status};
 use std::collections::BTreeMap;
 
@@ -343,19 +343,54 @@ pub fn ports(node: &Node) -> Vec<Finding> {
             let src = format!("{base}/{}", p.port);
             let ll = p.link_layer.get().map(String::as_str);
             let rate = p.rate.get().map(String::as_str).unwrap_or("?");
-            let (Some(state), phys) = (p.state_name(), p.phys_state_name()) else {
+            let Some(state) = p.state_name() else {
                 let msg = match &p.state {
-                    crate::model::Fact::Absent { reason, .. } => {
+                    Fact::Absent { reason, .. } => {
                         format!("cannot read the port state: {reason}")
                     }
-                    _ => "cannot read the port state".to_string(),
+                    Fact::Known { value, .. } => format!(
+                        "the port state is damaged: {}",
+                        crate::model::port_state_value(value)
+                            .err()
+                            .unwrap_or_default()
+                    ),
                 };
-                out.push(
-                    Finding::new(ID, Status::Error, &subject, msg)
-                        .evidence(format!("{src}/state"), p.state.describe(|s| s.clone())),
-                );
+                out.push(Finding::new(ID, Status::Error, &subject, msg).evidence(
+                    format!("{src}/state"),
+                    p.state.describe(|s| format!("{s:?}")),
+                ));
                 continue;
             };
+            let phys = p.phys_state_name();
+            // A paste of plain `ibv_devinfo` does not show the physical state; a file that is
+            // there and unreadable or damaged (sysfs, a snapshot) is not a state left unshown.
+            let not_shown = node.source == SourceKind::Evidence
+                && matches!(&p.phys_state, Fact::Absent { reason, .. } if !is_damaged(reason));
+            if phys.is_none() && !not_shown {
+                let why = match &p.phys_state {
+                    Fact::Absent { reason, .. } => format!("cannot be read: {reason}"),
+                    Fact::Known { value, .. } => format!(
+                        "is damaged: {}",
+                        crate::model::phys_state_value(value)
+                            .err()
+                            .unwrap_or_default()
+                    ),
+                };
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Error,
+                        &subject,
+                        format!("port state {state}, but its physical state {why}"),
+                    )
+                    .evidence(
+                        format!("{src}/phys_state"),
+                        p.phys_state.describe(|s| format!("{s:?}")),
+                    )
+                    .fix("read the port again (`cat /sys/class/infiniband/<dev>/ports/<n>/phys_state`, `ibv_devinfo -v -d <dev>`); a snapshot with a damaged file needs a new capture"),
+                );
+                continue;
+            }
             let observed = format!(
                 "state {state}, phys_state {}, link_layer {}, rate {rate}",
                 phys.unwrap_or("?"),
@@ -633,7 +668,8 @@ mod tests {
         if let Fact::Known { value, .. } = &mut down.ports {
             value[0].phys_state = Fact::known("3: Disabled".into(), "test");
         }
-        let n = with(empty_node(), vec![], vec![d.clone(), down.clone()]);
+        let mut n = with(empty_node(), vec![], vec![d.clone(), down.clone()]);
+        n.source = SourceKind::Evidence;
         let f = ports(&n);
         let up = f.iter().find(|x| x.subject == "mlx5_0/1").unwrap();
         assert_eq!(up.status, Status::Pass, "{up:?}");
@@ -645,9 +681,58 @@ mod tests {
         // On another card it fails as before.
         let mut other = down.clone();
         other.pci_bdf = Fact::known(Some("0000:6e:00.1".into()), "test");
-        let f = ports(&with(empty_node(), vec![], vec![d, other]));
+        let mut n = with(empty_node(), vec![], vec![d, other]);
+        n.source = SourceKind::Evidence;
+        let f = ports(&n);
         let idle = f.iter().find(|x| x.subject == "mlx5_1/1").unwrap();
         assert_eq!(idle.status, Status::Fail, "{idle:?}");
+    }
+
+    #[test]
+    fn damaged_or_unreadable_port_state_files_are_errors_naming_the_file() {
+        let port = |state: Fact<String>, phys: Fact<String>| {
+            let mut d = rdma("mlx5_0", "0000:5e:00.0", "4: ACTIVE");
+            if let Fact::Known { value, .. } = &mut d.ports {
+                value[0].state = state;
+                value[0].phys_state = phys;
+            }
+            let f = ports(&with(empty_node(), vec![], vec![d]));
+            assert_eq!(f.len(), 1, "{f:?}");
+            f.into_iter().next().unwrap()
+        };
+        let k = |v: &str| Fact::known(v.to_string(), "test");
+        // Cut, empty, garbage, a number and a name that disagree: not a physical state.
+        for phys in ["5: Lin", "", "zz", "3: LinkUp", "9: LinkUp", "LinkUp"] {
+            let f = port(k("4: ACTIVE"), k(phys));
+            assert_eq!(f.status, Status::Error, "{phys:?}: {f:?}");
+            assert_eq!(
+                f.evidence[0].source,
+                "/sys/class/infiniband/mlx5_0/ports/1/phys_state"
+            );
+        }
+        // A read error (a directory where the file belongs) in a snapshot: not "not shown".
+        let f = port(
+            k("4: ACTIVE"),
+            Fact::absent(
+                "/sys/class/infiniband/mlx5_0/ports/1/phys_state",
+                "Is a directory (os error 21)",
+            ),
+        );
+        assert_eq!(f.status, Status::Error, "{f:?}");
+        assert!(f.message.contains("Is a directory"), "{f:?}");
+        // The state itself empty or cut: an error, not "port is  and no port is active".
+        for state in ["", "4: ACT", "4", "7: ACTIVE"] {
+            let f = port(k(state), k("5: LinkUp"));
+            assert_eq!(f.status, Status::Error, "{state:?}: {f:?}");
+            assert_eq!(
+                f.evidence[0].source,
+                "/sys/class/infiniband/mlx5_0/ports/1/state"
+            );
+        }
+        // What the kernel writes, older and newer: judged as before.
+        assert_eq!(port(k("4: ACTIVE"), k("5: LinkUp")).status, Status::Pass);
+        assert_eq!(port(k("4: ACTIVE"), k("7: Phy Test")).status, Status::Warn);
+        assert_eq!(port(k("1: DOWN"), k("3: Disabled")).status, Status::Fail);
     }
 
     #[test]
