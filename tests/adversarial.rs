@@ -989,6 +989,50 @@ fn a_missing_hca_type_does_not_hide_a_firmware_mismatch() {
 }
 
 #[test]
+fn a_cut_hca_type_does_not_split_a_firmware_mismatch_and_a_cut_fw_ver_is_an_error() {
+    let t = copy("hgx-h200x8-cx7x8-mixed-fw");
+    for n in ["mlx5_5", "mlx5_6"] {
+        let dir = std::fs::canonicalize(t.path().join("sys/class/infiniband").join(n)).unwrap();
+        std::fs::write(dir.join("hca_type"), "MT41").unwrap();
+    }
+    let (code, r) = json(t.path());
+    let fw: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "rdma.firmware")
+        .collect();
+    assert!(
+        fw.iter()
+            .any(|f| f.subject == "model MT4129" && f.status == Status::Warn),
+        "{fw:#?}"
+    );
+    for n in ["mlx5_5", "mlx5_6"] {
+        let f = fw.iter().find(|f| f.subject == n).unwrap();
+        assert_eq!(f.status, Status::Error, "{f:?}");
+        assert_eq!(
+            f.evidence[0].source,
+            format!("/sys/class/infiniband/{n}/hca_type")
+        );
+    }
+    assert!(!fw.iter().any(|f| f.status == Status::Pass), "{fw:#?}");
+    assert_eq!(code, 3);
+    // A cut fw_ver on a healthy node: an error naming the file, not a version of its own.
+    let t = copy("hgx-h200x8-cx7x8-healthy");
+    let dir = std::fs::canonicalize(t.path().join("sys/class/infiniband/mlx5_3")).unwrap();
+    std::fs::write(dir.join("fw_ver"), "28.4").unwrap();
+    let (code, r) = json(t.path());
+    let f = r.findings.iter().find(|f| f.id == "rdma.firmware").unwrap();
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert!(
+        f.evidence
+            .iter()
+            .any(|e| e.source == "/sys/class/infiniband/mlx5_3/fw_ver"),
+        "{f:?}"
+    );
+    assert_eq!(code, 3);
+}
+
+#[test]
 fn intel_iommu_on_without_a_unit_warns_and_a_file_for_a_directory_is_not_absence() {
     let t = copy("hgx-h200x8-cx7x8-healthy");
     let cmdline = t.path().join("proc/cmdline");

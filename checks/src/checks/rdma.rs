@@ -500,23 +500,61 @@ fn sibling_with_active_port(
         .map(|o| o.name.clone())
 }
 
-/// The model key for grouping: `hca_type` (`MT4129`). Without it (unreadable, damaged), the
-/// same name from the PCI device id for Mellanox/NVIDIA HCAs (mlx5's `hca_type` is `MT` and the
-/// PCI device id in decimal: `hca_type_show()` in drivers/infiniband/hw/mlx5/main.c), else the
-/// PCI ids. `None`: nothing tells the model, so the firmware cannot be compared.
-fn model(d: &RdmaDevice, idx: &crate::topo::PciIndex<'_>) -> Option<String> {
-    if let Some(t) = d.hca_type.get().filter(|t| !t.trim().is_empty()) {
-        return Some(t.trim().to_string());
-    }
-    let pci = match d.pci_bdf.get() {
-        Some(Some(b)) => idx.get(b)?,
-        _ => return None,
+/// The model key for grouping: `hca_type` (`MT4129`). mlx4 and mlx5 write `MT` and the PCI
+/// device id of the function in decimal (`hca_type_show()` in drivers/infiniband/hw/mlx5/
+/// main.c), so for a Mellanox/NVIDIA HCA with a readable device id that name is the model, and
+/// an `hca_type` that says otherwise (cut, garbage) is damaged: the second value says so
+/// (grouping by it would split a firmware mismatch across two "models"). Without the PCI ids,
+/// `hca_type` alone; for other vendors, `hca_type`, else the PCI ids. `None`: nothing tells the
+/// model, so the firmware cannot be compared.
+fn model(d: &RdmaDevice, idx: &crate::topo::PciIndex<'_>) -> Option<(String, Option<String>)> {
+    let hca = d.hca_type.get().map(|t| t.trim()).filter(|t| !t.is_empty());
+    let ids = match d.pci_bdf.get() {
+        Some(Some(b)) => idx
+            .get(b)
+            .and_then(|pci| Some((*pci.vendor_id.get()?, *pci.device_id.get()?))),
+        _ => None,
     };
-    let (vendor, device) = (*pci.vendor_id.get()?, *pci.device_id.get()?);
-    Some(if vendor == 0x15b3 {
-        format!("MT{device}")
+    match (hca, ids) {
+        (Some(t), Some((0x15b3, device))) => {
+            let from_id = format!("MT{device}");
+            if t == from_id {
+                Some((from_id, None))
+            } else {
+                let why = format!(
+                    "{t:?} disagrees with the pci device id {device:#06x}, for which mlx5 writes {from_id}"
+                );
+                Some((from_id, Some(why)))
+            }
+        }
+        (Some(t), _) => Some((t.to_string(), None)),
+        (None, Some((0x15b3, device))) => Some((format!("MT{device}"), None)),
+        (None, Some((vendor, device))) => Some((format!("{vendor:04x}:{device:04x}"), None)),
+        (None, None) => None,
+    }
+}
+
+/// Why `fw_ver` is not a firmware version as the driver writes it (empty, cut): mlx4 and mlx5
+/// write `%d.%d.%04d` (`28.39.1002`); other drivers at least two dotted numbers.
+fn fw_damage(v: &str, mellanox: bool) -> Option<String> {
+    let parts: Vec<&str> = v.trim().split('.').collect();
+    let numeric = parts
+        .iter()
+        .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()));
+    let ok = if mellanox {
+        numeric && parts.len() == 3 && parts[2].len() >= 4
     } else {
-        format!("{vendor:04x}:{device:04x}")
+        numeric && parts.len() >= 2
+    };
+    (!ok).then(|| {
+        format!(
+            "{v:?} is not a firmware version as the driver writes it ({})",
+            if mellanox {
+                "mlx5: major.minor.subminor, the last of four digits"
+            } else {
+                "dotted numbers"
+            }
+        )
     })
 }
 
@@ -531,16 +569,34 @@ pub fn firmware(node: &Node) -> Vec<Finding> {
     let idx = crate::topo::PciIndex::new(node);
     let mut by_model: BTreeMap<String, Vec<&RdmaDevice>> = BTreeMap::new();
     let mut unknown_model: Vec<&RdmaDevice> = Vec::new();
+    let mut out = Vec::new();
     for d in devs {
         match model(d, &idx) {
-            Some(m) => by_model.entry(m).or_default().push(d),
+            Some((m, damaged)) => {
+                if let Some(why) = damaged {
+                    // Grouped by its device id (the firmware is still compared); the file is
+                    // damaged evidence all the same.
+                    out.push(
+                        Finding::new(
+                            ID,
+                            Status::Error,
+                            &d.name,
+                            format!("hca_type is damaged: {why} (its firmware is compared with the other {m} hcas by the pci device id)"),
+                        )
+                        .evidence(
+                            format!("/sys/class/infiniband/{}/hca_type", d.name),
+                            d.hca_type.describe(|t| format!("{t:?}")),
+                        ),
+                    );
+                }
+                by_model.entry(m).or_default().push(d)
+            }
             None => unknown_model.push(d),
         }
     }
     if by_model.is_empty() && unknown_model.is_empty() {
         return vec![Finding::new(ID, Status::Skip, "node", "no rdma device")];
     }
-    let mut out = Vec::new();
     for d in unknown_model {
         out.push(
             Finding::new(
@@ -568,10 +624,26 @@ pub fn firmware(node: &Node) -> Vec<Finding> {
     for (model, ds) in by_model {
         let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut unknown = Vec::new();
+        // Unreadable or damaged, each with its file and what it holds.
+        let mut unusable = Vec::new();
+        let mellanox = model.starts_with("MT");
         for d in &ds {
+            let file = format!("/sys/class/infiniband/{}/fw_ver", d.name);
             match d.fw_ver.get() {
-                Some(v) => versions.entry(v.clone()).or_default().push(d.name.clone()),
-                None => unknown.push(d.name.clone()),
+                Some(v) => match fw_damage(v, mellanox) {
+                    None => versions
+                        .entry(v.trim().to_string())
+                        .or_default()
+                        .push(d.name.clone()),
+                    Some(why) => {
+                        unknown.push(d.name.clone());
+                        unusable.push((file, format!("damaged: {why}")));
+                    }
+                },
+                None => {
+                    unknown.push(d.name.clone());
+                    unusable.push((file, d.fw_ver.describe(|_| String::new())));
+                }
             }
         }
         let subject = format!("model {model}");
@@ -581,25 +653,22 @@ pub fn firmware(node: &Node) -> Vec<Finding> {
             .collect::<Vec<_>>()
             .join("; ");
         if !unknown.is_empty() {
-            out.push(
-                Finding::new(
-                    ID,
-                    Status::Error,
-                    &subject,
-                    format!("cannot read fw_ver of {}", unknown.join(", ")),
-                )
-                .evidence("/sys/class/infiniband/*/fw_ver", {
-                    let mut v: Vec<String> = ds
-                        .iter()
-                        .filter(|d| d.fw_ver.get().is_none())
-                        .map(|d| format!("{}: {}", d.name, d.fw_ver.describe(|_| String::new())))
-                        .collect();
-                    if !listing.is_empty() {
-                        v.push(listing.clone());
-                    }
-                    v.join("; ")
-                }),
+            let mut f = Finding::new(
+                ID,
+                Status::Error,
+                &subject,
+                format!(
+                    "cannot read fw_ver of {}: the firmware cannot be compared",
+                    unknown.join(", ")
+                ),
             );
+            for (file, seen) in unusable {
+                f = f.evidence(file, seen);
+            }
+            if !listing.is_empty() {
+                f = f.evidence("/sys/class/infiniband/*/fw_ver", listing.clone());
+            }
+            out.push(f);
         } else if versions.len() > 1 {
             let newest = versions
                 .keys()
@@ -883,6 +952,63 @@ mod tests {
                 .any(|f| f.status == Status::Error && f.subject == "mlx5_2"),
             "{f:?}"
         );
+    }
+
+    /// switch_pair with a second ConnectX-7 (`0000:1a:00.0`, mlx5_1) beside mlx5_0.
+    fn two_cx7(b: RdmaDevice) -> Node {
+        let mut n = switch_pair();
+        let mut pci = n.pci.get().cloned().unwrap_or_default();
+        let mut second = pci
+            .iter()
+            .find(|d| d.bdf == "0000:19:00.0")
+            .cloned()
+            .expect("the nic of switch_pair");
+        second.bdf = "0000:1a:00.0".into();
+        second.sysfs_path = second.sysfs_path.replace("0000:19:00.0", "0000:1a:00.0");
+        pci.push(second);
+        n.pci = known(pci);
+        n.rdma = known(vec![rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE"), b]);
+        n
+    }
+
+    #[test]
+    fn a_damaged_hca_type_does_not_split_a_firmware_mismatch_and_is_an_error() {
+        // A cut hca_type ("MT41" for MT4129): grouped by the pci device id, said as an error.
+        let mut b = rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE");
+        b.fw_ver = known("28.39.1002".into());
+        b.hca_type = known("MT41".into());
+        let f = firmware(&two_cx7(b));
+        let warn = f.iter().find(|f| f.subject == "model MT4129").unwrap();
+        assert_eq!(warn.status, Status::Warn, "{f:?}");
+        assert!(warn.evidence[0].observed.contains("mlx5_1"), "{f:?}");
+        let bad = f.iter().find(|f| f.subject == "mlx5_1").unwrap();
+        assert_eq!(bad.status, Status::Error, "{f:?}");
+        assert_eq!(
+            bad.evidence[0].source,
+            "/sys/class/infiniband/mlx5_1/hca_type"
+        );
+        assert!(!f.iter().any(|f| f.subject == "model MT41"), "{f:?}");
+    }
+
+    #[test]
+    fn an_empty_or_cut_fw_ver_is_an_error_not_a_version_of_its_own() {
+        for v in ["", "28.39", "28.39.10", "28.39.1002x", "28..1002"] {
+            let mut b = rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE");
+            b.fw_ver = known(v.into());
+            let f = firmware(&two_cx7(b));
+            assert_eq!(f.len(), 1, "{v:?}: {f:?}");
+            assert_eq!(f[0].status, Status::Error, "{v:?}: {f:?}");
+            assert!(
+                f[0].evidence
+                    .iter()
+                    .any(|e| e.source == "/sys/class/infiniband/mlx5_1/fw_ver"
+                        && e.observed.contains("damaged")),
+                "{v:?}: {f:?}"
+            );
+        }
+        // Both intact and equal: a pass, with the versions read.
+        let f = firmware(&two_cx7(rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE")));
+        assert_eq!(f[0].status, Status::Pass, "{f:?}");
     }
 
     #[test]
