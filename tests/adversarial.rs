@@ -1352,3 +1352,75 @@ fn foreign_schemas_are_refused_and_errors_name_the_users_files() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("gdrdoctor.report/v9"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// live.json: one GPU listed twice, or not answered
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_gpu_listed_twice_in_live_json_is_an_error_for_its_live_checks() {
+    let t = copy("hgx-h200x8-cx7x8-healthy");
+    let live = t.path().join("gdrdoctor/live.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&live).unwrap()).unwrap();
+    // A second entry for the first GPU that contradicts the first one.
+    let mut x = v["nvml"]["value"]["gpus"][0].clone();
+    x["persistence_mode"] = serde_json::Value::Bool(false);
+    x["remapped_rows"]["pending"] = serde_json::Value::Bool(true);
+    v["nvml"]["value"]["gpus"].as_array_mut().unwrap().push(x);
+    let mut y = v["cuda"]["value"]["devices"][0].clone();
+    y["gpu_direct_rdma_supported"] = serde_json::json!(0);
+    v["cuda"]["value"]["devices"]
+        .as_array_mut()
+        .unwrap()
+        .push(y);
+    std::fs::write(&live, v.to_string()).unwrap();
+    let (code, r) = json(t.path());
+    for id in [
+        "gpu.persistence",
+        "gpu.row-remap",
+        "gpu.nvlink",
+        "gpu.gdr-support",
+        "gdr.gpu",
+        "counters.nvlink",
+    ] {
+        let f = r
+            .findings
+            .iter()
+            .find(|f| f.id == id && f.subject == "0000:18:00.0")
+            .unwrap_or_else(|| panic!("{id}"));
+        assert_eq!(f.status, Status::Error, "{f:?}");
+        assert!(f.message.contains("live.json"), "{f:?}");
+    }
+    assert_eq!(code, 3);
+}
+
+#[test]
+fn a_gpu_cudas_record_lacks_without_a_reason_is_an_error_not_an_assumption() {
+    let t = copy("hgx-h200x8-cx7x8-healthy");
+    let live = t.path().join("gdrdoctor/live.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&live).unwrap()).unwrap();
+    v["cuda"]["value"]["devices"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|d| d["bdf"] != "0000:18:00.0");
+    std::fs::write(&live, v.to_string()).unwrap();
+    let (code, r) = json(t.path());
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "gpu.gdr-support" && f.subject == "0000:18:00.0")
+        .unwrap();
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert!(
+        f.message
+            .contains("live.json has no CUDA answer for this gpu"),
+        "{f:?}"
+    );
+    assert_eq!(
+        status_of(&r, "gdr.gpu", "0000:18:00.0"),
+        Some(Status::Error)
+    );
+    assert_eq!(code, 3);
+}

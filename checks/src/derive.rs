@@ -230,6 +230,56 @@ pub fn gpus(node: &Node) -> Vec<&PciDevice> {
         .unwrap_or_default()
 }
 
+/// Why this GPU's recorded live facts (NVML's, then CUDA's) were set aside as damaged (listed
+/// more than once in `gdrdoctor/live.json`); `None` when they were not.
+pub fn live_damage(node: &Node, bdf: &str) -> Option<String> {
+    let nvml = node.live.nvml.get().and_then(|n| n.damaged.get(bdf));
+    let cuda = node.live.cuda.get().and_then(|c| c.damaged.get(bdf));
+    nvml.or(cuda).cloned()
+}
+
+/// Why CUDA's answer (known) has no device for a GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CudaGap {
+    /// Left out on purpose (`not_asked`: its compute mode says a job may hold it).
+    NotAsked(String),
+    /// Hidden by `CUDA_VISIBLE_DEVICES` in the environment CUDA ran with (the value).
+    Hidden(String),
+    /// Its entries were damaged and set aside (the reason, `damaged: ...`).
+    Damaged(String),
+    /// Missing with nothing that says why (a stale or partial record, a GPU CUDA could not
+    /// enumerate): the reason names where the answer was read.
+    Unanswered(String),
+}
+
+/// Why CUDA's answer lacks the GPU at `bdf`; `None` when CUDA was not asked at all (the whole
+/// fact is absent: the checks say that) or the GPU is there.
+pub fn cuda_gap(node: &Node, bdf: &str) -> Option<CudaGap> {
+    let c = node.live.cuda.get()?;
+    if c.device(bdf).is_some() {
+        return None;
+    }
+    if let Some(w) = c.not_asked.get(bdf) {
+        return Some(CudaGap::NotAsked(w.clone()));
+    }
+    if let Some(w) = c.damaged.get(bdf) {
+        return Some(CudaGap::Damaged(w.clone()));
+    }
+    if let Some(v) = node.env.get().and_then(|e| e.get("CUDA_VISIBLE_DEVICES")) {
+        return Some(CudaGap::Hidden(v.clone()));
+    }
+    Some(CudaGap::Unanswered(
+        if node.source == crate::model::SourceKind::Sysroot {
+            "gdrdoctor/live.json has no CUDA answer for this gpu (no device entry, no recorded reason, no CUDA_VISIBLE_DEVICES in the snapshot's environment)".to_string()
+        } else {
+            format!(
+                "{} has no answer for this gpu (cuda did not enumerate it, and no CUDA_VISIBLE_DEVICES hides it)",
+                node.live.cuda.source()
+            )
+        },
+    ))
+}
+
 /// PCI addresses behind the RDMA devices.
 pub fn rdma_pci(node: &Node) -> Vec<String> {
     node.rdma

@@ -102,6 +102,7 @@ pub fn facts_with(early: &dyn Fn(&Early)) -> Result<NvmlFacts, String> {
         nvml_version: nvml.sys_nvml_version().ok(),
         gpus: Vec::new(),
         pairs: Vec::new(),
+        damaged: Default::default(),
     };
     let n = match nvml.device_count() {
         Ok(n) => n,

@@ -158,7 +158,7 @@ pub fn parse_live(bytes: &[u8]) -> gdrdoctor_checks::model::LiveFacts {
     fn missing<T>(library: &str, key: &str) -> Fact<T> {
         Fact::absent(library, format!("{DAMAGED}{LIVE_PATH}: no `{key}` member"))
     }
-    LiveFacts {
+    let mut live = LiveFacts {
         nvml: part(obj, "nvml", "libnvidia-ml.so.1")
             .unwrap_or_else(|| missing("libnvidia-ml.so.1", "nvml")),
         cuda: part(obj, "cuda", "libcuda.so.1").unwrap_or_else(|| missing("libcuda.so.1", "cuda")),
@@ -166,5 +166,13 @@ pub fn parse_live(bytes: &[u8]) -> gdrdoctor_checks::model::LiveFacts {
             .unwrap_or_else(|| missing("libibverbs.so.1", "verbs")),
         nccl: part(obj, "nccl", "libnccl.so.2")
             .unwrap_or_else(|| Fact::absent("libnccl.so.2", "not recorded in this snapshot")),
+    };
+    // One GPU listed twice says two things of it: neither entry is used.
+    if let Fact::Known { value, .. } = &mut live.nvml {
+        value.set_aside_duplicates(LIVE_PATH);
     }
+    if let Fact::Known { value, .. } = &mut live.cuda {
+        value.set_aside_duplicates(LIVE_PATH);
+    }
+    live
 }

@@ -520,6 +520,7 @@ mod tests {
                 ..Default::default()
             }],
             not_asked: BTreeMap::new(),
+            damaged: BTreeMap::new(),
         }
     }
 

@@ -74,7 +74,8 @@ const WHY_802: &str = "cuInit returns 802 (CUDA_ERROR_SYSTEM_NOT_READY) on an NV
 /// this PCI bus, a `cuInit` that succeeded (not 802) and NVLinks active to a switch.
 fn fabric_up_elsewhere(node: &Node) -> Option<String> {
     let nvml = node.live.nvml.get()?;
-    if nvml.gpus.is_empty() {
+    // A GPU whose recorded facts were set aside may be the one not registered.
+    if nvml.gpus.is_empty() || !nvml.damaged.is_empty() {
         return None;
     }
     let registered = nvml.gpus.iter().all(|g| {
@@ -373,10 +374,22 @@ pub fn fabric_state(node: &Node) -> Vec<Finding> {
         }
         out.push(f);
     }
+    // GPUs whose recorded entries were set aside (listed twice): their state is not known.
+    for (bdf, why) in &nvml.damaged {
+        out.push(
+            Finding::new(
+                ID,
+                Status::Error,
+                bdf.clone(),
+                format!("the recorded nvml facts of this gpu cannot be used: {why}"),
+            )
+            .evidence(node.live.nvml.source(), why.clone()),
+        );
+    }
     // NVLS as NCCL decides it: NCCL_NVLS_ENABLE (default 2: when supported), every GPU in the
     // fabric, CUDA 12.1 or later, sm90 or later; NCCL then asks CUDA for
     // CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, which gdrdoctor does not read.
-    if completed >= 2 && completed == nvml.gpus.len() {
+    if completed >= 2 && completed == nvml.gpus.len() && nvml.damaged.is_empty() {
         let env = node
             .env
             .get()

@@ -192,17 +192,62 @@ pub(crate) fn absent<T>(id: &str, node: &Node, f: &Fact<T>) -> Finding {
 }
 
 fn cuda_for<'a>(node: &'a Node, bdf: &str) -> Option<&'a CudaDevice> {
-    node.live
-        .cuda
-        .get()
-        .and_then(|c| c.devices.iter().find(|d| d.bdf == bdf))
+    node.live.cuda.get().and_then(|c| c.device(bdf))
 }
 
 fn nvml_for<'a>(node: &'a Node, bdf: &str) -> Option<&'a NvmlGpu> {
-    node.live
+    node.live.nvml.get().and_then(|c| c.gpu(bdf))
+}
+
+/// The finding of a GPU NVML's answer (known) lacks: an error that says why (set aside as
+/// damaged, or not listed).
+pub(crate) fn no_nvml_answer(id: &str, node: &Node, bdf: &str) -> Finding {
+    let why = node
+        .live
         .nvml
         .get()
-        .and_then(|c| c.gpus.iter().find(|d| d.bdf == bdf))
+        .map(|n| n.why_missing(bdf))
+        .unwrap_or_else(|| "nvml does not list this gpu".to_string());
+    if crate::model::is_damaged(&why) {
+        Finding::new(
+            id,
+            Status::Error,
+            bdf,
+            format!("the recorded nvml facts of this gpu cannot be used: {why}"),
+        )
+        .evidence(node.live.nvml.source(), why.clone())
+        .fix("take the snapshot again (`gdrdoctor snapshot`) on the node")
+    } else {
+        Finding::new(id, Status::Error, bdf, why)
+    }
+}
+
+/// The finding of a GPU CUDA's answer (known) lacks: a skip where something says why (left
+/// out for its compute mode, hidden by CUDA_VISIBLE_DEVICES), an error where nothing does or
+/// its entries are damaged: its CUDA attributes are not known, never assumed.
+fn no_cuda_answer(id: &str, node: &Node, bdf: &str) -> Finding {
+    use crate::derive::CudaGap;
+    match crate::derive::cuda_gap(node, bdf) {
+        None => absent(id, node, &node.live.cuda),
+        Some(CudaGap::NotAsked(w)) => Finding::new(id, Status::Skip, bdf, format!("cuda {w}")),
+        Some(CudaGap::Hidden(v)) => Finding::new(
+            id,
+            Status::Skip,
+            bdf,
+            format!("cuda does not see this gpu: CUDA_VISIBLE_DEVICES={v} in {}", node.env.source()),
+        ),
+        Some(CudaGap::Damaged(why)) => Finding::new(
+            id,
+            Status::Error,
+            bdf,
+            format!("the recorded cuda facts of this gpu cannot be used: {why}"),
+        )
+        .evidence(node.live.cuda.source(), why)
+        .fix("take the snapshot again (`gdrdoctor snapshot`) on the node"),
+        Some(CudaGap::Unanswered(why)) => Finding::new(id, Status::Error, bdf, why.clone())
+            .evidence(node.live.cuda.source(), why)
+            .fix("run `gdrdoctor check` (or take the snapshot again) on the node; `nvidia-smi -q -i <bdf>` shows whether the gpu answers"),
+    }
 }
 
 fn ordering(v: Option<i32>) -> &'static str {
@@ -226,17 +271,7 @@ pub fn gdr_support(node: &Node) -> Vec<Finding> {
     let mut out = Vec::new();
     for g in gpus {
         let Some(d) = cuda_for(node, &g.bdf) else {
-            // Left out on purpose (its compute mode says a job may hold it), or not visible.
-            let why = node
-                .live
-                .cuda
-                .get()
-                .and_then(|c| c.not_asked.get(&g.bdf))
-                .map(|w| format!("cuda {w}"))
-                .unwrap_or_else(|| {
-                    "cuda does not see this gpu (CUDA_VISIBLE_DEVICES, or it is not usable)".into()
-                });
-            out.push(Finding::new(ID, Status::Skip, &g.bdf, why));
+            out.push(no_cuda_answer(ID, node, &g.bdf));
             continue;
         };
         let facts = format!(
@@ -287,11 +322,9 @@ pub fn persistence(node: &Node) -> Vec<Finding> {
             Some(false) => Finding::new(ID, Status::Warn, &g.bdf, "persistence mode off: the driver tears the gpu down when the last client exits, so every job start pays the initialisation and ecc scrubbing again")
                 .expected("nvmlDeviceGetPersistenceMode", "Disabled", "Enabled")
                 .fix("`systemctl enable --now nvidia-persistenced` (or `nvidia-smi -pm 1` until reboot)"),
+            None if nvml_for(node, &g.bdf).is_none() => no_nvml_answer(ID, node, &g.bdf),
             None => Finding::new(ID, Status::Error, &g.bdf, "nvml did not report persistence mode for this gpu")
-                .evidence("nvmlDeviceGetPersistenceMode", match nvml_for(node, &g.bdf) {
-                    Some(_) => "not reported",
-                    None => "nvml does not list this gpu",
-                }),
+                .evidence("nvmlDeviceGetPersistenceMode", "not reported"),
         })
         .collect()
 }
@@ -308,7 +341,7 @@ pub fn row_remap(node: &Node) -> Vec<Finding> {
     gpus.iter()
         .map(|g| {
             let Some(n) = nvml_for(node, &g.bdf) else {
-                return Finding::new(ID, Status::Error, &g.bdf, "nvml does not list this gpu");
+                return no_nvml_answer(ID, node, &g.bdf);
             };
             match (n.remapped_rows, n.retired_pages_pending) {
                 (Some(r), _) if r.failure => Finding::new(ID, Status::Fail, &g.bdf, "row remapping failed: the gpu ran out of spare rows")
@@ -430,6 +463,21 @@ pub fn p2p(node: &Node) -> Vec<Finding> {
     let mut out = Vec::new();
     for p in crate::gdr::p2p::pairs(node) {
         let subject = format!("{}|{}", p.a, p.b);
+        // A GPU whose recorded live facts are damaged: its links and peer access are unknown.
+        if let Some(why) = crate::derive::live_damage(node, &p.a)
+            .or_else(|| crate::derive::live_damage(node, &p.b))
+        {
+            out.push(
+                Finding::new(
+                    ID,
+                    Status::Error,
+                    &subject,
+                    format!("the recorded live facts of this pair cannot be used: {why}"),
+                )
+                .evidence(node.live.nvml.source(), why),
+            );
+            continue;
+        }
         let links = p.nvlinks();
         let via = if p.nvlinks_direct >= p.nvlinks_switch {
             "direct nvlinks"
@@ -585,12 +633,7 @@ pub fn nvlink(node: &Node) -> Vec<Finding> {
     let mut out = Vec::new();
     for g in gpus {
         let Some(n) = nvml_for(node, &g.bdf) else {
-            out.push(Finding::new(
-                ID,
-                Status::Error,
-                &g.bdf,
-                "nvml does not list this gpu",
-            ));
+            out.push(no_nvml_answer(ID, node, &g.bdf));
             continue;
         };
         let k = active(n);
@@ -777,6 +820,88 @@ mod tests {
                 g.driver = known(d.map(str::to_string));
             }
         }
+    }
+
+    fn h200(gdr: i32) -> CudaDevice {
+        CudaDevice {
+            bdf: "0000:18:00.0".into(),
+            name: "NVIDIA H200".into(),
+            cc_major: 9,
+            gpu_direct_rdma_supported: Some(gdr),
+            dma_buf_supported: Some(1),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_gpu_listed_twice_in_the_record_is_an_error_for_its_live_checks_not_the_first_entry() {
+        let mut n = switch_pair();
+        let mut cuda = CudaFacts {
+            driver_version: 13000,
+            devices: vec![h200(1), h200(0)],
+            ..Default::default()
+        };
+        cuda.set_aside_duplicates("/gdrdoctor/live.json");
+        assert!(cuda.devices.is_empty());
+        n.live.cuda = known(cuda);
+        let ok = NvmlGpu {
+            bdf: "0000:18:00.0".into(),
+            persistence_mode: Some(true),
+            remapped_rows: Some(crate::model::RemappedRows::default()),
+            ..Default::default()
+        };
+        let mut nvml = crate::model::NvmlFacts {
+            gpus: vec![
+                ok.clone(),
+                NvmlGpu {
+                    persistence_mode: Some(false),
+                    ..ok
+                },
+            ],
+            ..Default::default()
+        };
+        nvml.set_aside_duplicates("/gdrdoctor/live.json");
+        n.live.nvml = known(nvml);
+        for f in [
+            gdr_support(&n),
+            persistence(&n),
+            row_remap(&n),
+            crate::checks::gdr::per_gpu(&n),
+        ] {
+            assert_eq!(f[0].status, Status::Error, "{f:?}");
+            let said = format!("{} {:?}", f[0].message, f[0].evidence);
+            assert!(said.contains("/gdrdoctor/live.json"), "{f:?}");
+            assert!(said.contains("2 times"), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn a_gpu_cudas_answer_lacks_without_a_reason_is_an_error_not_an_assumption() {
+        let mut n = switch_pair();
+        n.live.cuda = known(CudaFacts {
+            driver_version: 13000,
+            devices: vec![],
+            ..Default::default()
+        });
+        let f = gdr_support(&n);
+        assert_eq!(f[0].status, Status::Error, "{f:?}");
+        assert!(
+            f[0].message
+                .contains("live.json has no CUDA answer for this gpu"),
+            "{f:?}"
+        );
+        assert!(!f[0].message.contains("CUDA_VISIBLE_DEVICES="), "{f:?}");
+        let g = crate::checks::gdr::per_gpu(&n);
+        assert_eq!(g[0].status, Status::Error, "{g:?}");
+        assert!(g[0].message.contains("no CUDA answer"), "{g:?}");
+        // CUDA_VISIBLE_DEVICES in the environment CUDA ran with: hidden, a skip that says so.
+        if let Fact::Known { value, .. } = &mut n.env {
+            value.insert("CUDA_VISIBLE_DEVICES".into(), "1".into());
+        }
+        let f = gdr_support(&n);
+        assert_eq!(f[0].status, Status::Skip, "{f:?}");
+        assert!(f[0].message.contains("CUDA_VISIBLE_DEVICES=1"), "{f:?}");
+        assert_ne!(crate::checks::gdr::per_gpu(&n)[0].status, Status::Error);
     }
 
     #[test]

@@ -248,9 +248,10 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
         .iter()
         .map(|g| {
             let dev = cuda_dev(&g.bdf);
+            let gap = crate::derive::cuda_gap(node, &g.bdf);
             cx.nics
                 .iter()
-                .map(|(nic, _)| support(node, cx, dev, nic))
+                .map(|(nic, _)| support(node, cx, dev, gap.as_ref(), nic))
                 .collect()
         })
         .collect();
@@ -269,12 +270,13 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
     }
 }
 
-/// Whether NCCL can register this GPU's memory (`cuda_dev`: what CUDA says about the GPU) with
-/// this NIC, from the node's facts.
+/// Whether NCCL can register this GPU's memory (`cuda_dev`: what CUDA says about the GPU;
+/// `gap`: why CUDA's answer lacks it) with this NIC, from the node's facts.
 fn support(
     node: &Node,
     cx: &Context<'_>,
     cuda_dev: Option<&crate::model::CudaDevice>,
+    gap: Option<&crate::derive::CudaGap>,
     nic: &RdmaDevice,
 ) -> Support {
     let mut s = Support {
@@ -303,6 +305,14 @@ fn support(
         if let Some(r) = reason.filter(|r| crate::model::is_damaged(r)) {
             s.damaged.push(format!("cannot tell {what}: {r}"));
         }
+    }
+    // CUDA answered, but not for this GPU, and nothing says why (or its entries are damaged):
+    // what it would have said is not assumed. Left out for its compute mode or hidden by
+    // CUDA_VISIBLE_DEVICES stays an assumption, said so.
+    if let Some(crate::derive::CudaGap::Damaged(r) | crate::derive::CudaGap::Unanswered(r)) = gap {
+        s.damaged.push(format!(
+            "cannot tell CUDA's GPU_DIRECT_RDMA_SUPPORTED for the gpu: {r}"
+        ));
     }
     // CUDA asked and refusing to start (the fabric manager down, a GPU fallen off): no attribute
     // to assume, and NCCL cannot start either. (Under --host-root the library is the

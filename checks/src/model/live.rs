@@ -63,6 +63,61 @@ pub struct NvmlFacts {
     /// Every GPU pair (a < b in NVML order): topology and P2P status.
     #[serde(default)]
     pub pairs: Vec<NvmlPair>,
+    /// GPUs whose entries were set aside as damaged (PCI address -> why: listed more than
+    /// once in the record, see [`NvmlFacts::set_aside_duplicates`]); never written.
+    #[serde(skip)]
+    pub damaged: BTreeMap<String, String>,
+}
+
+impl NvmlFacts {
+    /// This GPU's entry.
+    pub fn gpu(&self, bdf: &str) -> Option<&NvmlGpu> {
+        self.gpus.iter().find(|g| g.bdf == bdf)
+    }
+
+    /// Why this GPU has no entry: the damage that set it aside, or NVML not listing it.
+    pub fn why_missing(&self, bdf: &str) -> String {
+        self.damaged
+            .get(bdf)
+            .cloned()
+            .unwrap_or_else(|| "nvml does not list this gpu".to_string())
+    }
+
+    /// A record (`record`: the file, `gdrdoctor/live.json`) that lists one GPU more than once
+    /// says two things of it, and which one holds is not known: every entry of such a GPU is
+    /// set aside (as are its pairs), and [`NvmlFacts::damaged`] says why, so no check judges it
+    /// on whichever entry comes first.
+    pub fn set_aside_duplicates(&mut self, record: &str) {
+        let dup = set_aside(&mut self.gpus, |g| &g.bdf, "nvml", record);
+        self.pairs
+            .retain(|p| !dup.contains_key(&p.a) && !dup.contains_key(&p.b));
+        self.damaged.extend(dup);
+    }
+}
+
+/// Take every entry of a PCI address listed more than once out of `list`; the addresses with
+/// the reason (`damaged: <record>: <library> lists <bdf> N times`).
+fn set_aside<T>(
+    list: &mut Vec<T>,
+    bdf: impl Fn(&T) -> &String,
+    library: &str,
+    record: &str,
+) -> BTreeMap<String, String> {
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    for x in list.iter() {
+        *count.entry(bdf(x).clone()).or_default() += 1;
+    }
+    count.retain(|_, n| *n > 1);
+    list.retain(|x| !count.contains_key(bdf(x)));
+    count
+        .into_iter()
+        .map(|(b, n)| {
+            let why = format!(
+                "{DAMAGED}{record}: {library}'s answer lists {b} {n} times: which entry holds is not known"
+            );
+            (b, why)
+        })
+        .collect()
 }
 
 /// One GPU pair as NVML sees it.
@@ -200,6 +255,26 @@ pub struct CudaFacts {
     /// job may hold it).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub not_asked: BTreeMap<String, String>,
+    /// GPUs whose entries were set aside as damaged (PCI address -> why: listed more than
+    /// once in the record, see [`CudaFacts::set_aside_duplicates`]); never written.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub damaged: BTreeMap<String, String>,
+}
+
+impl CudaFacts {
+    /// This GPU's device.
+    pub fn device(&self, bdf: &str) -> Option<&CudaDevice> {
+        self.devices.iter().find(|d| d.bdf == bdf)
+    }
+
+    /// [`NvmlFacts::set_aside_duplicates`] for CUDA's devices (and their peer pairs).
+    pub fn set_aside_duplicates(&mut self, record: &str) {
+        let dup = set_aside(&mut self.devices, |d| &d.bdf, "cuda", record);
+        self.peers
+            .retain(|p| !dup.contains_key(&p.a_bdf) && !dup.contains_key(&p.b_bdf));
+        self.damaged.extend(dup);
+    }
 }
 
 /// Peer access from `a` to `b` (CUDA ordinals; PCI addresses beside them).

@@ -365,6 +365,7 @@ pub fn nvml_facts(q: &SmiQ) -> crate::model::NvmlFacts {
         cuda_driver_version: cuda,
         nvml_version: None,
         pairs: Vec::new(),
+        damaged: Default::default(),
         gpus: q
             .gpus
             .iter()

@@ -72,6 +72,7 @@ pub fn facts() -> Result<CudaFacts, String> {
         library: loaded_library(),
         peers,
         not_asked: Default::default(),
+        damaged: Default::default(),
     })
 }
 

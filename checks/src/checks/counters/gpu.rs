@@ -23,12 +23,7 @@ fn gpu_check(id: &str, node: &Node, defs: &'static [Def], nvlink: bool) -> Vec<F
     let mut out = Vec::new();
     for g in gpus.iter().copied() {
         let Some((links, replay)) = by.remove(&g.bdf) else {
-            out.push(Finding::new(
-                id,
-                Status::Error,
-                &g.bdf,
-                "nvml does not list this gpu",
-            ));
+            out.push(super::super::gpu::no_nvml_answer(id, node, &g.bdf));
             continue;
         };
         let rs = if nvlink { links } else { replay };

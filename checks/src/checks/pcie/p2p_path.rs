@@ -183,6 +183,22 @@ pub fn p2p_path(node: &Node) -> Vec<Finding> {
     for (i, a) in cx.gpus.iter().enumerate() {
         for b in cx.gpus.iter().skip(i + 1) {
             let subject = format!("{}|{}", a.bdf, b.bdf);
+            // Whether NVLink joins the pair is in the GPUs' recorded live facts: damaged ones
+            // leave it unknown, so the PCIe path is not judged as the pair's.
+            if let Some(why) =
+                derive::live_damage(node, &a.bdf).or_else(|| derive::live_damage(node, &b.bdf))
+            {
+                out.push(
+                    Finding::new(
+                        ID,
+                        Status::Error,
+                        &subject,
+                        format!("whether nvlink joins this pair is not known: {why}"),
+                    )
+                    .evidence(node.live.nvml.source(), why),
+                );
+                continue;
+            }
             let ia = sys_index.get(a.bdf.as_str()).copied();
             let ib = sys_index.get(b.bdf.as_str()).copied();
             let nvlink = match (ia, ib) {
