@@ -1055,6 +1055,47 @@ fn intel_iommu_on_without_a_unit_warns_and_a_file_for_a_directory_is_not_absence
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+fn an_unreadable_numa_node_makes_the_pairs_it_decides_unknown_not_sys() {
+    // The switch above GPU0 and mlx5_0: their CPU cannot be read.
+    let t = copy("hgx-h200x8-cx7x8-healthy");
+    let file = "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/numa_node";
+    std::fs::write(t.path().join(file), "zz\n").unwrap();
+    let (_, r) = json(t.path());
+    let pair = |g: &str, n: &str| r.gdr.iter().find(|p| p.gpu == g && p.nic == n).unwrap();
+    // Under the shared switch: still PIX and GDR.
+    assert_eq!(pair("0000:18:00.0", "mlx5_0").path, "PIX");
+    // Across switches: PHB or SYS cannot be told, said with the file, never SYS.
+    let p = pair("0000:18:00.0", "mlx5_1");
+    assert_eq!(p.path, "?", "{p:?}");
+    assert!(!p.enabled, "{p:?}");
+    assert!(
+        p.undecided.iter().any(|u| u.contains(&format!("/{file}"))),
+        "{p:?}"
+    );
+    // A NIC's own numa_node empty: the node-level spread is not judged without it.
+    let t = copy("hgx-h200x8-cx7x8-healthy");
+    std::fs::write(
+        t.path().join("sys/bus/pci/devices/0000:19:00.0/numa_node"),
+        "",
+    )
+    .unwrap();
+    let (code, r) = json(t.path());
+    assert_eq!(status_of(&r, "topo.nic-numa", "node"), Some(Status::Error));
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "topo.nic-numa" && f.subject == "mlx5_0")
+        .unwrap();
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert!(
+        f.message
+            .contains("/sys/bus/pci/devices/0000:19:00.0/numa_node"),
+        "{f:?}"
+    );
+    assert_eq!(code, 3);
+}
+
+#[test]
 fn topo_survives_short_and_non_ascii_sysfs_names() {
     for name in ["x", "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}", "0000:"] {
         let t = copy("hgx-h200x8-cx7x8-healthy");

@@ -15,7 +15,7 @@
 //! nvidia-smi's `topo -m` splits NCCL's PHB into PHB (same host bridge) and NODE (another host
 //! bridge on the same NUMA node); [`SmiType`] reports that view beside NCCL's.
 
-use crate::model::{Node, PciDevice};
+use crate::model::{Fact, Node, PciDevice};
 use crate::parse;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -120,8 +120,13 @@ pub struct Endpoint {
     pub nccl_bdf: String,
     /// NCCL PCI-switch nodes above it, nearest first (after BCM flattening).
     pub switches: Vec<String>,
-    /// NCCL's CPU node: the `numa_node` text of the topmost device (`-1` is one shared CPU).
+    /// NCCL's CPU node: the `numa_node` text of the topmost device (`-1` is one shared CPU);
+    /// `?` when it cannot be read ([`Endpoint::cpu_unknown`] says why).
     pub cpu: String,
+    /// Why the CPU is not known (the topmost device's `numa_node` unreadable or damaged, or a
+    /// bridge of the path not in the listing), naming the file; `None` when it is.
+    #[serde(skip)]
+    pub cpu_unknown: Option<String>,
     pub numa_node: Option<i32>,
     /// The host bridge directory (`pci0000:15`).
     pub host_bridge: String,
@@ -220,6 +225,7 @@ impl<'a> PciIndex<'a> {
         let mut cur = idx;
         let mut cur_dev = dev;
         let cpu;
+        let mut cpu_unknown = None;
         loop {
             let p1 = cur.checked_sub(1).and_then(|i| comps.get(i));
             let p2 = cur.checked_sub(2).and_then(|i| comps.get(i));
@@ -230,6 +236,9 @@ impl<'a> PciIndex<'a> {
                     match self.get(&b) {
                         Some(d) => cur_dev = d,
                         None => {
+                            cpu_unknown = Some(format!(
+                                "the bridge {b} is not in the pci listing: the cpu above it is unknown"
+                            ));
                             switches.push(b);
                             cpu = "?".to_string();
                             break;
@@ -238,11 +247,16 @@ impl<'a> PciIndex<'a> {
                     switches.push(b);
                 }
                 _ => {
-                    cpu = cur_dev
-                        .numa_node
-                        .get()
-                        .map(|n| n.to_string())
-                        .unwrap_or_else(|| "?".into());
+                    cpu = match &cur_dev.numa_node {
+                        Fact::Known { value, .. } => value.to_string(),
+                        Fact::Absent { source, reason } => {
+                            cpu_unknown = Some(format!(
+                                "the numa node of {}, which says the cpu above it, cannot be read: {source}: {reason}",
+                                cur_dev.bdf
+                            ));
+                            "?".into()
+                        }
+                    };
                     break;
                 }
             }
@@ -267,6 +281,7 @@ impl<'a> PciIndex<'a> {
             nccl_bdf,
             switches: flat,
             cpu,
+            cpu_unknown,
             numa_node: dev.numa_node.get().copied(),
             host_bridge,
             bridges,
@@ -284,6 +299,11 @@ pub struct Path {
     pub p2p_bridges: Vec<String>,
     /// The common PCI ancestor (a switch port) when there is one.
     pub common: Option<String>,
+    /// Why the type is not known, naming the file: no switch is shared and the CPU of one end
+    /// cannot be read, so PHB (one CPU) cannot be told from SYS (two). `nccl` then says SYS,
+    /// which no caller may take as known.
+    #[serde(skip)]
+    pub unknown: Option<String>,
 }
 
 pub fn path(a: &Endpoint, b: &Endpoint) -> Path {
@@ -297,6 +317,10 @@ pub fn path(a: &Endpoint, b: &Endpoint) -> Path {
         Some(_) => PathType::Pxb,
         None if a.cpu == b.cpu && a.cpu != "?" => PathType::Phb,
         None => PathType::Sys,
+    };
+    let unknown = match shared {
+        Some(_) => None,
+        None => a.cpu_unknown.clone().or_else(|| b.cpu_unknown.clone()),
     };
     let smi = match nccl {
         PathType::Pix => SmiType::Pix,
@@ -327,6 +351,7 @@ pub fn path(a: &Endpoint, b: &Endpoint) -> Path {
         smi,
         p2p_bridges: p2p,
         common,
+        unknown,
     }
 }
 
@@ -369,6 +394,53 @@ mod tree_tests {
     use crate::testing::*;
 
     const RP: &str = "/sys/devices/pci0000:15/0000:15:01.0";
+
+    #[test]
+    fn an_unreadable_numa_node_above_an_endpoint_makes_its_cross_switch_paths_unknown_not_sys() {
+        // GPU under switch 16:00 (host bridge 15), NIC under switch 26:00 (host bridge 25).
+        const RP2: &str = "/sys/devices/pci0000:25/0000:25:01.0";
+        let mut n = with(
+            empty_node(),
+            vec![
+                bridge(RP, 0),
+                bridge(&format!("{RP}/0000:16:00.0"), 0),
+                bridge(&format!("{RP}/0000:16:00.0/0000:17:00.0"), 0),
+                gpu(&format!("{RP}/0000:16:00.0/0000:17:00.0/0000:18:00.0"), 0),
+                bridge(&format!("{RP}/0000:16:00.0/0000:17:01.0"), 0),
+                nic(&format!("{RP}/0000:16:00.0/0000:17:01.0/0000:19:00.0"), 0),
+                bridge(RP2, 0),
+                bridge(&format!("{RP2}/0000:26:00.0"), 0),
+                bridge(&format!("{RP2}/0000:26:00.0/0000:27:01.0"), 0),
+                nic(&format!("{RP2}/0000:26:00.0/0000:27:01.0/0000:29:00.0"), 0),
+            ],
+            vec![
+                rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE"),
+                rdma("mlx5_1", "0000:29:00.0", "4: ACTIVE"),
+            ],
+        );
+        let file = format!("{RP}/0000:16:00.0/numa_node");
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for d in pci.iter_mut().filter(|d| d.bdf == "0000:16:00.0") {
+                d.numa_node = Fact::absent(file.clone(), "unrecognised content \"zz\"");
+            }
+        }
+        let idx = PciIndex::new(&n);
+        let g = idx.endpoint("0000:18:00.0", false).unwrap();
+        let near = idx.endpoint("0000:19:00.0", true).unwrap();
+        let far = idx.endpoint("0000:29:00.0", true).unwrap();
+        // Under the same switch: PIX, whatever the cpu.
+        let p = path(&g, &near);
+        assert_eq!((p.nccl, p.unknown.as_deref()), (PathType::Pix, None));
+        // Across switches: PHB or SYS depends on the cpu, which cannot be read.
+        let p = path(&g, &far);
+        let why = p.unknown.unwrap_or_default();
+        assert!(why.contains(&file), "{why}");
+        // The rule does not take it as SYS: the pair is undecided, its reason names the file.
+        let sys = crate::gdr::system(&n, &crate::gdr::Context::new(&n));
+        assert_eq!(sys.paths[0][0].map(|k| k.as_str()), Some("PIX"));
+        assert_eq!(sys.paths[0][1], None, "{:?}", sys.paths);
+        assert!(sys.path_hint.contains(&file), "{}", sys.path_hint);
+    }
 
     #[test]
     fn one_switch_is_pix_two_levels_are_pxb() {

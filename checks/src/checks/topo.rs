@@ -9,27 +9,30 @@ use std::collections::{BTreeMap, BTreeSet};
 /// (nic name, folded nic key, path type, nic numa node).
 type NicDistance = (String, String, PathType, Option<i32>);
 
-/// For each GPU: (gpu bdf, gpu numa node, its NICs sorted by path).
-fn distances(cx: &Context<'_>) -> Vec<(String, Option<i32>, Vec<NicDistance>)> {
+/// (nic name, why its path from the gpu is unknown).
+type UnknownDistance = (String, String);
+
+/// One GPU's NICs: (gpu bdf, gpu numa node, its NICs sorted by path, the NICs whose path
+/// cannot be known: no shared switch and a CPU whose numa node cannot be read).
+type GpuDistances = (String, Option<i32>, Vec<NicDistance>, Vec<UnknownDistance>);
+
+/// [`GpuDistances`] of every GPU.
+fn distances(cx: &Context<'_>) -> Vec<GpuDistances> {
     cx.gpus
         .iter()
         .map(|g| {
-            let mut v: Vec<_> = cx
-                .nics
-                .iter()
-                .filter_map(|(n, ep)| {
-                    ep.as_ref().map(|e| {
-                        (
-                            n.name.clone(),
-                            e.nccl_bdf.clone(),
-                            topo::path(g, e).nccl,
-                            e.numa_node,
-                        )
-                    })
-                })
-                .collect();
+            let mut v: Vec<NicDistance> = Vec::new();
+            let mut unknown: Vec<UnknownDistance> = Vec::new();
+            for (n, ep) in &cx.nics {
+                let Some(e) = ep else { continue };
+                let p = topo::path(g, e);
+                match p.unknown {
+                    Some(why) => unknown.push((n.name.clone(), why)),
+                    None => v.push((n.name.clone(), e.nccl_bdf.clone(), p.nccl, e.numa_node)),
+                }
+            }
             v.sort_by_key(|(_, _, p, _)| *p);
-            (g.bdf.clone(), g.numa_node, v)
+            (g.bdf.clone(), g.numa_node, v, unknown)
         })
         .collect()
 }
@@ -50,11 +53,26 @@ pub fn nic_distance(node: &Node) -> Vec<Finding> {
     let p2c = p2c_within(node);
     distances(&cx)
         .into_iter()
-        .map(|(g, _, v)| {
+        .map(|(g, _, v, unknown)| {
+            let listing = v
+                .iter()
+                .map(|(n, _, p, _)| format!("{n} {}", p.as_str()))
+                .chain(unknown.iter().map(|(n, _)| format!("{n} ?")))
+                .collect::<Vec<_>>()
+                .join(", ");
+            // A NIC whose path is unknown may be the nearest unless a known one is within the
+            // threshold already (an unknown path shares no switch: PHB or SYS).
+            let within_known = v.first().is_some_and(|(_, _, p, _)| (*p as u8) <= lvl);
+            if !within_known {
+                if let Some((nic, why)) = unknown.first() {
+                    return Finding::new(ID, Status::Error, &g, format!("cannot tell the nearest nic: the path to {nic} is unknown: {why}"))
+                        .evidence("pci topology (nccl model)", listing)
+                        .fix("read the device's numa_node again (`cat /sys/bus/pci/devices/<bdf>/numa_node`); a snapshot with a damaged file needs a new capture");
+                }
+            }
             let Some((best_nic, _, best, _)) = v.first() else {
                 return Finding::new(ID, Status::Error, &g, "no nic location known");
             };
-            let listing = v.iter().map(|(n, _, p, _)| format!("{n} {}", p.as_str())).collect::<Vec<_>>().join(", ");
             if (*best as u8) <= lvl {
                 let close: Vec<&str> = v.iter().filter(|(_, _, p, _)| (*p as u8) <= lvl).map(|(n, _, _, _)| n.as_str()).collect();
                 Finding::new(ID, Status::Pass, &g, format!("nearest nic {best_nic} at {} (within {}): {}", best.as_str(), cx.level.name, close.join(" ")))
@@ -160,6 +178,16 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
         .filter(|g| g.numa_node.is_none())
         .map(|g| g.bdf.as_str())
         .collect();
+    // The same for a NIC whose numa_node cannot be read: it is missing from its node's count.
+    let unknown_nics: Vec<&str> = cx
+        .nics
+        .iter()
+        .filter_map(|(n, e)| {
+            e.as_ref()
+                .filter(|e| e.numa_node.is_none())
+                .map(|_| n.name.as_str())
+        })
+        .collect();
     if !unknown.is_empty() && cx.gpus.iter().any(|g| g.numa_node.is_some()) {
         out.push(
             Finding::new(
@@ -169,6 +197,19 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
                 format!(
                     "cannot judge the nics' spread across numa nodes: the numa node of gpu(s) {} cannot be read",
                     unknown.join(", ")
+                ),
+            )
+            .evidence("/sys/bus/pci/devices/*/numa_node", listing.clone()),
+        );
+    } else if !unknown_nics.is_empty() && per_numa.len() > 1 {
+        out.push(
+            Finding::new(
+                ID,
+                Status::Error,
+                "node",
+                format!(
+                    "cannot judge the nics' spread across numa nodes: the numa node of nic(s) {} cannot be read",
+                    unknown_nics.join(", ")
                 ),
             )
             .evidence("/sys/bus/pci/devices/*/numa_node", listing.clone()),
@@ -197,7 +238,18 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
             continue;
         }
         match e.numa_node {
-            None => out.push(Finding::new(ID, Status::Error, &nic.name, "numa node of the nic unknown")),
+            None => {
+                let file = format!("/sys/bus/pci/devices/{}/numa_node", e.bdf);
+                let why = cx
+                    .index
+                    .get(&e.bdf)
+                    .and_then(|d| d.numa_node.reason().map(str::to_string))
+                    .unwrap_or_else(|| "not read".into());
+                out.push(
+                    Finding::new(ID, Status::Error, &nic.name, format!("numa node of the nic unknown: {file} cannot be read"))
+                        .evidence(file, format!("unknown ({why})")),
+                )
+            }
             Some(n) if n < 0 => out.push(Finding::new(ID, Status::Skip, &nic.name, "numa_node is -1")),
             Some(n) if gpu_numas.contains(&n) => {
                 let here = cx.gpus.iter().filter(|g| g.numa_node == Some(n)).count();
@@ -247,7 +299,7 @@ pub fn rails(node: &Node) -> Vec<Finding> {
     let mut per_gpu: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut per_nic: BTreeMap<String, usize> = BTreeMap::new();
-    for (g, _, v) in distances(&cx) {
+    for (g, _, v, _) in distances(&cx) {
         let close: BTreeSet<String> = v
             .iter()
             .filter(|(n, _, p, _)| within(&g, n, *p))

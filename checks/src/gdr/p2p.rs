@@ -116,7 +116,8 @@ pub fn pairs(node: &Node) -> Vec<GpuPair> {
     for (i, ga) in cx.gpus.iter().enumerate() {
         for gb in cx.gpus.iter().skip(i + 1) {
             let (a, b) = (&ga.bdf, &gb.bdf);
-            let pcie = Some(topo::path(ga, gb).smi.as_str().to_string());
+            let p = topo::path(ga, gb);
+            let pcie = p.unknown.is_none().then(|| p.smi.as_str().to_string());
             let na = gpu_nvml(a);
             let nb = gpu_nvml(b);
             let direct = na

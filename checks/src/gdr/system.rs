@@ -157,14 +157,25 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
         .collect();
     let mut paths = Vec::new();
     let mut smi = Vec::new();
+    // Why paths are unknown although both ends are placed (a CPU whose numa node cannot be
+    // read): the rule's hint for them, when no NIC's location is unknown too.
+    let mut cpu_unknown: Vec<String> = Vec::new();
     for g in &cx.gpus {
         let (mut pr, mut sr) = (Vec::new(), Vec::new());
         for (_, ep) in &cx.nics {
             match ep {
                 Some(n) => {
                     let p = topo::path(g, n);
-                    pr.push(Some(PathKind::from_pcie(p.nccl)));
-                    sr.push(Some(p.smi.as_str().to_string()));
+                    if let Some(why) = p.unknown {
+                        if !cpu_unknown.contains(&why) {
+                            cpu_unknown.push(why);
+                        }
+                        pr.push(None);
+                        sr.push(None);
+                    } else {
+                        pr.push(Some(PathKind::from_pcie(p.nccl)));
+                        sr.push(Some(p.smi.as_str().to_string()));
+                    }
                 }
                 None => {
                     pr.push(None);
@@ -175,13 +186,24 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
         paths.push(pr);
         smi.push(sr);
     }
+    let path_hint = if !cpu_unknown.is_empty() && cx.nics.iter().all(|(_, e)| e.is_some()) {
+        format!(
+            "PHB (one cpu) cannot be told from SYS (two): {}",
+            cpu_unknown.join("; ")
+        )
+    } else {
+        String::new()
+    };
     let gpu_paths = cx
         .gpus
         .iter()
         .map(|a| {
             cx.gpus
                 .iter()
-                .map(|b| Some(PathKind::from_pcie(topo::path(a, b).nccl)))
+                .map(|b| {
+                    let p = topo::path(a, b);
+                    p.unknown.is_none().then(|| PathKind::from_pcie(p.nccl))
+                })
                 .collect()
         })
         .collect();
@@ -259,7 +281,7 @@ pub fn system(node: &Node, cx: &Context<'_>) -> System {
         gpus,
         nics,
         paths,
-        path_hint: String::new(),
+        path_hint,
         smi,
         nvlink,
         nvlink_source,
