@@ -1096,6 +1096,42 @@ fn an_unreadable_numa_node_makes_the_pairs_it_decides_unknown_not_sys() {
 }
 
 #[test]
+fn symlink_loops_are_errors_not_a_wrong_driver_or_a_lost_rdma_device() {
+    let t = copy("hgx-h200x8-cx7x8-healthy");
+    let ib = t.path().join("sys/class/infiniband/mlx5_0");
+    std::fs::remove_file(&ib).unwrap();
+    std::os::unix::fs::symlink("mlx5_0", &ib).unwrap();
+    let driver = t
+        .path()
+        .join("sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0/driver");
+    std::fs::remove_file(&driver).unwrap();
+    std::os::unix::fs::symlink("driver", &driver).unwrap();
+    let (code, r) = json(t.path());
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "gpu.present" && f.subject == "0000:18:00.0")
+        .unwrap();
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert!(f.evidence[0].observed.contains("symlink loop"), "{f:?}");
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "rdma.devices" && f.subject == "0000:19:00.0")
+        .unwrap();
+    assert_eq!(f.status, Status::Error, "{f:?}");
+    assert!(f.evidence[0].observed.contains("symlink loop"), "{f:?}");
+    // Nothing is judged on what the loops hide: no warning, no failure.
+    let judged: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| matches!(f.status, Status::Warn | Status::Fail))
+        .collect();
+    assert!(judged.is_empty(), "{judged:#?}");
+    assert_eq!(code, 3);
+}
+
+#[test]
 fn topo_survives_short_and_non_ascii_sysfs_names() {
     for name in ["x", "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}", "0000:"] {
         let t = copy("hgx-h200x8-cx7x8-healthy");

@@ -3,8 +3,8 @@
 //! above them.
 
 use super::util::*;
-use crate::source::reader::EntryKind;
 use crate::source::reader::Root;
+use crate::source::reader::{EntryKind, ErrorKind};
 use gdrdoctor_checks::model::*;
 use gdrdoctor_checks::parse;
 use gdrdoctor_checks::pci::{attrs, config};
@@ -182,6 +182,14 @@ fn pci_device(
     let link_name = |name: &str| -> Fact<Option<String>> {
         let p = attr(name);
         match root.read_link(&p) {
+            // A link that resolves to itself (`driver -> driver`) names no driver: its target's
+            // last component is the link's own name, not a binding.
+            Ok(_) if matches!(root.canonical(&p), Err(e) if e.kind == ErrorKind::Loop) => {
+                Fact::absent(
+                    p,
+                    "symlink loop: the link resolves to itself, naming nothing",
+                )
+            }
             Ok(t) => Fact::known(Some(basename(&t)), p),
             Err(e) if e.is_not_found() && root.is_complete() => Fact::known(None, p),
             Err(e) if e.is_not_found() => Fact::absent(p, NOT_CAPTURED),

@@ -108,8 +108,28 @@ fn unserved(node: &Node, devs: &[crate::model::RdmaDevice]) -> Vec<Finding> {
     // RDMA device covers it: a RoCE LAG's mlx5_bond_0 sits on PF0 only, a multi-port (MPV)
     // card's second port is a port of the first function's device.
     let card = |bdf: &str| bdf.rsplit_once('.').map(|(c, _)| c.to_string());
+    // RDMA devices whose PCI function cannot be read (a symlink loop, a damaged capture): any
+    // of them may be the one a NIC below seems to lack.
+    let unplaced: Vec<&crate::model::RdmaDevice> =
+        devs.iter().filter(|d| d.pci_bdf.get().is_none()).collect();
     for (bdf, name, rdma_drv) in rdma_capable_nics(node) {
         if served.iter().any(|(b, _)| card(b) == card(&bdf)) {
+            continue;
+        }
+        if !unplaced.is_empty() {
+            let mut f = Finding::new(
+                ID,
+                Status::Error,
+                &bdf,
+                format!(
+                    "{name} ({bdf}) has no rdma device known to be its: the pci function of {} cannot be read, and it may be this one",
+                    unplaced.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            );
+            for d in &unplaced {
+                f = f.evidence(d.pci_bdf.source(), d.pci_bdf.describe(|_| String::new()));
+            }
+            out.push(f);
             continue;
         }
         let Some(p) = pci.iter().find(|p| p.bdf == bdf) else {
@@ -1009,6 +1029,38 @@ mod tests {
         // Both intact and equal: a pass, with the versions read.
         let f = firmware(&two_cx7(rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE")));
         assert_eq!(f[0].status, Status::Pass, "{f:?}");
+    }
+
+    #[test]
+    fn a_nic_beside_an_rdma_device_whose_pci_function_is_unreadable_is_an_error_not_a_lost_rail() {
+        // mlx5_1's `device` link is a loop: it may be the NIC at 0000:1a:00.0.
+        let mut b = rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE");
+        b.pci_bdf = Fact::absent(
+            "/sys/class/infiniband/mlx5_1/device",
+            "symlink loop (more than 40 links)",
+        );
+        let mut n = two_cx7(b);
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for d in pci.iter_mut().filter(|d| d.is_network()) {
+                d.driver = known(Some("mlx5_core".into()));
+            }
+        }
+        let f = devices(&n);
+        let nic = f.iter().find(|f| f.subject == "0000:1a:00.0").unwrap();
+        assert_eq!(nic.status, Status::Error, "{f:?}");
+        assert!(nic.evidence[0].observed.contains("symlink loop"), "{f:?}");
+        // Placed, it is the lost rail it was.
+        let mut b = rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE");
+        b.pci_bdf = known(None);
+        let mut n = two_cx7(b);
+        if let Fact::Known { value: pci, .. } = &mut n.pci {
+            for d in pci.iter_mut().filter(|d| d.is_network()) {
+                d.driver = known(Some("mlx5_core".into()));
+            }
+        }
+        let f = devices(&n);
+        let nic = f.iter().find(|f| f.subject == "0000:1a:00.0").unwrap();
+        assert_eq!(nic.status, Status::Fail, "{f:?}");
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 type NicDistance = (String, String, PathType, Option<i32>);
 
 /// (nic name, why its path from the gpu is unknown).
-type UnknownDistance = (String, String);
+/// (nic name, why its path from the gpu is unknown, the nearest it could be: `Loc` when the
+/// NIC's location is unknown, `Phb` when only the CPU is: it shares no switch).
+type UnknownDistance = (String, String, PathType);
 
 /// One GPU's NICs: (gpu bdf, gpu numa node, its NICs sorted by path, the NICs whose path
 /// cannot be known: no shared switch and a CPU whose numa node cannot be read).
@@ -24,10 +26,21 @@ fn distances(cx: &Context<'_>) -> Vec<GpuDistances> {
             let mut v: Vec<NicDistance> = Vec::new();
             let mut unknown: Vec<UnknownDistance> = Vec::new();
             for (n, ep) in &cx.nics {
-                let Some(e) = ep else { continue };
+                let Some(e) = ep else {
+                    // Its PCI function cannot be read (a symlink loop, a damaged capture): it
+                    // may be the nearest.
+                    if let crate::model::Fact::Absent { source, reason } = &n.pci_bdf {
+                        unknown.push((
+                            n.name.clone(),
+                            format!("its pci function cannot be read: {source}: {reason}"),
+                            PathType::Loc,
+                        ));
+                    }
+                    continue;
+                };
                 let p = topo::path(g, e);
                 match p.unknown {
-                    Some(why) => unknown.push((n.name.clone(), why)),
+                    Some(why) => unknown.push((n.name.clone(), why, PathType::Phb)),
                     None => v.push((n.name.clone(), e.nccl_bdf.clone(), p.nccl, e.numa_node)),
                 }
             }
@@ -57,14 +70,14 @@ pub fn nic_distance(node: &Node) -> Vec<Finding> {
             let listing = v
                 .iter()
                 .map(|(n, _, p, _)| format!("{n} {}", p.as_str()))
-                .chain(unknown.iter().map(|(n, _)| format!("{n} ?")))
+                .chain(unknown.iter().map(|(n, _, _)| format!("{n} ?")))
                 .collect::<Vec<_>>()
                 .join(", ");
             // A NIC whose path is unknown may be the nearest unless a known one is within the
             // threshold already (an unknown path shares no switch: PHB or SYS).
             let within_known = v.first().is_some_and(|(_, _, p, _)| (*p as u8) <= lvl);
             if !within_known {
-                if let Some((nic, why)) = unknown.first() {
+                if let Some((nic, why, _)) = unknown.first() {
                     return Finding::new(ID, Status::Error, &g, format!("cannot tell the nearest nic: the path to {nic} is unknown: {why}"))
                         .evidence("pci topology (nccl model)", listing)
                         .fix("read the device's numa_node again (`cat /sys/bus/pci/devices/<bdf>/numa_node`); a snapshot with a damaged file needs a new capture");
@@ -182,11 +195,12 @@ pub fn nic_numa(node: &Node) -> Vec<Finding> {
     let unknown_nics: Vec<&str> = cx
         .nics
         .iter()
-        .filter_map(|(n, e)| {
-            e.as_ref()
-                .filter(|e| e.numa_node.is_none())
-                .map(|_| n.name.as_str())
+        .filter(|(n, e)| match e {
+            Some(e) => e.numa_node.is_none(),
+            // Its PCI function cannot be read: neither can its numa node.
+            None => n.pci_bdf.get().is_none(),
         })
+        .map(|(n, _)| n.name.as_str())
         .collect();
     if !unknown.is_empty() && cx.gpus.iter().any(|g| g.numa_node.is_some()) {
         out.push(
@@ -299,7 +313,15 @@ pub fn rails(node: &Node) -> Vec<Finding> {
     let mut per_gpu: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut names: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut per_nic: BTreeMap<String, usize> = BTreeMap::new();
-    for (g, _, v, _) in distances(&cx) {
+    // NICs whose path from a GPU is unknown and could be within the threshold: the rails
+    // cannot be counted without them.
+    let mut unsure: Vec<String> = Vec::new();
+    for (g, _, v, unknown) in distances(&cx) {
+        for (n, why, nearest) in &unknown {
+            if (*nearest as u8) <= lvl && !unsure.iter().any(|u| u.starts_with(n.as_str())) {
+                unsure.push(format!("{n}: {why}"));
+            }
+        }
         let close: BTreeSet<String> = v
             .iter()
             .filter(|(n, _, p, _)| within(&g, n, *p))
@@ -339,6 +361,18 @@ pub fn rails(node: &Node) -> Vec<Finding> {
     let min = counts.iter().next().copied().unwrap_or(0);
     let max = counts.iter().last().copied().unwrap_or(0);
     let src = "pci topology (nccl model)";
+    if !unsure.is_empty() {
+        return vec![Finding::new(
+            ID,
+            Status::Error,
+            "node",
+            format!(
+                "cannot count the gpus' close nics: a path that may be close is unknown ({})",
+                unsure.join("; ")
+            ),
+        )
+        .evidence(src, listing)];
+    }
     if max == 0 {
         return vec![Finding::new(
             ID,
