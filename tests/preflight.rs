@@ -38,6 +38,8 @@ struct NodeSpec {
     gpu_opts: String,
     /// Not started at all (a rank that never joins).
     absent: bool,
+    /// `--nccl-lib` on this node instead of the stand-in.
+    nccl_lib: Option<String>,
 }
 
 fn node(i: usize) -> NodeSpec {
@@ -47,6 +49,7 @@ fn node(i: usize) -> NodeSpec {
         extra: String::new(),
         gpu_opts: String::new(),
         absent: false,
+        nccl_lib: None,
     }
 }
 
@@ -115,6 +118,10 @@ impl Alloc {
             }
             let sc = dir.path().join(format!("scenario-{r}"));
             std::fs::write(&sc, scenario(n)).unwrap();
+            let nccl_lib = n
+                .nccl_lib
+                .clone()
+                .unwrap_or_else(|| l.current.join("libnccl.so.2").to_str().unwrap().to_string());
             let mut c = Command::new(bin());
             c.arg("preflight");
             if self.torchrun {
@@ -130,10 +137,7 @@ impl Alloc {
             c.args(["--secret-file", key.to_str().unwrap()])
                 .args(["--sysroot", fixture(n.fixture).to_str().unwrap()])
                 .args(["--node-name", &n.name, "--nodes", &names.join(",")])
-                .args([
-                    "--nccl-lib",
-                    l.current.join("libnccl.so.2").to_str().unwrap(),
-                ])
+                .args(["--nccl-lib", &nccl_lib])
                 .args(["--timeout", self.timeout, "--nccl-timeout", "8"])
                 .args(["--allreduce-bytes", "65536", "--pair-bytes", "262144"])
                 // Loopback TCP on a shared machine is neither 50 GB/s nor steady: no
@@ -521,6 +525,149 @@ fn nccl_init_failing_on_one_rank_is_named_and_the_rest_measured() {
     every_rank_exits(&o, 1);
     // Within the deadlines: the others waited one NCCL deadline (8 s) for it.
     assert!(o.elapsed < Duration::from_secs(40), "took {:?}", o.elapsed);
+}
+
+/// Each node's verdict in the answer's table of nodes.
+fn verdicts(a: &Value) -> Vec<(String, String)> {
+    a["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap().to_string(),
+                n["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn nccl_init_failing_alike_on_every_rank_is_the_allocations_and_nobody_is_drained() {
+    // Every node fails NCCL's init the same way (a broken NCCL in the job's container): not
+    // four culprits, one cause the allocation shares, said once, and exit 1.
+    let Some(l) = libs() else { return };
+    let mut al = Alloc::new(4);
+    for n in &mut al.nodes {
+        n.extra = "nccl_fail init\n".into();
+    }
+    let o = al.run(l);
+    let a = &o.answer;
+    assert!(take_out(a).is_empty(), "{:#?}", take_out(a));
+    assert_eq!(a["summary"]["exit_code"], 1);
+    every_rank_exits(&o, 1);
+    let bad: Vec<_> = findings(a, "preflight.nccl-run")
+        .into_iter()
+        .filter(|f| f["status"] == "fail")
+        .collect();
+    assert_eq!(bad.len(), 1, "{bad:#?}");
+    assert_eq!(bad[0]["subject"], "allocation");
+    let msg = bad[0]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("every node where NCCL ran failed alike (gpu-01 (rank 0) in the default run, gpu-02 (rank 1) in the default run, gpu-03 (rank 2) in the default run, gpu-04 (rank 3) in the default run): NCCL failed in step `init`"),
+        "{msg}"
+    );
+    assert!(msg.contains("remote process exited"), "{msg}");
+    assert!(msg.contains("none is taken out"), "{msg}");
+    assert!(
+        verdicts(a).iter().all(|(_, v)| v == "shared-failure"),
+        "{:?}",
+        verdicts(a)
+    );
+    // A second run would fail the same way: not run, and said why.
+    assert_eq!(a["nccl"][1]["label"], "net-only");
+    assert!(
+        a["nccl"][1]["not_run"]
+            .as_str()
+            .unwrap()
+            .contains("failed alike on every node"),
+        "{:#}",
+        a["nccl"][1]
+    );
+    schema_check(a);
+}
+
+#[test]
+fn a_root_failing_as_every_node_does_blames_nobody_and_the_unstarted_are_not_evaluated() {
+    // The reviewer's run on a GPU-less machine: the node that makes NCCL's id fails before it
+    // (here: the job's NCCL cannot be loaded), so nobody else starts; the second run, without
+    // it, fails the same way on the next node. Two nodes failed alike: the allocation's
+    // failure, not theirs to drain; the two NCCL never ran on are not evaluated, never "ok".
+    let Some(l) = libs() else { return };
+    let mut al = Alloc::new(4);
+    for n in &mut al.nodes {
+        n.nccl_lib = Some("/nonexistent/libnccl.so.2".into());
+    }
+    let o = al.run(l);
+    let a = &o.answer;
+    assert!(take_out(a).is_empty(), "{:#?}", take_out(a));
+    assert_eq!(a["summary"]["exit_code"], 1);
+    every_rank_exits(&o, 1);
+    assert_eq!(
+        verdicts(a),
+        [
+            ("gpu-01", "shared-failure"),
+            ("gpu-02", "shared-failure"),
+            ("gpu-03", "not-evaluated"),
+            ("gpu-04", "not-evaluated"),
+        ]
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+    );
+    let f = findings(a, "preflight.nccl-run");
+    let bad: Vec<_> = f.iter().filter(|f| f["status"] == "fail").collect();
+    assert_eq!(bad.len(), 1, "{f:#?}");
+    let msg = bad[0]["message"].as_str().unwrap();
+    assert!(msg.starts_with("every node where NCCL ran failed alike (gpu-01 (rank 0) in the default run, gpu-02 (rank 1) in the net-only run)"), "{msg}");
+    assert!(msg.contains("/nonexistent/libnccl.so.2"), "{msg}");
+    assert!(msg.contains("gpu-03 (rank 2), gpu-04 (rank 3)"), "{msg}");
+    for n in ["gpu-03", "gpu-04"] {
+        let e: Vec<_> = f
+            .iter()
+            .filter(|f| f["status"] == "error" && f["subject"] == n)
+            .collect();
+        assert_eq!(e.len(), 1, "{f:#?}");
+        assert!(
+            e[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("NCCL never ran on this node, so it is not evaluated"),
+            "{:#}",
+            e[0]
+        );
+    }
+    schema_check(a);
+    // The table says it too: nobody "ok", nobody "TAKE OUT".
+    al.format = "table";
+    let t = al.run(l);
+    every_rank_exits(&t, 1);
+    assert!(
+        !t.text.contains("TAKE OUT") && !t.text.contains(" ok\n"),
+        "{}",
+        t.text
+    );
+    assert_eq!(t.text.matches("NOT EVALUATED").count(), 2, "{}", t.text);
+    assert_eq!(t.text.matches("FAILED (shared)").count(), 2, "{}", t.text);
+}
+
+#[test]
+fn a_root_failing_alone_is_taken_out_and_the_others_are_measured_without_it() {
+    // The same first run, but the next node makes NCCL's id: the failure was the first node's.
+    let Some(l) = libs() else { return };
+    let mut al = Alloc::new(4);
+    al.nodes[0].nccl_lib = Some("/nonexistent/libnccl.so.2".into());
+    let o = al.run(l);
+    let a = &o.answer;
+    let why = only_taken_out(&o, "gpu-01");
+    assert!(why.contains("/nonexistent/libnccl.so.2"), "{why}");
+    assert_eq!(
+        verdicts(a)
+            .iter()
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>(),
+        ["take-out", "ok", "ok", "ok"]
+    );
+    assert_eq!(a["nccl"][1]["nranks"], 24, "{:#}", a["nccl"][1]);
+    every_rank_exits(&o, 1);
 }
 
 #[test]

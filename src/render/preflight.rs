@@ -156,10 +156,11 @@ pub fn table(a: &Answer, verbose: bool, width: usize) -> String {
                 run_cell(a, "net-only", n.rank),
                 gdr_cell(a, n.rank),
                 pairs_cell(a, n.rank),
-                if n.take_out {
-                    "TAKE OUT".into()
-                } else {
-                    "ok".into()
+                match n.verdict.as_str() {
+                    _ if n.take_out => "TAKE OUT".into(),
+                    "shared-failure" => "FAILED (shared)".into(),
+                    "not-evaluated" => "NOT EVALUATED".into(),
+                    _ => "ok".into(),
                 },
             ]
         })

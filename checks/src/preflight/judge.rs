@@ -175,6 +175,8 @@ pub fn answer(inp: &Inputs) -> Answer {
             .map(|d| d.field.clone())
             .collect()
     };
+    let shared = shared_failure(&inp.runs);
+    let unrun = never_ran(&inp.runs);
     let node_rows = inp
         .members
         .iter()
@@ -211,6 +213,16 @@ pub fn answer(inp: &Inputs) -> Answer {
             drift: drift_of(m.rank),
             gpus: m.gpus,
             take_out: out.0.contains_key(&m.rank),
+            verdict: if out.0.contains_key(&m.rank) {
+                "take-out"
+            } else if shared.as_ref().is_some_and(|x| x.members.contains(&m.rank)) {
+                "shared-failure"
+            } else if unrun.iter().any(|(r, _)| *r == m.rank) {
+                "not-evaluated"
+            } else {
+                "ok"
+            }
+            .into(),
         })
         .collect();
     Answer {
@@ -668,6 +680,109 @@ pub fn culprits(run: &RunInput) -> (BTreeSet<u32>, bool) {
     (out, b.kind == BlameKind::AllStuck)
 }
 
+/// A failure every node where NCCL ran shares: the same status, step and error (less its
+/// numbers: ranks, addresses and devices differ from node to node) on at least two nodes, and
+/// no node where NCCL did anything else. The nodes did not break each other; what they share
+/// (the job's environment: its container, its NCCL, the libraries on its loader path) did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shared {
+    /// The nodes where NCCL ran, every one failed alike.
+    pub members: Vec<u32>,
+    /// `failed` (the worker) or `nccl-error` (NCCL itself).
+    pub status: &'static str,
+    pub step: String,
+    /// The first failure's words.
+    pub error: String,
+    /// Each failure: the run's label and the node.
+    pub seen: Vec<(String, u32)>,
+}
+
+/// The words of a failure, its numbers made `#`: one failure class across nodes.
+fn failure_class(n: &NodeRun) -> Option<(&'static str, String, String)> {
+    let status = run_status(n);
+    if !matches!(status, "failed" | "nccl-error") {
+        return None;
+    }
+    let err = n
+        .output
+        .as_ref()
+        .and_then(|o| o.error.clone())
+        .or_else(|| n.problem.clone())
+        .unwrap_or_default();
+    let mut words = String::new();
+    let mut digits = false;
+    for c in err.chars() {
+        if c.is_ascii_digit() {
+            if !digits {
+                words.push('#');
+            }
+            digits = true;
+        } else {
+            digits = false;
+            words.push(c);
+        }
+    }
+    Some((status, step_of(n).unwrap_or_else(|| "start".into()), words))
+}
+
+/// The failure the nodes where NCCL ran share, over every run that happened ([`Shared`]).
+pub fn shared_failure(runs: &[RunInput]) -> Option<Shared> {
+    let ran: Vec<(&str, &NodeRun)> = runs
+        .iter()
+        .filter(|r| r.not_run.is_none())
+        .flat_map(|r| {
+            r.nodes
+                .iter()
+                .filter(|n| !n.not_started)
+                .map(move |n| (r.label.as_str(), n))
+        })
+        .collect();
+    let members: BTreeSet<u32> = ran.iter().map(|(_, n)| n.member).collect();
+    if members.len() < 2 {
+        // One node cannot tell its own failure from the allocation's.
+        return None;
+    }
+    let (_, first) = ran.first()?;
+    let class = failure_class(first)?;
+    for (_, n) in &ran {
+        if failure_class(n)? != class {
+            return None;
+        }
+    }
+    Some(Shared {
+        members: members.into_iter().collect(),
+        status: class.0,
+        step: class.1,
+        error: first
+            .output
+            .as_ref()
+            .and_then(|o| o.error.clone())
+            .or_else(|| first.problem.clone())
+            .unwrap_or_default(),
+        seen: ran.iter().map(|(l, n)| (l.to_string(), n.member)).collect(),
+    })
+}
+
+/// The nodes NCCL was to run on but never did: not started in every run that happened (the
+/// node making NCCL's id failed first). With why, from the first run.
+pub fn never_ran(runs: &[RunInput]) -> Vec<(u32, String)> {
+    let mut out: Vec<(u32, String)> = Vec::new();
+    let mut ran: BTreeSet<u32> = BTreeSet::new();
+    for r in runs.iter().filter(|r| r.not_run.is_none()) {
+        for n in &r.nodes {
+            if !n.not_started {
+                ran.insert(n.member);
+            } else if !out.iter().any(|(m, _)| *m == n.member) {
+                let why = n.problem.clone().unwrap_or_else(|| "not started".into());
+                out.push((n.member, format!("{} run: {why}", r.label)));
+            }
+        }
+    }
+    out.retain(|(m, _)| !ran.contains(m));
+    out.sort_by_key(|(m, _)| *m);
+    out
+}
+
 fn step_of(n: &NodeRun) -> Option<String> {
     n.output
         .as_ref()
@@ -689,6 +804,7 @@ fn nccl_runs(
             .map(subject)
             .unwrap_or_else(|| format!("rank {r}"))
     };
+    let shared = shared_failure(&inp.runs);
     let mut rows = Vec::new();
     for (ri, run) in inp.runs.iter().enumerate() {
         let label = &run.label;
@@ -758,6 +874,8 @@ fn nccl_runs(
         };
         match bl.kind {
             BlameKind::None => {}
+            // Every node failed alike: said once for the allocation, below; nobody is blamed.
+            BlameKind::Failed if shared.is_some() => {}
             BlameKind::Failed => {
                 for r in &bl.culprits {
                     let Some(n) = node_of(*r) else { continue };
@@ -902,6 +1020,74 @@ fn nccl_runs(
                 ),
             );
         }
+    }
+    let unrun = never_ran(&inp.runs);
+    if let Some(sh) = &shared {
+        let what = if sh.status == "nccl-error" {
+            "NCCL failed"
+        } else {
+            "its NCCL worker failed"
+        };
+        let ran: Vec<String> = sh
+            .seen
+            .iter()
+            .map(|(l, r)| format!("{} in the {l} run", who_r(*r)))
+            .collect();
+        let never = if unrun.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; NCCL never ran on the {} other node(s) ({}), which are not evaluated",
+                unrun.len(),
+                unrun
+                    .iter()
+                    .map(|(r, _)| who_r(*r))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let mut fi = Finding::new(
+            ID,
+            Status::Fail,
+            "allocation",
+            format!(
+                "every node where NCCL ran failed alike ({}): {what} in step `{}`: {}; a cause the allocation shares (the job's environment: its container, --nccl-lib, the libraries on its loader path), not one node's: none is taken out{never}",
+                ran.join(", "),
+                sh.step,
+                sh.error,
+            ),
+        );
+        for (l, r) in &sh.seen {
+            let err = inp
+                .runs
+                .iter()
+                .find(|x| x.label == *l)
+                .and_then(|x| x.nodes.iter().find(|n| n.member == *r))
+                .and_then(|n| {
+                    n.output
+                        .as_ref()
+                        .and_then(|o| o.error.clone())
+                        .or_else(|| n.problem.clone())
+                })
+                .unwrap_or_default();
+            fi = fi.evidence(format!("{}'s nccl worker ({l})", subj_r(*r)), err);
+        }
+        f.push(fi.fix("fix what every node shares (the NCCL library --nccl-lib names, libcuda on the job's loader path, the container image), then run preflight again; `gdrdoctor probe --nccl` on one node shows whether it fails there by itself"));
+    }
+    for (r, why) in &unrun {
+        f.push(
+            Finding::new(
+                ID,
+                Status::Error,
+                subj_r(*r),
+                format!(
+                    "{}: NCCL never ran on this node, so it is not evaluated: nothing says whether GPUDirect RDMA works there ({why})",
+                    who_r(*r)
+                ),
+            )
+            .evidence(format!("{}'s nccl worker", subj_r(*r)), why.clone())
+            .fix("fix the failure that stopped the run (preflight.nccl-run names it), then run preflight again"),
+        );
     }
     rows
 }
@@ -1637,6 +1823,7 @@ fn threshold_text(th: Thresholds, allowed: Option<f64>, median: Option<f64>) -> 
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn node(member: u32, status: &str, step: &str, elapsed: f64) -> NodeRun {
@@ -1754,6 +1941,105 @@ mod tests {
             node(1, "ok", "done", 1.0),
         ]));
         assert_eq!(b.kind, BlameKind::None);
+    }
+
+    #[test]
+    fn a_failure_every_node_that_ran_shares_is_the_allocations() {
+        // Every node failed NCCL's init with its own error, alike: nobody broke the others.
+        let all = run(vec![
+            node(0, "own", "init", 40.0),
+            node(1, "own", "init", 41.0),
+            node(2, "own", "init", 39.0),
+        ]);
+        let sh = shared_failure(std::slice::from_ref(&all)).unwrap();
+        assert_eq!(sh.members, vec![0, 1, 2]);
+        assert_eq!((sh.status, sh.step.as_str()), ("nccl-error", "init"));
+        // The culprits stay what blame says (the coordinator's second run); the answer
+        // takes nobody out for it.
+        let inp = Inputs {
+            allocation: Allocation {
+                engine: "flags".into(),
+                job: None,
+                world: 3,
+                rendezvous: "127.0.0.1:1".into(),
+                timeout_s: 10.0,
+            },
+            members: (0..3)
+                .map(|r| Member {
+                    rank: r,
+                    joined_ms: Some(1.0),
+                    ..Default::default()
+                })
+                .collect(),
+            refused: Vec::new(),
+            drift: Vec::new(),
+            runs: vec![all.clone()],
+            thresholds: Thresholds::default(),
+            stages: Vec::new(),
+            fail_on: crate::report::FailOn::default(),
+            allow_incomplete: false,
+        };
+        let a = answer(&inp);
+        // (These members sent no check report: taken out for that, never for NCCL.)
+        assert!(
+            a.take_out
+                .iter()
+                .all(|t| t.reasons.iter().all(|r| !r.contains("NCCL"))),
+            "{:#?}",
+            a.take_out
+        );
+        let bad: Vec<&Finding> = a
+            .findings
+            .iter()
+            .filter(|f| f.id == "preflight.nccl-run" && f.status == Status::Fail)
+            .collect();
+        assert_eq!(bad.len(), 1, "{bad:#?}");
+        assert_eq!(bad[0].subject, "allocation");
+        assert!(
+            bad[0]
+                .message
+                .starts_with("every node where NCCL ran failed alike"),
+            "{}",
+            bad[0].message
+        );
+        // A root that failed before NCCL's id, the others never started, then the next root
+        // failing the same way in the second run: two alike; the rest were never evaluated.
+        let mut first = run(vec![node(0, "own", "unique-id", 5.0)]);
+        let mut second = run(vec![node(1, "own", "unique-id", 5.0)]);
+        second.label = "net-only".into();
+        for (r, m) in [(&mut first, 1..4), (&mut second, 2..4)] {
+            for x in m {
+                r.nodes.push(NodeRun {
+                    member: x,
+                    not_started: true,
+                    problem: Some("not started".into()),
+                    ..Default::default()
+                });
+            }
+        }
+        let runs = [first.clone(), second];
+        let sh = shared_failure(&runs).unwrap();
+        assert_eq!(sh.members, vec![0, 1]);
+        assert_eq!(
+            never_ran(&runs).iter().map(|(m, _)| *m).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
+        // One node alone cannot tell its own failure from the allocation's.
+        assert!(shared_failure(std::slice::from_ref(&first)).is_none());
+        // Not alike: another step, another error, a node that passed or hung.
+        for other in [
+            node(2, "own", "allreduce", 40.0),
+            node(2, "remote", "init", 40.0),
+            node(2, "ok", "done", 40.0),
+            node(2, "timeout", "init", 8000.0),
+        ] {
+            let r = run(vec![
+                node(0, "own", "init", 40.0),
+                node(1, "own", "init", 41.0),
+                other,
+            ]);
+            assert!(shared_failure(std::slice::from_ref(&r)).is_none());
+        }
     }
 
     #[test]

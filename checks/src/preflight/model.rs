@@ -360,6 +360,12 @@ pub struct NodeRow {
     pub drift: Vec<String>,
     pub gpus: u32,
     pub take_out: bool,
+    /// `take-out`: named under `take_out`; `shared-failure`: NCCL failed on it as on every
+    /// other node where it ran (a cause the allocation shares, named in the findings, not
+    /// this node's); `not-evaluated`: NCCL never ran on it (it was never started), so nothing
+    /// says whether GPUDirect RDMA works there; `ok`: none of these.
+    #[schemars(extend("enum" = ["ok", "take-out", "shared-failure", "not-evaluated"]))]
+    pub verdict: String,
 }
 
 /// What the node's facts predict for one GPU.

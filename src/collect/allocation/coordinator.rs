@@ -255,15 +255,25 @@ impl Coordinator {
                 ms: ms(t.elapsed()),
             });
             // Nodes that broke the first run sit the second one out, so that the rest of the
-            // allocation is still measured; when every node hung alike there is nothing to
-            // learn from a second run.
+            // allocation is still measured; when every node hung alike, or every node where
+            // NCCL ran failed alike (a cause they share), there is nothing to learn from a
+            // second run. A root that failed before NCCL's id is one node: the second run
+            // (without it) tells its own failure from the allocation's.
             let (culprits, all_stuck) = judge::culprits(&default);
+            let shared = judge::shared_failure(std::slice::from_ref(&default)).is_some();
             runs.push(default);
             let t = Instant::now();
-            let net = if all_stuck {
+            let net = if all_stuck || shared {
                 RunInput {
                     label: "net-only".into(),
-                    not_run: Some("the default run hung on every node alike".into()),
+                    not_run: Some(
+                        if all_stuck {
+                            "the default run hung on every node alike"
+                        } else {
+                            "the default run failed alike on every node where it ran (a cause they share)"
+                        }
+                        .into(),
+                    ),
                     ..Default::default()
                 }
             } else {
