@@ -600,3 +600,189 @@ fn policy_init_comments_carry_no_line_break_from_the_node() {
         "the text is still shown, escaped: {out}"
     );
 }
+
+/// The GPUs of the healthy fixture.
+const GPUS: [&str; 8] = [
+    "0000:18:00.0",
+    "0000:28:00.0",
+    "0000:38:00.0",
+    "0000:48:00.0",
+    "0000:98:00.0",
+    "0000:a8:00.0",
+    "0000:b8:00.0",
+    "0000:c8:00.0",
+];
+
+/// Set a device's current link (sysfs `current_link_speed`/`_width` and LnkSta in its config
+/// space, which gdrdoctor reads first): `speed` is LnkSta's code (1 = 2.5 GT/s).
+fn set_link(root: &Path, bdf: &str, speed: (u16, &str), width: u16) {
+    let dir = std::fs::canonicalize(root.join("sys/bus/pci/devices").join(bdf)).unwrap();
+    std::fs::write(dir.join("current_link_speed"), format!("{}\n", speed.1)).unwrap();
+    std::fs::write(dir.join("current_link_width"), format!("{width}\n")).unwrap();
+    let mut c = std::fs::read(dir.join("config")).unwrap();
+    let mut at = usize::from(c[0x34] & 0xfc);
+    let mut hops = 0;
+    while at != 0 && c[at] != 0x10 {
+        at = usize::from(c[at + 1] & 0xfc);
+        hops += 1;
+        assert!(hops < 48, "{bdf}: no PCI Express capability");
+    }
+    assert_ne!(at, 0, "{bdf}: no PCI Express capability");
+    let o = at + 0x12;
+    let sta = u16::from_le_bytes([c[o], c[o + 1]]);
+    let sta = (sta & !0x03ff) | (width << 4) | speed.0;
+    c[o..o + 2].copy_from_slice(&sta.to_le_bytes());
+    std::fs::write(dir.join("config"), c).unwrap();
+}
+
+/// The port right above a device (its downstream or root port).
+fn port_above(root: &Path, bdf: &str) -> String {
+    let dir = std::fs::canonicalize(root.join("sys/bus/pci/devices").join(bdf)).unwrap();
+    dir.parent()
+        .and_then(|p| p.file_name())
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+const GEN1: (u16, &str) = (1, "2.5 GT/s PCIe");
+
+/// The healthy node with every GPU idle: each GPU's link, and so the port above it (the same
+/// link), at 2.5 GT/s x16 to save power.
+fn idle_node() -> tempfile::TempDir {
+    let node = planted();
+    for g in GPUS {
+        set_link(node.path(), g, GEN1, 16);
+        let p = port_above(node.path(), g);
+        set_link(node.path(), &p, GEN1, 16);
+    }
+    node
+}
+
+fn policy_pcie_failing(r: &Report) -> Vec<(String, String)> {
+    r.findings
+        .iter()
+        .filter(|f| f.id == "policy.pcie" && f.status == Status::Fail)
+        .map(|f| (f.subject.clone(), f.message.clone()))
+        .collect()
+}
+
+#[test]
+fn idle_gpus_at_a_lower_link_speed_pass_the_golden_policy() {
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    let node = idle_node();
+    // pcie.link passes them: idle gpus lower their link speed.
+    let (code, plain, err) = check_json(node.path(), &["--no-policy"]);
+    assert_eq!(code, 0, "{:#?} {err}", failing(&plain));
+    let l = find(&plain, "pcie.link", "0000:18:00.0");
+    assert!(l.message.contains("idle gpus lower"), "{}", l.message);
+    // So does the policy: judged by what the links can do, at their full width.
+    let (code, r, err) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 0, "{:#?} {err}", failing(&r));
+    assert!(policy_pcie_failing(&r).is_empty());
+    let passes: Vec<&str> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "policy.pcie" && f.status == Status::Pass)
+        .map(|f| f.message.as_str())
+        .collect();
+    assert!(
+        passes
+            .iter()
+            .any(|m| m.starts_with("8 gpu link(s) at 32 GT/s x16 or better")
+                && m.contains("8 at a lower speed now: idle gpus")),
+        "{passes:#?}"
+    );
+}
+
+#[test]
+fn a_slow_link_that_is_no_idle_downshift_still_fails_the_policy() {
+    let t = tempfile::tempdir().unwrap();
+    let p = golden_policy(t.path());
+    let node = idle_node();
+    // One GPU narrow as well (x8 at 2.5 GT/s): no power saving does that.
+    set_link(node.path(), "0000:48:00.0", GEN1, 8);
+    // A NIC's link at 2.5 GT/s (both ends): NICs do not downshift.
+    set_link(node.path(), "0000:19:00.0", GEN1, 16);
+    let nic_port = port_above(node.path(), "0000:19:00.0");
+    set_link(node.path(), &nic_port, GEN1, 16);
+    // A switch's uplink trained at Gen1 (both ends): not the link of an idle GPU.
+    let down = port_above(node.path(), "0000:98:00.0");
+    let up = port_above(node.path(), &down);
+    let root_port = port_above(node.path(), &up);
+    set_link(node.path(), &up, GEN1, 16);
+    set_link(node.path(), &root_port, GEN1, 16);
+    let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    let bad = policy_pcie_failing(&r);
+    let subjects: Vec<&str> = bad.iter().map(|(s, _)| s.as_str()).collect();
+    // The narrow GPU and the port above it (the same link), the NIC, the uplink.
+    let down48 = port_above(node.path(), "0000:48:00.0");
+    let mut want = vec![
+        "0000:48:00.0",
+        down48.as_str(),
+        "0000:19:00.0",
+        nic_port.as_str(),
+        up.as_str(),
+        root_port.as_str(),
+    ];
+    want.sort();
+    let mut got = subjects.clone();
+    got.sort();
+    assert_eq!(got, want, "{bad:#?}");
+    let gpu = &bad.iter().find(|(s, _)| s == "0000:48:00.0").unwrap().1;
+    assert_eq!(
+        gpu, "gpu link at 2.5 GT/s x8, below the policy's 32 GT/s x16",
+        "{bad:#?}"
+    );
+}
+
+#[test]
+fn policy_init_on_an_idle_node_writes_what_the_links_can_do() {
+    let t = tempfile::tempdir().unwrap();
+    let node = idle_node();
+    let p = t.path().join("idle.toml");
+    let (code, _, err) = run(&["policy", "init", "--sysroot", &s(node.path()), "-o", &s(&p)]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&p).unwrap();
+    // The same speeds as the busy golden node's, with the reason in a comment.
+    let golden = std::fs::read_to_string(golden_policy(t.path())).unwrap();
+    let section = |t: &str, name: &str| -> Vec<String> {
+        t.lines()
+            .skip_while(|l| !l.starts_with(&format!("[pcie.{name}]")))
+            .skip(1)
+            .take_while(|l| !l.starts_with('['))
+            .filter(|l| l.starts_with("speed_gts") || l.starts_with("width"))
+            .map(str::to_string)
+            .collect()
+    };
+    for class in ["gpu", "nic", "switch"] {
+        assert_eq!(
+            section(&text, class),
+            section(&golden, class),
+            "[pcie.{class}]:\n{text}"
+        );
+    }
+    assert!(text.contains("speed_gts = 32"), "{text}");
+    assert!(!text.contains("speed_gts = 2.5"), "{text}");
+    assert!(
+        text.contains("# note: 8 link(s) of idle gpus ran at a lower speed to save power (2.5 GT/s of 32 GT/s): speed_gts is what those links can do, not the idle speed"),
+        "{text}"
+    );
+    // The idle node passes it; a switch uplink that really trained at Gen1 does not.
+    let (code, r, err) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 0, "{:#?} {err}", failing(&r));
+    let down = port_above(node.path(), "0000:18:00.0");
+    let up = port_above(node.path(), &down);
+    set_link(node.path(), &up, GEN1, 16);
+    let (code, r, _) = check_json(node.path(), &["--policy", &s(&p)]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        policy_pcie_failing(&r),
+        vec![(
+            up.clone(),
+            "switch link at 2.5 GT/s x16, below the policy's 32 GT/s x16".to_string()
+        )]
+    );
+}

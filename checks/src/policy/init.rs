@@ -1,7 +1,7 @@
 //! `gdrdoctor policy init`: a commented policy that the given (known-good) node passes, so that a
 //! site starts from its golden node and deletes what it does not want to enforce.
 
-use super::eval::{parse_rate, pcie_classes};
+use super::eval::{idle_link, parse_rate, pcie_classes};
 use super::types::{Date, PathName};
 use crate::derive;
 use crate::model::{Fact, Node};
@@ -269,12 +269,23 @@ fn pcie_section(o: &mut String, node: &Node) {
     // PCIe links per class: the slowest and narrowest link the golden node shows.
     if node.pci.get().is_some() {
         for (class, devs) in pcie_classes(node) {
-            let speeds: Vec<f64> = devs
+            // An idle GPU's link (and the port above it) at a lower speed to save power is
+            // written at the speed the link can do: the node's idle speed would pass a link
+            // that trained low.
+            let idle: Vec<(String, f64, f64)> = devs
                 .iter()
                 .filter_map(|d| {
-                    d.cur_link_speed
+                    idle_link(node, class, d).map(|i| (d.bdf.clone(), i.current, i.capability))
+                })
+                .collect();
+            let speeds: Vec<f64> = devs
+                .iter()
+                .filter_map(|d| match idle.iter().find(|(b, ..)| *b == d.bdf) {
+                    Some((_, _, cap)) => Some(*cap),
+                    None => d
+                        .cur_link_speed
                         .get()
-                        .and_then(|s| parse::link_speed_gts(s))
+                        .and_then(|s| parse::link_speed_gts(s)),
                 })
                 .collect();
             let widths: Vec<u32> = devs
@@ -297,8 +308,30 @@ fn pcie_section(o: &mut String, node: &Node) {
             if [1, 2, 4, 8, 12, 16, 32].contains(&w) {
                 let _ = writeln!(o, "width = {w}");
             }
+            if !idle.is_empty() {
+                let mut at: Vec<String> = Vec::new();
+                for (_, cur, cap) in &idle {
+                    let t = format!("{} GT/s of {} GT/s", number(*cur), number(*cap));
+                    if !at.contains(&t) {
+                        at.push(t);
+                    }
+                }
+                let _ = writeln!(
+                    o,
+                    "# note: {} link(s) {} ran at a lower speed to save power ({}): speed_gts is what those links can do, not the idle speed: {}",
+                    idle.len(),
+                    if class == "gpu" {
+                        "of idle gpus"
+                    } else {
+                        "of the ports right above idle gpus"
+                    },
+                    at.join(", "),
+                    toml_comment(&idle.iter().map(|(b, ..)| b.as_str()).collect::<Vec<_>>().join(" "))
+                );
+            }
             let below: Vec<String> = devs
                 .iter()
+                .filter(|d| !idle.iter().any(|(b, ..)| *b == d.bdf))
                 .filter(|d| {
                     let cur = d.cur_link_width.get().copied().unwrap_or(0);
                     let max = d.max_link_width.get().copied().unwrap_or(0);

@@ -18,6 +18,33 @@ fn is_upstream_port(d: &PciDevice, cs: Option<&ConfigSpace>, depth: usize) -> bo
     }
 }
 
+/// A link's speed in GT/s, when it can be read.
+fn gts(f: &Fact<String>) -> Option<f64> {
+    f.get().and_then(|s| parse::link_speed_gts(s))
+}
+
+/// The idle downshift of a GPU's link: a GPU lowers its link speed to save power while it has
+/// no work, at full width. When the link of GPU `d` (below `parent`, its downstream or root
+/// port) runs at full width below the speed both ends can do, this is that speed (GT/s): what
+/// the link runs at when the GPU works. `None` when the link is at its capability, narrow, or
+/// cannot be read. Only for GPUs: a NIC or a switch link below its capability is a defect.
+/// `pcie.link` passes such a link; `policy.pcie` and `policy init` judge it by this speed.
+pub fn idle_gpu_downshift(d: &PciDevice, parent: Option<&PciDevice>) -> Option<f64> {
+    let (cur_s, max_s) = (gts(&d.cur_link_speed)?, gts(&d.max_link_speed)?);
+    let (cur_w, max_w) = (
+        d.cur_link_width.get().copied()?,
+        d.max_link_width.get().copied()?,
+    );
+    // What the link can do: the lower of the two ends (NCCL reads both, xml.cc).
+    let exp_s = max_s.min(parent.and_then(|p| gts(&p.max_link_speed)).unwrap_or(max_s));
+    let exp_w = max_w.min(
+        parent
+            .and_then(|p| p.max_link_width.get().copied())
+            .unwrap_or(max_w),
+    );
+    (cur_s + 0.01 < exp_s && cur_w >= exp_w).then_some(exp_s)
+}
+
 pub fn link(node: &Node) -> Vec<Finding> {
     const ID: &str = "pcie.link";
     let cx = Context::new(node);
@@ -175,7 +202,7 @@ pub fn link(node: &Node) -> Vec<Finding> {
             Finding::new(ID, Status::Warn, &bdf, format!("{kind} link runs at x{cur_w} of x{exp_w}: half or less of its bandwidth ({name})"))
                 .expected(src, observed, expected)
                 .fix("reseat the card or cable; check the slot's electrical width in the board manual (`dmidecode -t slot`) and the BIOS bifurcation setting; `lspci -vv -s <bdf>` shows LnkSta (downgraded)")
-        } else if slow && kind == "gpu" {
+        } else if slow && kind == "gpu" && idle_gpu_downshift(d, parent).is_some() {
             Finding::new(ID, Status::Pass, &bdf, format!("gpu link x{cur_w} at {cur_s} GT/s of {exp_s}: idle gpus lower their link speed to save power; width is full"))
                 .evidence(src, observed)
         } else if slow {

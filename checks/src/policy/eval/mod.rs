@@ -14,7 +14,7 @@ pub mod rdma;
 pub mod waivers;
 
 pub use context::Context;
-pub use pcie::pcie_classes;
+pub use pcie::{idle_link, pcie_classes, IdleLink};
 pub use rdma::parse_rate;
 
 use crate::model::Node;
