@@ -563,7 +563,26 @@ pub fn dmabuf_path(node: &Node) -> PathAnswer {
                         DMABUF_MIN_KERNEL.0, DMABUF_MIN_KERNEL.1
                     )),
                 });
-                if (maj, min) < DMABUF_MIN_KERNEL {
+                // NCCL itself reads no kernel version: it asks the NICs (`ibv_reg_dmabuf_mr`
+                // with fd -1; only EOPNOTSUPP/EPROTONOSUPPORT mean no support). A recorded
+                // probe that a NIC answered otherwise is a kernel that has it (RHEL 8's 4.18,
+                // a MOFED backport), whatever its number.
+                let nic_accepts = node.live.verbs.get().is_some_and(|v| {
+                    v.has_reg_dmabuf_mr
+                        && v.dmabuf_probe
+                            .iter()
+                            .any(|(_, e)| e.is_some_and(|e| e != 95 && e != 93))
+                });
+                if (maj, min) < DMABUF_MIN_KERNEL && nic_accepts {
+                    evidence.push(Evidence {
+                        source: "ibv_reg_dmabuf_mr(fd -1) probe".into(),
+                        observed: format!(
+                            "kernel {value} is older than {}.{}, but a NIC answered the probe with an error other than EOPNOTSUPP/EPROTONOSUPPORT: its uverbs has dma-buf registration (a backport)",
+                            DMABUF_MIN_KERNEL.0, DMABUF_MIN_KERNEL.1
+                        ),
+                        expected: None,
+                    });
+                } else if (maj, min) < DMABUF_MIN_KERNEL {
                     blockers.push(format!(
                         "kernel {value} is older than {}.{} (no ibv_reg_dmabuf_mr in uverbs unless a MOFED backport adds it)",
                         DMABUF_MIN_KERNEL.0, DMABUF_MIN_KERNEL.1
@@ -758,5 +777,43 @@ mod tests {
             a.reasons.iter().any(|r| r.contains("EOF while parsing")),
             "{a:?}"
         );
+    }
+
+    /// A kernel older than 5.12 (RHEL 8's 4.18) whose NICs answered NCCL's dma-buf probe with
+    /// EBADF (supported: only EOPNOTSUPP/EPROTONOSUPPORT mean no): the path is possible, as
+    /// NCCL decides it; without the probe the version still blocks, and a probe that every NIC
+    /// refused blocks too.
+    #[test]
+    fn an_old_kernel_whose_nics_take_dmabuf_is_no_blocker() {
+        use crate::model::VerbsFacts;
+        let mut n = crate::testing::switch_pair();
+        n.nvidia.version_file = Fact::known(
+            Some("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04".into()),
+            "/proc/driver/nvidia/version",
+        );
+        n.kernel_release =
+            Fact::known("4.18.0-513.el8.x86_64".into(), "/proc/sys/kernel/osrelease");
+        n.live = LiveFacts::absent("not queried (--static)");
+        assert_eq!(dmabuf_path(&n).available, Some(false));
+        let probe = |errno: i32| {
+            Fact::known(
+                VerbsFacts {
+                    has_reg_dmabuf_mr: true,
+                    devices: vec!["mlx5_0".into()],
+                    list_errno: None,
+                    dmabuf_probe: [("mlx5_0".to_string(), Some(errno))].into_iter().collect(),
+                },
+                "libibverbs.so.1",
+            )
+        };
+        n.live.verbs = probe(9);
+        let a = dmabuf_path(&n);
+        assert_eq!(a.available, Some(true), "{a:?}");
+        assert!(
+            a.evidence.iter().any(|e| e.observed.contains("backport")),
+            "{a:?}"
+        );
+        n.live.verbs = probe(95);
+        assert_eq!(dmabuf_path(&n).available, Some(false));
     }
 }

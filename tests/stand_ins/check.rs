@@ -196,8 +196,10 @@ fn a_gpu_cuda_does_not_see_is_not_a_pass() {
     assert_eq!(status(finding(&r, &j, "gpu.gdr-support", GPU0)), "pass");
     let f = finding(&r, &j, "gpu.gdr-support", "0000:c8:00.0");
     assert_ne!(status(f), "pass", "{f:#}");
+    // Nothing hides it (no CUDA_VISIBLE_DEVICES, no compute mode): an error, not a skip.
+    assert_eq!(status(f), "error", "{f:#}");
     assert!(
-        text(f, "message").contains("cuda does not see this gpu"),
+        text(f, "message").contains("cuda did not enumerate it"),
         "{f:#}"
     );
 }
