@@ -292,3 +292,45 @@ node-x:5002:5102 [1] NCCL INFO Channel 03/0 : 1[1] -> 9[1] [send] via NET/IB/1/G
     let log = paste::nccl::parse(t);
     assert_eq!(log.hosts, ["node-x"]);
 }
+
+/// One host of two over NET/Socket: `nccl.network` names it.
+#[test]
+fn the_host_whose_ranks_used_sockets_is_named() {
+    let t = "\
+gpu-a:2101:2101 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+gpu-a:2101:2180 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.1.0.11<0>
+gpu-b:3301:3380 [0] NCCL INFO NET/Socket : Using [0]eth0:10.1.0.12<0>
+gpu-a:2101:2180 [0] NCCL INFO comm 0x55d0c1a0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x7a1c0de5 - Init START
+gpu-b:3301:3380 [0] NCCL INFO comm 0x5612a1c0 rank 1 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x7a1c0de5 - Init START
+gpu-a:2101:2180 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
+gpu-a:2101:2180 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA
+gpu-b:3301:3380 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0
+gpu-b:3301:3380 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/Socket/0
+";
+    let r = run_text("sockmix.log", t);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "nccl.network")
+        .expect("nccl.network");
+    assert_eq!(f.status, Status::Warn);
+    assert!(f.message.contains("(on gpu-b)"), "{}", f.message);
+    assert!(!f.message.contains("gpu-a"), "{}", f.message);
+}
+
+/// A matrix of two GPUs and no NIC (the H200 pair on NVSwitch): the GDR checks say the matrix
+/// has no NIC, not "no nvidia gpu".
+#[test]
+fn a_matrix_without_nics_is_not_no_gpu() {
+    let Some(rd) = realdata() else { return };
+    let t = std::fs::read_to_string(rd.join("h200x2-nvswitch-2026-11-30/nvsmi-topo.txt")).unwrap();
+    let r = run_text("nvsmi-topo.txt", &t);
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "gdr.gpu")
+        .expect("gdr.gpu");
+    assert_eq!(f.status, Status::Skip);
+    assert!(!f.message.contains("no nvidia gpu"), "{}", f.message);
+    assert!(f.message.contains("2 GPU(s) and no NIC"), "{}", f.message);
+}

@@ -151,11 +151,24 @@ pub fn diagnose_paste(
     let rdma_unplaced = node.rdma.get().is_some_and(|r| {
         !r.is_empty() && r.iter().all(|d| !matches!(d.pci_bdf.get(), Some(Some(_))))
     });
+    // A matrix of GPUs without a NIC column: its GPUs are there, there is just no pair.
+    let gpus_no_nic = p
+        .matrices
+        .iter()
+        .find(|(_, m)| !m.gpus().is_empty() && m.nics().is_empty())
+        .map(|(i, m)| (p.label(*i), m.gpus().len()));
     let mut fs: Vec<Finding> = findings::blocks(p);
     for (def, found) in crate::checks::run_each(&node, &opts.selection) {
-        for f in found {
+        for mut f in found {
             if has_topo && replaced.contains(&f.id.as_str()) {
                 continue;
+            }
+            if let Some((lab, n)) = &gpus_no_nic {
+                if !has_topo && replaced.contains(&f.id.as_str()) && f.status == Status::Skip {
+                    f.message = format!(
+                        "{lab} lists {n} GPU(s) and no NIC: no GPU-NIC pair to judge (paste `ibv_devinfo` and a `nvidia-smi topo -m` taken where the NICs are visible)"
+                    );
+                }
             }
             fs.push(adapt(
                 f,

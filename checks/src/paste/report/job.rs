@@ -539,8 +539,20 @@ pub fn network(log: &NcclLog, label: &str) -> Option<Finding> {
             Status::Warn,
             "network",
             format!(
-                "no RDMA NIC used{}: {} connection line(s) go over TCP sockets (NET/Socket), so GPUDirect RDMA cannot apply to them",
+                "no RDMA NIC used{}{}: {} connection line(s) go over TCP sockets (NET/Socket), so GPUDirect RDMA cannot apply to them",
                 if rdma > 0 { " by some ranks" } else { "" },
+                {
+                    // Which hosts: in a multi-host log the one without RDMA is the finding.
+                    let mut h: Vec<&str> =
+                        sockets.iter().filter_map(|c| c.origin.host.as_deref()).collect();
+                    h.sort_unstable();
+                    h.dedup();
+                    if h.is_empty() || log.hosts.len() < 2 {
+                        String::new()
+                    } else {
+                        format!(" (on {})", h.join(", "))
+                    }
+                },
                 sockets.len()
             ),
         )
