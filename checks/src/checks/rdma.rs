@@ -942,21 +942,10 @@ mod tests {
 
     #[test]
     fn a_missing_hca_type_does_not_hide_a_firmware_mismatch() {
-        let mut n = switch_pair();
         let mut b = rdma("mlx5_1", "0000:1a:00.0", "4: ACTIVE");
         b.fw_ver = known("28.39.1002".into());
         b.hca_type = Fact::absent("/sys/class/infiniband/mlx5_1/hca_type", "not found");
-        let mut pci = n.pci.get().cloned().unwrap_or_default();
-        let mut second = pci
-            .iter()
-            .find(|d| d.bdf == "0000:19:00.0")
-            .cloned()
-            .expect("the nic of switch_pair");
-        second.bdf = "0000:1a:00.0".into();
-        second.sysfs_path = second.sysfs_path.replace("0000:19:00.0", "0000:1a:00.0");
-        pci.push(second);
-        n.pci = known(pci);
-        n.rdma = known(vec![rdma("mlx5_0", "0000:19:00.0", "4: ACTIVE"), b]);
+        let n = two_cx7(b);
         let f = firmware(&n);
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].status, Status::Warn, "{f:?}");
